@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/cairn-registry/cairn/internal/bench"
+)
+
+const benchUsage = `usage: cairn bench registry [--url URL] [--sizes 1MiB,64MiB,512MiB] [--repeat N]
+                            [--manifest-requests N] [--concurrency C] [--json]`
+
+// runBench runs `cairn bench <what> [flags]`. Errors are one line.
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return errors.New("bench: missing subcommand (want: registry)")
+	}
+	switch args[0] {
+	case "registry":
+		return runBenchRegistry(ctx, args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintln(stdout, benchUsage)
+		return nil
+	default:
+		return fmt.Errorf("bench: unknown subcommand %q (want: registry)", args[0])
+	}
+}
+
+func runBenchRegistry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("cairn bench registry", flag.ContinueOnError)
+	// Errors are returned as one line; usage is printed only on -h.
+	fs.SetOutput(io.Discard)
+	url := fs.String("url", "", "registry base URL; empty starts a local `cairn serve` on a free port")
+	sizes := fs.String("sizes", "1MiB,64MiB,512MiB", "comma-separated blob sizes")
+	repeat := fs.Int("repeat", 0, "timed runs per blob size and operation (0: 3, or 1 for sizes >= 256MiB)")
+	requests := fs.Int("manifest-requests", 20000, "manifest GETs (and HEADs) in total")
+	conc := fs.Int("concurrency", 8, "concurrent manifest clients")
+	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stdout, benchUsage)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return nil
+		}
+		return fmt.Errorf("bench registry: %s", strings.Join(strings.Fields(err.Error()), " "))
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench registry: unexpected argument %q", fs.Arg(0))
+	}
+	sz, err := bench.ParseSizes(*sizes)
+	if err != nil {
+		return fmt.Errorf("bench registry: --sizes: %w", err)
+	}
+	if *repeat < 0 || *requests < 1 || *conc < 1 {
+		return errors.New("bench registry: --repeat must be >= 0, --manifest-requests and --concurrency >= 1")
+	}
+
+	opts := bench.Options{URL: *url, Sizes: sz, Repeat: *repeat, ManifestRequests: *requests, Concurrency: *conc}
+	var local *bench.LocalServer
+	if opts.URL == "" {
+		bin, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("bench registry: find own binary: %w", err)
+		}
+		if local, err = bench.StartServer(ctx, bin); err != nil {
+			return err
+		}
+		opts.URL = local.URL
+		fmt.Fprintf(stderr, "started %s serve at %s\n", bin, local.URL)
+	}
+	res, runErr := bench.RunRegistry(ctx, opts, stderr)
+	if local != nil {
+		res.LocalServer = true
+		if err := local.Stop(); err != nil && runErr == nil {
+			runErr = err
+		}
+	}
+	if runErr != nil {
+		return runErr
+	}
+	if *asJSON {
+		return bench.WriteJSON(stdout, res)
+	}
+	return bench.WriteTable(stdout, res)
+}

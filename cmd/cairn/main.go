@@ -1,0 +1,83 @@
+// Command cairn is the cairn container registry: `cairn serve` runs it,
+// `cairn version` tells which build this is, `cairn bench` measures it.
+// This file only wires the CLI to the internal packages.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"syscall"
+)
+
+const usage = `usage: cairn <command> [flags]
+
+commands:
+  serve     run the registry (default 127.0.0.1:5000, storage under ./cairn-data)
+  bench     run a benchmark (cairn bench registry -h)
+  version   print the version
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// errUsage marks errors in the command line itself (exit status 2).
+var errUsage = errors.New("usage")
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "serve":
+		err = runServe(ctx, args[1:], stderr)
+	case "bench":
+		err = runBench(ctx, args[1:], stdout, stderr)
+	case "version", "--version", "-v":
+		fmt.Fprintln(stdout, versionString())
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+	default:
+		err = fmt.Errorf("%w: unknown command %q (see cairn help)", errUsage, args[0])
+	}
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(stderr, "cairn: %v\n", err)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "cairn: %v\n", err)
+		return 1
+	}
+}
+
+// versionString names the build: module version and VCS revision when the
+// binary carries them, and the Go toolchain (dedup's byte-exact rebuilds
+// depend on it).
+func versionString() string {
+	version, rev := "devel", ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			version = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				rev = " " + s.Value[:12]
+			}
+		}
+	}
+	return fmt.Sprintf("cairn %s%s %s %s/%s", version, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}

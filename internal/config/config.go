@@ -1,0 +1,289 @@
+// Package config loads cairn's YAML configuration. The keys are those of
+// distribution/distribution's config.yml, so a distribution configuration
+// works unchanged: keys cairn implements are honoured, keys distribution
+// knows but cairn does not implement yet are reported as warnings (or
+// refused, where running without them would weaken the registry or serve the
+// wrong data), and any other key is reported as unknown with its full path.
+//
+// Environment variables override the file as in distribution:
+// REGISTRY_STORAGE_FILESYSTEM_ROOTDIRECTORY=/x sets storage.filesystem.rootdirectory.
+// Load and Parse never read the environment; the CLI calls
+// LoadWithEnv(path, os.Environ()).
+package config
+
+import (
+	"fmt"
+	"os"
+	"reflect"
+	"time"
+)
+
+// Config is cairn's configuration. Only the keys with fields below are
+// implemented; the blank fields name distribution keys that cairn recognises
+// but does not implement yet, so they are reported rather than called unknown.
+type Config struct {
+	// Version is the configuration format; when given it must be "0.1", the
+	// only version distribution reads. cairn allows it to be absent.
+	Version string  `yaml:"version"`
+	Log     Log     `yaml:"log"`
+	HTTP    HTTP    `yaml:"http"`
+	Storage Storage `yaml:"storage"`
+
+	// Running without auth would open a protected registry to anyone.
+	_ refused  `yaml:"auth" why:"without it cairn would serve the registry unauthenticated; remove the section to run without authentication"`
+	_ notYet   `yaml:"middleware"`
+	_ notYet   `yaml:"notifications"`
+	_ notYet   `yaml:"redis"`
+	_ notYet   `yaml:"health"`
+	_ notYet   `yaml:"catalog"`
+	_ notYet   `yaml:"tags"`
+	_ notYet   `yaml:"proxy"`
+	_ notYet   `yaml:"validation"`
+	_ notYet   `yaml:"policy"`
+	_ obsolete `yaml:"reporting"`
+	_ obsolete `yaml:"compatibility"`
+}
+
+// Log configures logging.
+type Log struct {
+	// Level is debug, info, warn or error (default info). Case is ignored and
+	// "warning" means warn; loading stores the canonical lower-case name.
+	// distribution's deprecated top-level "loglevel" key is read as log.level.
+	Level string `yaml:"level"`
+
+	_ notYet `yaml:"accesslog"`
+	_ notYet `yaml:"formatter"`
+	_ notYet `yaml:"fields"`
+	_ notYet `yaml:"hooks"`
+	_ notYet `yaml:"reportcaller"`
+}
+
+// HTTP configures the listener.
+type HTTP struct {
+	// Addr is the TCP host:port to listen on (default 127.0.0.1:5000).
+	Addr string `yaml:"addr"`
+
+	_ notYet  `yaml:"net"`
+	_ notYet  `yaml:"host"`
+	_ notYet  `yaml:"prefix"`
+	_ notYet  `yaml:"secret"`
+	_ notYet  `yaml:"relativeurls"`
+	_ notYet  `yaml:"draintimeout"`
+	_ refused `yaml:"tls" why:"without it cairn would serve plain HTTP where TLS is configured; remove the section to serve plain HTTP"`
+	_ notYet  `yaml:"headers"`
+	_ notYet  `yaml:"debug"`
+	_ notYet  `yaml:"http2"`
+	_ notYet  `yaml:"h2c"`
+}
+
+// Storage selects the storage driver and its parameters. Exactly one driver
+// section (fields tagged cairn:"driver") may be present; the other keys are
+// parameters, as in distribution. With no driver section the filesystem
+// driver stores under ./cairn-data.
+type Storage struct {
+	Filesystem *Filesystem `yaml:"filesystem" cairn:"driver"`
+	// InMemory is selected by an "inmemory:" key, even with no value.
+	InMemory    *InMemory   `yaml:"inmemory" cairn:"driver"`
+	Delete      Delete      `yaml:"delete"`
+	Maintenance Maintenance `yaml:"maintenance"`
+
+	// Serving from the default directory instead would hide the real data.
+	_ refused `yaml:"s3" cairn:"driver" why:"the s3 storage driver is not supported yet"`
+	_ refused `yaml:"gcs" cairn:"driver" why:"the gcs storage driver is not supported yet"`
+	_ refused `yaml:"azure" cairn:"driver" why:"the azure storage driver is not supported yet"`
+	_ notYet  `yaml:"cache"`
+	_ notYet  `yaml:"redirect"`
+	_ notYet  `yaml:"tag"`
+
+	// defaulted is set while Filesystem holds the ./cairn-data default rather
+	// than a section the user wrote, so that naming another driver (in the
+	// environment) replaces it instead of counting as a second driver.
+	defaulted bool
+}
+
+// Filesystem configures the filesystem driver.
+type Filesystem struct {
+	// RootDirectory holds the registry's files. A filesystem section without
+	// it means /var/lib/registry, as in distribution; with no driver section
+	// at all cairn uses ./cairn-data.
+	RootDirectory string `yaml:"rootdirectory"`
+	// MaxThreads bounds concurrent blocking filesystem calls (default 100;
+	// values below 25 are raised to 25, as distribution does).
+	MaxThreads int `yaml:"maxthreads"`
+}
+
+// InMemory configures the in-memory driver (tests only); it has no parameters.
+type InMemory struct{}
+
+// Delete configures deletion of manifests and blobs through the API.
+type Delete struct {
+	// Enabled defaults to true in cairn; distribution's default is false.
+	Enabled bool `yaml:"enabled"`
+}
+
+// Maintenance configures background upkeep and read-only mode.
+type Maintenance struct {
+	UploadPurging UploadPurging `yaml:"uploadpurging"`
+	ReadOnly      ReadOnly      `yaml:"readonly"`
+}
+
+// UploadPurging removes upload directories left behind by abandoned uploads.
+// Durations are Go duration strings ("168h", "30m"); plain numbers are
+// rejected, as distribution rejects them for these keys.
+type UploadPurging struct {
+	Enabled  bool          `yaml:"enabled"`  // default true
+	Age      time.Duration `yaml:"age"`      // uploads older than this are purged; default 168h
+	Interval time.Duration `yaml:"interval"` // time between purges; default 24h
+	DryRun   bool          `yaml:"dryrun"`   // report what would be purged, delete nothing
+}
+
+// ReadOnly refuses writes, e.g. while an offline garbage collection runs.
+type ReadOnly struct {
+	Enabled bool `yaml:"enabled"`
+}
+
+const (
+	defaultRootDirectory      = "./cairn-data"
+	distributionRootDirectory = "/var/lib/registry"
+	defaultMaxThreads         = 100
+	minMaxThreads             = 25
+)
+
+// notYet marks a distribution key cairn does not implement yet: reported as a
+// warning, then ignored.
+type notYet struct{}
+
+// refused marks a distribution key cairn does not implement and must not
+// ignore; its why tag says what ignoring it would do. Loading fails.
+type refused struct{}
+
+// obsolete marks a key that older distribution versions read and current ones
+// dropped: reported as a warning, then ignored.
+type obsolete struct{}
+
+// setDefaults fills the parameters of a filesystem section the user wrote.
+func (f *Filesystem) setDefaults() {
+	f.RootDirectory = distributionRootDirectory
+	f.MaxThreads = defaultMaxThreads
+}
+
+// yieldDefaultDriver is called when a document names the driver "named":
+// the default filesystem gives way to another driver, and becomes the user's
+// own when filesystem itself is named.
+func (s *Storage) yieldDefaultDriver(named string) {
+	if !s.defaulted {
+		return
+	}
+	s.defaulted = false
+	if named != "filesystem" {
+		s.Filesystem = nil
+	}
+}
+
+// base is the configuration before any document is read: every default
+// except the storage driver, which depends on what the documents name.
+func base() *Config {
+	return &Config{
+		Log:  Log{Level: "info"},
+		HTTP: HTTP{Addr: "127.0.0.1:5000"},
+		Storage: Storage{
+			Delete: Delete{Enabled: true},
+			Maintenance: Maintenance{
+				UploadPurging: UploadPurging{
+					Enabled:  true,
+					Age:      168 * time.Hour,
+					Interval: 24 * time.Hour,
+				},
+			},
+		},
+	}
+}
+
+// Default returns the configuration cairn runs with when given none:
+// 127.0.0.1:5000, filesystem storage under ./cairn-data, delete enabled,
+// upload purging every 24h of uploads older than 168h, log level info.
+func Default() *Config {
+	c := base()
+	c.finish()
+	return c
+}
+
+// finish completes a decoded configuration: the default driver when none is
+// named, and canonical spellings.
+func (c *Config) finish() {
+	if c.DriverName() == "" {
+		c.Storage.Filesystem = &Filesystem{RootDirectory: defaultRootDirectory, MaxThreads: defaultMaxThreads}
+		c.Storage.defaulted = true
+	}
+	if fs := c.Storage.Filesystem; fs != nil && fs.MaxThreads < minMaxThreads {
+		fs.MaxThreads = minMaxThreads
+	}
+	if lvl, ok := canonicalLevel(c.Log.Level); ok {
+		c.Log.Level = lvl
+	}
+}
+
+// DriverName names the selected storage driver ("filesystem" or "inmemory"),
+// or "" when none is selected.
+func (c *Config) DriverName() string {
+	names := driversSet(reflect.ValueOf(&c.Storage).Elem())
+	if len(names) == 0 {
+		return ""
+	}
+	return names[0]
+}
+
+// Parse decodes a configuration document, fills defaults and validates it.
+// The warnings name keys that were ignored. It does not read the environment.
+func Parse(data []byte) (*Config, []string, error) {
+	return parse(data, "")
+}
+
+// Load reads and parses the configuration file at path (see Parse). It does
+// not read the environment.
+func Load(path string) (*Config, []string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("config: %w", err)
+	}
+	return parse(data, path)
+}
+
+// LoadWithEnv is what the CLI calls: the file at path (or the defaults when
+// path is ""), then the REGISTRY_* overrides from environ (os.Environ() in
+// the CLI), then validation. Warnings from the file come first.
+func LoadWithEnv(path string, environ []string) (*Config, []string, error) {
+	c := base()
+	var warnings []string
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, nil, fmt.Errorf("config: %w", err)
+		}
+		d := decoder{file: path}
+		if err := d.document(data, c); err != nil {
+			return nil, d.warnings, fmt.Errorf("config: %w", err)
+		}
+		warnings = d.warnings
+	}
+	c.finish()
+	w, err := ApplyEnv(c, environ)
+	warnings = append(warnings, w...)
+	if err != nil {
+		return nil, warnings, err
+	}
+	return c, warnings, nil
+}
+
+func parse(data []byte, file string) (*Config, []string, error) {
+	c := base()
+	d := decoder{file: file}
+	if err := d.document(data, c); err != nil {
+		return nil, d.warnings, fmt.Errorf("config: %w", err)
+	}
+	c.finish()
+	if err := c.Validate(); err != nil {
+		return nil, d.warnings, err
+	}
+	return c, d.warnings, nil
+}

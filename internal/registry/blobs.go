@@ -1,0 +1,95 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/cairn-registry/cairn/internal/storage/driver"
+)
+
+// linkedInRepo reports whether repo links d as a layer or as a manifest
+// revision (clients may fetch a manifest through the blob endpoint).
+func (r *Registry) linkedInRepo(ctx context.Context, repo string, d digest.Digest) (bool, error) {
+	ok, err := r.exists(ctx, layerLinkPath(repo, d))
+	if err != nil || ok {
+		return ok, err
+	}
+	return r.exists(ctx, revisionLinkPath(repo, d))
+}
+
+// StatBlob returns the size of blob d in repo.
+func (r *Registry) StatBlob(ctx context.Context, repo string, d digest.Digest) (int64, error) {
+	linked, err := r.linkedInRepo(ctx, repo, d)
+	if err != nil {
+		return 0, err
+	}
+	if !linked {
+		return 0, fmt.Errorf("%w: %s", ErrBlobUnknown, d)
+	}
+	fi, err := r.d.Stat(ctx, blobDataPath(d))
+	if errors.Is(err, driver.ErrNotFound) {
+		return 0, fmt.Errorf("%w: %s (link without data)", ErrBlobUnknown, d)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return fi.Size, nil
+}
+
+// OpenBlob streams blob d from offset. The caller has checked the blob with
+// StatBlob.
+func (r *Registry) OpenBlob(ctx context.Context, d digest.Digest, offset int64) (io.ReadCloser, error) {
+	rc, err := r.d.Reader(ctx, blobDataPath(d), offset)
+	if errors.Is(err, driver.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrBlobUnknown, d)
+	}
+	return rc, err
+}
+
+// BlobRedirectURL returns a URL the client may fetch blob d from directly, or
+// "" when cairn serves it.
+func (r *Registry) BlobRedirectURL(req *http.Request, d digest.Digest) (string, error) {
+	return r.d.RedirectURL(req, blobDataPath(d))
+}
+
+// DeleteBlob unlinks blob d from repo. The data stays until garbage
+// collection finds nothing else references it.
+func (r *Registry) DeleteBlob(ctx context.Context, repo string, d digest.Digest) error {
+	if !r.opts.DeleteEnabled {
+		return fmt.Errorf("%w: deletes are disabled", ErrUnsupported)
+	}
+	err := r.d.Delete(ctx, layerLinkDir(repo, d))
+	if errors.Is(err, driver.ErrNotFound) {
+		return fmt.Errorf("%w: %s", ErrBlobUnknown, d)
+	}
+	return err
+}
+
+// MountBlob links blob d into repo without an upload when the caller may
+// read it: from repository from when given, else from anywhere in the
+// registry. It reports false when the blob cannot be mounted (the client
+// then uploads it).
+func (r *Registry) MountBlob(ctx context.Context, repo string, d digest.Digest, from string) (bool, error) {
+	if from != "" {
+		if ValidateName(from) != nil {
+			return false, nil
+		}
+		ok, err := r.exists(ctx, layerLinkPath(from, d))
+		if err != nil || !ok {
+			return false, err
+		}
+	}
+	ok, err := r.exists(ctx, blobDataPath(d))
+	if err != nil || !ok {
+		return false, err
+	}
+	if err := r.writeLink(ctx, layerLinkPath(repo, d), d); err != nil {
+		return false, err
+	}
+	return true, nil
+}

@@ -1,0 +1,59 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/cairn-registry/cairn/internal/storage/driver"
+)
+
+// Repositories returns up to n repository names after last in lexical order
+// (n < 0: all), and whether more follow. A repository is a directory under
+// repositories/ holding _manifests, _layers or _uploads.
+func (r *Registry) Repositories(ctx context.Context, n int, last string) ([]string, bool, error) {
+	root := repositoriesPath()
+	var names []string
+	err := r.d.Walk(ctx, root, func(fi driver.FileInfo) error {
+		if !fi.IsDir {
+			return nil
+		}
+		base := path.Base(fi.Path)
+		if !strings.HasPrefix(base, "_") {
+			return nil
+		}
+		repo := strings.TrimPrefix(path.Dir(fi.Path), root+"/")
+		if base == "_manifests" || base == "_layers" || base == "_uploads" {
+			if len(names) == 0 || names[len(names)-1] != repo {
+				names = append(names, repo)
+			}
+		}
+		return driver.ErrSkipDir
+	})
+	if err != nil && !errors.Is(err, driver.ErrNotFound) {
+		return nil, false, err
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	page, more := Page(names, n, last)
+	return page, more, nil
+}
+
+// Page returns up to n entries of sorted after last (n < 0: all) and
+// whether more follow.
+func Page(sorted []string, n int, last string) ([]string, bool) {
+	start := 0
+	if last != "" {
+		start, _ = slices.BinarySearch(sorted, last)
+		if start < len(sorted) && sorted[start] == last {
+			start++
+		}
+	}
+	rest := sorted[start:]
+	if n < 0 || n >= len(rest) {
+		return rest, false
+	}
+	return rest[:n], true
+}

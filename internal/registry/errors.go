@@ -1,0 +1,35 @@
+package registry
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors the registry returns, wrapped with detail. The server maps each to
+// its OCI error code and HTTP status with errors.Is.
+var (
+	ErrNameInvalid         = errors.New("invalid repository name")
+	ErrNameUnknown         = errors.New("repository name not known to registry")
+	ErrTagInvalid          = errors.New("invalid tag")
+	ErrDigestInvalid       = errors.New("provided digest did not match uploaded content")
+	ErrBlobUnknown         = errors.New("blob unknown to registry")
+	ErrUploadUnknown       = errors.New("blob upload unknown to registry")
+	ErrUploadInvalid       = errors.New("blob upload invalid")
+	ErrManifestUnknown     = errors.New("manifest unknown")
+	ErrManifestInvalid     = errors.New("manifest invalid")
+	ErrManifestBlobUnknown = errors.New("manifest references a blob unknown to the repository")
+	ErrManifestTooLarge    = errors.New("manifest too large")
+	ErrSizeInvalid         = errors.New("provided length did not match content length")
+	ErrUnsupported         = errors.New("the operation is unsupported")
+	ErrPaginationInvalid   = errors.New("invalid pagination parameter")
+)
+
+// RangeError reports a chunk that does not continue an upload; Size is how
+// many bytes the upload holds, for the client to resume from.
+type RangeError struct {
+	Size int64
+}
+
+func (e *RangeError) Error() string {
+	return fmt.Sprintf("chunk out of order: upload holds %d bytes", e.Size)
+}

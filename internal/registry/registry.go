@@ -1,0 +1,90 @@
+// Package registry is cairn's registry logic over a storage driver:
+// repositories, blobs, uploads, manifests, tags and referrers, stored in
+// distribution's path layout. It knows nothing of HTTP.
+//
+// Lifecycle of content:
+//   - An upload is written under the repository's _uploads/<id>; it is never
+//     readable as a blob. On completion it is verified against the client's
+//     digest and moved into blobs/ atomically, then linked into the repository.
+//   - A manifest is stored as a blob, then its revision link is written, then
+//     its tags; a reader finds a tag only once everything it names exists.
+//   - Deleting removes links; blob data goes only through garbage collection.
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/cairn-registry/cairn/internal/storage/driver"
+)
+
+// DefaultMaxManifestSize is the largest manifest accepted, as distribution.
+const DefaultMaxManifestSize = 4 << 20
+
+// Options tune a Registry.
+type Options struct {
+	// DeleteEnabled allows deleting blobs, manifests and tags.
+	DeleteEnabled bool
+	// MaxManifestSize bounds a manifest PUT body; 0 means the default.
+	MaxManifestSize int64
+}
+
+// Registry serves repositories stored through one driver.
+type Registry struct {
+	d    driver.Driver
+	opts Options
+}
+
+// New returns a Registry over d.
+func New(d driver.Driver, opts Options) *Registry {
+	if opts.MaxManifestSize <= 0 {
+		opts.MaxManifestSize = DefaultMaxManifestSize
+	}
+	return &Registry{d: d, opts: opts}
+}
+
+// Driver returns the storage driver, for callers that need to reach storage
+// directly (health checks, maintenance).
+func (r *Registry) Driver() driver.Driver { return r.d }
+
+// MaxManifestSize is the largest manifest body PutManifest accepts.
+func (r *Registry) MaxManifestSize() int64 { return r.opts.MaxManifestSize }
+
+// readLink reads a link file and parses the digest it holds.
+func (r *Registry) readLink(ctx context.Context, path string) (digest.Digest, error) {
+	b, err := r.d.GetContent(ctx, path)
+	if err != nil {
+		return "", err
+	}
+	d, err := digest.Parse(strings.TrimSpace(string(b)))
+	if err != nil {
+		return "", fmt.Errorf("malformed link %s: %w", path, err)
+	}
+	return d, nil
+}
+
+func (r *Registry) writeLink(ctx context.Context, path string, d digest.Digest) error {
+	return r.d.PutContent(ctx, path, []byte(d))
+}
+
+// exists reports whether path exists; errors other than not-found are
+// returned, never taken as "absent".
+func (r *Registry) exists(ctx context.Context, path string) (bool, error) {
+	_, err := r.d.Stat(ctx, path)
+	if err == nil {
+		return true, nil
+	}
+	if errors.Is(err, driver.ErrNotFound) {
+		return false, nil
+	}
+	return false, err
+}
+
+// RepositoryExists reports whether anything is stored for repo.
+func (r *Registry) RepositoryExists(ctx context.Context, repo string) (bool, error) {
+	return r.exists(ctx, repoPath(repo))
+}

@@ -1,0 +1,98 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+
+	"github.com/cairn-registry/cairn/internal/registry"
+)
+
+// apiError is one entry of an OCI error body.
+type apiError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Detail  any    `json:"detail,omitempty"`
+}
+
+// errorKind maps a registry error to its OCI code and HTTP status.
+type errorKind struct {
+	target error
+	code   string
+	status int
+}
+
+var errorKinds = [...]errorKind{
+	{registry.ErrNameInvalid, "NAME_INVALID", http.StatusBadRequest},
+	{registry.ErrNameUnknown, "NAME_UNKNOWN", http.StatusNotFound},
+	{registry.ErrTagInvalid, "TAG_INVALID", http.StatusBadRequest},
+	{registry.ErrDigestInvalid, "DIGEST_INVALID", http.StatusBadRequest},
+	{registry.ErrBlobUnknown, "BLOB_UNKNOWN", http.StatusNotFound},
+	{registry.ErrUploadUnknown, "BLOB_UPLOAD_UNKNOWN", http.StatusNotFound},
+	{registry.ErrUploadInvalid, "BLOB_UPLOAD_INVALID", http.StatusBadRequest},
+	{registry.ErrManifestUnknown, "MANIFEST_UNKNOWN", http.StatusNotFound},
+	{registry.ErrManifestInvalid, "MANIFEST_INVALID", http.StatusBadRequest},
+	{registry.ErrManifestBlobUnknown, "MANIFEST_BLOB_UNKNOWN", http.StatusBadRequest},
+	{registry.ErrManifestTooLarge, "SIZE_INVALID", http.StatusRequestEntityTooLarge},
+	{registry.ErrSizeInvalid, "SIZE_INVALID", http.StatusBadRequest},
+	{registry.ErrUnsupported, "UNSUPPORTED", http.StatusMethodNotAllowed},
+	{registry.ErrPaginationInvalid, "PAGINATION_NUMBER_INVALID", http.StatusBadRequest},
+	{errDenied, "DENIED", http.StatusForbidden},
+	{errUnsupportedRoute, "UNSUPPORTED", http.StatusNotFound},
+	{errMethodNotAllowed, "UNSUPPORTED", http.StatusMethodNotAllowed},
+	{errTooManyRequests, "TOOMANYREQUESTS", http.StatusTooManyRequests},
+	{errBadRange, "RANGE_INVALID", http.StatusRequestedRangeNotSatisfiable},
+	// A request body that ended early: the client went away or lied about
+	// its length. Nothing was committed.
+	{io.ErrUnexpectedEOF, "BLOB_UPLOAD_INVALID", http.StatusBadRequest},
+}
+
+var (
+	errDenied           = errors.New("requested access to the resource is denied: the registry is read-only")
+	errUnsupportedRoute = errors.New("no such API endpoint")
+	errMethodNotAllowed = errors.New("method not allowed on this endpoint")
+	errTooManyRequests  = errors.New("too many requests")
+	errBadRange         = errors.New("invalid content range")
+)
+
+// writeError answers err as an OCI error body. Errors of unknown kind are
+// internal: logged in full, answered without detail.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	code, status, msg := "UNKNOWN", http.StatusInternalServerError, "internal server error"
+	var rangeErr *registry.RangeError
+	var maxBytes *http.MaxBytesError
+	switch {
+	case errors.As(err, &rangeErr):
+		code, status, msg = "RANGE_INVALID", http.StatusRequestedRangeNotSatisfiable, err.Error()
+		w.Header().Set("Range", rangeHeader(rangeErr.Size))
+	case errors.As(err, &maxBytes):
+		code, status, msg = "SIZE_INVALID", http.StatusRequestEntityTooLarge, err.Error()
+	default:
+		found := false
+		for _, k := range errorKinds {
+			if errors.Is(err, k.target) {
+				code, status, msg, found = k.code, k.status, err.Error(), true
+				break
+			}
+		}
+		if !found {
+			s.log.ErrorContext(r.Context(), "internal error", "method", r.Method, "path", r.URL.Path, "err", err)
+		}
+	}
+	writeErrorBody(w, status, apiError{Code: code, Message: msg})
+}
+
+func writeErrorBody(w http.ResponseWriter, status int, e apiError) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(struct {
+		Errors []apiError `json:"errors"`
+	}{[]apiError{e}})
+}
+
+// isRangeError reports a chunk the upload cannot take at its offset.
+func isRangeError(err error) bool {
+	var re *registry.RangeError
+	return errors.As(err, &re) || errors.Is(err, errBadRange)
+}

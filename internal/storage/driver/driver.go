@@ -1,0 +1,157 @@
+// Package driver defines cairn's storage contract: a flat namespace of files
+// addressed by slash-separated paths, with distribution's method set plus a bulk
+// delete. The registry and the garbage collector see storage only through it.
+//
+// Paths are absolute ("/docker/registry/v2/..."), use '/' as separator, and
+// contain no "." or ".." segments and no empty segments. Drivers reject
+// anything else with an InvalidPathError.
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+)
+
+// Driver is the storage contract. Every method is safe for concurrent use.
+type Driver interface {
+	// Name identifies the driver in logs and metrics ("filesystem", "s3", ...).
+	Name() string
+	// GetContent returns the whole content of the file at path.
+	GetContent(ctx context.Context, path string) ([]byte, error)
+	// PutContent stores content at path atomically: readers see the old
+	// content or the new, never a part.
+	PutContent(ctx context.Context, path string, content []byte) error
+	// Reader streams the file at path from byte offset. An offset past the end
+	// yields an InvalidOffsetError.
+	Reader(ctx context.Context, path string, offset int64) (io.ReadCloser, error)
+	// Writer returns a FileWriter for path; with append it continues a file
+	// written earlier (by a Writer that was closed without Commit or Cancel).
+	Writer(ctx context.Context, path string, append bool) (FileWriter, error)
+	// Stat describes the file or directory at path.
+	Stat(ctx context.Context, path string) (FileInfo, error)
+	// List returns the direct children of the directory at path, as full paths.
+	List(ctx context.Context, path string) ([]string, error)
+	// Move renames src to dst, replacing dst; readers of dst see the old file
+	// or the new one, never a part.
+	Move(ctx context.Context, src, dst string) error
+	// Delete recursively deletes all files stored at path and below it.
+	Delete(ctx context.Context, path string) error
+	// Walk calls fn for every file and directory below path, in lexical order
+	// of paths. fn may return ErrSkipDir to skip a directory's contents.
+	Walk(ctx context.Context, path string, fn WalkFn) error
+	// RedirectURL returns a URL the client can fetch path from directly, or
+	// "" when the driver serves content itself.
+	RedirectURL(r *http.Request, path string) (string, error)
+	// DeleteFiles deletes the given regular files without listing or stat'ing
+	// them first. A missing file counts as deleted. It returns how many paths
+	// are gone and every per-path failure joined (errors.Join), none dropped.
+	DeleteFiles(ctx context.Context, paths []string) (int, error)
+}
+
+// FileWriter writes one file. Nothing written is visible at the path's final
+// readers' expectations until Commit; Cancel discards everything written.
+type FileWriter interface {
+	io.WriteCloser
+	// Size is the number of bytes written so far, including those of earlier
+	// writers this one appended to.
+	Size() int64
+	// Cancel removes what was written.
+	Cancel(ctx context.Context) error
+	// Commit flushes everything written and makes it durable.
+	Commit(ctx context.Context) error
+}
+
+// FileInfo describes a file or directory.
+type FileInfo struct {
+	Path    string
+	Size    int64
+	ModTime time.Time
+	IsDir   bool
+}
+
+// WalkFn is called by Walk for each entry.
+type WalkFn func(fi FileInfo) error
+
+// ErrSkipDir, returned by a WalkFn for a directory, skips that directory's
+// contents.
+var ErrSkipDir = errors.New("skip this directory")
+
+// ErrNotFound is matched (errors.Is) by every PathNotFoundError.
+var ErrNotFound = errors.New("path not found")
+
+// PathNotFoundError reports a path that does not exist.
+type PathNotFoundError struct {
+	Path   string
+	Driver string
+}
+
+func (e PathNotFoundError) Error() string {
+	return fmt.Sprintf("%s: path not found: %s", e.Driver, e.Path)
+}
+
+// Is makes errors.Is(err, ErrNotFound) true.
+func (e PathNotFoundError) Is(target error) bool { return target == ErrNotFound }
+
+// InvalidPathError reports a path that breaks the path rules.
+type InvalidPathError struct {
+	Path   string
+	Driver string
+}
+
+func (e InvalidPathError) Error() string {
+	return fmt.Sprintf("%s: invalid path: %q", e.Driver, e.Path)
+}
+
+// InvalidOffsetError reports a read or write offset outside the file.
+type InvalidOffsetError struct {
+	Path   string
+	Offset int64
+	Driver string
+}
+
+func (e InvalidOffsetError) Error() string {
+	return fmt.Sprintf("%s: invalid offset %d for %s", e.Driver, e.Offset, e.Path)
+}
+
+// ValidPath reports whether p satisfies the path rules: "/" or one or more
+// "/segment" parts of [A-Za-z0-9._:@+=-], none of them "." or "..". A byte
+// loop rather than a regexp: GC validates hundreds of millions of paths.
+func ValidPath(p string) bool {
+	if p == "/" {
+		return true
+	}
+	if len(p) < 2 || p[0] != '/' {
+		return false
+	}
+	segStart := 1
+	for i := 1; i <= len(p); i++ {
+		if i == len(p) || p[i] == '/' {
+			seg := p[segStart:i]
+			if seg == "" || seg == "." || seg == ".." {
+				return false
+			}
+			segStart = i + 1
+			continue
+		}
+		if !validPathByte(p[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func validPathByte(c byte) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		return true
+	}
+	switch c {
+	case '.', '_', ':', '@', '+', '=', '-':
+		return true
+	}
+	return false
+}

@@ -1,0 +1,205 @@
+// Package cairnproc runs a real `cairn serve` process for end-to-end tests:
+// it builds (or reuses) the binary, starts it on a free loopback port, waits
+// until it answers, and stops it by PID when the test ends.
+package cairnproc
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Server is a running cairn process.
+type Server struct {
+	// Addr is host:port, suitable for image references ("127.0.0.1:41234").
+	Addr string
+	// URL is "http://" + Addr.
+	URL string
+	// Root is the storage root directory the process serves.
+	Root string
+
+	cmd  *exec.Cmd
+	logs *lockedBuffer
+	done chan struct{}
+}
+
+// Binary returns the path of a cairn binary: $CAIRN_BIN when set (the test
+// script builds it once), else a fresh build of ./cmd/cairn in a temp dir.
+func Binary(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("CAIRN_BIN"); p != "" {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			t.Fatalf("CAIRN_BIN: %v", err)
+		}
+		return abs
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatalf("find module root: %v", err)
+	}
+	out := filepath.Join(t.TempDir(), "cairn")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/cairn")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/cairn: %v\n%s", err, b)
+	}
+	return out
+}
+
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", err
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", fmt.Errorf("not inside a Go module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// FreeAddr returns a loopback host:port that was free a moment ago.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// Start runs `cairn serve --addr <free> --root <root> args...` and waits until
+// GET /v2/ answers. root "" means a new temp dir. The process is stopped by
+// PID (SIGTERM, then SIGKILL after 10 s) when the test ends; its log is
+// printed if the test failed.
+func Start(t testing.TB, root string, args ...string) *Server {
+	t.Helper()
+	return StartBinary(t, Binary(t), root, args...)
+}
+
+// StartBinary is Start with an explicit binary.
+func StartBinary(t testing.TB, bin, root string, args ...string) *Server {
+	t.Helper()
+	if root == "" {
+		root = t.TempDir()
+	}
+	addr := FreeAddr(t)
+	full := append([]string{"serve", "--addr", addr, "--root", root}, args...)
+	s := &Server{Addr: addr, URL: "http://" + addr, Root: root, logs: &lockedBuffer{}, done: make(chan struct{})}
+	s.cmd = exec.Command(bin, full...)
+	s.cmd.Stdout = s.logs
+	s.cmd.Stderr = s.logs
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("start cairn: %v", err)
+	}
+	go func() { s.cmd.Wait(); close(s.done) }()
+	t.Cleanup(func() {
+		s.Stop()
+		if t.Failed() {
+			t.Logf("cairn log:\n%s", s.Logs())
+		}
+	})
+	if err := s.waitReady(30 * time.Second); err != nil {
+		t.Fatalf("cairn did not become ready: %v\nlog:\n%s", err, s.Logs())
+	}
+	return s
+}
+
+func (s *Server) waitReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	client := &http.Client{Timeout: time.Second}
+	for time.Now().Before(deadline) {
+		select {
+		case <-s.done:
+			return fmt.Errorf("process exited: %v", s.cmd.ProcessState)
+		default:
+		}
+		resp, err := client.Get(s.URL + "/v2/")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusUnauthorized {
+				return nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("no answer on %s within %s", s.URL, timeout)
+}
+
+// Stop sends SIGTERM to the process and waits for it to exit (SIGKILL after
+// 10 s). It is safe to call more than once.
+func (s *Server) Stop() {
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+}
+
+// Signal sends sig to the process without waiting.
+func (s *Server) Signal(sig os.Signal) error { return s.cmd.Process.Signal(sig) }
+
+// Wait waits up to timeout for the process to exit and reports whether it did.
+func (s *Server) Wait(timeout time.Duration) bool {
+	select {
+	case <-s.done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
+}
+
+// Kill ends the process with SIGKILL, as a crash would.
+func (s *Server) Kill() {
+	_ = s.cmd.Process.Kill()
+	<-s.done
+}
+
+// Exited reports whether the process has ended, and its state.
+func (s *Server) Exited() (bool, *os.ProcessState) {
+	select {
+	case <-s.done:
+		return true, s.cmd.ProcessState
+	default:
+		return false, nil
+	}
+}
+
+// Logs returns everything the process wrote to stdout and stderr so far.
+func (s *Server) Logs() string { return s.logs.String() }
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
