@@ -15,10 +15,11 @@ import (
 const benchUsage = `usage: cairn bench registry [--url URL] [--sizes 1MiB,64MiB,512MiB] [--repeat N]
                             [--manifest-requests N] [--concurrency C] [--json]`
 
-// runBench runs `cairn bench <what> [flags]`. Errors are one line.
+// runBench runs `cairn bench <what> [flags]`. Errors are one line; mistakes
+// in the command line wrap errUsage.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("bench: missing subcommand (want: registry)")
+		return fmt.Errorf("%w: bench: missing subcommand (want: registry)", errUsage)
 	}
 	switch args[0] {
 	case "registry":
@@ -27,7 +28,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(stdout, benchUsage)
 		return nil
 	default:
-		return fmt.Errorf("bench: unknown subcommand %q (want: registry)", args[0])
+		return fmt.Errorf("%w: bench: unknown subcommand %q (want: registry)", errUsage, args[0])
 	}
 }
 
@@ -35,7 +36,7 @@ func runBenchRegistry(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs := flag.NewFlagSet("cairn bench registry", flag.ContinueOnError)
 	// Errors are returned as one line; usage is printed only on -h.
 	fs.SetOutput(io.Discard)
-	url := fs.String("url", "", "registry base URL; empty starts a local `cairn serve` on a free port")
+	url := fs.String("url", "", "registry base `URL`; empty starts a local cairn serve on a free port")
 	sizes := fs.String("sizes", "1MiB,64MiB,512MiB", "comma-separated blob sizes")
 	repeat := fs.Int("repeat", 0, "timed runs per blob size and operation (0: 3, or 1 for sizes >= 256MiB)")
 	requests := fs.Int("manifest-requests", 20000, "manifest GETs (and HEADs) in total")
@@ -48,17 +49,17 @@ func runBenchRegistry(ctx context.Context, args []string, stdout, stderr io.Writ
 			fs.PrintDefaults()
 			return nil
 		}
-		return fmt.Errorf("bench registry: %s", strings.Join(strings.Fields(err.Error()), " "))
+		return fmt.Errorf("%w: bench registry: %s", errUsage, strings.Join(strings.Fields(err.Error()), " "))
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("bench registry: unexpected argument %q", fs.Arg(0))
+		return fmt.Errorf("%w: bench registry: unexpected argument %q", errUsage, fs.Arg(0))
 	}
 	sz, err := bench.ParseSizes(*sizes)
 	if err != nil {
-		return fmt.Errorf("bench registry: --sizes: %w", err)
+		return fmt.Errorf("%w: bench registry: --sizes: %v", errUsage, err)
 	}
 	if *repeat < 0 || *requests < 1 || *conc < 1 {
-		return errors.New("bench registry: --repeat must be >= 0, --manifest-requests and --concurrency >= 1")
+		return fmt.Errorf("%w: bench registry: --repeat must be >= 0, --manifest-requests and --concurrency >= 1", errUsage)
 	}
 
 	opts := bench.Options{URL: *url, Sizes: sz, Repeat: *repeat, ManifestRequests: *requests, Concurrency: *conc}

@@ -79,7 +79,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    1 << 20,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	log.Info("cairn serving", "addr", ln.Addr().String(), "driver", d.Name(), "root", rootOf(cfg),
 		"delete", cfg.Storage.Delete.Enabled, "readonly", cfg.Storage.Maintenance.ReadOnly.Enabled, "version", versionString())

@@ -52,6 +52,9 @@ func Page(sorted []string, n int, last string) ([]string, bool) {
 		}
 	}
 	rest := sorted[start:]
+	if n == 0 {
+		return []string{}, false
+	}
 	if n < 0 || n >= len(rest) {
 		return rest, false
 	}

@@ -151,6 +151,7 @@ func detectMediaType(content []byte) string {
 type PutResult struct {
 	Digest  digest.Digest
 	Subject digest.Digest // "" when the manifest has no subject
+	Tags    []string      // the tags now pointing at it
 }
 
 // PutManifest validates and stores a manifest pushed as ref (a tag or a
@@ -192,7 +193,7 @@ func (r *Registry) PutManifest(ctx context.Context, repo, ref, contentType strin
 	if err := r.storeManifest(ctx, repo, d, content, m, tags); err != nil {
 		return nil, err
 	}
-	res := &PutResult{Digest: d}
+	res := &PutResult{Digest: d, Tags: tags}
 	if m.Subject != nil {
 		res.Subject = m.Subject.Digest
 	}

@@ -76,7 +76,7 @@ func TestPage(t *testing.T) {
 	check(2, "", []string{"a", "b"}, true)
 	check(2, "b", []string{"c", "d"}, false)
 	check(2, "bb", []string{"c", "d"}, false)
-	check(0, "", []string{}, true)
+	check(0, "", []string{}, false)
 	check(10, "d", []string{}, false)
 }
 

@@ -43,9 +43,9 @@ var errorKinds = [...]errorKind{
 	{errMethodNotAllowed, "UNSUPPORTED", http.StatusMethodNotAllowed},
 	{errTooManyRequests, "TOOMANYREQUESTS", http.StatusTooManyRequests},
 	{errBadRange, "RANGE_INVALID", http.StatusRequestedRangeNotSatisfiable},
-	// A request body that ended early: the client went away or lied about
-	// its length. Nothing was committed.
-	{io.ErrUnexpectedEOF, "BLOB_UPLOAD_INVALID", http.StatusBadRequest},
+	// A request body shorter than its Content-Length: the client went away
+	// or lied about its length. Nothing was committed.
+	{io.ErrUnexpectedEOF, "SIZE_INVALID", http.StatusBadRequest},
 }
 
 var (

@@ -55,6 +55,9 @@ func (s *Server) putManifest(w http.ResponseWriter, r *http.Request, rt route) {
 	h := w.Header()
 	h.Set("Location", "/v2/"+rt.name+"/manifests/"+string(res.Digest))
 	h.Set("Docker-Content-Digest", string(res.Digest))
+	for _, t := range res.Tags {
+		h.Add("OCI-Tag", t)
+	}
 	if res.Subject != "" {
 		h.Set("OCI-Subject", string(res.Subject))
 	}
