@@ -40,8 +40,11 @@ type Driver interface {
 	Move(ctx context.Context, src, dst string) error
 	// Delete recursively deletes all files stored at path and below it.
 	Delete(ctx context.Context, path string) error
-	// Walk calls fn for every file and directory below path, in lexical order
-	// of paths. fn may return ErrSkipDir to skip a directory's contents.
+	// Walk calls fn for every file and directory below path: files in lexical
+	// order of their paths, each directory just before its first entry (a
+	// directory sorts as path+"/"), which is the order of a flat object-store
+	// listing. ErrSkipDir from a directory skips its contents; from a file,
+	// the rest of its directory.
 	Walk(ctx context.Context, path string, fn WalkFn) error
 	// RedirectURL returns a URL the client can fetch path from directly, or
 	// "" when the driver serves content itself.
@@ -52,8 +55,11 @@ type Driver interface {
 	DeleteFiles(ctx context.Context, paths []string) (int, error)
 }
 
-// FileWriter writes one file. Nothing written is visible at the path's final
-// readers' expectations until Commit; Cancel discards everything written.
+// FileWriter writes one file. Close without Commit or Cancel keeps what was
+// written so a later Writer(path, append=true) continues it (appending to a
+// missing file is a PathNotFoundError). Commit makes the content durable;
+// Cancel removes the file, even after Close. Close may be called again, or
+// after Commit or Cancel; any write after one of them is an error.
 type FileWriter interface {
 	io.WriteCloser
 	// Size is the number of bytes written so far, including those of earlier

@@ -1,0 +1,118 @@
+package filesystem
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/cairn-registry/cairn/internal/storage/driver"
+)
+
+// writeBufferSize batches small writes into fewer syscalls; large writes
+// bypass the buffer.
+const writeBufferSize = 64 << 10
+
+// writerState is where a fileWriter is in its life.
+type writerState int
+
+const (
+	stateOpen writerState = iota
+	stateClosed
+	stateCommitted
+	stateCancelled
+)
+
+func (s writerState) String() string {
+	return [...]string{"open", "closed", "committed", "cancelled"}[s]
+}
+
+// fileWriter writes one file in place. It is used by one goroutine at a time.
+type fileWriter struct {
+	path  string // driver path, for errors
+	full  string
+	f     *os.File
+	bw    *bufio.Writer
+	size  int64
+	state writerState
+}
+
+var _ driver.FileWriter = (*fileWriter)(nil)
+
+func newFileWriter(path, full string, f *os.File, size int64) *fileWriter {
+	return &fileWriter{path: path, full: full, f: f, bw: bufio.NewWriterSize(f, writeBufferSize), size: size}
+}
+
+func (w *fileWriter) Write(p []byte) (int, error) {
+	if err := w.mustBeOpen(); err != nil {
+		return 0, err
+	}
+	n, err := w.bw.Write(p)
+	w.size += int64(n)
+	if err != nil {
+		return n, wrap(err)
+	}
+	return n, nil
+}
+
+func (w *fileWriter) Size() int64 { return w.size }
+
+// Close flushes and closes the file, keeping what was written for a later
+// appending writer. Closing again, or after Commit or Cancel, does nothing.
+func (w *fileWriter) Close() error {
+	if w.state != stateOpen {
+		return nil
+	}
+	w.state = stateClosed
+	return w.finish(false)
+}
+
+// Commit flushes, syncs and closes the file.
+func (w *fileWriter) Commit(context.Context) error {
+	if err := w.mustBeOpen(); err != nil {
+		return err
+	}
+	w.state = stateCommitted
+	return w.finish(true)
+}
+
+// Cancel removes the file, including what earlier writers wrote to it. It
+// works on an open or closed writer.
+func (w *fileWriter) Cancel(context.Context) error {
+	switch w.state {
+	case stateCommitted, stateCancelled:
+		return w.stateError()
+	case stateOpen:
+		_ = w.f.Close() // the file is going away; a flush error is moot
+	}
+	w.state = stateCancelled
+	if err := os.Remove(w.full); err != nil && !notExist(err) {
+		return wrap(err)
+	}
+	return nil
+}
+
+func (w *fileWriter) finish(sync bool) error {
+	err := w.bw.Flush()
+	if err == nil && sync {
+		err = w.f.Sync()
+	}
+	if cerr := w.f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return wrap(err)
+	}
+	return nil
+}
+
+func (w *fileWriter) mustBeOpen() error {
+	if w.state != stateOpen {
+		return w.stateError()
+	}
+	return nil
+}
+
+func (w *fileWriter) stateError() error {
+	return fmt.Errorf("%s: writer for %s is %s", driverName, w.path, w.state)
+}
