@@ -12,12 +12,17 @@ import (
 	"os"
 	"time"
 
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
 	"github.com/cairn-registry/cairn/internal/config"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/server"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
+	"github.com/cairn-registry/cairn/internal/storage/driver/azure"
 	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
+	"github.com/cairn-registry/cairn/internal/storage/driver/gcs"
 	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
+	"github.com/cairn-registry/cairn/internal/storage/driver/s3"
 )
 
 // shutdownTimeout bounds how long in-flight requests may run after SIGTERM.
@@ -46,8 +51,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		cfg.HTTP.Addr = *addr
 	}
 	if *root != "" {
+		// --root selects the filesystem driver whatever the config named.
 		if cfg.Storage.Filesystem == nil {
-			cfg.Storage.InMemory = nil
+			cfg.Storage.InMemory, cfg.Storage.S3, cfg.Storage.GCS, cfg.Storage.Azure = nil, nil, nil, nil
 			cfg.Storage.Filesystem = config.Default().Storage.Filesystem
 		}
 		cfg.Storage.Filesystem.RootDirectory = *root
@@ -60,11 +66,11 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		log.Warn("config: " + w)
 	}
 
-	d, err := newDriver(cfg)
+	d, err := newDriver(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	reg := registry.New(d, registry.Options{DeleteEnabled: cfg.Storage.Delete.Enabled})
+	reg := registry.New(d, registryOptions(cfg))
 	srv := server.New(reg, server.Options{
 		ReadOnly: cfg.Storage.Maintenance.ReadOnly.Enabled,
 		Logger:   log,
@@ -108,18 +114,40 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	return nil
 }
 
-func newDriver(cfg *config.Config) (driver.Driver, error) {
+func newDriver(ctx context.Context, cfg *config.Config) (driver.Driver, error) {
+	var d driver.Driver
+	var err error
 	switch {
+	case cfg.Storage.S3 != nil:
+		d, err = s3.New(ctx, *cfg.Storage.S3)
+	case cfg.Storage.GCS != nil:
+		d, err = gcs.New(ctx, *cfg.Storage.GCS)
+	case cfg.Storage.Azure != nil:
+		d, err = azure.New(ctx, *cfg.Storage.Azure)
 	case cfg.Storage.InMemory != nil:
 		return inmemory.New(), nil
 	case cfg.Storage.Filesystem != nil:
-		d, err := filesystem.New(cfg.Storage.Filesystem.RootDirectory)
-		if err != nil {
-			return nil, fmt.Errorf("storage: %w", err)
-		}
-		return d, nil
+		d, err = filesystem.New(cfg.Storage.Filesystem.RootDirectory)
+	default:
+		return nil, errors.New("storage: no driver configured")
 	}
-	return nil, errors.New("storage: no driver configured")
+	if err != nil {
+		return nil, fmt.Errorf("storage: %w", err)
+	}
+	return d, nil
+}
+
+func registryOptions(cfg *config.Config) registry.Options {
+	v := cfg.Validation.Manifests
+	opts := registry.Options{
+		DeleteEnabled:   cfg.Storage.Delete.Enabled,
+		SparseManifests: v.Sparse,
+		IndexPlatforms:  v.Indexes.Platforms,
+	}
+	for _, p := range v.Indexes.PlatformList {
+		opts.PlatformList = append(opts.PlatformList, ocispec.Platform{OS: p.OS, Architecture: p.Architecture})
+	}
+	return opts
 }
 
 func rootOf(cfg *config.Config) string {

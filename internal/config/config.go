@@ -15,7 +15,12 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"strings"
 	"time"
+
+	"github.com/cairn-registry/cairn/internal/storage/driver/azure"
+	"github.com/cairn-registry/cairn/internal/storage/driver/gcs"
+	"github.com/cairn-registry/cairn/internal/storage/driver/s3"
 )
 
 // Config is cairn's configuration. Only the keys with fields below are
@@ -28,6 +33,8 @@ type Config struct {
 	Log     Log     `yaml:"log"`
 	HTTP    HTTP    `yaml:"http"`
 	Storage Storage `yaml:"storage"`
+	// Validation configures what a manifest push must satisfy.
+	Validation Validation `yaml:"validation"`
 
 	// Running without auth would open a protected registry to anyone.
 	_ refused  `yaml:"auth" why:"without it cairn would serve the registry unauthenticated; remove the section to run without authentication"`
@@ -38,7 +45,6 @@ type Config struct {
 	_ notYet   `yaml:"catalog"`
 	_ notYet   `yaml:"tags"`
 	_ notYet   `yaml:"proxy"`
-	_ notYet   `yaml:"validation"`
 	_ notYet   `yaml:"policy"`
 	_ obsolete `yaml:"reporting"`
 	_ obsolete `yaml:"compatibility"`
@@ -83,17 +89,19 @@ type HTTP struct {
 type Storage struct {
 	Filesystem *Filesystem `yaml:"filesystem" cairn:"driver"`
 	// InMemory is selected by an "inmemory:" key, even with no value.
-	InMemory    *InMemory   `yaml:"inmemory" cairn:"driver"`
-	Delete      Delete      `yaml:"delete"`
-	Maintenance Maintenance `yaml:"maintenance"`
+	InMemory *InMemory `yaml:"inmemory" cairn:"driver"`
+	// The object-store drivers own their parameter types (distribution's
+	// keys for each); config names them so unknown keys are still reported.
+	S3          *s3.Parameters    `yaml:"s3" cairn:"driver"`
+	GCS         *gcs.Parameters   `yaml:"gcs" cairn:"driver"`
+	Azure       *azure.Parameters `yaml:"azure" cairn:"driver"`
+	Delete      Delete            `yaml:"delete"`
+	Maintenance Maintenance       `yaml:"maintenance"`
 
 	// Serving from the default directory instead would hide the real data.
-	_ refused `yaml:"s3" cairn:"driver" why:"the s3 storage driver is not supported yet"`
-	_ refused `yaml:"gcs" cairn:"driver" why:"the gcs storage driver is not supported yet"`
-	_ refused `yaml:"azure" cairn:"driver" why:"the azure storage driver is not supported yet"`
-	_ notYet  `yaml:"cache"`
-	_ notYet  `yaml:"redirect"`
-	_ notYet  `yaml:"tag"`
+	_ notYet `yaml:"cache"`
+	_ notYet `yaml:"redirect"`
+	_ notYet `yaml:"tag"`
 
 	// defaulted is set while Filesystem holds the ./cairn-data default rather
 	// than a section the user wrote, so that naming another driver (in the
@@ -196,6 +204,7 @@ func base() *Config {
 				},
 			},
 		},
+		Validation: Validation{Manifests: ManifestValidation{Indexes: IndexValidation{Platforms: "all"}}},
 	}
 }
 
@@ -218,6 +227,7 @@ func (c *Config) finish() {
 	if fs := c.Storage.Filesystem; fs != nil && fs.MaxThreads < minMaxThreads {
 		fs.MaxThreads = minMaxThreads
 	}
+	c.Validation.Manifests.Indexes.Platforms = strings.ToLower(c.Validation.Manifests.Indexes.Platforms)
 	if lvl, ok := canonicalLevel(c.Log.Level); ok {
 		c.Log.Level = lvl
 	}
@@ -286,4 +296,41 @@ func parse(data []byte, file string) (*Config, []string, error) {
 		return nil, d.warnings, err
 	}
 	return c, d.warnings, nil
+}
+
+// Validation configures manifest validation (distribution's keys plus
+// cairn's sparse switch).
+type Validation struct {
+	Manifests ManifestValidation `yaml:"manifests"`
+
+	_ notYet `yaml:"disabled"`
+	_ notYet `yaml:"enabled"`
+}
+
+// ManifestValidation says which descriptors of a pushed manifest must exist.
+type ManifestValidation struct {
+	// Indexes sets which children of an index must exist (distribution's
+	// validation.manifests.indexes).
+	Indexes IndexValidation `yaml:"indexes"`
+	// Sparse (cairn) accepts image manifests whose config or layers, and
+	// indexes whose children, were never pushed: mirrors that copy only some
+	// platforms or layers. Off by default: a push naming a missing blob fails
+	// with MANIFEST_BLOB_UNKNOWN.
+	Sparse bool `yaml:"sparse"`
+
+	_ notYet `yaml:"urls"`
+}
+
+// IndexValidation selects the index children that must exist.
+type IndexValidation struct {
+	// Platforms is all (default: every child), none, or list (only children
+	// whose platform is in PlatformList). Case is ignored.
+	Platforms    string     `yaml:"platforms"`
+	PlatformList []Platform `yaml:"platformlist"`
+}
+
+// Platform names an OS and architecture.
+type Platform struct {
+	Architecture string `yaml:"architecture"`
+	OS           string `yaml:"os"`
 }

@@ -181,7 +181,7 @@ func TestEnvErrorsNameTheVariableAndKey(t *testing.T) {
 		{"REGISTRY_STORAGE_DELETE_ENABLED=perhaps", `config: REGISTRY_STORAGE_DELETE_ENABLED: storage.delete.enabled: "perhaps" is not a boolean (true or false)`},
 		{"REGISTRY_STORAGE_MAINTENANCE_UPLOADPURGING_AGE=3600", `config: REGISTRY_STORAGE_MAINTENANCE_UPLOADPURGING_AGE: storage.maintenance.uploadpurging.age: 3600 has no unit; write a duration such as 168h or 30m`},
 		{"REGISTRY_AUTH_HTPASSWD_PATH=/etc/htpasswd", `config: REGISTRY_AUTH_HTPASSWD_PATH: auth: not supported yet: without it cairn would serve the registry unauthenticated; remove the section to run without authentication`},
-		{"REGISTRY_STORAGE_S3_BUCKET=b", `config: REGISTRY_STORAGE_S3_BUCKET: storage.s3: not supported yet: the s3 storage driver is not supported yet`},
+		{"REGISTRY_STORAGE_SWIFT_CONTAINER=b", `config: REGISTRY_STORAGE_SWIFT_CONTAINER: storage.swift: unknown storage driver`},
 		{"REGISTRY_HTTP_ADDR=nowhere", `config: http.addr: "nowhere": missing port in address`},
 		{"REGISTRY_LOG_LEVEL=loud", `config: log.level: "loud" is not one of debug, info, warn, error`},
 		{"REGISTRY_VERSION=0.2", `config: version: "0.2" is not supported; cairn reads version 0.1 configurations`},

@@ -21,7 +21,24 @@ func (c *Config) Validate() error {
 	if err := validateAddr(c.HTTP.Addr); err != nil {
 		return fmt.Errorf("config: http.addr: %w", err)
 	}
+	if err := c.Validation.validate(); err != nil {
+		return err
+	}
 	return c.Storage.validate()
+}
+
+func (v *Validation) validate() error {
+	idx := v.Manifests.Indexes
+	switch strings.ToLower(idx.Platforms) {
+	case "all", "none":
+	case "list":
+		if len(idx.PlatformList) == 0 {
+			return errors.New("config: validation.manifests.indexes.platformlist: must name at least one platform when platforms is list")
+		}
+	default:
+		return fmt.Errorf("config: validation.manifests.indexes.platforms: %q is not one of all, none, list", idx.Platforms)
+	}
+	return nil
 }
 
 func (s *Storage) validate() error {

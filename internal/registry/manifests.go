@@ -293,7 +293,7 @@ func (r *Registry) validateManifest(ctx context.Context, repo, contentType strin
 	if err := validDescriptor("config", *m.Config); err != nil {
 		return nil, err
 	}
-	if err := r.requireBlob(ctx, repo, m.Config.Digest); err != nil {
+	if err := r.requireLinkedBlob(ctx, repo, m.Config.Digest); err != nil {
 		return nil, err
 	}
 	for i, l := range m.Layers {
@@ -303,7 +303,7 @@ func (r *Registry) validateManifest(ctx context.Context, repo, contentType strin
 		if isNonDistributable(l.MediaType) {
 			continue
 		}
-		if err := r.requireBlob(ctx, repo, l.Digest); err != nil {
+		if err := r.requireLinkedBlob(ctx, repo, l.Digest); err != nil {
 			return nil, err
 		}
 	}
@@ -333,6 +333,15 @@ func validDescriptor(field string, desc ocispec.Descriptor) error {
 	return nil
 }
 
+// requireLinkedBlob is requireBlob for a config or layer, which sparse
+// manifests may name without pushing.
+func (r *Registry) requireLinkedBlob(ctx context.Context, repo string, d digest.Digest) error {
+	if r.opts.SparseManifests {
+		return nil
+	}
+	return r.requireBlob(ctx, repo, d)
+}
+
 // requireBlob fails with ErrManifestBlobUnknown unless repo links blob d and
 // its data exists.
 func (r *Registry) requireBlob(ctx context.Context, repo string, d digest.Digest) error {
@@ -352,6 +361,9 @@ func (r *Registry) requireBlob(ctx context.Context, repo string, d digest.Digest
 // requireChild checks an index entry: a manifest must be a revision of repo,
 // anything else a blob of repo.
 func (r *Registry) requireChild(ctx context.Context, repo string, desc ocispec.Descriptor) error {
+	if !r.childRequired(desc.Platform) {
+		return nil
+	}
 	if desc.MediaType != "" && !IsManifestMediaType(desc.MediaType) {
 		return r.requireBlob(ctx, repo, desc.Digest)
 	}
@@ -363,6 +375,28 @@ func (r *Registry) requireChild(ctx context.Context, repo string, desc ocispec.D
 		return fmt.Errorf("%w: manifest %s", ErrManifestBlobUnknown, desc.Digest)
 	}
 	return nil
+}
+
+// childRequired applies the index validation policy to a child's platform.
+func (r *Registry) childRequired(p *ocispec.Platform) bool {
+	if r.opts.SparseManifests {
+		return false
+	}
+	switch r.opts.IndexPlatforms {
+	case "none":
+		return false
+	case "list":
+		if p == nil {
+			return true
+		}
+		for _, want := range r.opts.PlatformList {
+			if want.OS == p.OS && want.Architecture == p.Architecture {
+				return true
+			}
+		}
+		return false
+	}
+	return true
 }
 
 // DeleteManifest deletes ref from repo. A tag reference deletes only that

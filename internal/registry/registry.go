@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -31,6 +32,14 @@ type Options struct {
 	DeleteEnabled bool
 	// MaxManifestSize bounds a manifest PUT body; 0 means the default.
 	MaxManifestSize int64
+	// SparseManifests accepts manifests whose config, layers or index
+	// children were never pushed (mirrors of some platforms or layers).
+	SparseManifests bool
+	// IndexPlatforms selects the index children that must exist: "all" (or
+	// ""), "none", or "list" (children whose platform is in PlatformList,
+	// and children without a platform).
+	IndexPlatforms string
+	PlatformList   []ocispec.Platform
 }
 
 // Registry serves repositories stored through one driver.

@@ -107,8 +107,12 @@ func parseRange(header string, size int64) (start, length int64, partial, ok boo
 	b := size - 1
 	if last != "" {
 		b, err = strconv.ParseInt(last, 10, 64)
-		if err != nil || b < a {
+		if err != nil {
 			return 0, size, false, true
+		}
+		if b < a {
+			// An inverted range names no bytes: 416, as net/http answers.
+			return 0, 0, false, false
 		}
 		b = min(b, size-1)
 	}

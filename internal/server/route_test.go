@@ -51,7 +51,8 @@ func TestParseRange(t *testing.T) {
 		{"bytes=-0", 0, 0, false, false},
 		{"bytes=0-1,5-6", 0, size, false, true}, // several ranges: whole blob
 		{"items=0-1", 0, size, false, true},
-		{"bytes=5-2", 0, size, false, true}, // malformed: ignored
+		{"bytes=5-2", 0, 0, false, false},   // inverted: unsatisfiable
+		{"bytes=x-2", 0, size, false, true}, // malformed: ignored
 	}
 	for _, c := range cases {
 		start, length, partial, ok := parseRange(c.header, size)
