@@ -97,13 +97,14 @@ func (r *Registry) AppendUpload(ctx context.Context, repo, id string, body io.Re
 	if err := r.checkUpload(ctx, repo, id); err != nil {
 		return 0, err
 	}
-	size, _, err := r.appendUpload(ctx, repo, id, body, start)
+	size, _, err := r.appendUpload(ctx, repo, id, body, start, true)
 	return size, err
 }
 
 // appendUpload writes body at the end of the upload and returns the new size
-// and the sha256 state over everything written.
-func (r *Registry) appendUpload(ctx context.Context, repo, id string, body io.Reader, start int64) (int64, hash.Hash, error) {
+// and the sha256 state over everything written. saveState keeps that state
+// for the next chunk; the last chunk of a finishing upload has no next.
+func (r *Registry) appendUpload(ctx context.Context, repo, id string, body io.Reader, start int64, saveState bool) (int64, hash.Hash, error) {
 	dataPath := uploadDataPath(repo, id)
 	w, err := r.d.Writer(ctx, dataPath, true)
 	if errors.Is(err, driver.ErrNotFound) {
@@ -137,7 +138,7 @@ func (r *Registry) appendUpload(ctx context.Context, repo, id string, body io.Re
 		return 0, nil, err
 	}
 	size := offset + n
-	if n > 0 {
+	if n > 0 && saveState {
 		if err := r.saveHashState(ctx, repo, id, h, size); err != nil {
 			return 0, nil, err
 		}
@@ -191,7 +192,7 @@ func (r *Registry) FinishUpload(ctx context.Context, repo, id string, d digest.D
 	var h hash.Hash
 	var err error
 	if body != nil {
-		size, h, err = r.appendUpload(ctx, repo, id, body, start)
+		size, h, err = r.appendUpload(ctx, repo, id, body, start, false)
 		if err != nil {
 			return 0, err
 		}

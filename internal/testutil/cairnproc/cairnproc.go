@@ -95,9 +95,18 @@ func StartBinary(t testing.TB, bin, root string, args ...string) *Server {
 	if root == "" {
 		root = t.TempDir()
 	}
+	s := StartArgs(t, bin, append([]string{"--root", root}, args...)...)
+	s.Root = root
+	return s
+}
+
+// StartArgs runs `bin serve --addr <free> args...`: storage comes from args
+// (a --config naming an object store, say). Root is "".
+func StartArgs(t testing.TB, bin string, args ...string) *Server {
+	t.Helper()
 	addr := FreeAddr(t)
-	full := append([]string{"serve", "--addr", addr, "--root", root}, args...)
-	s := &Server{Addr: addr, URL: "http://" + addr, Root: root, logs: &lockedBuffer{}, done: make(chan struct{})}
+	full := append([]string{"serve", "--addr", addr}, args...)
+	s := &Server{Addr: addr, URL: "http://" + addr, logs: &lockedBuffer{}, done: make(chan struct{})}
 	s.cmd = exec.Command(bin, full...)
 	s.cmd.Stdout = s.logs
 	s.cmd.Stderr = s.logs

@@ -1,0 +1,365 @@
+package s3
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/cairn-registry/cairn/internal/storage/driver"
+)
+
+// Writer returns a writer for p. A new writer buffers up to chunksize bytes
+// and uploads each full chunk as a part of a multipart upload, which it
+// starts when the first part is due; a file that never fills a chunk is
+// committed with one PutObject.
+//
+// Close without Commit leaves the upload in progress (starting one if need
+// be), and Writer(p, true) resumes the newest upload for p's key, found by
+// ListMultipartUploads with the key as prefix, as distribution does. With no
+// upload it appends to the object at p, and with neither p is not found.
+//
+// S3 wants every part but the last to be at least 5 MiB, so an upload whose
+// last part is shorter (a Close with a partial chunk) cannot take more parts.
+// On the first Write after resuming one, the writer completes it, making the
+// bytes so far the object at p (visible to readers of p until Commit or
+// Cancel, as in distribution), and starts over from that object: a short one
+// is read back into the buffer and rewritten with the new data, a longer one
+// is copied into the new upload on the server.
+func (d *Driver) Writer(ctx context.Context, p string, append bool) (driver.FileWriter, error) {
+	if err := checkFile(p); err != nil {
+		return nil, err
+	}
+	w := &writer{d: d, path: p, key: d.key(p), appended: append}
+	if !append {
+		return w, nil
+	}
+	uploadID, err := d.findUpload(ctx, w.key)
+	if err != nil {
+		return nil, d.wrap(p, err)
+	}
+	if uploadID != "" {
+		parts, err := d.listParts(ctx, w.key, uploadID)
+		if err != nil {
+			return nil, d.wrap(p, err)
+		}
+		w.uploadID, w.parts = uploadID, parts
+		for _, pt := range parts {
+			w.size += pt.size
+		}
+		w.shortTail = len(parts) > 0 && parts[len(parts)-1].size < minPartSize
+		return w, nil
+	}
+	head, err := d.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &d.bucket, Key: &w.key})
+	if err != nil {
+		return nil, d.wrap(p, err)
+	}
+	w.base = aws.ToInt64(head.ContentLength)
+	w.hasBase = true
+	w.size = w.base
+	return w, nil
+}
+
+// findUpload returns the ID of the newest multipart upload of key, or "".
+func (d *Driver) findUpload(ctx context.Context, key string) (string, error) {
+	in := &s3.ListMultipartUploadsInput{Bucket: &d.bucket, Prefix: &key}
+	var (
+		id     string
+		newest types.MultipartUpload
+	)
+	for {
+		out, err := d.client.ListMultipartUploads(ctx, in)
+		if err != nil {
+			return "", err
+		}
+		for _, u := range out.Uploads {
+			if aws.ToString(u.Key) == key && (id == "" || aws.ToTime(u.Initiated).After(aws.ToTime(newest.Initiated))) {
+				id, newest = aws.ToString(u.UploadId), u
+			}
+		}
+		if !aws.ToBool(out.IsTruncated) {
+			return id, nil
+		}
+		in.KeyMarker, in.UploadIdMarker = out.NextKeyMarker, out.NextUploadIdMarker
+	}
+}
+
+func (d *Driver) listParts(ctx context.Context, key, uploadID string) ([]part, error) {
+	in := &s3.ListPartsInput{Bucket: &d.bucket, Key: &key, UploadId: &uploadID}
+	var parts []part
+	for {
+		out, err := d.client.ListParts(ctx, in)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range out.Parts {
+			parts = append(parts, part{number: aws.ToInt32(p.PartNumber), etag: aws.ToString(p.ETag), size: aws.ToInt64(p.Size)})
+		}
+		if !aws.ToBool(out.IsTruncated) {
+			return parts, nil
+		}
+		in.PartNumberMarker = out.NextPartNumberMarker
+	}
+}
+
+// part is an uploaded part of a multipart upload.
+type part struct {
+	number int32
+	etag   string
+	size   int64
+}
+
+func completed(parts []part) []types.CompletedPart {
+	out := make([]types.CompletedPart, len(parts))
+	for i, p := range parts {
+		out[i] = types.CompletedPart{PartNumber: aws.Int32(p.number), ETag: aws.String(p.etag)}
+	}
+	return out
+}
+
+type writerState int
+
+const (
+	stateOpen writerState = iota
+	stateClosed
+	stateCommitted
+	stateCancelled
+)
+
+func (s writerState) String() string {
+	return [...]string{"open", "closed", "committed", "cancelled"}[s]
+}
+
+// writer writes one file. It is used by one goroutine at a time. The file is
+// base bytes of the object at the key (when hasBase), then the parts, then
+// buf.
+type writer struct {
+	d        *Driver
+	path     string
+	key      string
+	appended bool // Cancel also deletes the object at the key
+
+	uploadID  string // "" until a part is due
+	parts     []part
+	shortTail bool // the last part is under minPartSize: no part may follow
+	base      int64
+	hasBase   bool
+	buf       []byte
+	size      int64
+	state     writerState
+}
+
+var _ driver.FileWriter = (*writer)(nil)
+
+func (w *writer) Size() int64 { return w.size }
+
+// Write buffers p and uploads every full chunk. FileWriter's Write takes no
+// context, so requests made here run under context.Background().
+func (w *writer) Write(p []byte) (int, error) {
+	if w.state != stateOpen {
+		return 0, w.stateError()
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	ctx := context.Background()
+	if err := w.restart(ctx); err != nil {
+		return 0, err
+	}
+	chunk := int(w.d.chunkSize)
+	n := 0
+	for n < len(p) {
+		k := min(chunk-len(w.buf), len(p)-n)
+		w.buf = append(w.buf, p[n:n+k]...)
+		n += k
+		w.size += int64(k)
+		if len(w.buf) == chunk {
+			if err := w.uploadPart(ctx, w.buf); err != nil {
+				return n, err
+			}
+			w.buf = w.buf[:0]
+		}
+	}
+	return n, nil
+}
+
+// restart makes the writer able to take more parts: it turns a resumed
+// upload with a short last part into the object at the key, and that object
+// into the start of a new upload or of the buffer.
+func (w *writer) restart(ctx context.Context) error {
+	if w.shortTail {
+		if err := w.complete(ctx); err != nil {
+			return err
+		}
+		w.uploadID, w.parts, w.shortTail = "", nil, false
+		w.base, w.hasBase = w.size, true
+	}
+	if !w.hasBase {
+		return nil
+	}
+	if w.base < minPartSize {
+		out, err := w.d.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &w.d.bucket, Key: &w.key})
+		if err != nil {
+			return w.d.wrap(w.path, err)
+		}
+		defer out.Body.Close()
+		b := bytes.NewBuffer(make([]byte, 0, w.base))
+		if _, err := b.ReadFrom(out.Body); err != nil {
+			return fmt.Errorf("%s: reading %s: %w", driverName, w.path, err)
+		}
+		if int64(b.Len()) != w.base {
+			return fmt.Errorf("%s: %s changed while being appended to: %d bytes, want %d", driverName, w.path, b.Len(), w.base)
+		}
+		w.buf = b.Bytes()
+	} else {
+		if err := w.startUpload(ctx); err != nil {
+			return err
+		}
+		parts, err := w.d.copyParts(ctx, w.key, w.base, w.key, w.uploadID, 1)
+		if err != nil {
+			return w.d.wrap(w.path, err)
+		}
+		w.parts = parts
+	}
+	w.hasBase = false
+	return nil
+}
+
+func (w *writer) startUpload(ctx context.Context) error {
+	if w.uploadID != "" {
+		return nil
+	}
+	out, err := retryDenied(ctx, func() (*s3.CreateMultipartUploadOutput, error) {
+		return w.d.client.CreateMultipartUpload(ctx, w.d.createUploadInput(w.key))
+	})
+	if err != nil {
+		return w.d.wrap(w.path, err)
+	}
+	w.uploadID = aws.ToString(out.UploadId)
+	return nil
+}
+
+func (w *writer) uploadPart(ctx context.Context, data []byte) error {
+	if err := w.startUpload(ctx); err != nil {
+		return err
+	}
+	num := int32(1)
+	if n := len(w.parts); n > 0 {
+		num = w.parts[n-1].number + 1
+	}
+	if num > maxPartCount {
+		return fmt.Errorf("%s: %s: more than %d parts of %d bytes", driverName, w.path, maxPartCount, w.d.chunkSize)
+	}
+	in := &s3.UploadPartInput{
+		Bucket:        &w.d.bucket,
+		Key:           &w.key,
+		UploadId:      &w.uploadID,
+		PartNumber:    aws.Int32(num),
+		ContentLength: aws.Int64(int64(len(data))),
+	}
+	out, err := retryDenied(ctx, func() (*s3.UploadPartOutput, error) {
+		in.Body = bytes.NewReader(data)
+		return w.d.client.UploadPart(ctx, in)
+	})
+	if err != nil {
+		return w.d.wrap(w.path, err)
+	}
+	w.parts = append(w.parts, part{number: num, etag: aws.ToString(out.ETag), size: int64(len(data))})
+	return nil
+}
+
+func (w *writer) complete(ctx context.Context) error {
+	return w.d.wrap(w.path, w.d.completeUpload(ctx, w.key, w.uploadID, w.parts))
+}
+
+// Close uploads what is buffered as a part, short or not, and leaves the
+// upload in progress for a later Writer(p, true). A writer that has nothing
+// stored anywhere yet starts an empty upload, so that the resume finds p.
+func (w *writer) Close() error {
+	if w.state != stateOpen {
+		return nil
+	}
+	w.state = stateClosed
+	ctx := context.Background()
+	switch {
+	case len(w.buf) > 0:
+		err := w.uploadPart(ctx, w.buf)
+		w.buf = nil
+		return err
+	case w.uploadID == "" && !w.hasBase:
+		return w.startUpload(ctx)
+	}
+	return nil
+}
+
+// Commit makes everything written the object at p.
+func (w *writer) Commit(ctx context.Context) error {
+	if w.state != stateOpen {
+		return w.stateError()
+	}
+	var err error
+	switch {
+	case w.hasBase:
+		// Nothing was appended: the object is already complete.
+	case w.uploadID == "":
+		err = w.d.putObject(ctx, w.path, w.buf)
+	default:
+		if len(w.buf) > 0 {
+			err = w.uploadPart(ctx, w.buf)
+		}
+		switch {
+		case err != nil:
+		case len(w.parts) == 0:
+			// An upload needs a part; an empty file needs none.
+			if err = w.d.putObject(ctx, w.path, nil); err == nil {
+				w.abort(ctx)
+			}
+		default:
+			err = w.complete(ctx)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	w.state, w.buf = stateCommitted, nil
+	return nil
+}
+
+// Cancel aborts the upload and, for an appending writer, deletes the object
+// at p, so nothing of this or earlier writers to p remains.
+func (w *writer) Cancel(ctx context.Context) error {
+	if w.state == stateCommitted || w.state == stateCancelled {
+		return w.stateError()
+	}
+	w.state, w.buf = stateCancelled, nil
+	var errs []error
+	if w.uploadID != "" {
+		_, err := w.d.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{
+			Bucket: &w.d.bucket, Key: &w.key, UploadId: &w.uploadID,
+		})
+		if err = w.d.wrap(w.path, err); err != nil && !errors.Is(err, driver.ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	if w.appended {
+		_, err := w.d.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &w.d.bucket, Key: &w.key})
+		errs = append(errs, w.d.wrap(w.path, err))
+	}
+	return errors.Join(errs...)
+}
+
+// abort drops the upload after the file was stored another way; a failure
+// leaves garbage for the bucket's lifecycle rule, not a wrong file.
+func (w *writer) abort(ctx context.Context) {
+	_, _ = w.d.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{
+		Bucket: &w.d.bucket, Key: &w.key, UploadId: &w.uploadID,
+	})
+}
+
+func (w *writer) stateError() error {
+	return fmt.Errorf("%s: writer for %s is %s", driverName, w.path, w.state)
+}

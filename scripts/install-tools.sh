@@ -1,0 +1,90 @@
+# scripts/install-tools.sh — sourced by scripts/test.sh; also runnable alone
+# (`bash scripts/install-tools.sh`) to install the client tools the tests use.
+#
+# Debian packages come from apt; Go tools are built at pinned versions into
+# .cache/bin, and rebuilt only when the pinned version changes (stamp files).
+
+# Pinned versions: "module@version package-dir". Bump here; the stamp files
+# make the next run rebuild.
+CRANE_SRC="github.com/google/go-containerregistry@v0.20.6 ./cmd/crane"
+REGCTL_SRC="github.com/regclient/regclient@v0.11.7 ./cmd/regctl"
+ORAS_SRC="oras.land/oras@v1.2.3 ./cmd/oras"
+
+# Debian packages: skopeo and podman; uidmap for podman's user namespace setup;
+# golang-github-containers-common (a podman/skopeo dependency) ships
+# /etc/containers/policy.json and registries.conf.
+DEBIAN_PACKAGES=(skopeo podman uidmap golang-github-containers-common)
+
+_as_root() {
+	if [[ $(id -u) == 0 ]]; then
+		"$@"
+	elif command -v sudo >/dev/null; then
+		sudo "$@"
+	else
+		echo "need root (or sudo) to run: $*" >&2
+		return 1
+	fi
+}
+
+install_debian_packages() {
+	local missing=() p
+	for p in "${DEBIAN_PACKAGES[@]}"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+	done
+	((${#missing[@]} == 0)) && return 0
+	echo "==> apt-get install ${missing[*]}" >&2
+	_as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	_as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# install_go_tool NAME "MODULE@VERSION ./PKGDIR" — build a tool into .cache/bin
+# unless that exact version is already built there.
+#
+# It builds inside the downloaded module (not `go install pkg@version`): go
+# install also asks the proxy for the module's version list to look for a
+# deprecation notice, and the proxy refuses that list for some modules
+# (oras.land/oras answers 403), which makes go install fail.
+install_go_tool() {
+	local name=$1 src=$2 bindir=${TOOLBIN:?} stamp mod pkgdir dir
+	stamp=$bindir/.$name.version
+	if [[ -x $bindir/$name && -f $stamp && $(<"$stamp") == "$src" ]]; then
+		return 0
+	fi
+	read -r mod pkgdir <<<"$src"
+	echo "==> build $name from $mod $pkgdir" >&2
+	# GOFLAGS from the environment (e.g. -mod=vendor) must not leak into
+	# building a foreign module.
+	dir=$(cd / && GOFLAGS= go mod download -json "$mod" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+	[[ -n $dir && -d $dir ]] || { echo "go mod download $mod: no module directory" >&2; return 1; }
+	(cd "$dir" && GOFLAGS=-trimpath CGO_ENABLED=0 go build -o "$bindir/$name" "$pkgdir")
+	printf '%s' "$src" >"$stamp"
+}
+
+install_go_tools() {
+	install_go_tool crane "$CRANE_SRC"
+	install_go_tool regctl "$REGCTL_SRC"
+	install_go_tool oras "$ORAS_SRC"
+}
+
+# tool_versions prints one line naming the client tool versions in use.
+tool_versions() {
+	local out=() n
+	for n in crane regctl oras; do
+		if [[ -f ${TOOLBIN:?}/.$n.version ]]; then
+			out+=("$n $(<"$TOOLBIN/.$n.version")")
+		fi
+	done
+	command -v skopeo >/dev/null && out+=("$(skopeo --version)")
+	command -v podman >/dev/null && out+=("$(podman --version)")
+	local IFS=';'
+	printf '%s\n' "${out[*]}"
+}
+
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+	set -euo pipefail
+	cd "$(dirname "${BASH_SOURCE[0]}")/.."
+	TOOLBIN=$PWD/.cache/bin
+	mkdir -p "$TOOLBIN"
+	install_debian_packages
+	install_go_tools
+fi

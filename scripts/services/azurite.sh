@@ -1,0 +1,114 @@
+# shellcheck shell=bash
+# scripts/services/azurite.sh — Azurite (Azure Storage emulator, blob service
+# only) for the azure driver's tests. Sourced by scripts/test.sh; REPO must be
+# set to the repo root.
+#
+#   start_azurite  installs azurite@$AZURITE_VERSION under $REPO/.cache/npm when
+#                  missing, starts azurite-blob on a free loopback port with its
+#                  data in a temp dir, waits until it answers and exports
+#                  CAIRN_TEST_AZURE_ENDPOINT, CAIRN_TEST_AZURE_ACCOUNT and
+#                  CAIRN_TEST_AZURE_KEY.
+#   stop_azurite   stops the PID start_azurite started (never by name) and
+#                  removes the temp dir.
+
+# 3.35.0 is the newest release that runs on Node 20 (3.36 needs Node >= 21).
+AZURITE_VERSION=3.35.0
+# Azurite's fixed development account and its well-known key (public, in
+# Azurite's README); the emulator accepts no other by default.
+AZURITE_ACCOUNT=devstoreaccount1
+AZURITE_KEY='Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=='
+AZURITE_PID=
+AZURITE_DIR=
+
+_azurite_log() { printf '==> azurite: %s\n' "$*" >&2; }
+
+# _azurite_alive PID — true while PID runs; an exited child that was not yet
+# waited for is a zombie, which kill -0 would still report as alive.
+_azurite_alive() {
+	local st
+	st=$(ps -o stat= -p "$1" 2>/dev/null) && [[ $st != Z* ]]
+}
+
+_azurite_install() {
+	local prefix=$REPO/.cache/npm have
+	have=$(node -p "require('$prefix/node_modules/azurite/package.json').version" 2>/dev/null || true)
+	if [[ $have == "$AZURITE_VERSION" && -x $prefix/node_modules/.bin/azurite-blob ]]; then
+		return 0
+	fi
+	command -v npm >/dev/null || {
+		_azurite_log "npm not found (apt-get install nodejs npm)"
+		return 1
+	}
+	_azurite_log "installing azurite@$AZURITE_VERSION under $prefix"
+	mkdir -p "$prefix"
+	npm install --prefix "$prefix" --no-audit --no-fund --loglevel=error "azurite@$AZURITE_VERSION" >&2
+}
+
+# _azurite_free_port prints a loopback TCP port that is free right now.
+_azurite_free_port() {
+	node -e 'const s = require("net").createServer();
+s.listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); });'
+}
+
+start_azurite() {
+	: "${REPO:?REPO must be set to the repo root}"
+	_azurite_install || return 1
+	local port i log
+	port=$(_azurite_free_port) || return 1
+	AZURITE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/cairn-azurite.XXXXXX") || return 1
+	log=$AZURITE_DIR/azurite.log
+	"$REPO/.cache/npm/node_modules/.bin/azurite-blob" \
+		--blobHost 127.0.0.1 --blobPort "$port" --location "$AZURITE_DIR/data" \
+		--disableTelemetry --skipApiVersionCheck --silent >"$log" 2>&1 &
+	AZURITE_PID=$!
+	if declare -p SERVER_PIDS 2>/dev/null | grep -q '^declare -A'; then
+		SERVER_PIDS[azurite]=$AZURITE_PID
+	fi
+	# Node starts in about a second; allow 60 s on a loaded machine.
+	for ((i = 0; i < 600; i++)); do
+		if ! _azurite_alive "$AZURITE_PID"; then
+			_azurite_log "exited during startup:"
+			cat "$log" >&2
+			stop_azurite
+			return 1
+		fi
+		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+			break
+		fi
+		sleep 0.1
+	done
+	if ((i == 600)); then
+		_azurite_log "no answer on 127.0.0.1:$port after 60 s:"
+		cat "$log" >&2
+		stop_azurite
+		return 1
+	fi
+	export CAIRN_TEST_AZURE_ENDPOINT=http://127.0.0.1:$port/$AZURITE_ACCOUNT
+	export CAIRN_TEST_AZURE_ACCOUNT=$AZURITE_ACCOUNT
+	export CAIRN_TEST_AZURE_KEY=$AZURITE_KEY
+	_azurite_log "azurite@$AZURITE_VERSION (pid $AZURITE_PID) at $CAIRN_TEST_AZURE_ENDPOINT"
+}
+
+stop_azurite() {
+	local i
+	if [[ -n $AZURITE_PID ]]; then
+		kill -TERM "$AZURITE_PID" 2>/dev/null || true
+		for ((i = 0; i < 100; i++)); do
+			_azurite_alive "$AZURITE_PID" || break
+			sleep 0.1
+		done
+		if _azurite_alive "$AZURITE_PID"; then
+			kill -KILL "$AZURITE_PID" 2>/dev/null || true
+		fi
+		wait "$AZURITE_PID" 2>/dev/null || true
+		if declare -p SERVER_PIDS 2>/dev/null | grep -q '^declare -A'; then
+			unset 'SERVER_PIDS[azurite]'
+		fi
+	fi
+	AZURITE_PID=
+	if [[ -n $AZURITE_DIR ]]; then
+		rm -rf "$AZURITE_DIR"
+	fi
+	AZURITE_DIR=
+	unset CAIRN_TEST_AZURE_ENDPOINT CAIRN_TEST_AZURE_ACCOUNT CAIRN_TEST_AZURE_KEY
+}

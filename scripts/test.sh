@@ -1,0 +1,234 @@
+#!/usr/bin/env bash
+# scripts/test.sh — THE test command of cairn; CI runs exactly this (.ci/run).
+#
+# It installs what the tests need when missing (Debian packages, pinned Go-built
+# client tools under .cache/bin), checks formatting and vet, builds bin/cairn,
+# starts the servers tests need (by PID, stopped by a trap) and runs every Go test.
+#
+# Environment:
+#   CI=true                 client tests fail instead of skipping when a tool is missing
+#   CAIRN_SKIP_INSTALL=1    do not install anything (use what is on PATH)
+#   CAIRN_NO_RACE=1         run ./internal/... without -race
+#   CAIRN_TEST_PKGS="..."   packages to test instead of ./... (e.g. ./test/clients/)
+#   CAIRN_SERVICES="..."    servers to start (default "minio fakegcs azurite";
+#                           "" starts none, for runs that do not need them)
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+CACHE=$ROOT/.cache
+TOOLBIN=$CACHE/bin
+mkdir -p "$TOOLBIN"
+export PATH="$TOOLBIN:$PATH"
+
+# shellcheck source=scripts/install-tools.sh
+source "$ROOT/scripts/install-tools.sh"
+
+log() { printf '==> %s\n' "$*" >&2; }
+now() { date +%s; }
+T0=$(now)
+step_t=$T0
+step() {
+	local t
+	t=$(now)
+	log "$* (+$((t - step_t))s since previous step, $((t - T0))s total)"
+	step_t=$t
+}
+
+# --- servers the tests need ---------------------------------------------------
+# Each server has a script scripts/services/<name>.sh defining start_<name> and
+# stop_<name> (and optionally install_<name>). start_<name> records the PID it
+# started in SERVER_PIDS[<name>] and exports the env vars its tests read
+# (CAIRN_TEST_S3_*, CAIRN_TEST_GCS_*, CAIRN_TEST_AZURE_*, ...); stop_servers,
+# run by the EXIT trap, calls stop_<name> for each, which stops exactly that
+# PID, never by name. To add a server: write scripts/services/<name>.sh, add
+# <name> to the default of CAIRN_SERVICES below, and list the commands its
+# script needs in SERVICE_NEEDS.
+declare -A SERVER_PIDS=()
+SERVER_LOGS=$CACHE/server-logs
+mkdir -p "$SERVER_LOGS"
+REPO=$ROOT # the service scripts' name for the repo root
+read -r -a SERVERS <<<"${CAIRN_SERVICES-minio fakegcs azurite}"
+# Commands a service script runs, as "command:debian-package" pairs; a
+# missing command is installed with apt.
+declare -A SERVICE_NEEDS=(
+	[minio]="curl:curl python3:python3"
+	[fakegcs]="curl:curl"
+	[azurite]="node:nodejs npm:npm"
+)
+for _s in "${SERVERS[@]}"; do
+	# shellcheck source=/dev/null
+	source "$ROOT/scripts/services/$_s.sh"
+done
+unset _s
+
+# wait_port HOST PORT SECONDS — wait until a TCP port accepts connections.
+wait_port() {
+	local host=$1 port=$2 secs=$3 i
+	for ((i = 0; i < secs * 10; i++)); do
+		if (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; then
+			return 0
+		fi
+		sleep 0.1
+	done
+	log "timeout waiting for $host:$port"
+	return 1
+}
+
+# free_port — print a loopback TCP port on which nothing listens right now.
+free_port() {
+	local port i
+	for ((i = 0; i < 100; i++)); do
+		port=$((20000 + RANDOM % 40000))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+			echo "$port"
+			return 0
+		fi
+	done
+	log "no free port found"
+	return 1
+}
+
+# stop_pid NAME — SIGTERM the recorded PID, SIGKILL after 10 s.
+stop_pid() {
+	local name=$1 pid=${SERVER_PIDS[$1]:-} i
+	[[ -n $pid ]] || return 0
+	if kill -0 "$pid" 2>/dev/null; then
+		kill -TERM "$pid" 2>/dev/null || true
+		for ((i = 0; i < 100; i++)); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+	fi
+	wait "$pid" 2>/dev/null || true
+	unset "SERVER_PIDS[$name]"
+}
+
+start_servers() {
+	local s
+	for s in "${SERVERS[@]}"; do
+		"start_$s"
+	done
+}
+
+stop_servers() {
+	local s
+	for s in "${!SERVER_PIDS[@]}"; do
+		if declare -F "stop_$s" >/dev/null; then
+			"stop_$s"
+		else
+			stop_pid "$s"
+		fi
+	done
+}
+trap stop_servers EXIT
+trap 'exit 130' INT TERM
+
+# --- steps ----------------------------------------------------------------------
+# build_tools builds every pinned Go tool: the clients, and the servers whose
+# scripts can build ahead of starting (install_<name>, or their private
+# _<name>_install).
+build_tools() {
+	local srv
+	install_go_tools
+	for srv in "${SERVERS[@]}"; do
+		if declare -F "install_$srv" >/dev/null; then
+			"install_$srv"
+		elif [[ $srv != azurite ]] && declare -F "_${srv}_install" >/dev/null; then
+			"_${srv}_install" # azurite's needs npm, which apt may be installing
+		fi
+	done
+}
+
+install_all() {
+	command -v go >/dev/null || { log "go is not on PATH"; return 1; }
+	if [[ ${CAIRN_SKIP_INSTALL:-} != 1 ]]; then
+		local srv need
+		for srv in "${SERVERS[@]}"; do
+			for need in ${SERVICE_NEEDS[$srv]:-}; do
+				command -v "${need%%:*}" >/dev/null || DEBIAN_PACKAGES+=("${need#*:}")
+			done
+		done
+		# -race needs cgo, hence a C compiler.
+		if [[ ${CAIRN_NO_RACE:-} != 1 ]] && ! command -v gcc >/dev/null; then
+			DEBIAN_PACKAGES+=(gcc libc6-dev)
+		fi
+		# apt waits on the network while go builds use the CPU: run both at once.
+		local gopid
+		build_tools &
+		gopid=$!
+		install_debian_packages || { wait "$gopid" || true; return 1; }
+		wait "$gopid"
+	fi
+	log "$(go version); $(tool_versions)"
+}
+
+check_format() {
+	# Every Go file git would track (committed or new, not ignored), testdata aside.
+	local files=() f unformatted
+	while IFS= read -r f; do
+		[[ -f $f ]] && files+=("$f")
+	done < <(git ls-files --cached --others --exclude-standard -- '*.go' ':!:**/testdata/**' | sort -u)
+	if ((${#files[@]} > 0)); then
+		unformatted=$(gofmt -l "${files[@]}")
+		if [[ -n $unformatted ]]; then
+			log "gofmt would change these files (run gofmt -w):"
+			printf '%s\n' "$unformatted" >&2
+			return 1
+		fi
+	fi
+	go vet ./...
+}
+
+build() {
+	mkdir -p bin
+	go build -o bin/cairn ./cmd/cairn
+	export CAIRN_BIN=$ROOT/bin/cairn
+}
+
+run_tests() {
+	local race=(-race)
+	[[ ${CAIRN_NO_RACE:-} == 1 ]] && race=()
+	if [[ -n ${CAIRN_TEST_PKGS:-} ]]; then
+		# shellcheck disable=SC2086
+		go test -count=1 $CAIRN_TEST_PKGS
+		return
+	fi
+	# The race detector slows tests several-fold; it runs where the concurrency
+	# lives (internal/...), the end-to-end packages run without it.
+	local internal others rc=0
+	internal=$(go list ./internal/...)
+	others=$(go list ./... | grep -v "^$(go list -m)/internal/" || true)
+	# shellcheck disable=SC2086
+	go test -count=1 "${race[@]}" $internal || rc=1
+	if [[ -n $others ]]; then
+		# shellcheck disable=SC2086
+		go test -count=1 $others || rc=1
+	fi
+	return $rc
+}
+
+main() {
+	if [[ ${CI:-} == true ]]; then
+		export CAIRN_REQUIRE_CLIENTS=1
+	fi
+	install_all
+	step "tools ready"
+	check_format
+	step "gofmt and go vet clean"
+	build
+	step "built bin/cairn"
+	start_servers
+	step "servers started"
+	local rc=0
+	run_tests || rc=$?
+	step "tests done"
+	if ((rc != 0)); then
+		log "FAIL (exit $rc) after $(($(now) - T0))s"
+		return "$rc"
+	fi
+	log "PASS after $(($(now) - T0))s"
+}
+
+main "$@"
