@@ -21,6 +21,7 @@ const usage = `usage: cairn <command> [flags]
 commands:
   serve     run the registry (default 127.0.0.1:5000, storage under ./cairn-data)
   bench     run a benchmark (cairn bench registry -h)
+  gc        delete what no manifest references (cairn gc -h)
   version   print the version
 `
 
@@ -45,6 +46,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runServe(ctx, args[1:], stderr)
 	case "bench":
 		err = runBench(ctx, args[1:], stdout, stderr)
+	case "gc":
+		err = runGC(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, versionString())
 	case "help", "-h", "--help":

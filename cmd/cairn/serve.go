@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,11 +12,14 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/cairn-registry/cairn/internal/auth"
 	"github.com/cairn-registry/cairn/internal/config"
+	"github.com/cairn-registry/cairn/internal/metrics"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/server"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
@@ -27,6 +32,17 @@ import (
 
 // shutdownTimeout bounds how long in-flight requests may run after SIGTERM.
 const shutdownTimeout = 60 * time.Second
+
+// Connection timeouts. Whole-request read and write timeouts would cut off
+// multi-gigabyte layer transfers, so slow clients are bounded instead by
+// the time to send headers (which also bounds the TLS handshake), by how
+// long a request body may stall, and by how long an idle connection stays.
+const (
+	readHeaderTimeout = 30 * time.Second
+	bodyIdleTimeout   = 2 * time.Minute
+	idleTimeout       = 2 * time.Minute
+	readyTimeout      = 5 * time.Second
+)
 
 func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -70,10 +86,22 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	reg := registry.New(d, registryOptions(cfg))
+	authz, err := newAuthorizer(cfg.Auth)
+	if err != nil {
+		return err
+	}
+	tlsConfig, err := newTLSConfig(cfg.HTTP.TLS)
+	if err != nil {
+		return err
+	}
+	m := metrics.New()
+	reg := registry.New(metrics.InstrumentDriver(d, m), registryOptions(cfg))
 	srv := server.New(reg, server.Options{
-		ReadOnly: cfg.Storage.Maintenance.ReadOnly.Enabled,
-		Logger:   log,
+		ReadOnly:        cfg.Storage.Maintenance.ReadOnly.Enabled,
+		Logger:          log,
+		Auth:            authz,
+		Metrics:         m,
+		BodyIdleTimeout: bodyIdleTimeout,
 	})
 
 	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
@@ -82,12 +110,54 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	httpSrv := &http.Server{
 		Handler:           srv,
-		ReadHeaderTimeout: 30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		TLSConfig:         tlsConfig,
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    1 << 20,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	log.Info("cairn serving", "addr", ln.Addr().String(), "driver", d.Name(), "root", rootOf(cfg),
+	if cfg.HTTP.HTTP2.Disabled {
+		// A non-nil empty map keeps net/http from configuring HTTP/2.
+		httpSrv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
+	}
+	serveErr := make(chan error, 2)
+
+	// The debug listener reports unready from the moment shutdown starts,
+	// so that load balancers stop sending new requests while in-flight ones
+	// finish.
+	var stopping atomic.Bool
+	var debugSrv *http.Server
+	if dc := cfg.HTTP.Debug; dc.Addr != "" {
+		dln, err := net.Listen("tcp", dc.Addr)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("listen (http.debug.addr): %w", err)
+		}
+		storageReady := metrics.StorageReady(d)
+		opts := metrics.DebugOptions{
+			MetricsPath:  dc.Prometheus.Path,
+			ReadyTimeout: readyTimeout,
+			Ready: func(ctx context.Context) error {
+				if stopping.Load() {
+					return errors.New("shutting down")
+				}
+				return storageReady(ctx)
+			},
+		}
+		if dc.Prometheus.Enabled {
+			opts.Metrics = m
+		}
+		debugSrv = &http.Server{
+			Handler:           metrics.DebugHandler(opts),
+			ReadHeaderTimeout: readHeaderTimeout,
+			IdleTimeout:       idleTimeout,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		}
+		log.Info("debug listener: /metrics, /healthz, /readyz, /debug/pprof/", "addr", dln.Addr().String())
+		go func() { serveErr <- fmt.Errorf("debug listener: %w", debugSrv.Serve(dln)) }()
+	}
+	log.Info("cairn serving", "addr", ln.Addr().String(), "tls", tlsConfig != nil, "auth", authName(cfg.Auth),
+		"driver", d.Name(), "root", rootOf(cfg),
 		"delete", cfg.Storage.Delete.Enabled, "readonly", cfg.Storage.Maintenance.ReadOnly.Enabled, "version", versionString())
 
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
@@ -95,19 +165,37 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if p := cfg.Storage.Maintenance.UploadPurging; p.Enabled && !cfg.Storage.Maintenance.ReadOnly.Enabled {
 		go purgeUploads(bg, log, reg, p.Age, p.Interval, p.DryRun)
 	}
+	if g := cfg.Storage.GC; g.Enabled && !cfg.Storage.Maintenance.ReadOnly.Enabled {
+		go scheduleGC(bg, log, reg.Driver(), g, m)
+	}
 
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- httpSrv.Serve(ln) }()
+	go func() {
+		if tlsConfig != nil {
+			// Certificates come from TLSConfig; ServeTLS adds HTTP/2.
+			serveErr <- httpSrv.ServeTLS(ln, "", "")
+		} else {
+			serveErr <- httpSrv.Serve(ln)
+		}
+	}()
 	select {
 	case err := <-serveErr:
+		httpSrv.Close()
+		if debugSrv != nil {
+			debugSrv.Close()
+		}
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
 	log.Info("shutting down: finishing in-flight requests", "timeout", shutdownTimeout)
+	stopping.Store(true)
 	stopBG()
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
-	if err := httpSrv.Shutdown(sctx); err != nil {
+	err = httpSrv.Shutdown(sctx)
+	if debugSrv != nil {
+		debugSrv.Close()
+	}
+	if err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	log.Info("stopped")
@@ -192,4 +280,100 @@ func purgeUploads(ctx context.Context, log *slog.Logger, reg *registry.Registry,
 		}
 		timer.Reset(interval)
 	}
+}
+
+// newAuthorizer builds the authorizer auth configures; nil when none is.
+func newAuthorizer(c config.Auth) (auth.Authorizer, error) {
+	var a auth.Authorizer
+	switch {
+	case c.Htpasswd != nil:
+		h, err := auth.LoadHtpasswd(c.Htpasswd.Realm, c.Htpasswd.Path)
+		if err != nil {
+			return nil, fmt.Errorf("config: auth.htpasswd.path: %w", err)
+		}
+		a = h
+	case c.Token != nil:
+		t, err := auth.NewToken(auth.TokenOptions{
+			Realm:             c.Token.Realm,
+			Service:           c.Token.Service,
+			Issuer:            c.Token.Issuer,
+			RootCertBundle:    c.Token.RootCertBundle,
+			JWKS:              c.Token.JWKS,
+			SigningAlgorithms: c.Token.SigningAlgorithms,
+			AutoRedirect:      c.Token.AutoRedirect,
+			AutoRedirectPath:  c.Token.AutoRedirectPath,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("config: auth.token: %w", err)
+		}
+		a = t
+	default:
+		return nil, nil
+	}
+	if c.Anonymous.Pull {
+		a = auth.AnonymousPull(a)
+	}
+	return a, nil
+}
+
+func authName(c config.Auth) string {
+	name := "none"
+	switch {
+	case c.Htpasswd != nil:
+		name = "htpasswd"
+	case c.Token != nil:
+		name = "token"
+	}
+	if c.Anonymous.Pull {
+		name += "+anonymous-pull"
+	}
+	return name
+}
+
+// newTLSConfig builds the listener's TLS configuration; nil without TLS.
+// TLS 1.2 is the floor whatever the configuration says.
+func newTLSConfig(c *config.TLS) (*tls.Config, error) {
+	if c == nil {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(c.Certificate, c.Key)
+	if err != nil {
+		return nil, fmt.Errorf("config: http.tls: certificate and key: %w", err)
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if c.MinimumTLS == "tls1.3" {
+		tc.MinVersion = tls.VersionTLS13
+	}
+	if len(c.CipherSuites) > 0 {
+		// tls.CipherSuites lists only the suites Go considers secure.
+		ids := make(map[string]uint16)
+		for _, cs := range tls.CipherSuites() {
+			ids[cs.Name] = cs.ID
+		}
+		for _, name := range c.CipherSuites {
+			id, ok := ids[name]
+			if !ok {
+				return nil, fmt.Errorf("config: http.tls.ciphersuites: %q is not a secure cipher suite", name)
+			}
+			tc.CipherSuites = append(tc.CipherSuites, id)
+		}
+	}
+	if len(c.ClientCAs) > 0 {
+		pool := x509.NewCertPool()
+		for _, p := range c.ClientCAs {
+			pem, err := os.ReadFile(p)
+			if err != nil {
+				return nil, fmt.Errorf("config: http.tls.clientcas: %w", err)
+			}
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("config: http.tls.clientcas: %s holds no PEM certificate", p)
+			}
+		}
+		tc.ClientCAs = pool
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+		if c.ClientAuth == config.ClientAuthIfGiven {
+			tc.ClientAuth = tls.VerifyClientCertIfGiven
+		}
+	}
+	return tc, nil
 }

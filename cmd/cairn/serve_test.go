@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -50,6 +51,9 @@ func TestGracefulShutdown(t *testing.T) {
 	if _, err := pw.Write(data[:len(data)/2]); err != nil {
 		t.Fatal(err)
 	}
+	// SIGTERM only once the handler is writing the upload: a connection
+	// still in the listen backlog is refused by shutdown, not finished.
+	waitForUploadData(t, srv.Root)
 	if err := srv.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -79,6 +83,22 @@ func TestGracefulShutdown(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !bytes.Equal(got, data) {
 		t.Fatalf("after restart: status %d, %d bytes (want %d)", resp.StatusCode, len(got), len(data))
 	}
+}
+
+// waitForUploadData waits until some upload under root holds data.
+func waitForUploadData(t *testing.T, root string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		files, _ := filepath.Glob(filepath.Join(root, "docker/registry/v2/repositories/*/*/_uploads/*/data"))
+		for _, f := range files {
+			if fi, err := os.Stat(f); err == nil && fi.Size() > 0 {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("the upload never reached storage")
 }
 
 // TestCLIErrors: bad command lines and configs fail with one line and a

@@ -36,8 +36,10 @@ type Config struct {
 	// Validation configures what a manifest push must satisfy.
 	Validation Validation `yaml:"validation"`
 
-	// Running without auth would open a protected registry to anyone.
-	_ refused  `yaml:"auth" why:"without it cairn would serve the registry unauthenticated; remove the section to run without authentication"`
+	// Auth configures authentication (htpasswd or token, optionally
+	// anonymous pull); none by default.
+	Auth Auth `yaml:"auth"`
+
 	_ notYet   `yaml:"middleware"`
 	_ notYet   `yaml:"notifications"`
 	_ notYet   `yaml:"redis"`
@@ -68,18 +70,20 @@ type Log struct {
 type HTTP struct {
 	// Addr is the TCP host:port to listen on (default 127.0.0.1:5000).
 	Addr string `yaml:"addr"`
+	// TLS serves HTTPS (and HTTP/2) when present.
+	TLS *TLS `yaml:"tls"`
+	// Debug is the operators' listener: metrics, health, profiling.
+	Debug Debug `yaml:"debug"`
+	HTTP2 HTTP2 `yaml:"http2"`
 
-	_ notYet  `yaml:"net"`
-	_ notYet  `yaml:"host"`
-	_ notYet  `yaml:"prefix"`
-	_ notYet  `yaml:"secret"`
-	_ notYet  `yaml:"relativeurls"`
-	_ notYet  `yaml:"draintimeout"`
-	_ refused `yaml:"tls" why:"without it cairn would serve plain HTTP where TLS is configured; remove the section to serve plain HTTP"`
-	_ notYet  `yaml:"headers"`
-	_ notYet  `yaml:"debug"`
-	_ notYet  `yaml:"http2"`
-	_ notYet  `yaml:"h2c"`
+	_ notYet `yaml:"net"`
+	_ notYet `yaml:"host"`
+	_ notYet `yaml:"prefix"`
+	_ notYet `yaml:"secret"`
+	_ notYet `yaml:"relativeurls"`
+	_ notYet `yaml:"draintimeout"`
+	_ notYet `yaml:"headers"`
+	_ notYet `yaml:"h2c"`
 }
 
 // Storage selects the storage driver and its parameters. Exactly one driver
@@ -97,6 +101,8 @@ type Storage struct {
 	Azure       *azure.Parameters `yaml:"azure" cairn:"driver"`
 	Delete      Delete            `yaml:"delete"`
 	Maintenance Maintenance       `yaml:"maintenance"`
+	// GC is cairn's garbage collector (see gc.go).
+	GC GC `yaml:"gc"`
 
 	// Serving from the default directory instead would hide the real data.
 	_ notYet `yaml:"cache"`
@@ -192,8 +198,11 @@ func (s *Storage) yieldDefaultDriver(named string) {
 // except the storage driver, which depends on what the documents name.
 func base() *Config {
 	return &Config{
-		Log:  Log{Level: "info"},
-		HTTP: HTTP{Addr: "127.0.0.1:5000"},
+		Log: Log{Level: "info"},
+		HTTP: HTTP{
+			Addr:  "127.0.0.1:5000",
+			Debug: Debug{Prometheus: Prometheus{Enabled: true, Path: defaultMetricsPath}},
+		},
 		Storage: Storage{
 			Delete: Delete{Enabled: true},
 			Maintenance: Maintenance{
@@ -203,6 +212,7 @@ func base() *Config {
 					Interval: 24 * time.Hour,
 				},
 			},
+			GC: defaultGC(),
 		},
 		Validation: Validation{Manifests: ManifestValidation{Indexes: IndexValidation{Platforms: "all"}}},
 	}

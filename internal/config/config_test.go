@@ -116,7 +116,6 @@ func TestDistributionConfigLoadsWithWarnings(t *testing.T) {
 		"storage.cache is not supported yet; ignored (line 10)",
 		"storage.tag is not supported yet; ignored (line 23)",
 		"http.secret is not supported yet; ignored (line 27)",
-		"http.debug is not supported yet; ignored (line 28)",
 		"http.headers is not supported yet; ignored (line 33)",
 		"health is not supported yet; ignored (line 35)",
 		"notifications is not supported yet; ignored (line 40)",
@@ -132,6 +131,8 @@ func TestDistributionConfigLoadsWithWarnings(t *testing.T) {
 		{"version", c.Version, "0.1"},
 		{"log.level", c.Log.Level, "debug"},
 		{"http.addr", c.HTTP.Addr, ":5000"},
+		{"http.debug.addr", c.HTTP.Debug.Addr, ":5001"},
+		{"http.debug.prometheus", c.HTTP.Debug.Prometheus, Prometheus{Enabled: true, Path: "/metrics"}},
 		{"driver", c.DriverName(), "filesystem"},
 		{"rootdirectory", c.Storage.Filesystem.RootDirectory, "/srv/registry"},
 		{"maxthreads", c.Storage.Filesystem.MaxThreads, 64},
@@ -147,8 +148,8 @@ func TestDistributionConfigLoadsWithWarnings(t *testing.T) {
 }
 
 // distribution's example config protects the registry with htpasswd; cairn
-// must not start it unauthenticated.
-func TestAuthSectionIsRefused(t *testing.T) {
+// reads the section as distribution does.
+func TestAuthSectionIsRead(t *testing.T) {
 	doc := `version: 0.1
 storage:
   filesystem:
@@ -160,9 +161,12 @@ auth:
     realm: basic-realm
     path: /etc/registry
 `
-	_, _, err := Parse([]byte(doc))
-	if err == nil || !strings.HasPrefix(err.Error(), "config: auth: not supported yet") || !strings.Contains(err.Error(), "unauthenticated") {
-		t.Fatalf("err = %v, want auth refused", err)
+	c, warnings, err := Parse([]byte(doc))
+	if err != nil || len(warnings) != 0 {
+		t.Fatalf("Parse: %v, warnings %q", err, warnings)
+	}
+	if c.Auth.Htpasswd == nil || *c.Auth.Htpasswd != (Htpasswd{Realm: "basic-realm", Path: "/etc/registry"}) || c.Auth.Token != nil {
+		t.Errorf("auth = %+v", c.Auth)
 	}
 }
 
@@ -218,7 +222,7 @@ func TestInvalidValuesAreRejectedNamingTheKey(t *testing.T) {
 		{"dropped driver", "storage:\n  swift:\n    container: b\n", `config: storage.swift: unknown storage driver (cairn supports filesystem, inmemory, s3, gcs, azure) (line 2)`},
 		{"dropped driver short form", "storage: oss\n", `config: storage: "oss" is not a storage driver`},
 		{"short form that is no driver", "storage: delete\n", `config: storage: "delete" is not a storage driver (cairn supports filesystem, inmemory, s3, gcs, azure)`},
-		{"tls", "http:\n  addr: :443\n  tls:\n    certificate: /c.pem\n", `config: http.tls: not supported yet: without it cairn would serve plain HTTP`},
+		{"tls without key", "http:\n  addr: :443\n  tls:\n    certificate: /c.pem\n", `config: http.tls.key: required with http.tls`},
 		{"duplicate key", "http:\n  addr: :1\n  addr: :2\n", `config: http.addr: given twice (lines 2 and 3)`},
 		{"yaml syntax", "http:\n  addr: :1\n bad\n", `config: document: yaml: line`},
 		{"top level list", "- a\n- b\n", `config: the configuration must be a mapping of keys, not a list (line 1)`},

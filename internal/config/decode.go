@@ -262,6 +262,8 @@ func (d *decoder) duration(n *yaml.Node, v reflect.Value, path string) error {
 func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) error {
 	fields := fieldsOf(v.Type())
 	drivers := supportedDrivers(v.Type())
+	// A section whose unknown keys must stop start-up says why.
+	strict, _ := v.Addr().Interface().(interface{ unknownKey() string })
 	if n.Kind == yaml.ScalarNode && len(drivers) > 0 {
 		return d.driverShortForm(n, v, path, fields, drivers)
 	}
@@ -315,6 +317,8 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) error {
 		case !ok && len(drivers) > 0:
 			// distribution takes every other key here for a driver name.
 			return d.errorf(k, p, "unknown storage driver (cairn supports %s)", strings.Join(drivers, ", "))
+		case !ok && strict != nil:
+			return d.errorf(k, p, "%s", strict.unknownKey())
 		case !ok:
 			d.warnf(k, "unknown key %s", p)
 		case f.kind == notYetKind:

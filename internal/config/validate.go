@@ -21,6 +21,12 @@ func (c *Config) Validate() error {
 	if err := validateAddr(c.HTTP.Addr); err != nil {
 		return fmt.Errorf("config: http.addr: %w", err)
 	}
+	if err := c.HTTP.validateServing(); err != nil {
+		return err
+	}
+	if err := c.Auth.validate(); err != nil {
+		return err
+	}
 	if err := c.Validation.validate(); err != nil {
 		return err
 	}
@@ -66,7 +72,7 @@ func (s *Storage) validate() error {
 	if up.Interval <= 0 {
 		return fmt.Errorf("config: storage.maintenance.uploadpurging.interval: must be positive, not %s", up.Interval)
 	}
-	return nil
+	return s.GC.validate()
 }
 
 // validateAddr accepts host:port with a numeric port; the host may be empty

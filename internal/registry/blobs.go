@@ -79,6 +79,14 @@ func (r *Registry) MountBlob(ctx context.Context, repo string, d digest.Digest, 
 		if ValidateName(from) != nil {
 			return false, nil
 		}
+	}
+	// The blob may be one GC is about to delete (see layout.go).
+	done, err := r.protectForGC(ctx, &JournalRecord{Repo: repo, Digest: d})
+	if err != nil {
+		return false, err
+	}
+	defer done()
+	if from != "" {
 		ok, err := r.exists(ctx, layerLinkPath(from, d))
 		if err != nil || !ok {
 			return false, err

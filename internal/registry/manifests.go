@@ -186,6 +186,15 @@ func (r *Registry) PutManifest(ctx context.Context, repo, ref, contentType strin
 	if want != "" && d != want {
 		return nil, fmt.Errorf("%w: manifest content has digest %s, URL names %s", ErrDigestInvalid, d, want)
 	}
+	// GC may run while we serve: journal what this push relies on before
+	// validation checks that it exists (see layout.go).
+	if rec, ok := manifestRecord(repo, d, content, tags); ok {
+		done, err := r.protectForGC(ctx, rec)
+		if err != nil {
+			return nil, err
+		}
+		defer done()
+	}
 	m, err := r.validateManifest(ctx, repo, contentType, content)
 	if err != nil {
 		return nil, err

@@ -250,6 +250,12 @@ func (r *Registry) uploadDigest(ctx context.Context, repo, id string, alg digest
 // commitUpload moves verified upload data into blobs/ (atomically) unless the
 // blob is already there, links it into repo, and removes the session.
 func (r *Registry) commitUpload(ctx context.Context, repo, id string, d digest.Digest, size int64) error {
+	// An existing blob may be one GC is about to delete (see layout.go).
+	done, err := r.protectForGC(ctx, &JournalRecord{Repo: repo, Digest: d})
+	if err != nil {
+		return err
+	}
+	defer done()
 	have, err := r.exists(ctx, blobDataPath(d))
 	if err != nil {
 		return err

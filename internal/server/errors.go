@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/cairn-registry/cairn/internal/auth"
 	"github.com/cairn-registry/cairn/internal/registry"
 )
 
@@ -95,4 +96,25 @@ func writeErrorBody(w http.ResponseWriter, status int, e apiError) {
 func isRangeError(err error) bool {
 	var re *registry.RangeError
 	return errors.As(err, &re) || errors.Is(err, errBadRange)
+}
+
+// writeAuthError answers a refused authorization: 401 UNAUTHORIZED or 403
+// DENIED with the authorizer's WWW-Authenticate challenge, and as detail
+// the accesses the request needed. The body says nothing about whether
+// what the request named exists.
+func (s *Server) writeAuthError(w http.ResponseWriter, r *http.Request, err error) {
+	var ch *auth.Challenge
+	if !errors.As(err, &ch) {
+		s.writeError(w, r, err)
+		return
+	}
+	s.log.DebugContext(r.Context(), "request refused", "method", r.Method, "path", r.URL.Path, "err", err)
+	if h := ch.Header(); h != "" {
+		w.Header().Set("WWW-Authenticate", h)
+	}
+	e := apiError{Code: ch.Code(), Message: ch.Message()}
+	if need := ch.Need(); len(need) > 0 {
+		e.Detail = need
+	}
+	writeErrorBody(w, ch.Status(), e)
 }

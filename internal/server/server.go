@@ -1,6 +1,7 @@
 // Package server is cairn's HTTP front: the OCI distribution API v2 routes,
-// OCI error bodies, read-only mode and one structured log line per request.
-// It translates HTTP to calls on the registry package and back.
+// authorization of every request before it reaches a handler, OCI error
+// bodies, read-only mode, request metrics and one structured log line per
+// request. It translates HTTP to calls on the registry package and back.
 package server
 
 import (
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cairn-registry/cairn/internal/auth"
 	"github.com/cairn-registry/cairn/internal/registry"
 )
 
@@ -19,6 +21,24 @@ type Options struct {
 	ReadOnly bool
 	// Logger receives the access log and internal errors; nil discards.
 	Logger *slog.Logger
+	// Auth, when set, authorizes every request before it is dispatched;
+	// nil serves everyone.
+	Auth auth.Authorizer
+	// Metrics, when set, receives one observation per request.
+	Metrics Observer
+	// BodyIdleTimeout ends a request whose body delivers no byte for this
+	// long (0: no limit), so that a client trickling an upload cannot hold
+	// a connection forever. Whole-request timeouts cannot do this: a
+	// large layer upload legitimately takes many minutes.
+	BodyIdleTimeout time.Duration
+}
+
+// Observer receives request measurements (metrics.Metrics implements it).
+type Observer interface {
+	// ObserveRequest records an answered request; route is a fixed name.
+	ObserveRequest(route, method string, status int, bytesIn, bytesOut int64, d time.Duration)
+	// UploadsInProgress adds delta to the blob uploads being received.
+	UploadsInProgress(delta int)
 }
 
 // Server answers the registry API.
@@ -51,6 +71,32 @@ const (
 	routeUploadStart
 	routeUpload
 )
+
+// routeNames label a route's metrics.
+var routeNames = [...]string{
+	routeNone:        "unknown",
+	routeBase:        "base",
+	routeCatalog:     "catalog",
+	routeTags:        "tags",
+	routeManifest:    "manifest",
+	routeReferrers:   "referrers",
+	routeBlob:        "blob",
+	routeUploadStart: "upload_start",
+	routeUpload:      "upload",
+}
+
+// routeEndpoints select the access a route needs (auth.Needed).
+var routeEndpoints = [...]auth.Endpoint{
+	routeNone:        auth.EndpointOther,
+	routeBase:        auth.EndpointOther,
+	routeCatalog:     auth.EndpointCatalog,
+	routeTags:        auth.EndpointTags,
+	routeManifest:    auth.EndpointManifest,
+	routeReferrers:   auth.EndpointReferrers,
+	routeBlob:        auth.EndpointBlob,
+	routeUploadStart: auth.EndpointUpload,
+	routeUpload:      auth.EndpointUpload,
+}
 
 type route struct {
 	kind routeKind
@@ -97,45 +143,102 @@ func parseRoute(p string) route {
 	return route{}
 }
 
-// ServeHTTP logs the request and dispatches it.
+// ServeHTTP logs, measures and dispatches the request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	lw := &loggingWriter{ResponseWriter: w, status: http.StatusOK}
 	body := &countingReader{r: r.Body}
+	if s.opts.BodyIdleTimeout > 0 {
+		body.rc, body.idle = http.NewResponseController(w), s.opts.BodyIdleTimeout
+	}
 	r.Body = body
-	s.dispatch(lw, r)
+	rt := parseRoute(r.URL.Path)
+	m := s.opts.Metrics
+	if m != nil && isUpload(rt, r.Method) {
+		m.UploadsInProgress(1)
+		defer m.UploadsInProgress(-1)
+	}
+	user := s.dispatch(lw, r, rt)
+	d := time.Since(start)
 	s.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
 		slog.String("method", r.Method),
 		slog.String("path", r.URL.Path),
 		slog.Int("status", lw.status),
 		slog.Int64("bytes_in", body.n),
 		slog.Int64("bytes_out", lw.n),
-		slog.Duration("duration", time.Since(start)),
+		slog.Duration("duration", d),
 		slog.String("remote", r.RemoteAddr),
+		slog.String("user", user),
 		slog.String("user_agent", r.UserAgent()),
 	)
+	if m != nil {
+		m.ObserveRequest(routeNames[rt.kind], r.Method, lw.status, body.n, lw.n, d)
+	}
 }
 
-func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
+// isUpload reports a request that carries blob data into an upload.
+func isUpload(rt route, method string) bool {
+	return (rt.kind == routeUploadStart || rt.kind == routeUpload) &&
+		(method == http.MethodPost || method == http.MethodPatch || method == http.MethodPut)
+}
+
+// dispatch answers the request and returns the authenticated user ("" when
+// anonymous or unauthenticated), for the access log.
+func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, rt route) string {
 	w.Header().Set("Docker-Distribution-API-Version", "registry/2.0")
-	rt := parseRoute(r.URL.Path)
+	validName := rt.name == "" || registry.ValidateName(rt.name) == nil
+	var user string
+	if s.opts.Auth != nil {
+		// Authorization comes first, so that whether a repository exists,
+		// or even whether a path is an endpoint, is answered only to
+		// callers allowed to ask. A path that names no endpoint (or an
+		// invalid name) needs authentication only.
+		var need []auth.Access
+		if rt.kind != routeNone && validName {
+			need = auth.Needed(routeEndpoints[rt.kind], rt.name, r.Method)
+		}
+		g, err := s.opts.Auth.Authorize(r, need)
+		user = g.Subject
+		if err != nil {
+			s.writeAuthError(w, r, err)
+			return user
+		}
+		if rt.kind == routeUploadStart {
+			dropUnauthorizedMount(r, g)
+		}
+	}
 	if rt.kind == routeNone {
 		s.writeError(w, r, errUnsupportedRoute)
-		return
+		return user
 	}
-	if rt.name != "" {
-		if err := registry.ValidateName(rt.name); err != nil {
-			s.writeError(w, r, err)
-			return
-		}
+	if !validName {
+		s.writeError(w, r, registry.ValidateName(rt.name))
+		return user
 	}
 	if s.opts.ReadOnly && r.Method != http.MethodGet && r.Method != http.MethodHead {
 		s.writeError(w, r, errDenied)
-		return
+		return user
 	}
 	if !s.route(w, r, rt) {
 		s.writeError(w, r, errMethodNotAllowed)
 	}
+	return user
+}
+
+// dropUnauthorizedMount turns a cross-repository mount from a repository
+// the caller may not pull into a plain upload, as distribution does: the
+// caller uploads the blob instead of learning whether the source holds it.
+func dropUnauthorizedMount(r *http.Request, g auth.Grant) {
+	q := r.URL.Query()
+	from := q.Get("from")
+	if q.Get("mount") == "" || from == "" || g.Allows(auth.Access{Type: auth.TypeRepository, Name: from, Action: auth.ActionPull}) {
+		return
+	}
+	q.Del("mount")
+	q.Del("from")
+	u := *r.URL
+	u.RawQuery = q.Encode()
+	r.URL = &u
 }
 
 // route calls the handler for rt and r.Method; false means the endpoint has
@@ -224,14 +327,35 @@ func (w *loggingWriter) ReadFrom(src io.Reader) (int64, error) {
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (w *loggingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// countingReader counts request body bytes and, with idle set, moves the
+// connection's read deadline forward as bytes arrive, so a body that stops
+// flowing for idle fails the read instead of holding the connection.
 type countingReader struct {
 	r io.ReadCloser
 	n int64
+
+	rc       *http.ResponseController
+	idle     time.Duration
+	deadline time.Time // last deadline set; moved when half of idle is left
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
+	if c.rc != nil {
+		if now := time.Now(); c.deadline.Sub(now) < c.idle/2 {
+			c.deadline = now.Add(c.idle)
+			// An error means the connection cannot take deadlines
+			// (unlikely for net/http's own); the read goes on unbounded.
+			_ = c.rc.SetReadDeadline(c.deadline)
+		}
+	}
 	n, err := c.r.Read(p)
 	c.n += int64(n)
+	if err != nil {
+		// The body is done. net/http now watches the connection for the
+		// client going away, with no deadline; one set from here would
+		// end that watch and cancel the request while it finishes.
+		c.rc = nil
+	}
 	return n, err
 }
 

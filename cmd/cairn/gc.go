@@ -1,0 +1,287 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cairn-registry/cairn/internal/config"
+	"github.com/cairn-registry/cairn/internal/gc"
+	"github.com/cairn-registry/cairn/internal/metrics"
+	"github.com/cairn-registry/cairn/internal/storage/driver"
+)
+
+const gcUsage = `usage: cairn gc [--config FILE] [--root DIR] [--dry-run] [--delete-untagged] [--delay DURATION]
+               [--batch-size N] [--concurrency N] [--json] [--quiet]
+
+Deletes what no manifest references, while the registry may go on serving.
+Flags override the config file's storage.gc section.`
+
+// runGC runs `cairn gc`: one garbage collection of the configured storage.
+// The report goes to stdout (a summary, or JSON with --json), progress to
+// stderr. It fails with a one-line reason when the run could not complete
+// or some deletions failed.
+func runGC(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("cairn gc", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	configPath := fs.String("config", "", "configuration `file` (distribution's config.yml keys)")
+	root := fs.String("root", "", "filesystem storage root `directory` (overrides the storage section)")
+	dryRun := fs.Bool("dry-run", false, "report what would be deleted; delete nothing")
+	deleteUntagged := fs.Bool("delete-untagged", false, "also delete manifests no tag reaches")
+	delay := fs.Duration("delay", 0, "keep what was modified within this `duration` before the run (default storage.gc.delay, 1h)")
+	batch := fs.Int("batch-size", 0, "paths per bulk delete (default storage.gc.batchsize, 1000)")
+	conc := fs.Int("concurrency", 0, "manifest reads and bulk deletes in flight (default storage.gc.concurrency, 8)")
+	asJSON := fs.Bool("json", false, "print the report as one JSON object")
+	quiet := fs.Bool("quiet", false, "print no progress, and no summary unless --json")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stdout, gcUsage)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return nil
+		}
+		return fmt.Errorf("%w: gc: %s", errUsage, oneLine(err.Error()))
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: gc: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if (set["delay"] && *delay < 0) || (set["batch-size"] && *batch < 1) || (set["concurrency"] && *conc < 1) {
+		return fmt.Errorf("%w: gc: --delay must be >= 0, --batch-size and --concurrency >= 1", errUsage)
+	}
+
+	cfg, _, err := config.LoadWithEnv(*configPath, os.Environ())
+	if err != nil {
+		return err
+	}
+	if *root != "" {
+		if cfg.Storage.Filesystem == nil {
+			cfg.Storage.InMemory, cfg.Storage.S3, cfg.Storage.GCS, cfg.Storage.Azure = nil, nil, nil, nil
+			cfg.Storage.Filesystem = config.Default().Storage.Filesystem
+		}
+		cfg.Storage.Filesystem.RootDirectory = *root
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if cfg.Storage.InMemory != nil {
+		return errors.New("gc: the inmemory driver keeps nothing between processes; nothing to collect")
+	}
+	if fs := cfg.Storage.Filesystem; fs != nil {
+		if _, err := os.Stat(fs.RootDirectory); err != nil {
+			return fmt.Errorf("gc: storage root: %w", err)
+		}
+	}
+	d, err := newDriver(ctx, cfg)
+	if err != nil {
+		return err
+	}
+
+	opts := gcOptions(cfg.Storage.GC)
+	opts.DryRun = *dryRun
+	opts.DeleteUntagged = opts.DeleteUntagged || *deleteUntagged
+	if set["delay"] {
+		opts.Delay = *delay
+	}
+	if set["batch-size"] {
+		opts.BatchSize = *batch
+	}
+	if set["concurrency"] {
+		opts.Concurrency = *conc
+	}
+	if !*quiet {
+		p := newProgressPrinter(stderr)
+		opts.Progress, opts.ProgressInterval = p.print, p.interval
+		defer p.finish()
+	}
+
+	rep, runErr := gc.Run(ctx, d, opts)
+	if rep != nil {
+		switch {
+		case *asJSON:
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			if err := enc.Encode(rep); err != nil {
+				return err
+			}
+		case !*quiet:
+			writeGCSummary(stdout, rep, runErr == nil)
+		}
+	}
+	if runErr != nil {
+		return errors.New(oneLine(runErr.Error()))
+	}
+	if rep.DeleteFailures > 0 {
+		first := ""
+		if len(rep.DeleteErrors) > 0 {
+			first = ": first: " + oneLine(rep.DeleteErrors[0])
+		}
+		return fmt.Errorf("gc: %d deletions failed%s", rep.DeleteFailures, first)
+	}
+	return nil
+}
+
+func gcOptions(g config.GC) gc.Options {
+	return gc.Options{DeleteUntagged: g.DeleteUntagged, Delay: g.Delay, BatchSize: g.BatchSize, Concurrency: g.Concurrency}
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// writeGCSummary prints the report for people.
+func writeGCSummary(w io.Writer, r *gc.Report, completed bool) {
+	state := "completed"
+	if !completed {
+		state = "stopped"
+	}
+	if r.DryRun {
+		state += " (dry run: nothing deleted)"
+	}
+	fmt.Fprintf(w, "gc %s %s in %.2fs\n", r.RunID, state, r.Seconds)
+	fmt.Fprintf(w, "  seen:    %d repositories, %d manifests, %d tags, %d blobs\n", r.Repositories, r.Manifests, r.Tags, r.Blobs)
+	d := r.Deleted
+	verb := "deleted"
+	if r.DryRun {
+		verb = "to delete"
+	}
+	fmt.Fprintf(w, "  %s: %d manifests, %d tag index entries, %d referrer links, %d layer links, %d blobs (%s)\n",
+		verb, d.Manifests, d.TagIndexEntries, d.ReferrerLinks, d.LayerLinks, d.Blobs, humanBytes(d.BytesFreed))
+	fmt.Fprintf(w, "  kept:    %d younger than %s, %d named by operations in flight\n", r.KeptYoung, r.Delay, r.KeptJournal)
+	if r.BlobSweep != "done" && r.BlobSweep != "" {
+		fmt.Fprintf(w, "  blobs:   %s\n", r.BlobSweep)
+	}
+	if r.DeleteFailures > 0 || r.Deferred > 0 {
+		fmt.Fprintf(w, "  failed:  %d deletions failed, %d not attempted\n", r.DeleteFailures, r.Deferred)
+	}
+	for _, k := range r.ProblemKinds() {
+		fmt.Fprintf(w, "  problem: %s: %d (e.g. %s)\n", k, r.Problems[k], strings.Join(r.Examples[k], ", "))
+	}
+	kinds := make([]string, 0, len(r.Requests))
+	for k := range r.Requests {
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	parts := make([]string, len(kinds))
+	for i, k := range kinds {
+		parts[i] = fmt.Sprintf("%s %d", k, r.Requests[k])
+	}
+	fmt.Fprintf(w, "  storage: %s\n", strings.Join(parts, ", "))
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// progressPrinter draws a progress bar on a terminal and prints a line
+// every 10 seconds otherwise.
+type progressPrinter struct {
+	w        io.Writer
+	tty      bool
+	interval time.Duration
+	last     time.Time
+	drawn    bool
+}
+
+func newProgressPrinter(w io.Writer) *progressPrinter {
+	p := &progressPrinter{w: w, interval: 10 * time.Second}
+	if f, ok := w.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			p.tty, p.interval = true, 200*time.Millisecond
+		}
+	}
+	return p
+}
+
+func (p *progressPrinter) print(pr gc.Progress) {
+	if !p.tty {
+		if pr.Phase == "done" {
+			return // the summary follows
+		}
+		fmt.Fprintf(p.w, "gc: %s: %d repositories, %d manifests read, %d blobs listed, %d of %d paths deleted, %s\n",
+			pr.Phase, pr.Repositories, pr.Manifests, pr.Blobs, pr.Deleted, pr.Planned, pr.Elapsed.Round(time.Second))
+		return
+	}
+	const width = 30
+	bar := strings.Repeat(" ", width)
+	if pr.Planned > 0 {
+		n := int(min(pr.Deleted, pr.Planned) * width / pr.Planned)
+		bar = strings.Repeat("#", n) + strings.Repeat("-", width-n)
+	}
+	fmt.Fprintf(p.w, "\r\x1b[Kgc %-5s [%s] %d/%d paths  %d repos  %d manifests  %d blobs  %s",
+		pr.Phase, bar, pr.Deleted, pr.Planned, pr.Repositories, pr.Manifests, pr.Blobs, pr.Elapsed.Round(100*time.Millisecond))
+	p.drawn = true
+}
+
+func (p *progressPrinter) finish() {
+	if p.tty && p.drawn {
+		fmt.Fprintln(p.w)
+	}
+}
+
+// scheduleGC runs a garbage collection every interval (with some jitter,
+// so that nodes sharing a store do not start together) until ctx ends. A
+// turn is skipped while another node's or process's run is active.
+func scheduleGC(ctx context.Context, log *slog.Logger, d driver.Driver, g config.GC, m *metrics.Metrics) {
+	opts := gcOptions(g)
+	log.Info("gc scheduled", "interval", g.Interval, "delay", g.Delay, "delete_untagged", g.DeleteUntagged)
+	for {
+		wait := g.Interval + time.Duration(rand.Int64N(int64(g.Interval)/10+1))
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if busy, err := gc.Active(ctx, d); err != nil || busy {
+			if ctx.Err() == nil {
+				log.Info("gc skipped: another run is active, or the store could not be read", "err", err)
+			}
+			continue
+		}
+		start := time.Now()
+		rep, err := gc.Run(ctx, d, opts)
+		if ctx.Err() != nil {
+			return
+		}
+		m.GCRun(err, time.Since(start))
+		if err != nil {
+			log.Warn("gc failed", "err", err)
+			continue
+		}
+		m.GCDeleted("manifests", int(rep.Deleted.Manifests))
+		m.GCDeleted("tag_index_entries", int(rep.Deleted.TagIndexEntries))
+		m.GCDeleted("layer_links", int(rep.Deleted.LayerLinks))
+		m.GCDeleted("blobs", int(rep.Deleted.Blobs))
+		var problems int64
+		for _, n := range rep.Problems {
+			problems += n
+		}
+		lvl := slog.LevelInfo
+		if rep.DeleteFailures > 0 || problems > 0 || rep.BlobSweep != "done" {
+			lvl = slog.LevelWarn
+		}
+		log.Log(ctx, lvl, "gc", "run", rep.RunID, "seconds", rep.Seconds,
+			"manifests", rep.Deleted.Manifests, "tag_index_entries", rep.Deleted.TagIndexEntries,
+			"layer_links", rep.Deleted.LayerLinks, "blobs", rep.Deleted.Blobs, "bytes_freed", rep.Deleted.BytesFreed,
+			"problems", problems, "delete_failures", rep.DeleteFailures, "blob_sweep", rep.BlobSweep)
+	}
+}

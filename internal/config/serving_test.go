@@ -1,0 +1,135 @@
+package config
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestServingKeysAreRead(t *testing.T) {
+	doc := `http:
+  addr: :5000
+  tls:
+    certificate: /tls/cert.pem
+    key: /tls/key.pem
+    clientcas: [/tls/ca1.pem, /tls/ca2.pem]
+    clientauth: verify-client-cert-if-given
+    minimumtls: tls1.3
+    ciphersuites: [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256]
+  debug:
+    addr: 127.0.0.1:5001
+    prometheus:
+      path: /prom
+  http2:
+    disabled: true
+auth:
+  token:
+    realm: https://auth.example/token
+    service: registry.example
+    issuer: auth.example
+    rootcertbundle: /tls/token-ca.pem
+    jwks: /tls/jwks.json
+    signingalgorithms: [ES256, RS256]
+  anonymous:
+    pull: true
+`
+	c, warnings, err := Parse([]byte(doc))
+	if err != nil || len(warnings) != 0 {
+		t.Fatalf("Parse: %v, warnings %q", err, warnings)
+	}
+	wantTLS := &TLS{
+		Certificate: "/tls/cert.pem", Key: "/tls/key.pem",
+		ClientCAs:  []string{"/tls/ca1.pem", "/tls/ca2.pem"},
+		ClientAuth: ClientAuthIfGiven, MinimumTLS: "tls1.3",
+		CipherSuites: []string{"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"},
+	}
+	if !reflect.DeepEqual(c.HTTP.TLS, wantTLS) {
+		t.Errorf("tls = %+v\nwant %+v", c.HTTP.TLS, wantTLS)
+	}
+	if want := (Debug{Addr: "127.0.0.1:5001", Prometheus: Prometheus{Enabled: true, Path: "/prom"}}); c.HTTP.Debug != want {
+		t.Errorf("debug = %+v, want %+v", c.HTTP.Debug, want)
+	}
+	if !c.HTTP.HTTP2.Disabled {
+		t.Error("http2.disabled not read")
+	}
+	wantToken := &Token{
+		Realm: "https://auth.example/token", Service: "registry.example", Issuer: "auth.example",
+		RootCertBundle: "/tls/token-ca.pem", JWKS: "/tls/jwks.json", SigningAlgorithms: []string{"ES256", "RS256"},
+	}
+	if !reflect.DeepEqual(c.Auth.Token, wantToken) || c.Auth.Htpasswd != nil || !c.Auth.Anonymous.Pull {
+		t.Errorf("auth = %+v, token %+v", c.Auth, c.Auth.Token)
+	}
+}
+
+func TestServingDefaults(t *testing.T) {
+	c := Default()
+	if c.HTTP.TLS != nil || c.Auth.Enabled() || c.HTTP.Debug.Addr != "" {
+		t.Errorf("defaults serve TLS %v, auth %v, debug %q", c.HTTP.TLS, c.Auth.Enabled(), c.HTTP.Debug.Addr)
+	}
+	c, _, err := Parse([]byte("http:\n  tls:\n    certificate: /c\n    key: /k\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HTTP.TLS.ClientAuth != ClientAuthRequire || c.HTTP.TLS.MinimumTLS != "tls1.2" {
+		t.Errorf("tls defaults = %+v", c.HTTP.TLS)
+	}
+}
+
+func TestServingKeysAreValidated(t *testing.T) {
+	const htpasswd = "auth:\n  htpasswd:\n    realm: r\n    path: /h\n"
+	const token = "auth:\n  token:\n    realm: https://a/t\n    service: s\n    issuer: i\n    jwks: /j\n"
+	cases := []struct{ name, doc, want string }{
+		{"both methods", htpasswd + "  token:\n    realm: x\n", "config: auth: give either htpasswd or token, not both"},
+		{"anonymous alone", "auth:\n  anonymous:\n    pull: true\n", "config: auth.anonymous.pull: needs auth.htpasswd or auth.token"},
+		{"htpasswd without path", "auth:\n  htpasswd:\n    realm: r\n", "config: auth.htpasswd.path: required"},
+		{"htpasswd without realm", "auth:\n  htpasswd:\n    path: /h\n", "config: auth.htpasswd.realm: required"},
+		{"token without service", strings.Replace(token, "    service: s\n", "", 1), "config: auth.token.service: required"},
+		{"token without issuer", strings.Replace(token, "    issuer: i\n", "", 1), "config: auth.token.issuer: required"},
+		{"token without realm", strings.Replace(token, "    realm: https://a/t\n", "", 1), "config: auth.token.realm: required"},
+		{"token without keys", strings.Replace(token, "    jwks: /j\n", "", 1), "config: auth.token: give rootcertbundle or jwks"},
+		{"unknown auth method", "auth:\n  ldap:\n    url: x\n", "config: auth.ldap: unknown authentication method"},
+		{"silly auth", "auth:\n  silly:\n    realm: x\n", "config: auth.silly: not supported yet: the silly backend accepts anyone"},
+		{"tls without certificate", "http:\n  tls:\n    key: /k\n", "config: http.tls.certificate: required"},
+		{"tls 1.0", "http:\n  tls:\n    certificate: /c\n    key: /k\n    minimumtls: tls1.0\n", "config: http.tls.minimumtls: tls1.0 is insecure"},
+		{"tls version garbage", "http:\n  tls:\n    certificate: /c\n    key: /k\n    minimumtls: ssl3\n", `config: http.tls.minimumtls: "ssl3" is not one of tls1.2, tls1.3`},
+		{"clientauth garbage", "http:\n  tls:\n    certificate: /c\n    key: /k\n    clientauth: maybe\n", `config: http.tls.clientauth: "maybe" is not one of`},
+		{"letsencrypt", "http:\n  tls:\n    letsencrypt:\n      email: a@b\n", "config: http.tls.letsencrypt: not supported yet: cairn does not obtain certificates"},
+		{"debug addr", "http:\n  debug:\n    addr: nowhere\n", `config: http.debug.addr: "nowhere": missing port in address`},
+		{"debug addr is http addr", "http:\n  addr: 127.0.0.1:5000\n  debug:\n    addr: 127.0.0.1:5000\n", "config: http.debug.addr: \"127.0.0.1:5000\" is also http.addr"},
+		{"metrics path", "http:\n  debug:\n    addr: :5001\n    prometheus:\n      path: /readyz\n", `config: http.debug.prometheus.path: "/readyz" must start with /`},
+		{"debug tls", "http:\n  debug:\n    addr: :5001\n    tls:\n      certificate: /c\n", "config: http.debug.tls: not supported yet"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := Parse([]byte(tc.doc))
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Errorf("err = %v\nwant prefix %s", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestServingKeysFromEnvironment(t *testing.T) {
+	c, warnings, err := LoadWithEnv("", []string{
+		"REGISTRY_AUTH_HTPASSWD_REALM=basic",
+		"REGISTRY_AUTH_HTPASSWD_PATH=/etc/htpasswd",
+		"REGISTRY_AUTH_ANONYMOUS_PULL=true",
+		"REGISTRY_HTTP_TLS_CERTIFICATE=/c.pem",
+		"REGISTRY_HTTP_TLS_KEY=/k.pem",
+		"REGISTRY_HTTP_TLS_CLIENTCAS=[/ca.pem]",
+		"REGISTRY_HTTP_DEBUG_ADDR=127.0.0.1:5001",
+	})
+	if err != nil || len(warnings) != 0 {
+		t.Fatalf("LoadWithEnv: %v, warnings %q", err, warnings)
+	}
+	if h := c.Auth.Htpasswd; h == nil || h.Realm != "basic" || h.Path != "/etc/htpasswd" || !c.Auth.Anonymous.Pull {
+		t.Errorf("auth = %+v", c.Auth)
+	}
+	if tl := c.HTTP.TLS; tl == nil || tl.Certificate != "/c.pem" || tl.Key != "/k.pem" || !slices.Equal(tl.ClientCAs, []string{"/ca.pem"}) {
+		t.Errorf("tls = %+v", c.HTTP.TLS)
+	}
+	if c.HTTP.Debug.Addr != "127.0.0.1:5001" {
+		t.Errorf("debug.addr = %q", c.HTTP.Debug.Addr)
+	}
+}

@@ -1,0 +1,387 @@
+// Package gc is cairn's garbage collector: it deletes what no manifest
+// reaches, in bulk, with memory bounded by compact digest sets and one batch
+// of paths, while the registry goes on serving.
+//
+// # Mark
+//
+// One flat listing of repositories/ yields every repository's revision
+// links, tag links, tag index entries and _layers links (upload sessions
+// and cairn's referrers index are skipped). For each repository the tag
+// links are read, then every revision's manifest, once. A manifest is live
+// when a tag reaches it, directly or through indexes, or when it refers
+// (subject) to a live manifest; without delete-untagged every manifest that
+// is not a referrer is live too. Referrers of a manifest that is not live go
+// with it. Live manifests mark their own blob, config, layers and non-manifest
+// index entries in one set of 33-byte keys. A repository whose tag links
+// cannot all be read deletes nothing.
+//
+// # Sweep
+//
+// For each deleted manifest: its revision link, its referrers-index link
+// and every tag index entry that names it; then the _layers links no live
+// manifest of the repository names; then, from one listing of blobs/, every
+// blob nobody marked. Paths are built by concatenation into one arena per
+// round and handed to Driver.DeleteFiles in batches; nothing is stat'ed or
+// listed before it is deleted.
+//
+// # Running while the registry serves
+//
+// The protocol holds across processes and nodes that share one store; it
+// uses only the store (no in-process lock), through paths under
+// cairn/gc/ (see registry.GCActivePath and registry.GCJournalPath):
+//
+//  1. A run writes its marker run-<id>; the marker's modification time, in
+//     the store's clock, is T0. Nothing whose modification time is at or
+//     after T0 - delay is deleted: not a young blob, link or tag entry, nor
+//     a blob that a young link names, nor a manifest that a young tag
+//     index entry names. With delay 0 this is "nothing written after the
+//     mark began".
+//  2. Registry writers that rely on stored content (a manifest PUT on the
+//     blobs, child manifests and revision it names; an upload or mount on
+//     an existing blob) first write a journal record, then wait until every
+//     open fence they saw has closed, then check that the content exists,
+//     then store. When they finish and no run marker exists, they remove
+//     their record.
+//  3. The sweep deletes in rounds. A round that deletes revision links,
+//     _layers links or blobs first writes a fence (fence-<id>-<n>), then
+//     reads the journal, then deletes, then removes the fence; it stops
+//     deleting registry.GCRoundMax after it began, and writers stop waiting
+//     for a fence after registry.GCFenceWait. A record is settled when the
+//     mark saw all of its operation's effects (the revision link and every
+//     tag link, or the _layers link, modified after the record); an
+//     unsettled record revives its manifest (with its children, referrers
+//     and their blobs and links) and protects the blob it names.
+//
+// So a writer either had its record read by every round that deletes after
+// its existence check, or its check ran after those deletions and failed
+// (the push then fails cleanly: MANIFEST_BLOB_UNKNOWN, or a re-upload). A
+// manifest PUT racing the sweep never ends up pointing at a deleted blob.
+// Tag index entries and referrers-index links are history that no read
+// depends on; they are deleted without a fence.
+//
+// No lock is held at any time: the mark never blocks anyone, pulls never
+// wait, and a writer waits only when it arrives while a round deletes
+// (one wave of DeleteFiles calls, at most GCRoundMax). Two runs at once
+// are safe, merely wasteful; scheduled runs skip their turn while another
+// run's marker is fresh.
+//
+// Clocks: every modification time a run compares is the store's (the
+// marker's, the listings'); a store that keeps them to the second (S3)
+// makes "after T0" mean "in T0's second or later", which only keeps more.
+// A writer bounds its wait by its own elapsed time, not by timestamps. Only
+// staleness (a fence older than GCFenceStale, a marker older than
+// staleRun) compares the local clock with the store's, with margins of
+// minutes.
+//
+// Bad entries (malformed paths or links, revisions without data, manifests
+// that do not parse) are counted and reported, never fatal. A manifest
+// that cannot be read because storage fails turns off the blob sweep for
+// the run: what it references is unknown.
+package gc
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cairn-registry/cairn/internal/storage/driver"
+)
+
+// Defaults for Options.
+const (
+	DefaultDelay       = time.Hour
+	DefaultBatchSize   = 1000
+	DefaultConcurrency = 8
+)
+
+// journalTTL is how long a record that was never settled (its operation
+// failed, or its process died) keeps protecting what it names.
+const journalTTL = time.Hour
+
+// Options tune a run.
+type Options struct {
+	// DryRun reports what would be deleted and deletes nothing.
+	DryRun bool
+	// DeleteUntagged deletes manifests no tag reaches.
+	DeleteUntagged bool
+	// Delay: nothing modified less than Delay before the run began is
+	// deleted. 0 keeps only what was written after the mark began.
+	Delay time.Duration
+	// BatchSize is the number of paths per DeleteFiles call (default 1000).
+	BatchSize int
+	// Concurrency bounds DeleteFiles calls in flight (default 8). Reads
+	// of tag links and manifests, small and latency-bound, run with
+	// 4*Concurrency in flight.
+	Concurrency int
+	// Progress, when set, is called about every ProgressInterval (default
+	// 1s) from another goroutine, and once more at the end.
+	Progress         func(Progress)
+	ProgressInterval time.Duration
+}
+
+// Progress is a snapshot of a run's counters.
+type Progress struct {
+	Phase        string // "mark", "sweep" or "done"
+	Repositories int64
+	Manifests    int64 // manifests read
+	Blobs        int64 // blobs listed
+	Deleted      int64 // paths deleted (or, in a dry run, to delete)
+	// Planned is how many paths the sweep will delete as far as known:
+	// every link once the mark is done, blobs as their listing finds them.
+	Planned int64
+	Elapsed time.Duration
+}
+
+// Deleted counts what a run deleted (or would delete, in a dry run).
+type Deleted struct {
+	Manifests       int64 `json:"manifests"`
+	TagIndexEntries int64 `json:"tag_index_entries"`
+	ReferrerLinks   int64 `json:"referrer_links"`
+	LayerLinks      int64 `json:"layer_links"`
+	Blobs           int64 `json:"blobs"`
+	BytesFreed      int64 `json:"bytes_freed"`
+}
+
+// Report is the outcome of a run.
+type Report struct {
+	RunID          string    `json:"run_id,omitempty"`
+	DryRun         bool      `json:"dry_run"`
+	DeleteUntagged bool      `json:"delete_untagged"`
+	Delay          string    `json:"delay"`
+	Started        time.Time `json:"started"`
+	Seconds        float64   `json:"duration_seconds"`
+
+	Repositories int64 `json:"repositories"`
+	Manifests    int64 `json:"manifests"`
+	Tags         int64 `json:"tags"`
+	Blobs        int64 `json:"blobs"`
+
+	Deleted Deleted `json:"deleted"`
+	// KeptYoung counts candidates kept because they were younger than the
+	// delay; KeptJournal those kept because a writer's record named them.
+	KeptYoung   int64 `json:"kept_young"`
+	KeptJournal int64 `json:"kept_journal"`
+
+	// DeleteFailures is how many paths DeleteFiles did not delete;
+	// Deferred how many were not attempted (round time limit, or the run
+	// was stopped).
+	DeleteFailures int64    `json:"delete_failures"`
+	Deferred       int64    `json:"deferred"`
+	DeleteErrors   []string `json:"delete_errors,omitempty"`
+
+	// BlobSweep is "done", or why blobs were not swept.
+	BlobSweep string `json:"blob_sweep"`
+	// Problems counts bad entries by kind; Examples holds a few paths of each.
+	Problems map[string]int64    `json:"problems"`
+	Examples map[string][]string `json:"problem_examples,omitempty"`
+	// Requests counts storage driver calls by kind (deletefiles_paths is
+	// the number of paths they carried).
+	Requests map[string]int64 `json:"requests"`
+}
+
+// Problem kinds in Report.Problems.
+const (
+	ProblemBadPath         = "bad_path"          // a digest in a path that does not parse
+	ProblemBadLink         = "bad_link"          // a tag link whose content is not a digest
+	ProblemUnreadableLink  = "unreadable_link"   // a tag link storage failed to return
+	ProblemDanglingTag     = "dangling_tag"      // a tag naming no revision
+	ProblemMissingManifest = "missing_manifest"  // a revision whose manifest blob is missing
+	ProblemBadManifest     = "bad_manifest"      // a manifest that does not parse
+	ProblemUnreadable      = "unreadable"        // a manifest storage failed to return
+	ProblemBadReference    = "bad_reference"     // a descriptor digest that does not parse
+	ProblemBadJournal      = "bad_journal_entry" // a journal record that does not parse
+	ProblemJournalCleanup  = "journal_cleanup"   // removing settled journal records failed
+)
+
+const maxExamples = 5
+
+// Run collects garbage in the registry stored through d. The error is nil
+// when the run completed; bad entries are in the report, not errors.
+func Run(ctx context.Context, d driver.Driver, opts Options) (*Report, error) {
+	c := newCollector(d, opts)
+	return c.run(ctx)
+}
+
+// collector is one run's state.
+type collector struct {
+	d      *countingDriver
+	opts   Options
+	rep    Report
+	start  time.Time
+	runID  string
+	t0     time.Time // the marker's modification time (store clock)
+	cutoff int64     // Unix ns; modified at or after it is young
+
+	repos     []*repoState
+	repoIndex map[string]int
+	marked    map[dkey]struct{}
+	long      map[dkey]string // full hex of non-sha256 keys
+	longMu    sync.Mutex
+
+	blobSweepOff string // why blobs are not swept, "" to sweep
+
+	mu       sync.Mutex // guards rep.Problems, rep.Examples, DeleteErrors
+	phase    atomic.Value
+	nRepos   atomic.Int64
+	nMan     atomic.Int64
+	nBlobs   atomic.Int64
+	nDeleted atomic.Int64
+	nPlanned atomic.Int64
+
+	journal journalState
+}
+
+func newCollector(d driver.Driver, opts Options) *collector {
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = DefaultBatchSize
+	}
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = DefaultConcurrency
+	}
+	if opts.ProgressInterval <= 0 {
+		opts.ProgressInterval = time.Second
+	}
+	if opts.Delay < 0 {
+		opts.Delay = 0
+	}
+	c := &collector{
+		d:         newCountingDriver(d),
+		opts:      opts,
+		repoIndex: make(map[string]int),
+		marked:    make(map[dkey]struct{}),
+		long:      make(map[dkey]string),
+	}
+	c.rep = Report{
+		DryRun:         opts.DryRun,
+		DeleteUntagged: opts.DeleteUntagged,
+		Delay:          opts.Delay.String(),
+		Problems:       make(map[string]int64),
+		Examples:       make(map[string][]string),
+	}
+	c.phase.Store("mark")
+	return c
+}
+
+func (c *collector) run(ctx context.Context) (rep *Report, err error) {
+	c.start = time.Now()
+	c.rep.Started = c.start.UTC()
+	stopProgress := c.reportProgress()
+	defer func() {
+		c.phase.Store("done")
+		stopProgress()
+		c.rep.Seconds = time.Since(c.start).Seconds()
+		c.rep.Requests = c.d.counts()
+		rep = &c.rep
+	}()
+
+	if err := c.begin(ctx); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if ferr := c.end(ctx, err == nil); err == nil {
+			err = ferr
+		}
+	}()
+	if err := c.markAll(ctx); err != nil {
+		return nil, fmt.Errorf("gc: mark: %w", err)
+	}
+	c.phase.Store("sweep")
+	if err := c.sweep(ctx); err != nil {
+		return nil, fmt.Errorf("gc: sweep: %w", err)
+	}
+	return nil, nil
+}
+
+// young reports whether a modification time (Unix ns; 0 when unknown) is
+// within the delay, or after the run began.
+func (c *collector) young(mod int64) bool { return mod == 0 || mod >= c.cutoff }
+
+// problem counts a bad entry and keeps a few examples.
+func (c *collector) problem(kind, path string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rep.Problems[kind]++
+	if len(c.rep.Examples[kind]) < maxExamples {
+		c.rep.Examples[kind] = append(c.rep.Examples[kind], path)
+	}
+}
+
+// markKey adds k to the marked set. Only the mark goroutine and the sweep's
+// journal reads (never at once) call it.
+func (c *collector) markKey(k dkey) { c.marked[k] = struct{}{} }
+
+func (c *collector) isMarked(k dkey) bool { _, ok := c.marked[k]; return ok }
+
+// keyFor parses alg:hex found in a path, remembering the full spelling of
+// a long digest.
+func (c *collector) keyFor(alg, hexs string) (dkey, bool) {
+	k, ok := parseKey(alg, hexs)
+	if ok && !k.isShort() {
+		c.longMu.Lock()
+		if _, have := c.long[k]; !have {
+			c.long[k] = hexs
+		}
+		c.longMu.Unlock()
+	}
+	return k, ok
+}
+
+// hexOf returns the hex of k for building its paths.
+func (c *collector) hexOf(k dkey) string {
+	if k.isShort() {
+		return k.hexOfShort()
+	}
+	c.longMu.Lock()
+	defer c.longMu.Unlock()
+	return c.long[k]
+}
+
+func (c *collector) reportProgress() (stop func()) {
+	if c.opts.Progress == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(c.opts.ProgressInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				c.opts.Progress(c.progress())
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+		c.opts.Progress(c.progress())
+	}
+}
+
+func (c *collector) progress() Progress {
+	return Progress{
+		Phase:        c.phase.Load().(string),
+		Repositories: c.nRepos.Load(),
+		Manifests:    c.nMan.Load(),
+		Blobs:        c.nBlobs.Load(),
+		Deleted:      c.nDeleted.Load(),
+		Planned:      c.nPlanned.Load(),
+		Elapsed:      time.Since(c.start),
+	}
+}
+
+// ProblemKinds returns the kinds in r.Problems in a stable order.
+func (r *Report) ProblemKinds() []string {
+	kinds := make([]string, 0, len(r.Problems))
+	for k := range r.Problems {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	return kinds
+}

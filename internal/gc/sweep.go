@@ -1,0 +1,415 @@
+package gc
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/cairn-registry/cairn/internal/storage/driver"
+)
+
+type entryKind uint8
+
+const (
+	kRev      entryKind = iota // a deleted manifest's revision link
+	kReferrer                  // its link in its subject's referrers index
+	kLayer                     // a _layers link no live manifest names
+	kTagIndex                  // a tag index entry naming a deleted manifest
+	kStale                     // a tag index entry naming no revision
+	kBlob                      // an unmarked blob's data
+)
+
+// fenced kinds are what registry writers check before they rely on them;
+// a round deleting any of them runs under a fence (see the package doc).
+func (k entryKind) fenced() bool { return k == kRev || k == kLayer || k == kBlob }
+
+// entry is one path to delete, 20 bytes: its place in the round's arena
+// and what it is, so that a journal read can still spare it.
+type entry struct {
+	start, end int32
+	repo       int32
+	idx        int32 // revision, layer link or round blob index
+	kind       entryKind
+}
+
+type blobInfo struct {
+	key  dkey
+	size int64
+}
+
+// sweeper gathers entries into rounds of BatchSize*Concurrency paths. The
+// paths of a round are appended to one arena and handed out as strings
+// pointing into it: no allocation per path.
+type sweeper struct {
+	c      *collector
+	ents   []entry
+	blobs  []blobInfo
+	arena  []byte
+	fenced bool
+	max    int
+	// batches are reused DeleteFiles arguments; one whose call failed is
+	// replaced, as its error may keep referring to it.
+	batches   [][]string
+	links     []string // DigestLink of each deleted revision of the repository
+	undeleted []entry  // revision links a DeleteFiles call did not delete
+	erred     bool     // a DeleteFiles call of this round failed
+	last      bool     // this is the sweep's last round
+}
+
+func newSweeper(c *collector) *sweeper {
+	max := c.opts.BatchSize * c.opts.Concurrency
+	return &sweeper{c: c, max: max, ents: make([]entry, 0, max), arena: make([]byte, 0, max*160)}
+}
+
+func (s *sweeper) push(ctx context.Context, e entry, start int) error {
+	e.start, e.end = int32(start), int32(len(s.arena))
+	s.ents = append(s.ents, e)
+	if e.kind.fenced() {
+		s.fenced = true
+	}
+	if len(s.ents) >= s.max || len(s.arena) > 1<<30 {
+		return s.flush(ctx)
+	}
+	return nil
+}
+
+// sweep deletes, repository by repository, then the blobs.
+func (c *collector) sweep(ctx context.Context) error {
+	s := newSweeper(c)
+	for ri, rs := range c.repos {
+		if err := s.repoEntries(ctx, int32(ri), rs); err != nil {
+			return err
+		}
+	}
+	if c.blobSweepOff == "" {
+		if err := s.blobEntries(ctx); err != nil {
+			return err
+		}
+	}
+	s.last = true
+	if err := s.flush(ctx); err != nil {
+		return err
+	}
+	if c.blobSweepOff != "" {
+		c.rep.BlobSweep = "skipped: " + c.blobSweepOff
+	} else {
+		c.rep.BlobSweep = "done"
+	}
+	return nil
+}
+
+// repoEntries queues a repository's links: revision and referrer links of
+// deleted manifests first, then unreferenced _layers links, then tag index
+// entries (by then their manifests' fate is settled).
+func (s *sweeper) repoEntries(ctx context.Context, ri int32, rs *repoState) error {
+	c := s.c
+	if rs.uncertain {
+		return nil
+	}
+	if rs.nDelete > 0 {
+		if cap(s.links) < len(rs.revs) {
+			s.links = make([]string, len(rs.revs))
+		}
+		s.links = s.links[:len(rs.revs)]
+		clear(s.links)
+	}
+	for i := range rs.revs {
+		r := &rs.revs[i]
+		if r.flags&fDelete == 0 {
+			continue
+		}
+		alg, hex := r.key.alg(), c.hexOf(r.key)
+		s.links[i] = registry.DigestLink(alg, hex)
+		start := len(s.arena)
+		s.arena = registry.AppendRevisionLinkPath(s.arena, rs.name, alg, hex)
+		if err := s.push(ctx, entry{kind: kRev, repo: ri, idx: int32(i)}, start); err != nil {
+			return err
+		}
+		var subj dkey
+		switch {
+		case r.subject >= 0:
+			subj = rs.revs[r.subject].key
+		case r.subject == danglingSubject:
+			subj = rs.dangling[int32(i)]
+		default:
+			continue
+		}
+		start = len(s.arena)
+		s.arena = registry.AppendReferrerLinkPath(s.arena, rs.name, subj.alg(), c.hexOf(subj), alg, hex)
+		if err := s.push(ctx, entry{kind: kReferrer, repo: ri, idx: int32(i)}, start); err != nil {
+			return err
+		}
+	}
+	for j := range rs.layers {
+		l := &rs.layers[j]
+		if !l.del {
+			continue
+		}
+		start := len(s.arena)
+		s.arena = registry.AppendLayerLinkPath(s.arena, rs.name, l.key.alg(), c.hexOf(l.key))
+		if err := s.push(ctx, entry{kind: kLayer, repo: ri, idx: int32(j)}, start); err != nil {
+			return err
+		}
+	}
+	for ti := range rs.tags {
+		t := &rs.tags[ti]
+		var err error
+		if rs.nDelete > 0 {
+			// The hot loop: two appends per path.
+			dir := registry.TagIndexDir(rs.name, t.name)
+			t.index.each(func(i uint32) bool {
+				if rs.revs[i].flags&fDelete == 0 {
+					return true
+				}
+				start := len(s.arena)
+				s.arena = append(append(s.arena, dir...), s.links[i]...)
+				err = s.push(ctx, entry{kind: kTagIndex, repo: ri, idx: int32(i)}, start)
+				return err == nil
+			})
+		}
+		if err != nil {
+			return err
+		}
+		for _, k := range t.stale {
+			start := len(s.arena)
+			s.arena = registry.AppendTagIndexLinkPath(s.arena, rs.name, t.name, k.alg(), c.hexOf(k))
+			if err := s.push(ctx, entry{kind: kStale, repo: ri, idx: -1}, start); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// blobEntries lists blobs/ once and queues every blob nobody marked.
+func (s *sweeper) blobEntries(ctx context.Context) error {
+	c := s.c
+	err := c.d.Walk(ctx, registry.BlobsPath(), func(fi driver.FileInfo) error {
+		if fi.IsDir {
+			return nil
+		}
+		alg, hexs, ok := registry.ParseBlobDataPath(fi.Path)
+		if !ok {
+			c.problem(ProblemBadPath, fi.Path)
+			return nil
+		}
+		k, ok := c.keyFor(alg, hexs)
+		if !ok {
+			c.problem(ProblemBadPath, fi.Path)
+			return nil
+		}
+		c.nBlobs.Add(1)
+		c.rep.Blobs++
+		if c.isMarked(k) {
+			return nil
+		}
+		if c.young(modNS(fi.ModTime)) {
+			c.rep.KeptYoung++
+			return nil
+		}
+		c.nPlanned.Add(1)
+		s.blobs = append(s.blobs, blobInfo{key: k, size: fi.Size})
+		start := len(s.arena)
+		s.arena = append(s.arena, fi.Path...)
+		return s.push(ctx, entry{kind: kBlob, idx: int32(len(s.blobs) - 1)}, start)
+	})
+	if errors.Is(err, driver.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// flush runs one round with the queued entries. The round's paths are
+// strings pointing into the arena; DeleteFiles is synchronous and keeps no
+// path after it returns except in its error, so the arena is written again
+// only after a round whose calls all succeeded.
+func (s *sweeper) flush(ctx context.Context) error {
+	if len(s.ents) == 0 {
+		return nil
+	}
+	buf := s.arena
+	s.erred = false
+	err := s.c.runRound(ctx, s, unsafe.String(unsafe.SliceData(buf), len(buf)))
+	if s.erred {
+		s.arena = make([]byte, 0, cap(buf))
+	} else {
+		s.arena = buf[:0]
+	}
+	s.ents, s.blobs, s.fenced = s.ents[:0], s.blobs[:0], false
+	return err
+}
+
+// doomed reports whether e is still to be deleted: a journal record read
+// since it was queued may have revived its manifest or named its blob.
+func (c *collector) doomed(s *sweeper, e entry) bool {
+	switch e.kind {
+	case kRev, kReferrer, kTagIndex:
+		return c.repos[e.repo].revs[e.idx].flags&fDelete != 0
+	case kLayer:
+		return c.repos[e.repo].layers[e.idx].del
+	case kBlob:
+		return c.blobSweepOff == "" && !c.isMarked(s.blobs[e.idx].key)
+	}
+	return true
+}
+
+// runRound deletes one round's entries: under a fence, after reading the
+// journal, when the round deletes what writers rely on.
+func (c *collector) runRound(ctx context.Context, s *sweeper, arena string) error {
+	rctx := ctx
+	if s.fenced && !c.opts.DryRun {
+		began := time.Now()
+		fence, err := c.openFence(ctx)
+		if err != nil {
+			return err
+		}
+		if s.last {
+			// Removed with the run marker: one request less.
+			c.journal.fence = fence
+		} else {
+			defer c.closeFence(ctx, fence)
+		}
+		var cancel context.CancelFunc
+		// Writers wait GCFenceWait for a fence they saw; stop well within.
+		rctx, cancel = context.WithDeadline(ctx, began.Add(registry.GCRoundMax))
+		defer cancel()
+		if err := c.readJournal(rctx); err != nil {
+			return err
+		}
+	}
+	ents := s.ents[:0]
+	for _, e := range s.ents {
+		if c.doomed(s, e) {
+			ents = append(ents, e)
+		} else {
+			c.rep.KeptJournal++
+		}
+	}
+	if c.opts.DryRun {
+		for _, e := range ents {
+			c.count(s, e, 1)
+		}
+		c.nDeleted.Add(int64(len(ents)))
+		return ctx.Err()
+	}
+
+	bs := c.opts.BatchSize
+	nb := (len(ents) + bs - 1) / bs
+	for len(s.batches) < nb {
+		s.batches = append(s.batches, make([]string, 0, bs))
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for b := range nb {
+		part := ents[b*bs : min(len(ents), (b+1)*bs)]
+		paths := s.batches[b][:0]
+		for _, e := range part {
+			paths = append(paths, arena[e.start:e.end])
+		}
+		s.batches[b] = paths
+		wg.Go(func() {
+			n, err := c.d.DeleteFiles(rctx, paths)
+			mu.Lock()
+			defer mu.Unlock()
+			c.account(s, part, paths, n, err)
+			if err != nil {
+				s.batches[b] = make([]string, 0, bs)
+				s.erred = true
+			}
+		})
+	}
+	wg.Wait()
+	// A manifest whose revision link is still there stays whole: its
+	// blobs, links and tag index entries are kept.
+	for _, e := range s.undeleted {
+		c.revive(ctx, c.repos[e.repo], int(e.idx))
+	}
+	s.undeleted = s.undeleted[:0]
+	return ctx.Err()
+}
+
+// account counts what one DeleteFiles call deleted. Paths named in its
+// errors failed; if fewer paths are gone than were not named, the rest were not attempted (the round ran out of time, or the
+// run was stopped).
+func (c *collector) account(s *sweeper, part []entry, paths []string, n int, err error) {
+	const (
+		gone = iota
+		failed
+		deferred
+	)
+	state := make([]uint8, len(part))
+	if err != nil {
+		var msgs []string
+		for _, e := range flatten(err) {
+			msgs = append(msgs, e.Error())
+			if len(c.rep.DeleteErrors) < maxExamples {
+				c.rep.DeleteErrors = append(c.rep.DeleteErrors, e.Error())
+			}
+		}
+		named := 0
+		for i, p := range paths {
+			for _, m := range msgs {
+				if strings.Contains(m, p) {
+					state[i] = failed
+					named++
+					break
+				}
+			}
+		}
+		unknown := len(part) - named - n
+		for i := len(part) - 1; i >= 0 && unknown > 0; i-- {
+			if state[i] == gone {
+				state[i] = deferred
+				unknown--
+			}
+		}
+	}
+	for i, e := range part {
+		switch state[i] {
+		case gone:
+			c.count(s, e, 1)
+			c.nDeleted.Add(1)
+			continue
+		case failed:
+			c.rep.DeleteFailures++
+		case deferred:
+			c.rep.Deferred++
+		}
+		if e.kind == kRev {
+			s.undeleted = append(s.undeleted, e)
+		}
+	}
+}
+
+func (c *collector) count(s *sweeper, e entry, n int64) {
+	d := &c.rep.Deleted
+	switch e.kind {
+	case kRev:
+		d.Manifests += n
+	case kReferrer:
+		d.ReferrerLinks += n
+	case kLayer:
+		d.LayerLinks += n
+	case kTagIndex, kStale:
+		d.TagIndexEntries += n
+	case kBlob:
+		d.Blobs += n
+		d.BytesFreed += n * s.blobs[e.idx].size
+	}
+}
+
+// flatten lists the errors joined in err.
+func flatten(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, flatten(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}

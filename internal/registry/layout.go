@@ -1,0 +1,495 @@
+package registry
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/cairn-registry/cairn/internal/storage/driver"
+)
+
+// This file exports the storage layout to the garbage collector (package gc)
+// and holds the registry's side of the protocol that lets GC run while the
+// registry serves (see "GC journal and fences" below, and package gc's
+// documentation for the whole protocol).
+
+// RootPath is the storage root every registry path lives under.
+const RootPath = rootPath
+
+// RepositoriesPath is the directory holding every repository.
+func RepositoriesPath() string { return repositoriesPath() }
+
+// BlobsPath is the directory holding every blob's data.
+func BlobsPath() string { return rootPath + "/blobs" }
+
+// BlobDataPath is the data file of blob d.
+func BlobDataPath(d digest.Digest) string { return blobDataPath(d) }
+
+// TagCurrentLinkPath is the link naming the manifest tag points at.
+func TagCurrentLinkPath(repo, tag string) string { return tagCurrentLinkPath(repo, tag) }
+
+// The Append*Path functions append a path to b by plain concatenation, with
+// the digest given as its algorithm and hex parts: GC builds hundreds of
+// millions of paths and must not allocate for each. alg and hex must be
+// valid (GC parses them from paths it listed).
+
+// AppendBlobDataPath appends blobs/<alg>/<hex[0:2]>/<hex>/data.
+func AppendBlobDataPath(b []byte, alg, hex string) []byte {
+	b = append(b, rootPath+"/blobs/"...)
+	b = append(b, alg...)
+	b = append(b, '/')
+	b = append(b, hex[:2]...)
+	b = append(b, '/')
+	b = append(b, hex...)
+	return append(b, "/data"...)
+}
+
+// AppendRevisionLinkPath appends the revision link of manifest alg:hex in repo.
+func AppendRevisionLinkPath(b []byte, repo, alg, hex string) []byte {
+	b = appendRepo(b, repo)
+	b = append(b, "/_manifests/revisions/"...)
+	return appendDigestLink(b, alg, hex)
+}
+
+// AppendLayerLinkPath appends the _layers link of blob alg:hex in repo.
+func AppendLayerLinkPath(b []byte, repo, alg, hex string) []byte {
+	b = appendRepo(b, repo)
+	b = append(b, "/_layers/"...)
+	return appendDigestLink(b, alg, hex)
+}
+
+// AppendTagIndexLinkPath appends tag's index entry for manifest alg:hex.
+func AppendTagIndexLinkPath(b []byte, repo, tag, alg, hex string) []byte {
+	b = appendRepo(b, repo)
+	b = append(b, "/_manifests/tags/"...)
+	b = append(b, tag...)
+	b = append(b, "/index/"...)
+	return appendDigestLink(b, alg, hex)
+}
+
+// TagIndexDir is the directory of tag's index entries; an entry's path is
+// TagIndexDir + DigestLink(alg, hex). GC builds the two parts once per tag
+// and once per manifest, and each of a tag's entries from them.
+func TagIndexDir(repo, tag string) string { return tagPath(repo, tag) + "/index/" }
+
+// DigestLink is "<alg>/<hex>/link", the tail of every link path.
+func DigestLink(alg, hex string) string { return alg + "/" + hex + "/link" }
+
+// AppendReferrerLinkPath appends the referrers-index link of manifest
+// alg:hex under its subject subjAlg:subjHex.
+func AppendReferrerLinkPath(b []byte, repo, subjAlg, subjHex, alg, hex string) []byte {
+	b = appendRepo(b, repo)
+	b = append(b, "/_referrers/"...)
+	b = append(b, subjAlg...)
+	b = append(b, '/')
+	b = append(b, subjHex...)
+	b = append(b, '/')
+	return appendDigestLink(b, alg, hex)
+}
+
+func appendRepo(b []byte, repo string) []byte {
+	b = append(b, rootPath+"/repositories/"...)
+	return append(b, repo...)
+}
+
+func appendDigestLink(b []byte, alg, hex string) []byte {
+	b = append(b, alg...)
+	b = append(b, '/')
+	b = append(b, hex...)
+	return append(b, "/link"...)
+}
+
+// EntryKind classifies a path below RepositoriesPath.
+type EntryKind uint8
+
+// Kinds of repository entries.
+const (
+	EntryOther        EntryKind = iota // not part of the layout cairn reads
+	EntryLayerLink                     // <repo>/_layers/<alg>/<hex>/link
+	EntryRevisionLink                  // <repo>/_manifests/revisions/<alg>/<hex>/link
+	EntryTagCurrent                    // <repo>/_manifests/tags/<tag>/current/link
+	EntryTagIndex                      // <repo>/_manifests/tags/<tag>/index/<alg>/<hex>/link
+	EntryUploads                       // <repo>/_uploads (the directory)
+	EntryReferrers                     // <repo>/_referrers (the directory)
+)
+
+// RepoEntry is a path below RepositoriesPath split into its parts. The
+// strings are slices of the path; Alg and Hex are as found, not validated.
+type RepoEntry struct {
+	Kind     EntryKind
+	Repo     string
+	Tag      string
+	Alg, Hex string
+}
+
+// ParseRepoPath splits a path from a listing of RepositoriesPath. A file
+// that is not one of the link kinds, and a directory other than _uploads or
+// _referrers, is EntryOther (with Repo set when it lies in a repository).
+// A repository's own directory ends where its first segment starting with
+// '_' begins: no repository name component may start with '_'.
+func ParseRepoPath(p string) RepoEntry {
+	rest, ok := strings.CutPrefix(p, rootPath+"/repositories/")
+	if !ok {
+		return RepoEntry{}
+	}
+	i := strings.Index(rest, "/_")
+	if i <= 0 {
+		return RepoEntry{}
+	}
+	e := RepoEntry{Repo: rest[:i]}
+	rest = rest[i+1:]
+	switch {
+	case rest == "_uploads":
+		e.Kind = EntryUploads
+	case rest == "_referrers":
+		e.Kind = EntryReferrers
+	case strings.HasPrefix(rest, "_layers/"):
+		if alg, hex, ok := digestLink(rest[len("_layers/"):]); ok {
+			e.Kind, e.Alg, e.Hex = EntryLayerLink, alg, hex
+		}
+	case strings.HasPrefix(rest, "_manifests/revisions/"):
+		if alg, hex, ok := digestLink(rest[len("_manifests/revisions/"):]); ok {
+			e.Kind, e.Alg, e.Hex = EntryRevisionLink, alg, hex
+		}
+	case strings.HasPrefix(rest, "_manifests/tags/"):
+		rest = rest[len("_manifests/tags/"):]
+		j := strings.IndexByte(rest, '/')
+		if j <= 0 {
+			break
+		}
+		tag, sub := rest[:j], rest[j+1:]
+		if sub == "current/link" {
+			e.Kind, e.Tag = EntryTagCurrent, tag
+		} else if s, ok := strings.CutPrefix(sub, "index/"); ok {
+			if alg, hex, ok := digestLink(s); ok {
+				e.Kind, e.Tag, e.Alg, e.Hex = EntryTagIndex, tag, alg, hex
+			}
+		}
+	}
+	return e
+}
+
+// digestLink splits "<alg>/<hex>/link".
+func digestLink(s string) (alg, hex string, ok bool) {
+	alg, s, ok = strings.Cut(s, "/")
+	if !ok {
+		return "", "", false
+	}
+	hex, ok = strings.CutSuffix(s, "/link")
+	if !ok || alg == "" || hex == "" || strings.IndexByte(hex, '/') >= 0 {
+		return "", "", false
+	}
+	return alg, hex, true
+}
+
+// ParseBlobDataPath splits blobs/<alg>/<xx>/<hex>/data; ok is false for any
+// other path, and for a <xx> that is not the start of <hex>.
+func ParseBlobDataPath(p string) (alg, hex string, ok bool) {
+	rest, ok := strings.CutPrefix(p, rootPath+"/blobs/")
+	if !ok {
+		return "", "", false
+	}
+	rest, ok = strings.CutSuffix(rest, "/data")
+	if !ok {
+		return "", "", false
+	}
+	alg, rest, ok = strings.Cut(rest, "/")
+	if !ok {
+		return "", "", false
+	}
+	pre, hex, ok := strings.Cut(rest, "/")
+	if !ok || len(hex) < 2 || pre != hex[:2] || strings.IndexByte(hex, '/') >= 0 {
+		return "", "", false
+	}
+	return alg, hex, true
+}
+
+// ManifestRefs are the digests a manifest names, as the garbage collector
+// follows them.
+type ManifestRefs struct {
+	// Blobs: config, layers, Docker schema 1 fsLayers, and index entries
+	// whose media type is not a manifest's.
+	Blobs []digest.Digest
+	// Manifests: index entries that are (or may be) manifests.
+	Manifests []digest.Digest
+	// Subject is the manifest this one refers to, or "".
+	Subject digest.Digest
+}
+
+// ParseManifestRefs extracts what a stored manifest references, from any
+// manifest flavour a registry may hold (OCI and Docker image manifests and
+// indexes, OCI artifact manifests, Docker schema 1 written by distribution).
+// Digests that do not parse are skipped and counted in bad.
+func ParseManifestRefs(content []byte) (refs ManifestRefs, bad int, err error) {
+	var m struct {
+		Config    *ocispec.Descriptor  `json:"config"`
+		Layers    []ocispec.Descriptor `json:"layers"`
+		Blobs     []ocispec.Descriptor `json:"blobs"` // OCI artifact manifest (draft 1.1)
+		Manifests []ocispec.Descriptor `json:"manifests"`
+		Subject   *ocispec.Descriptor  `json:"subject"`
+		FSLayers  []struct {
+			BlobSum digest.Digest `json:"blobSum"`
+		} `json:"fsLayers"`
+	}
+	if err := json.Unmarshal(content, &m); err != nil {
+		return refs, 0, fmt.Errorf("manifest is not JSON: %w", err)
+	}
+	add := func(list *[]digest.Digest, d digest.Digest) {
+		if d.Validate() != nil {
+			bad++
+			return
+		}
+		*list = append(*list, d)
+	}
+	if m.Config != nil {
+		add(&refs.Blobs, m.Config.Digest)
+	}
+	for _, l := range m.Layers {
+		add(&refs.Blobs, l.Digest)
+	}
+	for _, l := range m.Blobs {
+		add(&refs.Blobs, l.Digest)
+	}
+	for _, l := range m.FSLayers {
+		add(&refs.Blobs, l.BlobSum)
+	}
+	for _, c := range m.Manifests {
+		if c.MediaType != "" && !IsManifestMediaType(c.MediaType) && !strings.Contains(c.MediaType, "manifest") {
+			add(&refs.Blobs, c.Digest)
+			continue
+		}
+		add(&refs.Manifests, c.Digest)
+	}
+	if m.Subject != nil {
+		if m.Subject.Digest.Validate() == nil {
+			refs.Subject = m.Subject.Digest
+		} else {
+			bad++
+		}
+	}
+	return refs, bad, nil
+}
+
+// GC journal and fences.
+//
+// Before a registry operation relies on stored content it did not write
+// itself (a manifest PUT on the blobs and child manifests it names and on
+// its own revision; a blob upload or mount on an existing blob), it writes
+// a journal record naming that content, then looks for open GC sweep
+// rounds (fences) and waits until every fence it saw has closed; only then
+// does it check that the content exists and store what it stores. A GC
+// round opens its fence before it reads the journal and deletes only while
+// its fence is open, so any record written before a writer saw no fence
+// (or saw its fences close) is read by every round that deletes after the
+// writer's existence checks. When the operation ends and no GC run is
+// active, the writer removes its record; otherwise GC removes it once it has
+// seen the operation's effects.
+
+// GCActivePath holds one marker per running GC (run-<id>) and one fence per
+// open sweep round (fence-<id>-<round>).
+func GCActivePath() string { return rootPath + "/cairn/gc/active" }
+
+// GCJournalPath holds the journal records of operations in progress.
+func GCJournalPath() string { return rootPath + "/cairn/gc/journal" }
+
+// GC marker and fence name prefixes within GCActivePath.
+const (
+	GCRunPrefix   = "run-"
+	GCFencePrefix = "fence-"
+)
+
+// GCFenceWait bounds how long a writer waits for a fence it saw to close. A
+// GC round stops deleting GCRoundMax after it began writing its fence, so
+// a fence still there after GCFenceWait belongs to a GC that died.
+const (
+	GCFenceWait = 60 * time.Second
+	GCRoundMax  = 20 * time.Second
+	// GCFenceStale: a fence this much older than the writer's clock is
+	// ignored at once (it outlived any round by far); the margin covers
+	// clock differences between nodes and the object store.
+	GCFenceStale = 5 * time.Minute
+)
+
+// JournalRecord is what a journal record says: the repository, the
+// manifest or blob the operation is about, and for a manifest the tags it
+// writes and what it references.
+type JournalRecord struct {
+	Repo     string
+	Manifest bool // Digest is a manifest being stored; else a blob
+	Digest   digest.Digest
+	Tags     []string        `json:"tags,omitempty"`
+	Blobs    []digest.Digest `json:"blobs,omitempty"`
+	Children []digest.Digest `json:"manifests,omitempty"`
+}
+
+// journalContent is a record's stored body; the rest is in its path.
+type journalContent struct {
+	Tags     []string        `json:"tags,omitempty"`
+	Blobs    []digest.Digest `json:"blobs,omitempty"`
+	Children []digest.Digest `json:"manifests,omitempty"`
+}
+
+// JournalRecordPath is the path of a record. nonce makes each operation's
+// record its own file, so that removing one never removes another's.
+func JournalRecordPath(rec *JournalRecord, nonce string) string {
+	kind := "/_blobs/"
+	if rec.Manifest {
+		kind = "/_manifests/"
+	}
+	return GCJournalPath() + "/" + rec.Repo + kind + string(rec.Digest.Algorithm()) + "/" + rec.Digest.Encoded() + "/" + nonce
+}
+
+// ParseJournalPath reads the repository, kind and digest parts of a record
+// path; the digest parts are not validated.
+func ParseJournalPath(p string) (repo string, manifest bool, alg, hex string, ok bool) {
+	rest, ok := strings.CutPrefix(p, GCJournalPath()+"/")
+	if !ok {
+		return "", false, "", "", false
+	}
+	i := strings.Index(rest, "/_")
+	if i <= 0 {
+		return "", false, "", "", false
+	}
+	repo, rest = rest[:i], rest[i+1:]
+	switch {
+	case strings.HasPrefix(rest, "_manifests/"):
+		manifest, rest = true, rest[len("_manifests/"):]
+	case strings.HasPrefix(rest, "_blobs/"):
+		rest = rest[len("_blobs/"):]
+	default:
+		return "", false, "", "", false
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+		return "", false, "", "", false
+	}
+	return repo, manifest, parts[0], parts[1], true
+}
+
+// DecodeJournalContent fills rec's tags and references from a record body.
+func DecodeJournalContent(rec *JournalRecord, b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	var c journalContent
+	if err := json.Unmarshal(b, &c); err != nil {
+		return fmt.Errorf("journal record: %w", err)
+	}
+	rec.Tags, rec.Blobs, rec.Children = c.Tags, c.Blobs, c.Children
+	return nil
+}
+
+// manifestRecord describes a manifest push for the journal; ok is false when
+// content does not parse (validation then refuses it before anything is
+// read or stored).
+func manifestRecord(repo string, d digest.Digest, content []byte, tags []string) (*JournalRecord, bool) {
+	refs, _, err := ParseManifestRefs(content)
+	if err != nil {
+		return nil, false
+	}
+	return &JournalRecord{Repo: repo, Manifest: true, Digest: d, Tags: tags, Blobs: refs.Blobs, Children: refs.Manifests}, true
+}
+
+// protectForGC writes rec to the journal and waits out the GC rounds that
+// may not have read it; see "GC journal and fences". The caller checks
+// existence and stores only after it returns, and calls done when its
+// operation has ended (successfully or not).
+func (r *Registry) protectForGC(ctx context.Context, rec *JournalRecord) (done func(), err error) {
+	var body []byte
+	if rec.Manifest {
+		body, err = json.Marshal(journalContent{Tags: rec.Tags, Blobs: rec.Blobs, Children: rec.Children})
+		if err != nil {
+			return nil, err
+		}
+	}
+	var nonce [8]byte
+	rand.Read(nonce[:])
+	p := JournalRecordPath(rec, hex.EncodeToString(nonce[:]))
+	if err := r.d.PutContent(ctx, p, body); err != nil {
+		return nil, fmt.Errorf("gc journal: %w", err)
+	}
+	done = func() {
+		// Without cancellation: a client that went away must not leave
+		// the record behind to hold content until GC removes it.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		runs, _, err := r.gcActive(ctx)
+		if err == nil && !runs {
+			_, _ = r.d.DeleteFiles(ctx, []string{p})
+		}
+	}
+	if err := r.waitFences(ctx); err != nil {
+		done()
+		return nil, err
+	}
+	return done, nil
+}
+
+// waitFences returns once every fence open now has closed, or has been
+// open longer than any live GC keeps one.
+func (r *Registry) waitFences(ctx context.Context) error {
+	_, fences, err := r.gcActive(ctx)
+	if err != nil || len(fences) == 0 {
+		return err
+	}
+	deadline := time.Now().Add(GCFenceWait)
+	pause := 10 * time.Millisecond
+	for time.Now().Before(deadline) {
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		pause = min(2*pause, 200*time.Millisecond)
+		_, now, err := r.gcActive(ctx)
+		if err != nil {
+			return err
+		}
+		// Fences opened since are fine: those rounds read the journal
+		// after the record was written.
+		fences = slices.DeleteFunc(fences, func(f string) bool { return !slices.Contains(now, f) })
+		if len(fences) == 0 {
+			return nil
+		}
+	}
+	return nil
+}
+
+// gcActive lists GCActivePath: whether a GC run marker is present, and the
+// fences that are not stale.
+func (r *Registry) gcActive(ctx context.Context) (runs bool, fences []string, err error) {
+	now := time.Now()
+	err = r.d.Walk(ctx, GCActivePath(), func(fi driver.FileInfo) error {
+		if fi.IsDir {
+			return driver.ErrSkipDir
+		}
+		name := fi.Path[strings.LastIndexByte(fi.Path, '/')+1:]
+		switch {
+		case strings.HasPrefix(name, GCRunPrefix):
+			runs = true
+		case strings.HasPrefix(name, GCFencePrefix):
+			if fi.ModTime.IsZero() || now.Sub(fi.ModTime) < GCFenceStale {
+				fences = append(fences, fi.Path)
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, driver.ErrNotFound) {
+		err = nil
+	}
+	if err != nil {
+		return false, nil, fmt.Errorf("gc fences: %w", err)
+	}
+	return runs, fences, nil
+}

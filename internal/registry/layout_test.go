@@ -1,0 +1,209 @@
+package registry
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/cairn-registry/cairn/internal/storage/driver"
+	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
+	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
+)
+
+func TestLayoutAppendMatchesPaths(t *testing.T) {
+	d := digest.FromString("x")
+	alg, hex := string(d.Algorithm()), d.Encoded()
+	for _, c := range []struct{ got, want string }{
+		{string(AppendBlobDataPath(nil, alg, hex)), blobDataPath(d)},
+		{string(AppendRevisionLinkPath(nil, "a/b", alg, hex)), revisionLinkPath("a/b", d)},
+		{string(AppendLayerLinkPath(nil, "a/b", alg, hex)), layerLinkPath("a/b", d)},
+		{string(AppendTagIndexLinkPath(nil, "a/b", "v1", alg, hex)), tagIndexLinkPath("a/b", "v1", d)},
+		{TagIndexDir("a/b", "v1") + DigestLink(alg, hex), tagIndexLinkPath("a/b", "v1", d)},
+		{string(AppendReferrerLinkPath(nil, "a/b", alg, hex, alg, hex)), referrerLinkPath("a/b", d, d)},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %s, want %s", c.got, c.want)
+		}
+	}
+}
+
+func TestParseRepoPath(t *testing.T) {
+	d := digest.FromString("x")
+	hex := d.Encoded()
+	for p, want := range map[string]RepoEntry{
+		layerLinkPath("a/b", d):                     {Kind: EntryLayerLink, Repo: "a/b", Alg: "sha256", Hex: hex},
+		revisionLinkPath("a", d):                    {Kind: EntryRevisionLink, Repo: "a", Alg: "sha256", Hex: hex},
+		tagCurrentLinkPath("a/b/c", "_x.y"):         {Kind: EntryTagCurrent, Repo: "a/b/c", Tag: "_x.y"},
+		tagIndexLinkPath("a", "v1", d):              {Kind: EntryTagIndex, Repo: "a", Tag: "v1", Alg: "sha256", Hex: hex},
+		uploadsPath("a"):                            {Kind: EntryUploads, Repo: "a"},
+		rootPath + "/repositories/a/_referrers":     {Kind: EntryReferrers, Repo: "a"},
+		rootPath + "/repositories/a/_layers":        {Repo: "a"},
+		rootPath + "/repositories/a/_layers/x/link": {Repo: "a"},
+		rootPath + "/repositories/a/_manifests/revisions/sha256/" + hex + "/signatures/x/link": {Repo: "a"},
+		rootPath + "/repositories/a": {},
+		rootPath + "/blobs/sha256":   {},
+	} {
+		if got := ParseRepoPath(p); got != want {
+			t.Errorf("%s: got %+v, want %+v", p, got, want)
+		}
+	}
+}
+
+func TestParseBlobDataPath(t *testing.T) {
+	d := digest.FromString("x")
+	if alg, hex, ok := ParseBlobDataPath(blobDataPath(d)); !ok || alg != "sha256" || hex != d.Encoded() {
+		t.Errorf("got %s %s %v", alg, hex, ok)
+	}
+	for _, p := range []string{
+		rootPath + "/blobs/sha256/zz/" + d.Encoded() + "/data",
+		rootPath + "/blobs/sha256/" + d.Encoded() + "/data",
+		rootPath + "/blobs/sha256/ab/ab/x/data",
+		blobDataPath(d) + "x",
+	} {
+		if _, _, ok := ParseBlobDataPath(p); ok {
+			t.Errorf("%s parsed", p)
+		}
+	}
+}
+
+func TestJournalPaths(t *testing.T) {
+	d := digest.FromString("x")
+	rec := &JournalRecord{Repo: "a/b", Manifest: true, Digest: d}
+	repo, manifest, alg, hex, ok := ParseJournalPath(JournalRecordPath(rec, "n1"))
+	if !ok || repo != "a/b" || !manifest || alg != "sha256" || hex != d.Encoded() {
+		t.Errorf("got %s %v %s %s %v", repo, manifest, alg, hex, ok)
+	}
+	rec.Manifest = false
+	if _, manifest, _, _, ok := ParseJournalPath(JournalRecordPath(rec, "n1")); !ok || manifest {
+		t.Error("blob record")
+	}
+	for _, p := range []string{GCJournalPath() + "/a", GCJournalPath() + "/a/_x/sha256/h/n", GCJournalPath() + "/a/_blobs/sha256/h"} {
+		if _, _, _, _, ok := ParseJournalPath(p); ok {
+			t.Errorf("%s parsed", p)
+		}
+	}
+}
+
+func TestParseManifestRefs(t *testing.T) {
+	cfg, l1, child, sub := digest.FromString("c"), digest.FromString("l"), digest.FromString("m"), digest.FromString("s")
+	m := map[string]any{
+		"schemaVersion": 2,
+		"config":        ocispec.Descriptor{Digest: cfg},
+		"layers":        []ocispec.Descriptor{{Digest: l1}, {Digest: "sha256:bad"}},
+		"manifests":     []ocispec.Descriptor{{MediaType: ocispec.MediaTypeImageManifest, Digest: child}, {MediaType: "application/octet-stream", Digest: l1}},
+		"subject":       ocispec.Descriptor{Digest: sub},
+		"fsLayers":      []map[string]string{{"blobSum": string(l1)}},
+	}
+	b, _ := json.Marshal(m)
+	refs, bad, err := ParseManifestRefs(b)
+	if err != nil || bad != 1 {
+		t.Fatalf("bad %d, err %v", bad, err)
+	}
+	if len(refs.Blobs) != 4 || refs.Blobs[0] != cfg || len(refs.Manifests) != 1 || refs.Manifests[0] != child || refs.Subject != sub {
+		t.Errorf("refs %+v", refs)
+	}
+	if _, _, err := ParseManifestRefs([]byte("nope")); err == nil {
+		t.Error("garbage parsed")
+	}
+}
+
+// TestWritersWaitForFences: a push that finds a GC round's fence waits
+// until it is removed; one stale beyond any live round does not wait.
+func TestWritersWaitForFences(t *testing.T) {
+	root := t.TempDir()
+	d, err := filesystem.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := New(d, Options{})
+	ctx := context.Background()
+	fence := GCActivePath() + "/" + GCFencePrefix + "test-1"
+	if err := d.PutContent(ctx, fence, nil); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		id, err := r.StartUpload(ctx, "a")
+		if err == nil {
+			_, err = r.FinishUpload(ctx, "a", id, digest.FromString("blob"), bytes.NewReader([]byte("blob")), 0)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("upload finished under an open fence: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if _, err := d.DeleteFiles(ctx, []string{fence}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("upload still waiting after the fence was removed")
+	}
+
+	// A fence left by a GC that died long ago is ignored.
+	if err := d.PutContent(ctx, fence, nil); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(filepath.Join(root, filepath.FromSlash(fence)), old, old); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := r.MountBlob(ctx, "b", digest.FromString("blob"), "a"); err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(start) > 2*time.Second {
+		t.Error("a stale fence made the writer wait")
+	}
+}
+
+// TestRecordsRemovedWithoutGC: with no GC run active, an operation removes
+// its journal record when it ends; with one active, it leaves it for GC.
+func TestRecordsRemovedWithoutGC(t *testing.T) {
+	d := inmemory.New()
+	r := New(d, Options{})
+	ctx := context.Background()
+	upload := func(data string) {
+		id, err := r.StartUpload(ctx, "a")
+		if err == nil {
+			_, err = r.FinishUpload(ctx, "a", id, digest.FromString(data), bytes.NewReader([]byte(data)), 0)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	records := func() int {
+		n := 0
+		_ = d.Walk(ctx, GCJournalPath(), func(fi driver.FileInfo) error {
+			if !fi.IsDir {
+				n++
+			}
+			return nil
+		})
+		return n
+	}
+	upload("one")
+	if n := records(); n != 0 {
+		t.Errorf("%d records left with no GC running", n)
+	}
+	if err := d.PutContent(ctx, GCActivePath()+"/"+GCRunPrefix+"test", nil); err != nil {
+		t.Fatal(err)
+	}
+	upload("two")
+	if n := records(); n != 1 {
+		t.Errorf("%d records left while a GC runs, want 1", n)
+	}
+}

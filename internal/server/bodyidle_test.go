@@ -1,0 +1,83 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
+)
+
+// monolithicUpload writes the request line and headers of a POST that
+// carries a whole blob of len(body) bytes.
+func monolithicUpload(t *testing.T, conn net.Conn, body []byte) {
+	t.Helper()
+	sum := sha256.Sum256(body)
+	fmt.Fprintf(conn, "POST /v2/a/blobs/uploads/?digest=sha256:%s HTTP/1.1\r\nHost: test\r\nContent-Length: %d\r\n\r\n",
+		hex.EncodeToString(sum[:]), len(body))
+}
+
+// TestBodyIdleTimeout: a request body that stops flowing ends the request
+// after BodyIdleTimeout, while one that trickles steadily for longer than
+// that completes.
+func TestBodyIdleTimeout(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	srv := httptest.NewServer(New(registry.New(inmemory.New(), registry.Options{}), Options{BodyIdleTimeout: idle}))
+	defer srv.Close()
+	body := bytes.Repeat([]byte("cairn"), 200)
+
+	t.Run("stalled body", func(t *testing.T) {
+		conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		monolithicUpload(t, conn, body)
+		conn.Write(body[:10]) // then nothing more
+		// Without the idle timeout the server would wait for the rest
+		// for as long as the connection lives.
+		conn.SetReadDeadline(time.Now().Add(20 * idle))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode < 400 {
+				t.Errorf("a stalled upload got status %d", resp.StatusCode)
+			}
+		} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatalf("the server still waited for the body after %s", 20*idle)
+		}
+	})
+
+	t.Run("trickling body", func(t *testing.T) {
+		conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		monolithicUpload(t, conn, body)
+		// Ten pieces, idle/3 apart: the whole body takes longer than idle.
+		for i := range 10 {
+			time.Sleep(idle / 3)
+			if _, err := conn.Write(body[i*len(body)/10 : (i+1)*len(body)/10]); err != nil {
+				t.Fatalf("piece %d: %v", i, err)
+			}
+		}
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated {
+			t.Errorf("a steadily trickling upload got status %d, want 201", resp.StatusCode)
+		}
+	})
+}

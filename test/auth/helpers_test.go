@@ -1,0 +1,490 @@
+// Package auth tests production serving of a real `cairn serve` process:
+// htpasswd and token authentication with real clients (crane, skopeo) and
+// raw HTTP, TLS and mutual TLS, and the debug listener's metrics, health and
+// readiness. Client tools missing from PATH skip their tests unless
+// CAIRN_REQUIRE_CLIENTS=1.
+package auth
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"golang.org/x/crypto/bcrypt"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+)
+
+// TestMain builds cairn once for the package.
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if os.Getenv("CAIRN_BIN") == "" {
+		dir, err := os.MkdirTemp("", "cairn-auth-bin-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		gomod, err := exec.Command("go", "env", "GOMOD").Output()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "go env GOMOD:", err)
+			return 1
+		}
+		bin := filepath.Join(dir, "cairn")
+		cmd := exec.Command("go", "build", "-o", bin, "./cmd/cairn")
+		cmd.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "go build ./cmd/cairn: %v\n%s", err, out)
+			return 1
+		}
+		os.Setenv("CAIRN_BIN", bin)
+	}
+	return m.Run()
+}
+
+// writeFile writes content to name in a new temp dir and returns its path.
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// htpasswd returns an htpasswd file of bcrypt entries for user, password
+// pairs.
+func htpasswd(t *testing.T, userPass ...string) string {
+	t.Helper()
+	var b strings.Builder
+	for i := 0; i+1 < len(userPass); i += 2 {
+		h, err := bcrypt.GenerateFromPassword([]byte(userPass[i+1]), bcrypt.MinCost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%s:%s\n", userPass[i], h)
+	}
+	return writeFile(t, "htpasswd", b.String())
+}
+
+// startConfig runs cairn with the configuration document cfg on a fresh
+// storage root. The server must answer plain HTTP.
+func startConfig(t *testing.T, cfg string) *cairnproc.Server {
+	t.Helper()
+	return cairnproc.Start(t, "", "--config", writeFile(t, "config.yml", cfg))
+}
+
+// tlsServer is a cairn process serving HTTPS, started and stopped here
+// because cairnproc waits for plain HTTP.
+type tlsServer struct {
+	Addr, URL, Root string
+	cmd             *exec.Cmd
+	done            chan struct{}
+	logs            *syncBuffer
+}
+
+// startTLS runs cairn with cfg (which configures http.tls) and waits until
+// it answers GET /v2/ over HTTPS for a client trusting roots and, for mutual
+// TLS, presenting cert.
+func startTLS(t *testing.T, cfg string, roots *x509.CertPool, cert *tls.Certificate) *tlsServer {
+	t.Helper()
+	addr := cairnproc.FreeAddr(t)
+	s := &tlsServer{Addr: addr, URL: "https://" + addr, Root: t.TempDir(), done: make(chan struct{}), logs: &syncBuffer{}}
+	s.cmd = exec.Command(cairnproc.Binary(t), "serve", "--addr", addr, "--root", s.Root, "--config", writeFile(t, "config.yml", cfg))
+	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { s.cmd.Wait(); close(s.done) }()
+	t.Cleanup(func() {
+		s.stop()
+		if t.Failed() {
+			t.Logf("cairn log:\n%s", s.logs.String())
+		}
+	})
+	hc := httpsClient(roots, cert)
+	defer hc.CloseIdleConnections()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case <-s.done:
+			t.Fatalf("cairn exited: %v\n%s", s.cmd.ProcessState, s.logs.String())
+		default:
+		}
+		resp, err := hc.Get(s.URL + "/v2/")
+		if err == nil {
+			resp.Body.Close()
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cairn did not answer HTTPS on %s: %v\n%s", addr, err, s.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stop ends the process by its PID: SIGTERM, then SIGKILL after 10 s.
+func (s *tlsServer) stop() {
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func httpsClient(roots *x509.CertPool, cert *tls.Certificate) *http.Client {
+	tc := &tls.Config{RootCAs: roots}
+	if cert != nil {
+		tc.Certificates = []tls.Certificate{*cert}
+	}
+	tr := &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true}
+	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
+}
+
+// testCA is a certificate authority made for one test.
+type testCA struct {
+	cert    *x509.Certificate
+	key     *ecdsa.PrivateKey
+	pemPath string // the CA certificate as a PEM file
+	pool    *x509.CertPool
+}
+
+var serial struct {
+	sync.Mutex
+	n int64
+}
+
+func nextSerial() *big.Int {
+	serial.Lock()
+	defer serial.Unlock()
+	serial.n++
+	return big.NewInt(serial.n)
+}
+
+func newCA(t *testing.T, name string) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: nextSerial(), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := &testCA{cert: cert, key: key, pool: x509.NewCertPool()}
+	ca.pool.AddCert(cert)
+	ca.pemPath = writeFile(t, "ca.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
+	return ca
+}
+
+// issued is a certificate the CA issued, with its key, also as PEM files.
+type issued struct {
+	cert              *x509.Certificate
+	key               *ecdsa.PrivateKey
+	certPath, keyPath string
+	tls               tls.Certificate
+}
+
+// issue makes a certificate for cn; ips become IP SANs (a server
+// certificate), none makes a client certificate.
+func (ca *testCA) issue(t *testing.T, cn string, ips ...net.IP) *issued {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: nextSerial(), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, IPAddresses: ips,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	if len(ips) > 0 {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &issued{
+		cert: cert, key: key, tls: pair,
+		certPath: writeFile(t, "cert.pem", string(certPEM)),
+		keyPath:  writeFile(t, "key.pem", string(keyPEM)),
+	}
+}
+
+// tool returns the path of a client binary; a missing tool skips the test,
+// or fails it when CAIRN_REQUIRE_CLIENTS=1.
+func tool(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("CAIRN_REQUIRE_CLIENTS") == "1" {
+			t.Fatalf("%s not found on PATH and CAIRN_REQUIRE_CLIENTS=1: %v", name, err)
+		}
+		t.Skipf("%s not found on PATH (scripts/test.sh installs it): %v", name, err)
+	}
+	return p
+}
+
+// clientEnv runs client tools with their own HOME and config directories,
+// so no user credential leaks in and tests do not see each other's logins.
+type clientEnv struct {
+	home string
+	vars []string
+}
+
+func newClientEnv(t *testing.T, extra ...string) *clientEnv {
+	t.Helper()
+	home := t.TempDir()
+	run := filepath.Join(home, "run")
+	if err := os.MkdirAll(run, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "auth.json"), []byte(`{"auths":{}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	override := map[string]string{
+		"HOME":               home,
+		"DOCKER_CONFIG":      filepath.Join(home, ".docker"),
+		"XDG_CONFIG_HOME":    filepath.Join(home, ".config"),
+		"XDG_RUNTIME_DIR":    run,
+		"REGISTRY_AUTH_FILE": filepath.Join(home, "auth.json"),
+		"NO_COLOR":           "1",
+	}
+	for _, kv := range extra {
+		k, v, _ := strings.Cut(kv, "=")
+		override[k] = v
+	}
+	var vars []string
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); override[k] == "" && !strings.HasPrefix(k, "SSL_CERT_") {
+			vars = append(vars, kv)
+		}
+	}
+	for k, v := range override {
+		vars = append(vars, k+"="+v)
+	}
+	return &clientEnv{home: home, vars: vars}
+}
+
+func (e *clientEnv) exec(name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = e.vars
+	cmd.Dir = e.home
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// run runs a command that must succeed and returns its output.
+func (e *clientEnv) run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := e.exec(name, args...)
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", filepath.Base(name), strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// fail runs a command that must fail and returns its output.
+func (e *clientEnv) fail(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := e.exec(name, args...)
+	if err == nil {
+		t.Fatalf("%s %s succeeded, want failure\n%s", filepath.Base(name), strings.Join(args, " "), out)
+	}
+	return out
+}
+
+// testImage is a random image written as a one-image OCI layout (what crane
+// push and skopeo's oci: transport read), tagged "v1".
+type testImage struct {
+	img    v1.Image
+	digest v1.Hash
+	dir    string
+	size   int64 // bytes of config and layers
+}
+
+func newImage(t *testing.T, layers int64) *testImage {
+	t.Helper()
+	// OCI media types throughout: skopeo's oci: transport finds only OCI
+	// manifests in a layout.
+	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	for range layers {
+		l, err := random.Layer(64<<10, types.OCILayer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if img, err = mutate.AppendLayers(img, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "layout")
+	p, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": "v1"})); err != nil {
+		t.Fatal(err)
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := m.Config.Size
+	for _, l := range m.Layers {
+		size += l.Size
+	}
+	return &testImage{img: img, digest: d, dir: dir, size: size}
+}
+
+// ociDigest reads the digest of the single image in an OCI layout.
+func ociDigest(t *testing.T, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "index.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var idx struct {
+		Manifests []struct {
+			Digest string `json:"digest"`
+		} `json:"manifests"`
+	}
+	if err := json.Unmarshal(b, &idx); err != nil || len(idx.Manifests) != 1 {
+		t.Fatalf("index.json of %s: %v\n%s", dir, err, b)
+	}
+	return idx.Manifests[0].Digest
+}
+
+// response is a fully read HTTP response.
+type response struct {
+	status int
+	header http.Header
+	body   string
+}
+
+// do sends one request; hdr are key, value pairs.
+func do(t *testing.T, hc *http.Client, method, url string, body []byte, hdr ...string) response {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read body: %v", method, url, err)
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+// errorCode returns the first OCI error code of a response body.
+func (r response) errorCode() string {
+	var e struct {
+		Errors []struct {
+			Code string `json:"code"`
+		} `json:"errors"`
+	}
+	if json.Unmarshal([]byte(r.body), &e) != nil || len(e.Errors) == 0 {
+		return ""
+	}
+	return e.Errors[0].Code
+}
+
+func (r response) String() string {
+	return fmt.Sprintf("%d %s %q", r.status, r.header.Get("WWW-Authenticate"), r.body)
+}

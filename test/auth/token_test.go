@@ -1,0 +1,448 @@
+package auth
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+	"github.com/google/go-containerregistry/pkg/authn"
+)
+
+const (
+	tokenService = "cairn-test-registry"
+	tokenIssuer  = "cairn-test-token-server"
+)
+
+// access is one entry of a token's access claim.
+type access struct {
+	Type    string   `json:"type"`
+	Name    string   `json:"name"`
+	Actions []string `json:"actions"`
+}
+
+type tokenClaims struct {
+	jwt.Claims
+	Access []access `json:"access"`
+}
+
+// tokenServer is a Docker token server: it authenticates users with Basic
+// auth and grants each requested scope only the actions its policy allows.
+type tokenServer struct {
+	srv    *httptest.Server
+	ca     *testCA
+	signer *issued
+	users  map[string]string              // user -> password
+	policy map[string]map[string][]string // user -> "type:name" -> actions
+
+	mu        sync.Mutex
+	requested []string // scopes asked for, for diagnostics
+}
+
+func newTokenServer(t *testing.T, users map[string]string, policy map[string]map[string][]string) *tokenServer {
+	t.Helper()
+	ts := &tokenServer{ca: newCA(t, "token CA"), users: users, policy: policy}
+	ts.signer = ts.ca.issue(t, "token signer")
+	ts.srv = httptest.NewServer(http.HandlerFunc(ts.serveToken))
+	t.Cleanup(ts.srv.Close)
+	return ts
+}
+
+func (ts *tokenServer) realm() string { return ts.srv.URL + "/token" }
+
+func (ts *tokenServer) serveToken(w http.ResponseWriter, r *http.Request) {
+	user := ""
+	if u, p, ok := r.BasicAuth(); ok {
+		if want, known := ts.users[u]; !known || want != p {
+			http.Error(w, `{"details":"bad credentials"}`, http.StatusUnauthorized)
+			return
+		}
+		user = u
+	}
+	if r.URL.Query().Get("service") != tokenService {
+		http.Error(w, "wrong service", http.StatusBadRequest)
+		return
+	}
+	var granted []access
+	for _, param := range r.URL.Query()["scope"] {
+		for _, scope := range strings.Fields(param) {
+			ts.mu.Lock()
+			ts.requested = append(ts.requested, user+" "+scope)
+			ts.mu.Unlock()
+			i, j := strings.Index(scope, ":"), strings.LastIndex(scope, ":")
+			if i < 0 || i == j {
+				continue
+			}
+			typ, name, actions := scope[:i], scope[i+1:j], strings.Split(scope[j+1:], ",")
+			allowed := ts.policy[user][typ+":"+name]
+			var ok []string
+			for _, a := range actions {
+				if slices.Contains(allowed, a) {
+					ok = append(ok, a)
+				}
+			}
+			if len(ok) > 0 {
+				granted = append(granted, access{typ, name, ok})
+			}
+		}
+	}
+	raw := ts.mint(nil, user, granted, time.Now(), 5*time.Minute, nil)
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]any{
+		"token": raw, "access_token": raw, "expires_in": 300, "issued_at": time.Now().UTC().Format(time.RFC3339),
+	})
+}
+
+// mint signs a token for sub with the given access, valid from now for ttl
+// (a negative ttl makes it already expired). signer nil means the server's
+// trusted signing certificate; edit may change the claims before signing.
+func (ts *tokenServer) mint(t *testing.T, sub string, acc []access, now time.Time, ttl time.Duration, signer *issued, edit ...func(*tokenClaims)) string {
+	if signer == nil {
+		signer = ts.signer
+	}
+	c := tokenClaims{
+		Claims: jwt.Claims{
+			Issuer: tokenIssuer, Subject: sub, Audience: jwt.Audience{tokenService},
+			Expiry:    jwt.NewNumericDate(now.Add(ttl)),
+			NotBefore: jwt.NewNumericDate(now.Add(-time.Minute)),
+			IssuedAt:  jwt.NewNumericDate(now.Add(-time.Minute)),
+			ID:        base64.RawURLEncoding.EncodeToString([]byte(now.String())),
+		},
+		Access: acc,
+	}
+	for _, e := range edit {
+		e(&c)
+	}
+	opts := (&jose.SignerOptions{}).WithType("JWT").
+		WithHeader("x5c", []string{base64.StdEncoding.EncodeToString(signer.cert.Raw)})
+	s, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: signer.key}, opts)
+	if err == nil {
+		var raw string
+		if raw, err = jwt.Signed(s).Claims(c).Serialize(); err == nil {
+			return raw
+		}
+	}
+	if t != nil {
+		t.Fatal(err)
+	}
+	panic(err)
+}
+
+func (ts *tokenServer) config() string {
+	return "auth:\n  token:\n    realm: " + ts.realm() + "\n    service: " + tokenService +
+		"\n    issuer: " + tokenIssuer + "\n    rootcertbundle: " + ts.ca.pemPath + "\n"
+}
+
+// standardPolicy: pusher may push team/app and pull team/base; puller may
+// only pull team/app; admin may list the catalog and do anything to
+// team/app and team/base.
+func standardTokenServer(t *testing.T) *tokenServer {
+	return newTokenServer(t,
+		map[string]string{"pusher": "push-pw", "puller": "pull-pw", "admin": "admin-pw"},
+		map[string]map[string][]string{
+			"pusher": {"repository:team/app": {"pull", "push"}, "repository:team/base": {"pull"}},
+			"puller": {"repository:team/app": {"pull"}},
+			"admin": {
+				"registry:catalog":     {"*"},
+				"repository:team/app":  {"pull", "push", "delete"},
+				"repository:team/base": {"pull", "push", "delete"},
+			},
+		})
+}
+
+func TestTokenCrane(t *testing.T) {
+	t.Parallel()
+	crane := tool(t, "crane")
+	ts := standardTokenServer(t)
+	srv := startConfig(t, ts.config())
+	img := newImage(t, 2)
+	login := func(user, pass string) *clientEnv {
+		e := newClientEnv(t)
+		e.run(t, crane, "auth", "login", srv.Addr, "-u", user, "-p", pass)
+		return e
+	}
+	ref := srv.Addr + "/team/app:v1"
+
+	pusher := login("pusher", "push-pw")
+	pusher.run(t, crane, "push", "--insecure", img.dir, ref)
+	// pusher may pull team/base, not push to it.
+	if out := pusher.fail(t, crane, "push", "--insecure", img.dir, srv.Addr+"/team/base:v1"); !strings.Contains(out, "DENIED") {
+		t.Errorf("push to team/base with a pull-only grant: want DENIED, got:\n%s", out)
+	}
+
+	puller := login("puller", "pull-pw")
+	pulled := filepath.Join(t.TempDir(), "pulled")
+	puller.run(t, crane, "pull", "--insecure", "--format=oci", ref, pulled)
+	if got := ociDigest(t, pulled); got != img.digest.String() {
+		t.Errorf("puller pulled %s, want %s", got, img.digest)
+	}
+	if out := puller.fail(t, crane, "push", "--insecure", img.dir, srv.Addr+"/team/app:v2"); !strings.Contains(out, "DENIED") {
+		t.Errorf("push with a pull token: want DENIED, got:\n%s", out)
+	}
+	if out := puller.fail(t, crane, "tag", "--insecure", ref, "v3"); !strings.Contains(out, "DENIED") {
+		t.Errorf("tag with a pull token: want DENIED, got:\n%s", out)
+	}
+	// Cross-repository: team/base exists after admin pushes it, and the
+	// puller's token for team/app does not open it.
+	admin := login("admin", "admin-pw")
+	admin.run(t, crane, "push", "--insecure", img.dir, srv.Addr+"/team/base:v1")
+	if out := puller.fail(t, crane, "manifest", "--insecure", srv.Addr+"/team/base:v1"); !strings.Contains(out, "DENIED") {
+		t.Errorf("pull of team/base with a team/app token: want DENIED, got:\n%s", out)
+	}
+	if out := puller.fail(t, crane, "catalog", "--insecure", srv.Addr); !strings.Contains(out, "DENIED") {
+		t.Errorf("catalog with a pull token: want DENIED, got:\n%s", out)
+	}
+	if out := admin.run(t, crane, "catalog", "--insecure", srv.Addr); !strings.Contains(out, "team/app") || !strings.Contains(out, "team/base") {
+		t.Errorf("admin catalog = %q", out)
+	}
+	// The refused push and tag changed nothing.
+	tags := admin.run(t, crane, "ls", "--insecure", srv.Addr+"/team/app")
+	if strings.TrimSpace(tags) != "v1" {
+		t.Errorf("tags of team/app = %q, want only v1", tags)
+	}
+	wrong := login("puller", "not-the-password")
+	wrong.fail(t, crane, "manifest", "--insecure", ref)
+}
+
+func TestTokenSkopeo(t *testing.T) {
+	t.Parallel()
+	skopeo := tool(t, "skopeo")
+	ts := standardTokenServer(t)
+	srv := startConfig(t, ts.config())
+	img := newImage(t, 2)
+	e := newClientEnv(t)
+	s := func(args ...string) string {
+		return e.run(t, skopeo, append([]string{"--insecure-policy"}, args...)...)
+	}
+	fail := func(args ...string) string {
+		return e.fail(t, skopeo, append([]string{"--insecure-policy"}, args...)...)
+	}
+	ref := "docker://" + srv.Addr + "/team/app:v1"
+
+	s("copy", "--preserve-digests", "--dest-tls-verify=false", "--dest-creds", "pusher:push-pw", "oci:"+img.dir+":v1", ref)
+	out := filepath.Join(t.TempDir(), "out")
+	s("copy", "--preserve-digests", "--src-tls-verify=false", "--src-creds", "puller:pull-pw", ref, "oci:"+out+":v1")
+	if got := ociDigest(t, out); got != img.digest.String() {
+		t.Errorf("pulled %s, want %s", got, img.digest)
+	}
+	if o := fail("copy", "--dest-tls-verify=false", "--dest-creds", "puller:pull-pw", "oci:"+img.dir+":v1", "docker://"+srv.Addr+"/team/app:v2"); !strings.Contains(strings.ToLower(o), "denied") {
+		t.Errorf("skopeo push with a pull token: want denied, got:\n%s", o)
+	}
+	fail("inspect", "--raw", "--tls-verify=false", "--creds", "puller:pull-pw", "docker://"+srv.Addr+"/team/base:v1")
+}
+
+// TestTokenEnforcement sends hand-made tokens: the registry checks scope,
+// repository, expiry, signature, issuer and audience, and refusals look the
+// same whether or not the repository exists.
+func TestTokenEnforcement(t *testing.T) {
+	t.Parallel()
+	ts := standardTokenServer(t)
+	srv := startConfig(t, ts.config())
+	img := newImage(t, 1)
+	pushImage(t, srv.Addr+"/team/app:v1", img, &authn.Basic{Username: "admin", Password: "admin-pw"})
+	pushImage(t, srv.Addr+"/team/base:v1", img, &authn.Basic{Username: "admin", Password: "admin-pw"})
+	m, err := img.img.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer := m.Layers[0].Digest.String()
+	manifestBody, err := img.img.RawManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	now := time.Now()
+	tok := func(acc ...access) string { return ts.mint(t, "tester", acc, now, 5*time.Minute, nil) }
+	pullApp := tok(access{"repository", "team/app", []string{"pull"}})
+	pushApp := tok(access{"repository", "team/app", []string{"pull", "push"}})
+	catalog := tok(access{"registry", "catalog", []string{"*"}})
+	other := newCA(t, "untrusted CA").issue(t, "untrusted signer")
+	forged := ts.mint(t, "tester", []access{{"repository", "team/app", []string{"pull"}}}, now, 5*time.Minute, other)
+	// A trusted certificate in x5c, but the signature made with another key.
+	stolenCert := &issued{cert: ts.signer.cert, key: other.key}
+	wrongKey := ts.mint(t, "tester", []access{{"repository", "team/app", []string{"pull"}}}, now, 5*time.Minute, stolenCert)
+
+	hc := &http.Client{Timeout: 30 * time.Second}
+	defer hc.CloseIdleConnections()
+	bearer := func(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
+	challenge := func(scope, errCode string) string {
+		c := `Bearer realm="` + ts.realm() + `",service="` + tokenService + `"`
+		if scope != "" {
+			c += `,scope="` + scope + `"`
+		}
+		if errCode != "" {
+			c += `,error="` + errCode + `"`
+		}
+		return c
+	}
+	cases := []struct {
+		name, method, path string
+		body               []byte
+		hdr                []string
+		status             int
+		code               string // OCI error code, "" for success
+		challenge          string // exact WWW-Authenticate, "" for any
+	}{
+		{"base without token", "GET", "/v2/", nil, nil, 401, "UNAUTHORIZED", challenge("", "")},
+		{"pull without token", "GET", "/v2/team/app/manifests/v1", nil, nil, 401, "UNAUTHORIZED", challenge("repository:team/app:pull", "")},
+		{"push without token", "POST", "/v2/team/app/blobs/uploads/", nil, nil, 401, "UNAUTHORIZED", challenge("repository:team/app:pull,push", "")},
+		{"catalog without token", "GET", "/v2/_catalog", nil, nil, 401, "UNAUTHORIZED", challenge("registry:catalog:*", "")},
+		{"base with a token", "GET", "/v2/", nil, bearer(pullApp), 200, "", ""},
+		{"pull token pulls the manifest", "GET", "/v2/team/app/manifests/v1", nil, bearer(pullApp), 200, "", ""},
+		{"pull token pulls a blob", "GET", "/v2/team/app/blobs/" + layer, nil, bearer(pullApp), 200, "", ""},
+		{"pull token lists tags", "GET", "/v2/team/app/tags/list", nil, bearer(pullApp), 200, "", ""},
+		{"pull token lists referrers", "GET", "/v2/team/app/referrers/" + img.digest.String(), nil, bearer(pullApp), 200, "", ""},
+		{"pull token pushes a manifest", "PUT", "/v2/team/app/manifests/v2", manifestBody, append(bearer(pullApp), "Content-Type", string(m.MediaType)),
+			403, "DENIED", challenge("repository:team/app:pull,push", "insufficient_scope")},
+		{"pull token starts an upload", "POST", "/v2/team/app/blobs/uploads/", nil, bearer(pullApp), 403, "DENIED", challenge("repository:team/app:pull,push", "insufficient_scope")},
+		{"pull token deletes", "DELETE", "/v2/team/app/manifests/" + img.digest.String(), nil, bearer(pullApp), 403, "DENIED", challenge("repository:team/app:delete", "insufficient_scope")},
+		{"push token deletes", "DELETE", "/v2/team/app/manifests/" + img.digest.String(), nil, bearer(pushApp), 403, "DENIED", ""},
+		{"app token reads base", "GET", "/v2/team/base/manifests/v1", nil, bearer(pullApp), 403, "DENIED", challenge("repository:team/base:pull", "insufficient_scope")},
+		{"app token reads a missing repository", "GET", "/v2/team/missing/manifests/v1", nil, bearer(pullApp), 403, "DENIED", challenge("repository:team/missing:pull", "insufficient_scope")},
+		{"app token pushes to base", "POST", "/v2/team/base/blobs/uploads/", nil, bearer(pushApp), 403, "DENIED", ""},
+		{"pull token lists the catalog", "GET", "/v2/_catalog", nil, bearer(pullApp), 403, "DENIED", challenge("registry:catalog:*", "insufficient_scope")},
+		{"catalog token lists the catalog", "GET", "/v2/_catalog", nil, bearer(catalog), 200, "", ""},
+		{"expired token", "GET", "/v2/team/app/manifests/v1", nil, bearer(ts.mint(t, "tester", []access{{"repository", "team/app", []string{"pull"}}}, now, -5*time.Minute, nil)),
+			401, "UNAUTHORIZED", challenge("repository:team/app:pull", "invalid_token")},
+		{"expired token on the base", "GET", "/v2/", nil, bearer(ts.mint(t, "tester", nil, now, -5*time.Minute, nil)), 401, "UNAUTHORIZED", challenge("", "invalid_token")},
+		{"token not valid yet", "GET", "/v2/team/app/manifests/v1", nil, bearer(ts.mint(t, "tester", []access{{"repository", "team/app", []string{"pull"}}}, now.Add(10*time.Minute), 5*time.Minute, nil,
+			func(c *tokenClaims) { c.NotBefore = jwt.NewNumericDate(now.Add(10 * time.Minute)); c.IssuedAt = nil })), 401, "UNAUTHORIZED", ""},
+		{"token signed by an untrusted CA", "GET", "/v2/team/app/manifests/v1", nil, bearer(forged), 401, "UNAUTHORIZED", challenge("repository:team/app:pull", "invalid_token")},
+		{"trusted certificate, wrong signing key", "GET", "/v2/team/app/manifests/v1", nil, bearer(wrongKey), 401, "UNAUTHORIZED", ""},
+		{"token for another service", "GET", "/v2/team/app/manifests/v1", nil, bearer(ts.mint(t, "tester", []access{{"repository", "team/app", []string{"pull"}}}, now, 5*time.Minute, nil,
+			func(c *tokenClaims) { c.Audience = jwt.Audience{"another-registry"} })), 401, "UNAUTHORIZED", ""},
+		{"token from another issuer", "GET", "/v2/team/app/manifests/v1", nil, bearer(ts.mint(t, "tester", []access{{"repository", "team/app", []string{"pull"}}}, now, 5*time.Minute, nil,
+			func(c *tokenClaims) { c.Issuer = "someone-else" })), 401, "UNAUTHORIZED", ""},
+		{"tampered token", "GET", "/v2/team/base/manifests/v1", nil, bearer(tamper(t, pullApp, "team/app", "team/base")), 401, "UNAUTHORIZED", ""},
+		{"basic credentials instead of a token", "GET", "/v2/team/app/manifests/v1", nil, []string{"Authorization", "Basic cHVsbGVyOnB1bGwtcHc="}, 401, "UNAUTHORIZED", ""},
+	}
+	for _, c := range cases {
+		r := do(t, hc, c.method, srv.URL+c.path, c.body, c.hdr...)
+		if r.status != c.status || r.errorCode() != c.code {
+			t.Errorf("%s: %s %s = %v, want %d %s", c.name, c.method, c.path, r, c.status, c.code)
+			continue
+		}
+		if c.challenge != "" && r.header.Get("WWW-Authenticate") != c.challenge {
+			t.Errorf("%s: WWW-Authenticate\n got %s\nwant %s", c.name, r.header.Get("WWW-Authenticate"), c.challenge)
+		}
+		if c.status >= 400 && strings.Contains(r.body, "NAME_UNKNOWN") {
+			t.Errorf("%s: a refusal tells whether the repository exists: %s", c.name, r.body)
+		}
+	}
+
+	// The refused PUT and DELETE changed nothing.
+	admin := bearer(tok(access{"repository", "team/app", []string{"pull"}}))
+	if r := do(t, hc, "GET", srv.URL+"/v2/team/app/manifests/v2", nil, admin...); r.status != 404 {
+		t.Errorf("tag v2 after a refused push: %v", r)
+	}
+	if r := do(t, hc, "GET", srv.URL+"/v2/team/app/manifests/"+img.digest.String(), nil, admin...); r.status != 200 {
+		t.Errorf("manifest after refused deletes: %v", r)
+	}
+	// Refusals for a repository that exists and one that does not carry
+	// the same body, apart from the name.
+	a := do(t, hc, "GET", srv.URL+"/v2/team/base/tags/list", nil, bearer(pullApp)...)
+	b := do(t, hc, "GET", srv.URL+"/v2/team/nope/tags/list", nil, bearer(pullApp)...)
+	if a.status != b.status || strings.ReplaceAll(a.body, "team/base", "X") != strings.ReplaceAll(b.body, "team/nope", "X") {
+		t.Errorf("refusals differ between an existing and a missing repository:\n%v\n%v", a, b)
+	}
+}
+
+// tamper rewrites a name inside a token's claims, keeping its signature.
+func tamper(t *testing.T, raw, from, to string) string {
+	t.Helper()
+	parts := strings.Split(raw, ".")
+	claims, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts[1] = base64.RawURLEncoding.EncodeToString([]byte(strings.ReplaceAll(string(claims), from, to)))
+	return strings.Join(parts, ".")
+}
+
+// TestTokenMount: a cross-repository mount needs pull on the source; without
+// it the registry opens a plain upload instead, so the caller learns
+// nothing about the source and must send the bytes.
+func TestTokenMount(t *testing.T) {
+	t.Parallel()
+	ts := standardTokenServer(t)
+	srv := startConfig(t, ts.config())
+	img := newImage(t, 1)
+	pushImage(t, srv.Addr+"/team/app:v1", img, &authn.Basic{Username: "admin", Password: "admin-pw"})
+	m, err := img.img.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer := m.Layers[0].Digest.String()
+	now := time.Now()
+	copyOnly := ts.mint(t, "tester", []access{{"repository", "team/copy", []string{"pull", "push"}}}, now, 5*time.Minute, nil)
+	withSource := ts.mint(t, "tester", []access{
+		{"repository", "team/copy", []string{"pull", "push"}},
+		{"repository", "team/app", []string{"pull"}},
+	}, now, 5*time.Minute, nil)
+
+	hc := &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	defer hc.CloseIdleConnections()
+	mount := srv.URL + "/v2/team/copy/blobs/uploads/?mount=" + layer + "&from=team/app"
+
+	r := do(t, hc, "POST", mount, nil, "Authorization", "Bearer "+copyOnly)
+	if r.status != http.StatusAccepted || !strings.Contains(r.header.Get("Location"), "/v2/team/copy/blobs/uploads/") {
+		t.Fatalf("mount without pull on the source: %v %v, want 202 and an upload session", r, r.header)
+	}
+	if r := do(t, hc, "HEAD", srv.URL+"/v2/team/copy/blobs/"+layer, nil, "Authorization", "Bearer "+copyOnly); r.status != 404 {
+		t.Errorf("blob in team/copy after a refused mount: %v", r)
+	}
+	r = do(t, hc, "POST", mount, nil, "Authorization", "Bearer "+withSource)
+	if r.status != http.StatusCreated {
+		t.Fatalf("mount with pull on the source: %v, want 201", r)
+	}
+	if r := do(t, hc, "HEAD", srv.URL+"/v2/team/copy/blobs/"+layer, nil, "Authorization", "Bearer "+copyOnly); r.status != 200 {
+		t.Errorf("blob in team/copy after the mount: %v", r)
+	}
+}
+
+// TestTokenJWKS verifies tokens by kid against a JWKS file, with go-
+// containerregistry doing the token dance as a client would.
+func TestTokenJWKS(t *testing.T) {
+	t.Parallel()
+	ts := standardTokenServer(t)
+	key := ts.signer.key
+	jwks := jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &key.PublicKey, KeyID: "signer-1", Algorithm: "ES256", Use: "sig"}}}
+	b, err := json.Marshal(jwks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := "auth:\n  token:\n    realm: " + ts.realm() + "\n    service: " + tokenService + "\n    issuer: " + tokenIssuer +
+		"\n    jwks: " + writeFile(t, "jwks.json", string(b)) + "\n    signingalgorithms: [ES256]\n"
+	srv := startConfig(t, cfg)
+
+	sign := func(kid string) string {
+		c := tokenClaims{Claims: jwt.Claims{Issuer: tokenIssuer, Audience: jwt.Audience{tokenService},
+			Expiry: jwt.NewNumericDate(time.Now().Add(time.Minute))},
+			Access: []access{{"repository", "team/app", []string{"pull"}}}}
+		s, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: key}, (&jose.SignerOptions{}).WithHeader("kid", kid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := jwt.Signed(s).Claims(c).Serialize()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	hc := &http.Client{Timeout: 30 * time.Second}
+	defer hc.CloseIdleConnections()
+	if r := do(t, hc, "GET", srv.URL+"/v2/team/app/tags/list", nil, "Authorization", "Bearer "+sign("signer-1")); r.status != 404 || r.errorCode() != "NAME_UNKNOWN" {
+		t.Errorf("JWKS kid: %v, want the registry's own answer (NAME_UNKNOWN)", r)
+	}
+	if r := do(t, hc, "GET", srv.URL+"/v2/team/app/tags/list", nil, "Authorization", "Bearer "+sign("unknown")); r.status != 401 {
+		t.Errorf("unknown kid: %v, want 401", r)
+	}
+}
