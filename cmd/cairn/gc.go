@@ -60,18 +60,8 @@ func runGC(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: gc: --delay must be >= 0, --batch-size and --concurrency >= 1", errUsage)
 	}
 
-	cfg, _, err := config.LoadWithEnv(*configPath, os.Environ())
+	cfg, _, err := loadConfig(*configPath, *root, nil)
 	if err != nil {
-		return err
-	}
-	if *root != "" {
-		if cfg.Storage.Filesystem == nil {
-			cfg.Storage.InMemory, cfg.Storage.S3, cfg.Storage.GCS, cfg.Storage.Azure = nil, nil, nil, nil
-			cfg.Storage.Filesystem = config.Default().Storage.Filesystem
-		}
-		cfg.Storage.Filesystem.RootDirectory = *root
-	}
-	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	if cfg.Storage.InMemory != nil {

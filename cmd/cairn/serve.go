@@ -59,22 +59,12 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: serve: unexpected argument %q", errUsage, fs.Arg(0))
 	}
-	cfg, warnings, err := config.LoadWithEnv(*configPath, os.Environ())
-	if err != nil {
-		return err
-	}
-	if *addr != "" {
-		cfg.HTTP.Addr = *addr
-	}
-	if *root != "" {
-		// --root selects the filesystem driver whatever the config named.
-		if cfg.Storage.Filesystem == nil {
-			cfg.Storage.InMemory, cfg.Storage.S3, cfg.Storage.GCS, cfg.Storage.Azure = nil, nil, nil, nil
-			cfg.Storage.Filesystem = config.Default().Storage.Filesystem
+	cfg, warnings, err := loadConfig(*configPath, *root, func(c *config.Config) {
+		if *addr != "" {
+			c.HTTP.Addr = *addr
 		}
-		cfg.Storage.Filesystem.RootDirectory = *root
-	}
-	if err := cfg.Validate(); err != nil {
+	})
+	if err != nil {
 		return err
 	}
 	log := newLogger(stderr, cfg.Log.Level)
@@ -200,6 +190,31 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// loadConfig reads the configuration (file, then REGISTRY_* variables),
+// applies the command line's overrides (root, then edit) and validates the
+// result. A non-empty root selects the filesystem driver whatever the
+// configuration named.
+func loadConfig(path, root string, edit func(*config.Config)) (*config.Config, []string, error) {
+	cfg, warnings, err := config.LoadWithEnv(path, os.Environ())
+	if err != nil {
+		return nil, warnings, err
+	}
+	if root != "" {
+		if cfg.Storage.Filesystem == nil {
+			cfg.Storage.InMemory, cfg.Storage.S3, cfg.Storage.GCS, cfg.Storage.Azure = nil, nil, nil, nil
+			cfg.Storage.Filesystem = config.Default().Storage.Filesystem
+		}
+		cfg.Storage.Filesystem.RootDirectory = root
+	}
+	if edit != nil {
+		edit(cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, warnings, err
+	}
+	return cfg, warnings, nil
 }
 
 func newDriver(ctx context.Context, cfg *config.Config) (driver.Driver, error) {

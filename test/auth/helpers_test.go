@@ -25,8 +25,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -43,34 +41,7 @@ import (
 )
 
 // TestMain builds cairn once for the package.
-func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	if os.Getenv("CAIRN_BIN") == "" {
-		dir, err := os.MkdirTemp("", "cairn-auth-bin-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		gomod, err := exec.Command("go", "env", "GOMOD").Output()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "go env GOMOD:", err)
-			return 1
-		}
-		bin := filepath.Join(dir, "cairn")
-		cmd := exec.Command("go", "build", "-o", bin, "./cmd/cairn")
-		cmd.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "go build ./cmd/cairn: %v\n%s", err, out)
-			return 1
-		}
-		os.Setenv("CAIRN_BIN", bin)
-	}
-	return m.Run()
-}
+func TestMain(m *testing.M) { os.Exit(cairnproc.Main(m)) }
 
 // writeFile writes content to name in a new temp dir and returns its path.
 func writeFile(t *testing.T, name, content string) string {
@@ -104,86 +75,17 @@ func startConfig(t *testing.T, cfg string) *cairnproc.Server {
 	return cairnproc.Start(t, "", "--config", writeFile(t, "config.yml", cfg))
 }
 
-// tlsServer is a cairn process serving HTTPS, started and stopped here
-// because cairnproc waits for plain HTTP.
-type tlsServer struct {
-	Addr, URL, Root string
-	cmd             *exec.Cmd
-	done            chan struct{}
-	logs            *syncBuffer
-}
-
 // startTLS runs cairn with cfg (which configures http.tls) and waits until
 // it answers GET /v2/ over HTTPS for a client trusting roots and, for mutual
 // TLS, presenting cert.
-func startTLS(t *testing.T, cfg string, roots *x509.CertPool, cert *tls.Certificate) *tlsServer {
+func startTLS(t *testing.T, cfg string, roots *x509.CertPool, cert *tls.Certificate) *cairnproc.Server {
 	t.Helper()
-	addr := cairnproc.FreeAddr(t)
-	s := &tlsServer{Addr: addr, URL: "https://" + addr, Root: t.TempDir(), done: make(chan struct{}), logs: &syncBuffer{}}
-	s.cmd = exec.Command(cairnproc.Binary(t), "serve", "--addr", addr, "--root", s.Root, "--config", writeFile(t, "config.yml", cfg))
-	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { s.cmd.Wait(); close(s.done) }()
-	t.Cleanup(func() {
-		s.stop()
-		if t.Failed() {
-			t.Logf("cairn log:\n%s", s.logs.String())
-		}
-	})
 	hc := httpsClient(roots, cert)
 	defer hc.CloseIdleConnections()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		select {
-		case <-s.done:
-			t.Fatalf("cairn exited: %v\n%s", s.cmd.ProcessState, s.logs.String())
-		default:
-		}
-		resp, err := hc.Get(s.URL + "/v2/")
-		if err == nil {
-			resp.Body.Close()
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cairn did not answer HTTPS on %s: %v\n%s", addr, err, s.logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// stop ends the process by its PID: SIGTERM, then SIGKILL after 10 s.
-func (s *tlsServer) stop() {
-	select {
-	case <-s.done:
-		return
-	default:
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(10 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-	}
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	root := t.TempDir()
+	s := cairnproc.StartTLS(t, cairnproc.Binary(t), hc, "--root", root, "--config", writeFile(t, "config.yml", cfg))
+	s.Root = root
+	return s
 }
 
 func httpsClient(roots *x509.CertPool, cert *tls.Certificate) *http.Client {
@@ -203,16 +105,13 @@ type testCA struct {
 	pool    *x509.CertPool
 }
 
-var serial struct {
-	sync.Mutex
-	n int64
-}
-
-func nextSerial() *big.Int {
-	serial.Lock()
-	defer serial.Unlock()
-	serial.n++
-	return big.NewInt(serial.n)
+// randomSerial returns a random 127-bit certificate serial number.
+func randomSerial(t *testing.T) *big.Int {
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 func newCA(t *testing.T, name string) *testCA {
@@ -222,7 +121,7 @@ func newCA(t *testing.T, name string) *testCA {
 		t.Fatal(err)
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: nextSerial(), Subject: pkix.Name{CommonName: name},
+		SerialNumber: randomSerial(t), Subject: pkix.Name{CommonName: name},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 	}
@@ -257,7 +156,7 @@ func (ca *testCA) issue(t *testing.T, cn string, ips ...net.IP) *issued {
 		t.Fatal(err)
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: nextSerial(), Subject: pkix.Name{CommonName: cn},
+		SerialNumber: randomSerial(t), Subject: pkix.Name{CommonName: cn},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, IPAddresses: ips,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},

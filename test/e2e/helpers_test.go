@@ -16,8 +16,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -27,36 +25,8 @@ import (
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 )
 
-// TestMain builds cairn once for the whole package, so that each test's
-// server start does not relink the binary.
-func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	if os.Getenv("CAIRN_BIN") == "" {
-		dir, err := os.MkdirTemp("", "cairn-e2e-bin-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		gomod, err := exec.Command("go", "env", "GOMOD").Output()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "go env GOMOD:", err)
-			return 1
-		}
-		bin := filepath.Join(dir, "cairn")
-		cmd := exec.Command("go", "build", "-o", bin, "./cmd/cairn")
-		cmd.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "go build ./cmd/cairn: %v\n%s", err, out)
-			return 1
-		}
-		os.Setenv("CAIRN_BIN", bin)
-	}
-	return m.Run()
-}
+// TestMain builds cairn once for the package.
+func TestMain(m *testing.M) { os.Exit(cairnproc.Main(m)) }
 
 // env is one running server and a plain HTTP client that does not follow
 // redirects (a redirect is an answer we want to see, not hide).

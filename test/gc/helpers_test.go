@@ -31,32 +31,7 @@ import (
 )
 
 // TestMain builds cairn once for the package.
-func TestMain(m *testing.M) { os.Exit(run(m)) }
-
-func run(m *testing.M) int {
-	if os.Getenv("CAIRN_BIN") == "" {
-		dir, err := os.MkdirTemp("", "cairn-gc-bin-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		gomod, err := exec.Command("go", "env", "GOMOD").Output()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "go env GOMOD:", err)
-			return 1
-		}
-		bin := filepath.Join(dir, "cairn")
-		cmd := exec.Command("go", "build", "-o", bin, "./cmd/cairn")
-		cmd.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "go build ./cmd/cairn: %v\n%s", err, out)
-			return 1
-		}
-		os.Setenv("CAIRN_BIN", bin)
-	}
-	return m.Run()
-}
+func TestMain(m *testing.M) { os.Exit(cairnproc.Main(m)) }
 
 // node is one running cairn serve and a client for it.
 type node struct {

@@ -56,6 +56,34 @@ func Binary(t testing.TB) string {
 	return out
 }
 
+// Main builds cairn once for a package's tests (unless $CAIRN_BIN is set),
+// exports CAIRN_BIN, runs the tests and removes the build. Use it as
+// func TestMain(m *testing.M) { os.Exit(cairnproc.Main(m)) }.
+func Main(m *testing.M) int {
+	if os.Getenv("CAIRN_BIN") == "" {
+		dir, err := os.MkdirTemp("", "cairn-test-bin-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		root, err := moduleRoot()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "find module root:", err)
+			return 1
+		}
+		bin := filepath.Join(dir, "cairn")
+		cmd := exec.Command("go", "build", "-o", bin, "./cmd/cairn")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "go build ./cmd/cairn: %v\n%s", err, out)
+			return 1
+		}
+		os.Setenv("CAIRN_BIN", bin)
+	}
+	return m.Run()
+}
+
 func moduleRoot() (string, error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
@@ -104,9 +132,22 @@ func StartBinary(t testing.TB, bin, root string, args ...string) *Server {
 // (a --config naming an object store, say). Root is "".
 func StartArgs(t testing.TB, bin string, args ...string) *Server {
 	t.Helper()
+	return start(t, bin, "http", &http.Client{Timeout: time.Second}, args)
+}
+
+// StartTLS is StartArgs for a server whose args configure http.tls: it
+// waits until GET /v2/ answers over HTTPS to client (which trusts the
+// test's CA, and for mutual TLS presents a certificate).
+func StartTLS(t testing.TB, bin string, client *http.Client, args ...string) *Server {
+	t.Helper()
+	return start(t, bin, "https", client, args)
+}
+
+func start(t testing.TB, bin, scheme string, client *http.Client, args []string) *Server {
+	t.Helper()
 	addr := FreeAddr(t)
 	full := append([]string{"serve", "--addr", addr}, args...)
-	s := &Server{Addr: addr, URL: "http://" + addr, logs: &lockedBuffer{}, done: make(chan struct{})}
+	s := &Server{Addr: addr, URL: scheme + "://" + addr, logs: &lockedBuffer{}, done: make(chan struct{})}
 	s.cmd = exec.Command(bin, full...)
 	s.cmd.Stdout = s.logs
 	s.cmd.Stderr = s.logs
@@ -120,15 +161,14 @@ func StartArgs(t testing.TB, bin string, args ...string) *Server {
 			t.Logf("cairn log:\n%s", s.Logs())
 		}
 	})
-	if err := s.waitReady(30 * time.Second); err != nil {
+	if err := s.waitReady(client, 30*time.Second); err != nil {
 		t.Fatalf("cairn did not become ready: %v\nlog:\n%s", err, s.Logs())
 	}
 	return s
 }
 
-func (s *Server) waitReady(timeout time.Duration) error {
+func (s *Server) waitReady(client *http.Client, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	client := &http.Client{Timeout: time.Second}
 	for time.Now().Before(deadline) {
 		select {
 		case <-s.done:
