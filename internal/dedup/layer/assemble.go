@@ -1,0 +1,209 @@
+package layer
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/opencontainers/go-digest"
+	"github.com/vbatts/tar-split/tar/asm"
+	"github.com/vbatts/tar-split/tar/storage"
+)
+
+const (
+	// readAhead is how many payloads are being fetched or waiting to be
+	// written at once; it hides per-object latency of remote stores.
+	readAhead = 4
+	// prefetchMax is the largest payload read ahead into memory; larger
+	// ones are only opened ahead and then streamed.
+	prefetchMax = 4 << 20
+)
+
+// Assemble writes the tar that recipe was made from to w. Payloads are read
+// ahead in parallel (bounded) and written strictly in recipe order; each is
+// checked against the crc64 in the metadata. It does not check the result's
+// digest: Verify does.
+func Assemble(ctx context.Context, w io.Writer, recipe *Recipe, fs FileStore) error {
+	zr, err := zstd.NewReader(bytes.NewReader(recipe.Meta), zstd.WithDecoderConcurrency(1))
+	if err != nil {
+		return fmt.Errorf("layer: assemble: %w", err)
+	}
+	defer zr.Close()
+
+	ctx, cancel := context.WithCancel(ctx)
+	pf := startPrefetch(ctx, fs, recipe.Files)
+	defer pf.stop(cancel)
+
+	up := &unpacker{dec: json.NewDecoder(zr)}
+	cw := writeFunc(func(b []byte) (int, error) {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		return w.Write(b)
+	})
+	if err := asm.WriteOutputTarStream(pf, up, cw); err != nil {
+		return fmt.Errorf("layer: assemble: %w", err)
+	}
+	if pf.next < len(recipe.Files) {
+		return fmt.Errorf("layer: assemble: %w: %d payloads listed, %d used", ErrMismatch, len(recipe.Files), pf.next)
+	}
+	return nil
+}
+
+// Verify assembles recipe and checks that the output has the recipe's tar
+// digest and size. Only a verified recipe may stand in for the tar.
+func Verify(ctx context.Context, recipe *Recipe, fs FileStore) error {
+	h := sha256.New()
+	cw := &countWriter{w: h}
+	if err := Assemble(ctx, cw, recipe, fs); err != nil {
+		return err
+	}
+	got := digest.NewDigest(digest.SHA256, h)
+	if cw.n != recipe.TarSize || got != recipe.TarDigest {
+		return fmt.Errorf("%w: got %s (%d bytes), want %s (%d bytes)", ErrMismatch, got, cw.n, recipe.TarDigest, recipe.TarSize)
+	}
+	return nil
+}
+
+// unpacker is tar-split's storage.Unpacker without its duplicate-path check.
+type unpacker struct{ dec *json.Decoder }
+
+func (u *unpacker) Next() (*storage.Entry, error) {
+	var e storage.Entry
+	if err := u.dec.Decode(&e); err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// fetched is one payload: in memory, or an open stream, or an error.
+type fetched struct {
+	rc  io.ReadCloser
+	err error
+}
+
+// prefetch is tar-split's storage.FileGetter fed in recipe order. It ignores
+// the name asm asks for: with duplicate paths a name does not identify a
+// payload, the position does (and asm's crc64 check catches a misorder).
+type prefetch struct {
+	order <-chan chan fetched
+	sem   chan struct{}
+	done  sync.WaitGroup
+	next  int
+	files []File
+}
+
+func startPrefetch(ctx context.Context, fs FileStore, files []File) *prefetch {
+	order := make(chan chan fetched, readAhead)
+	pf := &prefetch{order: order, sem: make(chan struct{}, readAhead), files: files}
+	pf.done.Add(1)
+	go func() {
+		defer pf.done.Done()
+		defer close(order)
+		for _, f := range files {
+			// A slot is held from fetch start until the writer closes
+			// the payload, so at most readAhead are in memory or open.
+			select {
+			case pf.sem <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			ch := make(chan fetched, 1)
+			order <- ch // never blocks: cap(order) == cap(sem)
+			pf.done.Add(1)
+			go func() {
+				defer pf.done.Done()
+				ch <- fetch(ctx, fs, f)
+			}()
+		}
+	}()
+	return pf
+}
+
+func fetch(ctx context.Context, fs FileStore, f File) fetched {
+	if f.Size < 0 {
+		return fetched{err: fmt.Errorf("%w: payload %s has negative size", ErrMismatch, f.Digest)}
+	}
+	rc, err := fs.Open(ctx, f.Digest)
+	if err != nil {
+		return fetched{err: fmt.Errorf("payload %s: %w", f.Digest, err)}
+	}
+	if f.Size > prefetchMax {
+		return fetched{rc: rc}
+	}
+	defer rc.Close()
+	// One byte more than expected, so a too-long payload is noticed here.
+	buf := make([]byte, f.Size+1)
+	n, err := io.ReadFull(rc, buf)
+	if err != io.ErrUnexpectedEOF && err != io.EOF {
+		if err == nil {
+			err = fmt.Errorf("%w: payload %s longer than %d bytes", ErrMismatch, f.Digest, f.Size)
+		}
+		return fetched{err: err}
+	}
+	if int64(n) != f.Size {
+		return fetched{err: fmt.Errorf("%w: payload %s has %d bytes, want %d", ErrMismatch, f.Digest, n, f.Size)}
+	}
+	return fetched{rc: io.NopCloser(bytes.NewReader(buf[:n]))}
+}
+
+// Get implements storage.FileGetter.
+func (pf *prefetch) Get(string) (io.ReadCloser, error) {
+	ch, ok := <-pf.order
+	if !ok {
+		return nil, fmt.Errorf("%w: metadata has more payloads than the %d listed", ErrMismatch, len(pf.files))
+	}
+	r := <-ch
+	if r.err != nil {
+		<-pf.sem
+		return nil, r.err
+	}
+	pf.next++
+	return &slotCloser{ReadCloser: r.rc, sem: pf.sem}, nil
+}
+
+// stop cancels outstanding fetches, closes payloads nobody will read and
+// waits for every fetch goroutine.
+func (pf *prefetch) stop(cancel context.CancelFunc) {
+	cancel()
+	for ch := range pf.order {
+		if r := <-ch; r.rc != nil {
+			r.rc.Close()
+		}
+		<-pf.sem
+	}
+	pf.done.Wait()
+}
+
+// slotCloser frees the read-ahead slot when the writer is done with it.
+type slotCloser struct {
+	io.ReadCloser
+	sem  chan struct{}
+	once sync.Once
+}
+
+func (s *slotCloser) Close() error {
+	err := s.ReadCloser.Close()
+	s.once.Do(func() { <-s.sem })
+	return err
+}
+
+type writeFunc func([]byte) (int, error)
+
+func (f writeFunc) Write(b []byte) (int, error) { return f(b) }
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	return n, err
+}

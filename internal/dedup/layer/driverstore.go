@@ -1,0 +1,187 @@
+package layer
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/opencontainers/go-digest"
+
+	"github.com/cairn-registry/cairn/internal/storage/driver"
+)
+
+const (
+	filesRoot = "/docker/registry/v2/cairn/files/"
+	// filesTmp holds large payloads while they are written, so a partial
+	// file never sits at its final (content-addressed) path.
+	filesTmp = "/docker/registry/v2/cairn/tmp/files/"
+	// putContentMax is the largest payload compressed in memory and stored
+	// with one atomic PutContent; bigger ones stream through a Writer.
+	putContentMax = 4 << 20
+)
+
+var _ FileStore = (*DriverStore)(nil)
+
+// DriverStore is a FileStore over a storage driver: each payload is one
+// zstd-compressed file at cairn/files/<alg>/<hex[0:2]>/<hex>. A stored file
+// is never overwritten; concurrent Puts of one digest write equal bytes.
+type DriverStore struct {
+	d     driver.Driver
+	small *zstd.Encoder // EncodeAll is safe for concurrent use
+	encs  sync.Pool     // *zstd.Encoder for streamed payloads
+	decs  sync.Pool     // *zstd.Decoder
+}
+
+// NewDriverStore returns a DriverStore keeping payloads in d.
+func NewDriverStore(d driver.Driver) (*DriverStore, error) {
+	small, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		return nil, fmt.Errorf("layer: %w", err)
+	}
+	return &DriverStore{d: d, small: small}, nil
+}
+
+// FilePath returns the driver path of the payload with digest d.
+func FilePath(d digest.Digest) (string, error) {
+	if err := d.Validate(); err != nil {
+		return "", fmt.Errorf("layer: %w", err)
+	}
+	h := d.Encoded()
+	return filesRoot + string(d.Algorithm()) + "/" + h[:2] + "/" + h, nil
+}
+
+// Has implements FileStore.
+func (s *DriverStore) Has(ctx context.Context, d digest.Digest) (bool, error) {
+	p, err := FilePath(d)
+	if err != nil {
+		return false, err
+	}
+	if _, err := s.d.Stat(ctx, p); err != nil {
+		if errors.Is(err, driver.ErrNotFound) {
+			return false, nil
+		}
+		return false, fmt.Errorf("layer: stat %s: %w", d, err)
+	}
+	return true, nil
+}
+
+// Put implements FileStore. It reads exactly size bytes from r.
+func (s *DriverStore) Put(ctx context.Context, d digest.Digest, size int64, r io.Reader) error {
+	p, err := FilePath(d)
+	if err != nil {
+		return err
+	}
+	if has, err := s.Has(ctx, d); err != nil || has {
+		return err
+	}
+	if size <= putContentMax {
+		buf := make([]byte, size+1)
+		n, err := io.ReadFull(r, buf)
+		if (err != io.ErrUnexpectedEOF && err != io.EOF) || int64(n) != size {
+			return fmt.Errorf("layer: put %s: %d bytes given, want %d (%v)", d, n, size, err)
+		}
+		if err := s.d.PutContent(ctx, p, s.small.EncodeAll(buf[:n], nil)); err != nil {
+			return fmt.Errorf("layer: put %s: %w", d, err)
+		}
+		return nil
+	}
+	if err := s.putLarge(ctx, p, size, r); err != nil {
+		return fmt.Errorf("layer: put %s: %w", d, err)
+	}
+	return nil
+}
+
+func (s *DriverStore) putLarge(ctx context.Context, p string, size int64, r io.Reader) error {
+	var rnd [8]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return err
+	}
+	tmp := filesTmp + p[len(filesRoot):] + "-" + hex.EncodeToString(rnd[:])
+	fw, err := s.d.Writer(ctx, tmp, false)
+	if err != nil {
+		return err
+	}
+	enc, _ := s.encs.Get().(*zstd.Encoder)
+	if enc == nil {
+		if enc, err = zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1)); err != nil {
+			fw.Cancel(ctx)
+			return err
+		}
+	}
+	enc.Reset(fw)
+	n, err := io.Copy(enc, io.LimitReader(r, size))
+	if err == nil && n != size {
+		err = fmt.Errorf("%d bytes given, want %d", n, size)
+	}
+	if cerr := enc.Close(); err == nil {
+		err = cerr
+	}
+	enc.Reset(nil)
+	s.encs.Put(enc)
+	if err == nil {
+		err = fw.Commit(ctx)
+	}
+	if err != nil {
+		fw.Cancel(ctx)
+		return err
+	}
+	fw.Close()
+	if err := s.d.Move(ctx, tmp, p); err != nil {
+		s.d.Delete(ctx, tmp)
+		return err
+	}
+	return nil
+}
+
+// Open implements FileStore.
+func (s *DriverStore) Open(ctx context.Context, d digest.Digest) (io.ReadCloser, error) {
+	p, err := FilePath(d)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := s.d.Reader(ctx, p, 0)
+	if err != nil {
+		return nil, fmt.Errorf("layer: open %s: %w", d, err)
+	}
+	dec, _ := s.decs.Get().(*zstd.Decoder)
+	if dec == nil {
+		if dec, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1)); err != nil {
+			rc.Close()
+			return nil, fmt.Errorf("layer: open %s: %w", d, err)
+		}
+	}
+	if err := dec.Reset(rc); err != nil {
+		rc.Close()
+		return nil, fmt.Errorf("layer: open %s: %w", d, err)
+	}
+	return &decReader{dec: dec, rc: rc, pool: &s.decs}, nil
+}
+
+// decReader returns its decoder to the pool on Close.
+type decReader struct {
+	dec  *zstd.Decoder
+	rc   io.ReadCloser
+	pool *sync.Pool
+}
+
+func (r *decReader) Read(b []byte) (int, error) {
+	if r.dec == nil {
+		return 0, io.ErrClosedPipe
+	}
+	return r.dec.Read(b)
+}
+
+func (r *decReader) Close() error {
+	if r.dec == nil {
+		return nil
+	}
+	r.dec.Reset(nil) // drops the reference to rc; the nil-input error is expected
+	r.pool.Put(r.dec)
+	r.dec = nil
+	return r.rc.Close()
+}

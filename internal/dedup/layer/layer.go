@@ -1,0 +1,68 @@
+// Package layer splits an uncompressed layer tar into its raw tar metadata and
+// its file contents, and rebuilds the byte-exact tar from them: the file-level
+// half of cairn's dedup (DESIGN.md, "Deduplication", point 2).
+//
+// Lifecycle: Disassemble streams a tar once, stores every file payload it has
+// not seen before in a FileStore (content-addressed, never overwritten) and
+// returns a Recipe holding the tar-split metadata (headers, padding, trailing
+// bytes) plus the ordered payload digests. Assemble replays the recipe,
+// reading payloads ahead in parallel while writing strictly in order. A recipe
+// must not be trusted until Verify has rebuilt the tar and matched the
+// original digest and size; a layer that fails stays intact.
+//
+// Compression is not this package's job: input and output are plain tar.
+package layer
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// FileStore holds file payloads by the sha256 digest of their uncompressed
+// bytes. Put of a digest already present is a no-op; content is visible to
+// Has and Open only once complete.
+type FileStore interface {
+	// Has reports whether the payload with digest d is stored.
+	Has(ctx context.Context, d digest.Digest) (bool, error)
+	// Put stores size bytes read from r under d. The caller vouches that
+	// they hash to d.
+	Put(ctx context.Context, d digest.Digest, size int64, r io.Reader) error
+	// Open streams the uncompressed payload stored under d.
+	Open(ctx context.Context, d digest.Digest) (io.ReadCloser, error)
+}
+
+// Recipe rebuilds one tar byte for byte from a FileStore.
+type Recipe struct {
+	// TarDigest and TarSize describe the uncompressed tar it was made from.
+	TarDigest digest.Digest `json:"tarDigest"`
+	TarSize   int64         `json:"tarSize"`
+	// Meta is tar-split's JSON-lines entry stream (raw headers, padding, and
+	// one entry per tar member with its size and crc64), zstd-compressed.
+	Meta []byte `json:"meta"`
+	// Files are the payloads of the members with a non-empty body, in tar
+	// order. Duplicate paths appear once per occurrence, which is why
+	// assembly follows this order and never looks payloads up by name.
+	Files []File `json:"files"`
+}
+
+// File is one payload referenced by a Recipe.
+type File struct {
+	Digest digest.Digest `json:"digest"`
+	Size   int64         `json:"size"`
+}
+
+var (
+	// ErrNotReproducible marks a tar whose bytes are not the sum of its raw
+	// metadata and member payloads, such as one with sparse members (tar
+	// readers expand holes, so the payload is not what the tar holds).
+	ErrNotReproducible = errors.New("layer: tar cannot be split byte-exactly")
+	// ErrMismatch marks an assembly whose output differs from the recipe's
+	// tar digest or size, or whose payloads disagree with the metadata.
+	ErrMismatch = errors.New("layer: assembled tar does not match recipe")
+	// ErrTooMuchMetadata marks a tar whose non-payload bytes (headers,
+	// padding, trailing data) exceed the bound kept in memory.
+	ErrTooMuchMetadata = errors.New("layer: tar metadata too large")
+)

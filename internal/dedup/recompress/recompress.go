@@ -1,0 +1,349 @@
+// Package recompress finds and replays byte-exact compression recipes for
+// layer blobs: given a compressed blob and its uncompressed bytes, it finds
+// which encoder (implementation, level, block size) produced each gzip member
+// or zstd frame, keeping container bytes (headers, trailers, trailing data)
+// verbatim, so dedup can drop the compressed copy and rebuild it exactly.
+//
+// A recipe is found by re-compressing with candidate encoders and comparing
+// their output byte by byte as it is produced; a wrong candidate is abandoned
+// at its first differing byte. Encoder output is version-sensitive: the
+// golden tests pin it, and a recipe must be accepted only after Verify
+// rebuilds the blob from stored pieces and reproduces its digest and size.
+package recompress
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// ErrIrreproducible means no candidate encoder reproduces the blob; the
+// layer must stay intact.
+var ErrIrreproducible = errors.New("recompress: no encoder reproduces the blob")
+
+// Format is the container format of a blob.
+type Format string
+
+// Formats a recipe can describe.
+const (
+	FormatNone Format = "none" // the blob is its uncompressed bytes
+	FormatGzip Format = "gzip"
+	FormatZstd Format = "zstd"
+)
+
+// Recipe rebuilds a compressed blob from its uncompressed bytes.
+type Recipe struct {
+	Format Format `json:"format"`
+	// Size is the compressed blob's size.
+	Size    int64    `json:"size"`
+	Members []Member `json:"members,omitempty"`
+	// Trailing holds bytes after the last gzip member, verbatim.
+	Trailing []byte `json:"trailing,omitempty"`
+}
+
+// Member is one gzip member or zstd frame sequence.
+type Member struct {
+	// Header is the gzip member header verbatim (empty for zstd).
+	Header []byte `json:"header,omitempty"`
+	// Encoder names the encoder that reproduces the member's body, e.g.
+	// "stdlib-gzip/6", "klauspost-gzip/9", "pgzip/5/1MiB", "klauspost-zstd/2".
+	Encoder string `json:"encoder"`
+	// Size is the member's uncompressed length.
+	Size int64 `json:"size"`
+	// Trailer is the gzip CRC32 and ISIZE verbatim (empty for zstd).
+	Trailer []byte `json:"trailer,omitempty"`
+}
+
+// Tally adds one count per member encoder of r to counts, to learn which
+// encoders real pushes use.
+func (r Recipe) Tally(counts map[string]int) {
+	for _, m := range r.Members {
+		counts[m.Encoder]++
+	}
+}
+
+var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
+
+// FindRecipe finds the recipe that rebuilds the size bytes of compressed from
+// the uncompressed stream. uncompressed opens that stream from its start each
+// time it is called (it is read once per candidate tried; an io.Closer is
+// closed). Nothing larger than a compression window is held in memory.
+func FindRecipe(ctx context.Context, compressed io.ReaderAt, size int64, uncompressed func() io.Reader) (Recipe, error) {
+	var magic [4]byte
+	n, err := compressed.ReadAt(magic[:], 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return Recipe{}, fmt.Errorf("recompress: read magic: %w", err)
+	}
+	switch {
+	case n >= 3 && magic[0] == 0x1f && magic[1] == 0x8b && magic[2] == 8:
+		return findGzip(ctx, compressed, size, uncompressed)
+	case n == 4 && bytes.Equal(magic[:], zstdMagic):
+		return findZstd(ctx, compressed, size, uncompressed)
+	}
+	return Recipe{Format: FormatNone, Size: size}, nil
+}
+
+func findGzip(ctx context.Context, ra io.ReaderAt, size int64, uncompressed func() io.Reader) (Recipe, error) {
+	c, err := parseGzip(ra, size)
+	if err != nil {
+		return Recipe{}, fmt.Errorf("%w: %w", ErrIrreproducible, err)
+	}
+	rec := Recipe{Format: FormatGzip, Size: size, Trailing: c.trailing}
+	s := &source{open: uncompressed}
+	defer s.close()
+	var off int64
+	for i, m := range c.members {
+		body := io.NewSectionReader(ra, m.bodyStart, m.bodyEnd-m.bodyStart)
+		id, err := s.match(ctx, gzipCandidates(m), off, m.size, body)
+		if err != nil {
+			return Recipe{}, fmt.Errorf("gzip member %d: %w", i, err)
+		}
+		rec.Members = append(rec.Members, Member{Header: m.header, Encoder: id, Size: m.size, Trailer: m.trailer})
+		off += m.size
+	}
+	return rec, nil
+}
+
+// findZstd handles a blob that is one klauspost zstd stream (one or more
+// frames as its streaming encoder writes them). The uncompressed size comes
+// from the source itself.
+func findZstd(ctx context.Context, ra io.ReaderAt, size int64, uncompressed func() io.Reader) (Recipe, error) {
+	s := &source{open: uncompressed}
+	defer s.close()
+	body := io.NewSectionReader(ra, 0, size)
+	id, err := s.match(ctx, zstdCandidates(), 0, -1, body)
+	if err != nil {
+		return Recipe{}, err
+	}
+	return Recipe{Format: FormatZstd, Size: size, Members: []Member{{Encoder: id, Size: s.lastLen}}}, nil
+}
+
+// source hands out readers positioned at a member's start, reusing the
+// reader the previous winning candidate left exactly there.
+type source struct {
+	open    func() io.Reader
+	r       io.Reader
+	pos     int64 // position of r, -1 when unknown
+	lastLen int64 // bytes the last winning candidate consumed
+}
+
+func (s *source) close() {
+	if c, ok := s.r.(io.Closer); ok {
+		c.Close()
+	}
+	s.r = nil
+}
+
+func (s *source) at(off int64) (io.Reader, error) {
+	if s.r != nil && s.pos == off {
+		return s.r, nil
+	}
+	s.close()
+	s.r = s.open()
+	s.pos = 0
+	if off > 0 {
+		n, err := io.CopyN(io.Discard, s.r, off)
+		s.pos = n
+		if err != nil {
+			return nil, fmt.Errorf("recompress: skip %d uncompressed bytes: %w", off, err)
+		}
+	}
+	return s.r, nil
+}
+
+// match tries candidates in order on the n uncompressed bytes at off (n < 0:
+// to the end) and returns the first whose output equals want exactly.
+func (s *source) match(ctx context.Context, candidates []string, off, n int64, want io.Reader) (string, error) {
+	buf := make([]byte, 64<<10)
+	for _, id := range candidates {
+		if err := ctx.Err(); err != nil {
+			return "", err
+		}
+		if _, err := want.(io.Seeker).Seek(0, io.SeekStart); err != nil {
+			return "", err
+		}
+		r, err := s.at(off)
+		if err != nil {
+			return "", err
+		}
+		ok, used, err := tryCandidate(ctx, id, r, n, want, buf)
+		if err != nil {
+			return "", err
+		}
+		if ok {
+			s.pos = off + used
+			s.lastLen = used
+			return id, nil
+		}
+		s.pos = -1
+	}
+	return "", ErrIrreproducible
+}
+
+// tryCandidate feeds up to n bytes of r (n < 0: all) to encoder id and
+// reports whether its output equals want. It stops feeding at the first
+// mismatch. Source and context errors are returned; encoder failures are
+// just a non-match.
+func tryCandidate(ctx context.Context, id string, r io.Reader, n int64, want io.Reader, buf []byte) (bool, int64, error) {
+	cmp := &compareWriter{want: want}
+	enc, err := newEncoder(id, cmp)
+	if err != nil {
+		return false, 0, err
+	}
+	if n >= 0 {
+		r = io.LimitReader(r, n)
+	}
+	var used int64
+	for !cmp.failed.Load() {
+		if err := ctx.Err(); err != nil {
+			enc.Close()
+			return false, 0, err
+		}
+		k, rerr := r.Read(buf)
+		if k > 0 {
+			used += int64(k)
+			if _, err := enc.Write(buf[:k]); err != nil {
+				enc.Close()
+				return false, 0, nil
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			enc.Close()
+			return false, 0, fmt.Errorf("recompress: read uncompressed: %w", rerr)
+		}
+	}
+	if cmp.failed.Load() {
+		enc.Close()
+		return false, 0, nil
+	}
+	if n >= 0 && used != n {
+		return false, 0, fmt.Errorf("recompress: uncompressed stream ended after %d of %d bytes", used, n)
+	}
+	if err := enc.Close(); err != nil {
+		return false, 0, nil
+	}
+	return cmp.done(), used, nil
+}
+
+// compareWriter checks bytes written against want. After the first
+// difference it swallows everything, so encoders with background goroutines
+// (pgzip) still shut down cleanly. failed is atomic because pgzip writes
+// from its own goroutine while the feeding loop polls it.
+type compareWriter struct {
+	want   io.Reader
+	buf    []byte
+	failed atomic.Bool
+}
+
+func (c *compareWriter) Write(p []byte) (int, error) {
+	if c.failed.Load() {
+		return len(p), nil
+	}
+	n := len(p)
+	for len(p) > 0 {
+		k := min(len(p), 64<<10)
+		if cap(c.buf) < k {
+			c.buf = make([]byte, 64<<10)
+		}
+		b := c.buf[:k]
+		if _, err := io.ReadFull(c.want, b); err != nil || !bytes.Equal(b, p[:k]) {
+			c.failed.Store(true)
+			return n, nil
+		}
+		p = p[k:]
+	}
+	return n, nil
+}
+
+// done reports whether every byte matched and want is exhausted.
+func (c *compareWriter) done() bool {
+	if c.failed.Load() {
+		return false
+	}
+	var one [1]byte
+	k, _ := io.ReadFull(c.want, one[:])
+	return k == 0
+}
+
+// Rebuild writes the blob recipe describes, reading its uncompressed bytes
+// from uncompressed.
+func Rebuild(w io.Writer, recipe Recipe, uncompressed io.Reader) error {
+	if recipe.Format == FormatNone {
+		n, err := io.Copy(w, uncompressed)
+		if err != nil {
+			return fmt.Errorf("recompress: copy: %w", err)
+		}
+		if n != recipe.Size {
+			return fmt.Errorf("recompress: uncompressed blob has %d bytes, recipe says %d", n, recipe.Size)
+		}
+		return nil
+	}
+	for i, m := range recipe.Members {
+		if _, err := w.Write(m.Header); err != nil {
+			return err
+		}
+		enc, err := newEncoder(m.Encoder, w)
+		if err != nil {
+			return err
+		}
+		n, err := io.Copy(enc, io.LimitReader(uncompressed, m.Size))
+		if err != nil {
+			enc.Close()
+			return fmt.Errorf("recompress: member %d: %w", i, err)
+		}
+		if n != m.Size {
+			enc.Close()
+			return fmt.Errorf("recompress: member %d: uncompressed stream ended after %d of %d bytes", i, n, m.Size)
+		}
+		if err := enc.Close(); err != nil {
+			return fmt.Errorf("recompress: member %d: %w", i, err)
+		}
+		if _, err := w.Write(m.Trailer); err != nil {
+			return err
+		}
+	}
+	if _, err := w.Write(recipe.Trailing); err != nil {
+		return err
+	}
+	return nil
+}
+
+// ErrMismatch means a rebuild did not reproduce the expected digest or size.
+var ErrMismatch = errors.New("recompress: rebuild does not reproduce the blob")
+
+// Verify rebuilds the blob from recipe and uncompressed and checks that it
+// has the expected digest and size. Only a verified recipe may replace the
+// intact blob.
+func Verify(recipe Recipe, uncompressed io.Reader, want digest.Digest, size int64) error {
+	if err := want.Validate(); err != nil {
+		return fmt.Errorf("recompress: %w", err)
+	}
+	v := want.Verifier()
+	cw := &countWriter{w: v}
+	if err := Rebuild(cw, recipe, uncompressed); err != nil {
+		return err
+	}
+	if cw.n != size || !v.Verified() {
+		return fmt.Errorf("%w: got %d bytes, want %d bytes of %s", ErrMismatch, cw.n, size, want)
+	}
+	return nil
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
