@@ -38,6 +38,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/clitool"
 )
 
 // TestMain builds cairn once for the package.
@@ -189,19 +190,8 @@ func (ca *testCA) issue(t *testing.T, cn string, ips ...net.IP) *issued {
 	}
 }
 
-// tool returns the path of a client binary; a missing tool skips the test,
-// or fails it when CAIRN_REQUIRE_CLIENTS=1.
-func tool(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CAIRN_REQUIRE_CLIENTS") == "1" {
-			t.Fatalf("%s not found on PATH and CAIRN_REQUIRE_CLIENTS=1: %v", name, err)
-		}
-		t.Skipf("%s not found on PATH (scripts/test.sh installs it): %v", name, err)
-	}
-	return p
-}
+// tool returns the path of a client binary (see clitool.Path).
+func tool(t *testing.T, name string) string { return clitool.Path(t, name) }
 
 // clientEnv runs client tools with their own HOME and config directories,
 // so no user credential leaks in and tests do not see each other's logins.

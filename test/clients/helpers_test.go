@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-registry/cairn/internal/testutil/clitool"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
@@ -40,19 +41,8 @@ var manifestAccept = strings.Join([]string{
 // of eating the whole go test timeout.
 const cmdTimeout = 5 * time.Minute
 
-// tool returns the path of a client binary. A missing tool skips the test,
-// or fails it when CAIRN_REQUIRE_CLIENTS=1.
-func tool(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CAIRN_REQUIRE_CLIENTS") == "1" {
-			t.Fatalf("%s not found on PATH and CAIRN_REQUIRE_CLIENTS=1: %v", name, err)
-		}
-		t.Skipf("%s not found on PATH (scripts/test.sh installs it): %v", name, err)
-	}
-	return p
-}
+// tool returns the path of a client binary (see clitool.Path).
+func tool(t *testing.T, name string) string { return clitool.Path(t, name) }
 
 // clientEnv is an isolated environment for running client tools: its own
 // HOME, config and runtime dirs, so no user config or credential leaks in and

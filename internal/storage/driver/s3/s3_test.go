@@ -159,7 +159,7 @@ func TestDeleteFilesRequests(t *testing.T) {
 	for i := range paths {
 		paths[i] = blobPath(i)
 	}
-	putAll(t, d, paths)
+	testsuite.PutParallel(t, d, paths)
 	c.take()
 
 	// Mark-phase listing of the same files: one page per 1000 keys.
@@ -241,30 +241,6 @@ func mapsEqual(a, b map[string]int) bool {
 		}
 	}
 	return true
-}
-
-func putAll(t *testing.T, d driver.Driver, paths []string) {
-	t.Helper()
-	ctx := context.Background()
-	next := make(chan string)
-	var wg sync.WaitGroup
-	for range 32 {
-		wg.Go(func() {
-			for p := range next {
-				if err := d.PutContent(ctx, p, []byte(p)); err != nil {
-					t.Errorf("PutContent(%s): %v", p, err)
-				}
-			}
-		})
-	}
-	for _, p := range paths {
-		next <- p
-	}
-	close(next)
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
 }
 
 // TestDeleteFilesKeyErrors makes MinIO refuse some keys of a DeleteObjects

@@ -83,7 +83,7 @@ func testDeleteFilesMany(t *testing.T, d driver.Driver, base string) {
 	for i := range paths {
 		paths[i] = BlobDataPath(base, i)
 	}
-	putParallel(t, d, paths)
+	PutParallel(t, d, paths)
 	for i := range 10 {
 		paths = append(paths, BlobDataPath(base, files+i))
 	}
@@ -170,8 +170,9 @@ func testDeleteFilesWhileWriting(t *testing.T, d driver.Driver, base string) {
 	wg.Wait()
 }
 
-// putParallel writes each path's own name as its content, a few at a time.
-func putParallel(t *testing.T, d driver.Driver, paths []string) {
+// PutParallel writes each path's own name as its content, a few at a time
+// (drivers' own tests use it to fill a store fast).
+func PutParallel(t *testing.T, d driver.Driver, paths []string) {
 	t.Helper()
 	ctx := context.Background()
 	next := make(chan string)
