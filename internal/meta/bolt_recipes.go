@@ -1,0 +1,278 @@
+package meta
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/opencontainers/go-digest"
+	bolt "go.etcd.io/bbolt"
+)
+
+func stateKey(st LayerState, k []byte) []byte {
+	return append([]byte{byte(st)}, k...)
+}
+
+// setState moves layer key k from state old (0: none) to st in the state index.
+func setState(tx *bolt.Tx, k []byte, old, st LayerState) error {
+	idx, cnt := tx.Bucket(bktByState), tx.Bucket(bktLayerCount)
+	if old == st {
+		return nil
+	}
+	if old != 0 {
+		if err := idx.Delete(stateKey(old, k)); err != nil {
+			return err
+		}
+		if err := putInt(cnt, []byte{byte(old)}, getInt(cnt, []byte{byte(old)})-1); err != nil {
+			return err
+		}
+	}
+	if st != 0 {
+		if err := idx.Put(stateKey(st, k), nil); err != nil {
+			return err
+		}
+		if err := putInt(cnt, []byte{byte(st)}, getInt(cnt, []byte{byte(st)})+1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func oldState(b *bolt.Bucket, k []byte) (LayerState, []byte) {
+	v := b.Get(k)
+	if len(v) == 0 {
+		return 0, nil
+	}
+	return LayerState(v[0]), v[1:]
+}
+
+// PutRecipe implements Recipes.
+func (s *Bolt) PutRecipe(ctx context.Context, layer digest.Digest, recipe []byte, state LayerState) error {
+	if !state.Valid() {
+		return fmt.Errorf("%w: %d", ErrInvalidState, state)
+	}
+	k, err := keyOf(layer)
+	if err != nil {
+		return err
+	}
+	err = s.update(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bktRecipes)
+		old, _ := oldState(b, k)
+		v := make([]byte, 1+len(recipe))
+		v[0] = byte(state)
+		copy(v[1:], recipe)
+		if err := b.Put(k, v); err != nil {
+			return err
+		}
+		return setState(tx, k, old, state)
+	})
+	if err != nil {
+		return fmt.Errorf("meta: put recipe %s: %w", layer, err)
+	}
+	return nil
+}
+
+// SetLayerState implements Recipes.
+func (s *Bolt) SetLayerState(ctx context.Context, layer digest.Digest, state LayerState) error {
+	if !state.Valid() {
+		return fmt.Errorf("%w: %d", ErrInvalidState, state)
+	}
+	k, err := keyOf(layer)
+	if err != nil {
+		return err
+	}
+	err = s.update(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bktRecipes)
+		old, recipe := oldState(b, k)
+		if old == 0 {
+			return ErrNotFound
+		}
+		v := make([]byte, 1+len(recipe))
+		v[0] = byte(state)
+		copy(v[1:], recipe)
+		if err := b.Put(k, v); err != nil {
+			return err
+		}
+		return setState(tx, k, old, state)
+	})
+	if err != nil {
+		return fmt.Errorf("meta: set layer state %s: %w", layer, err)
+	}
+	return nil
+}
+
+// GetRecipe implements Recipes.
+func (s *Bolt) GetRecipe(ctx context.Context, layer digest.Digest) ([]byte, LayerState, error) {
+	k, err := keyOf(layer)
+	if err != nil {
+		return nil, 0, err
+	}
+	var (
+		recipe []byte
+		state  LayerState
+	)
+	err = s.view(ctx, func(tx *bolt.Tx) error {
+		st, r := oldState(tx.Bucket(bktRecipes), k)
+		if st == 0 {
+			return ErrNotFound
+		}
+		state, recipe = st, append([]byte(nil), r...) // r is only valid inside the tx
+		return nil
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("meta: get recipe %s: %w", layer, err)
+	}
+	return recipe, state, nil
+}
+
+// DeleteRecipe implements Recipes.
+func (s *Bolt) DeleteRecipe(ctx context.Context, layer digest.Digest) error {
+	k, err := keyOf(layer)
+	if err != nil {
+		return err
+	}
+	err = s.update(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bktRecipes)
+		old, _ := oldState(b, k)
+		if old == 0 {
+			return nil
+		}
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+		return setState(tx, k, old, 0)
+	})
+	if err != nil {
+		return fmt.Errorf("meta: delete recipe %s: %w", layer, err)
+	}
+	return nil
+}
+
+// ListLayers implements Recipes.
+func (s *Bolt) ListLayers(ctx context.Context, state LayerState, after digest.Digest, limit int) ([]digest.Digest, error) {
+	if !state.Valid() {
+		return nil, fmt.Errorf("%w: %d", ErrInvalidState, state)
+	}
+	var out []digest.Digest
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		var err error
+		out, err = page(tx.Bucket(bktByState).Cursor(), []byte{byte(state)}, after, limit)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("meta: list layers: %w", err)
+	}
+	return out, nil
+}
+
+// LayerCounts implements Recipes.
+func (s *Bolt) LayerCounts(ctx context.Context) (map[LayerState]int64, error) {
+	out := make(map[LayerState]int64, len(States))
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		cnt := tx.Bucket(bktLayerCount)
+		for _, st := range States {
+			out[st] = getInt(cnt, []byte{byte(st)})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("meta: layer counts: %w", err)
+	}
+	return out, nil
+}
+
+// SetImageLayers implements ImageMap.
+func (s *Bolt) SetImageLayers(ctx context.Context, manifest digest.Digest, layers []digest.Digest) error {
+	k, err := keyOf(manifest)
+	if err != nil {
+		return err
+	}
+	var sb strings.Builder
+	for i, l := range layers {
+		if err := l.Validate(); err != nil {
+			return fmt.Errorf("%w: %q: %w", ErrInvalidDigest, l, err)
+		}
+		if i > 0 {
+			sb.WriteByte('\n')
+		}
+		sb.WriteString(string(l))
+	}
+	err = s.update(ctx, func(tx *bolt.Tx) error {
+		return tx.Bucket(bktImages).Put(k, []byte(sb.String()))
+	})
+	if err != nil {
+		return fmt.Errorf("meta: set image layers %s: %w", manifest, err)
+	}
+	return nil
+}
+
+// ImageLayers implements ImageMap.
+func (s *Bolt) ImageLayers(ctx context.Context, manifest digest.Digest) ([]digest.Digest, error) {
+	k, err := keyOf(manifest)
+	if err != nil {
+		return nil, err
+	}
+	var out []digest.Digest
+	err = s.view(ctx, func(tx *bolt.Tx) error {
+		v := tx.Bucket(bktImages).Get(k)
+		if v == nil {
+			return ErrNotFound
+		}
+		out = []digest.Digest{}
+		if len(v) == 0 {
+			return nil
+		}
+		for _, l := range strings.Split(string(v), "\n") {
+			out = append(out, digest.Digest(l))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("meta: image layers %s: %w", manifest, err)
+	}
+	return out, nil
+}
+
+// DeleteImage implements ImageMap.
+func (s *Bolt) DeleteImage(ctx context.Context, manifest digest.Digest) error {
+	k, err := keyOf(manifest)
+	if err != nil {
+		return err
+	}
+	err = s.update(ctx, func(tx *bolt.Tx) error { return tx.Bucket(bktImages).Delete(k) })
+	if err != nil {
+		return fmt.Errorf("meta: delete image %s: %w", manifest, err)
+	}
+	return nil
+}
+
+// AddStat implements Stats.
+func (s *Bolt) AddStat(ctx context.Context, name string, delta int64) error {
+	if name == "" {
+		return fmt.Errorf("meta: add stat: empty name")
+	}
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bktStats)
+		return putInt(b, []byte(name), getInt(b, []byte(name))+delta)
+	})
+	if err != nil {
+		return fmt.Errorf("meta: add stat %s: %w", name, err)
+	}
+	return nil
+}
+
+// Stats implements Stats.
+func (s *Bolt) Stats(ctx context.Context) (map[string]int64, error) {
+	out := map[string]int64{}
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bktStats)
+		return b.ForEach(func(k, _ []byte) error {
+			out[string(k)] = getInt(b, k)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("meta: stats: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,82 @@
+package meta_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/meta/metatest"
+	"github.com/opencontainers/go-digest"
+)
+
+var testOpts = meta.Options{
+	MaxLayersPerClient: metatest.MaxLayersPerClient,
+	PopularityBucket:   metatest.PopularityBucket,
+	PopularityBuckets:  metatest.PopularityBuckets,
+}
+
+func TestBoltConformance(t *testing.T) {
+	metatest.Run(t, func(t *testing.T) meta.Store {
+		s, err := meta.OpenWith(filepath.Join(t.TempDir(), "meta.db"), testOpts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+// TestBoltPersistence checks that every kind of record survives Close and Open.
+func TestBoltPersistence(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "meta.db")
+	s, err := meta.OpenWith(path, testOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, l, m := metatest.Digest("f"), metatest.Digest("l"), metatest.Digest("m")
+	now := time.Unix(1_700_000_000, 0)
+	steps := []error{
+		func() error { _, err := s.AddFileRefs(ctx, []digest.Digest{f, f}); return err }(),
+		s.PutRecipe(ctx, l, []byte("recipe"), meta.StateDeduplicated),
+		s.SetImageLayers(ctx, m, []digest.Digest{l}),
+		func() error { _, err := s.RecordPull(ctx, "alice", l, now); return err }(),
+		s.AddStat(ctx, "hits", 4),
+	}
+	for i, err := range steps {
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err = meta.OpenWith(path, testOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if fi, err := s.Files(ctx, []digest.Digest{f}); err != nil || fi[0].Refs != 2 {
+		t.Errorf("file after reopen = %+v, %v; want 2 refs", fi, err)
+	}
+	if r, st, err := s.GetRecipe(ctx, l); err != nil || string(r) != "recipe" || st != meta.StateDeduplicated {
+		t.Errorf("recipe after reopen = %q %v %v", r, st, err)
+	}
+	if got, err := s.ListLayers(ctx, meta.StateDeduplicated, "", 10); err != nil || len(got) != 1 || got[0] != l {
+		t.Errorf("ListLayers after reopen = %v %v", got, err)
+	}
+	if got, err := s.ImageLayers(ctx, m); err != nil || len(got) != 1 || got[0] != l {
+		t.Errorf("ImageLayers after reopen = %v %v", got, err)
+	}
+	if prev, err := s.RecordPull(ctx, "alice", l, now.Add(time.Second)); err != nil || prev != 1 {
+		t.Errorf("RecordPull after reopen: prev = %d %v, want 1", prev, err)
+	}
+	if n, err := s.LayerPulls(ctx, l, now); err != nil || n != 2 {
+		t.Errorf("LayerPulls after reopen = %d %v, want 2", n, err)
+	}
+	if st, err := s.Stats(ctx); err != nil || st["hits"] != 4 {
+		t.Errorf("Stats after reopen = %v %v", st, err)
+	}
+}

@@ -1,0 +1,178 @@
+// Package meta is the metadata store that deduplication and garbage collection share:
+// the file index with reference counts and tombstones, layer recipes and states, the
+// image→layers map (ILmap), the client→layers pull map (ULmap), layer popularity and
+// counters. Every method is one atomic step, so the embedded bolt store (one node) and
+// a Redis store (several nodes, SETNX/Lua) can both implement it.
+//
+// File lifecycle (the contract between dedup and GC):
+//
+//  1. Dedup calls AddFileRefs with the distinct files of one layer (one reference per
+//     layer that holds the file). A result with Write set means the file is unknown,
+//     was tombstoned, or was lost to a racing delete: the caller must store it.
+//  2. Deleting a deduplicated layer calls ReleaseFileRefs with the same list; it
+//     returns the files whose count reached zero.
+//  3. GC calls Tombstone on each such file. Only when it returns true may GC delete the
+//     object, and then call DeleteFile. A file re-referenced before Tombstone makes it
+//     return false; a file re-referenced after Tombstone is revived (AddFileRefs
+//     reports Write), and DeleteFile then reports revived=true and marks the entry
+//     Missing, because GC's delete may have removed the copy the reviver wrote. The
+//     next AddFileRefs of a Missing file reports Write again; dedup checks Files for
+//     Missing before it drops a layer's intact copy.
+package meta
+
+import (
+	"context"
+	_ "crypto/sha512" // registers sha512 so such digests validate
+	"errors"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// Errors returned by stores; compare with errors.Is.
+var (
+	ErrNotFound       = errors.New("meta: not found")
+	ErrInvalidDigest  = errors.New("meta: invalid digest")
+	ErrNotTombstoned  = errors.New("meta: file is not tombstoned")
+	ErrInvalidState   = errors.New("meta: invalid layer state")
+	ErrInvalidRelease = errors.New("meta: release of an unreferenced file")
+)
+
+// FileRef is the outcome of adding one reference to a file.
+type FileRef struct {
+	Digest digest.Digest
+	// Refs is the count after the add.
+	Refs int64
+	// Write is true when the caller must store the file's content: it was unknown,
+	// tombstoned (being deleted) or marked Missing.
+	Write bool
+}
+
+// FileInfo is the stored state of one file entry.
+type FileInfo struct {
+	Digest     digest.Digest
+	Exists     bool // false: no entry at all
+	Refs       int64
+	Tombstoned bool // GC owns it and may be deleting the object
+	Missing    bool // a revive raced a delete; the object may be gone
+}
+
+// FileIndex counts references to the unique files under cairn/files.
+type FileIndex interface {
+	// AddFileRefs adds one reference per element of digests (a digest listed twice
+	// gets two) and returns one FileRef per element, in order. Within one call only
+	// the first occurrence of a digest can have Write set.
+	AddFileRefs(ctx context.Context, digests []digest.Digest) ([]FileRef, error)
+	// ReleaseFileRefs removes one reference per element and returns the distinct
+	// files whose count reached zero. Releasing a file with no references fails
+	// with ErrInvalidRelease and changes nothing.
+	ReleaseFileRefs(ctx context.Context, digests []digest.Digest) ([]digest.Digest, error)
+	// Tombstone marks a zero-count file as being deleted. It returns false when the
+	// file has references or no entry. It is idempotent: a tombstoned file returns
+	// true again, so a GC that crashed between Tombstone and DeleteFile can resume.
+	Tombstone(ctx context.Context, d digest.Digest) (bool, error)
+	// DeleteFile removes a tombstoned entry after GC deleted the object. If the file
+	// was revived since Tombstone, the entry stays, is marked Missing, and revived is
+	// true. A file never tombstoned fails with ErrNotTombstoned; no entry is a no-op.
+	DeleteFile(ctx context.Context, d digest.Digest) (revived bool, err error)
+	// Files reports the state of each digest, in order.
+	Files(ctx context.Context, digests []digest.Digest) ([]FileInfo, error)
+	// ZeroFiles lists, in key order after the cursor `after` (empty: from the start),
+	// up to limit files with zero references, tombstoned or not: the work list of a
+	// GC that resumes after a crash.
+	ZeroFiles(ctx context.Context, after digest.Digest, limit int) ([]digest.Digest, error)
+}
+
+// LayerState is how a layer is held.
+type LayerState uint8
+
+// Layer states. The zero value is invalid so a missing state is never mistaken.
+const (
+	StatePending        LayerState = iota + 1 // queued or being disassembled
+	StateIntact                               // only the intact blob serves pulls
+	StateDeduplicated                         // the recipe serves pulls
+	StateIrreproducible                       // no encoder reproduced it; stays intact
+)
+
+// States lists every valid state, for iteration.
+var States = [...]LayerState{StatePending, StateIntact, StateDeduplicated, StateIrreproducible}
+
+func (s LayerState) String() string {
+	switch s {
+	case StatePending:
+		return "pending"
+	case StateIntact:
+		return "intact"
+	case StateDeduplicated:
+		return "deduplicated"
+	case StateIrreproducible:
+		return "irreproducible"
+	}
+	return "invalid"
+}
+
+// Valid reports whether s is one of the defined states.
+func (s LayerState) Valid() bool { return s >= StatePending && s <= StateIrreproducible }
+
+// Recipes stores each layer's recipe (opaque bytes) and state.
+type Recipes interface {
+	// PutRecipe stores recipe (may be nil) and state for layer, replacing both.
+	PutRecipe(ctx context.Context, layer digest.Digest, recipe []byte, state LayerState) error
+	// SetLayerState changes the state and keeps the recipe; ErrNotFound if none.
+	SetLayerState(ctx context.Context, layer digest.Digest, state LayerState) error
+	// GetRecipe returns the recipe and state; ErrNotFound if none.
+	GetRecipe(ctx context.Context, layer digest.Digest) ([]byte, LayerState, error)
+	// DeleteRecipe removes the layer's entry; no entry is a no-op.
+	DeleteRecipe(ctx context.Context, layer digest.Digest) error
+	// ListLayers returns up to limit layers in state, in key order after the cursor
+	// `after` (empty: from the start). An empty result means the end.
+	ListLayers(ctx context.Context, state LayerState, after digest.Digest, limit int) ([]digest.Digest, error)
+	// LayerCounts returns the number of layers in each state.
+	LayerCounts(ctx context.Context) (map[LayerState]int64, error)
+}
+
+// ImageMap is the ILmap: which layers a manifest names.
+type ImageMap interface {
+	SetImageLayers(ctx context.Context, manifest digest.Digest, layers []digest.Digest) error
+	// ImageLayers returns the layers in the order set; ErrNotFound if none.
+	ImageLayers(ctx context.Context, manifest digest.Digest) ([]digest.Digest, error)
+	DeleteImage(ctx context.Context, manifest digest.Digest) error
+}
+
+// LayerPull is one ULmap entry: how often a client pulled a layer.
+type LayerPull struct {
+	Layer digest.Digest
+	Pulls int64
+	Last  time.Time
+}
+
+// Pulls is the ULmap and layer popularity. Per-client entries are capped; the least
+// recently pulled entry is evicted first, so a very old pull may count as a first pull.
+type Pulls interface {
+	// RecordPull records that client pulled layer at now and returns how many times
+	// the client had pulled it before (0: first pull).
+	RecordPull(ctx context.Context, client string, layer digest.Digest, now time.Time) (int64, error)
+	// ClientLayers returns the client's entries, most recently pulled first.
+	ClientLayers(ctx context.Context, client string) ([]LayerPull, error)
+	// RepullRatio is repeat pulls / all pulls recorded for client (0 if none).
+	RepullRatio(ctx context.Context, client string) (float64, error)
+	// LayerPulls counts pulls of layer (by anyone) at or after since, at the
+	// store's bucket granularity and within its retained horizon.
+	LayerPulls(ctx context.Context, layer digest.Digest, since time.Time) (int64, error)
+}
+
+// Stats holds named counters (encoder hits, bytes saved, ...).
+type Stats interface {
+	AddStat(ctx context.Context, name string, delta int64) error
+	Stats(ctx context.Context) (map[string]int64, error)
+}
+
+// Store is the whole metadata store.
+type Store interface {
+	FileIndex
+	Recipes
+	ImageMap
+	Pulls
+	Stats
+	Close() error
+}

@@ -1,0 +1,575 @@
+// Package metatest is the conformance suite every meta.Store implementation runs, so
+// the bolt and Redis stores keep the same dedup and GC semantics.
+package metatest
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/opencontainers/go-digest"
+)
+
+// Limits newStore must configure, so the suite can check the bounds.
+const (
+	MaxLayersPerClient = 8
+	PopularityBucket   = time.Minute
+	PopularityBuckets  = 60
+)
+
+// Run runs the suite. newStore returns an empty store configured with the limits
+// above; the suite closes it.
+func Run(t *testing.T, newStore func(t *testing.T) meta.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s meta.Store)
+	}{
+		{"RefCounts", testRefCounts},
+		{"ReleaseIsAtomic", testReleaseAtomic},
+		{"TombstoneLifecycle", testTombstoneLifecycle},
+		{"TombstoneRace", testTombstoneRace},
+		{"ZeroFilesPaging", testZeroFiles},
+		{"Recipes", testRecipes},
+		{"ListLayersPaging", testListLayers},
+		{"ImageLayers", testImageLayers},
+		{"ClientPulls", testClientPulls},
+		{"ClientBound", testClientBound},
+		{"LayerPopularity", testLayerPopularity},
+		{"Stats", testStats},
+		{"InvalidInput", testInvalidInput},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStore(t)
+			t.Cleanup(func() {
+				if err := s.Close(); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+			})
+			tc.fn(t, s)
+		})
+	}
+}
+
+// Digest returns a distinct sha256 digest for a label.
+func Digest(label string) digest.Digest {
+	return digest.NewDigestFromBytes(digest.SHA256, func() []byte { h := sha256.Sum256([]byte(label)); return h[:] }())
+}
+
+// must(call())(t) fails t when call returned an error, else yields its value.
+func must[T any](v T, err error) func(t *testing.T) T {
+	return func(t *testing.T) T {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+}
+
+func fileInfo(t *testing.T, s meta.Store, d digest.Digest) meta.FileInfo {
+	t.Helper()
+	return must(s.Files(context.Background(), []digest.Digest{d}))(t)[0]
+}
+
+func testRefCounts(t *testing.T, s meta.Store) {
+	ctx := context.Background()
+	a, b := Digest("a"), Digest("b")
+	got := must(s.AddFileRefs(ctx, []digest.Digest{a, b, a}))(t)
+	want := []meta.FileRef{{Digest: a, Refs: 1, Write: true}, {Digest: b, Refs: 1, Write: true}, {Digest: a, Refs: 2}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("first add = %+v, want %+v", got, want)
+	}
+	got = must(s.AddFileRefs(ctx, []digest.Digest{a}))(t)
+	if got[0] != (meta.FileRef{Digest: a, Refs: 3}) {
+		t.Fatalf("second add = %+v, want refs 3 without write", got[0])
+	}
+	zeroed := must(s.ReleaseFileRefs(ctx, []digest.Digest{a, b}))(t)
+	if !slices.Equal(zeroed, []digest.Digest{b}) {
+		t.Fatalf("release zeroed %v, want [b]", zeroed)
+	}
+	if fi := fileInfo(t, s, a); fi.Refs != 2 || !fi.Exists || fi.Tombstoned {
+		t.Fatalf("a after release = %+v, want 2 refs", fi)
+	}
+	zeroed = must(s.ReleaseFileRefs(ctx, []digest.Digest{a, a}))(t)
+	if !slices.Equal(zeroed, []digest.Digest{a}) {
+		t.Fatalf("release zeroed %v, want [a]", zeroed)
+	}
+	// A zero-count file that is re-added before any tombstone needs no write.
+	got = must(s.AddFileRefs(ctx, []digest.Digest{b}))(t)
+	if got[0] != (meta.FileRef{Digest: b, Refs: 1}) {
+		t.Fatalf("re-add of zero-count file = %+v, want refs 1 without write", got[0])
+	}
+	if fi := fileInfo(t, s, Digest("unknown")); fi.Exists || fi.Refs != 0 {
+		t.Fatalf("unknown file = %+v, want no entry", fi)
+	}
+}
+
+func testReleaseAtomic(t *testing.T, s meta.Store) {
+	ctx := context.Background()
+	a, c := Digest("a"), Digest("c")
+	must(s.AddFileRefs(ctx, []digest.Digest{a}))(t)
+	_, err := s.ReleaseFileRefs(ctx, []digest.Digest{a, c})
+	if !errors.Is(err, meta.ErrInvalidRelease) {
+		t.Fatalf("release of unknown file: err = %v, want ErrInvalidRelease", err)
+	}
+	if fi := fileInfo(t, s, a); fi.Refs != 1 {
+		t.Fatalf("failed release changed a: %+v", fi)
+	}
+	must(s.ReleaseFileRefs(ctx, []digest.Digest{a}))(t)
+	if _, err := s.ReleaseFileRefs(ctx, []digest.Digest{a}); !errors.Is(err, meta.ErrInvalidRelease) {
+		t.Fatalf("release below zero: err = %v, want ErrInvalidRelease", err)
+	}
+}
+
+func testTombstoneLifecycle(t *testing.T, s meta.Store) {
+	ctx := context.Background()
+	a := Digest("a")
+	if ok := must(s.Tombstone(ctx, a))(t); ok {
+		t.Fatal("Tombstone of unknown file = true")
+	}
+	must(s.AddFileRefs(ctx, []digest.Digest{a}))(t)
+	if ok := must(s.Tombstone(ctx, a))(t); ok {
+		t.Fatal("Tombstone of referenced file = true")
+	}
+	if _, err := s.DeleteFile(ctx, a); !errors.Is(err, meta.ErrNotTombstoned) {
+		t.Fatalf("DeleteFile of live file: err = %v, want ErrNotTombstoned", err)
+	}
+	must(s.ReleaseFileRefs(ctx, []digest.Digest{a}))(t)
+	if ok := must(s.Tombstone(ctx, a))(t); !ok {
+		t.Fatal("Tombstone of zero-count file = false")
+	}
+	if ok := must(s.Tombstone(ctx, a))(t); !ok {
+		t.Fatal("second Tombstone = false, want idempotent true")
+	}
+	if fi := fileInfo(t, s, a); !fi.Tombstoned || fi.Refs != 0 {
+		t.Fatalf("after Tombstone = %+v", fi)
+	}
+	// A dedup meeting the tombstone revives the file and must write it anew.
+	got := must(s.AddFileRefs(ctx, []digest.Digest{a, a}))(t)
+	if got[0] != (meta.FileRef{Digest: a, Refs: 1, Write: true}) || got[1].Write {
+		t.Fatalf("add of tombstoned file = %+v, want one write", got)
+	}
+	if ok := must(s.Tombstone(ctx, a))(t); ok {
+		t.Fatal("Tombstone of revived file = true")
+	}
+	// GC finishes its delete after the revive: the entry stays and is marked Missing.
+	if revived := must(s.DeleteFile(ctx, a))(t); !revived {
+		t.Fatal("DeleteFile after revive: revived = false")
+	}
+	if fi := fileInfo(t, s, a); !fi.Exists || !fi.Missing || fi.Refs != 2 || fi.Tombstoned {
+		t.Fatalf("after racing delete = %+v, want 2 refs, missing", fi)
+	}
+	got = must(s.AddFileRefs(ctx, []digest.Digest{a}))(t)
+	if !got[0].Write || got[0].Refs != 3 {
+		t.Fatalf("add of missing file = %+v, want write, 3 refs", got[0])
+	}
+	if fi := fileInfo(t, s, a); fi.Missing {
+		t.Fatalf("missing flag kept after a write was handed out: %+v", fi)
+	}
+	// The normal end: zero, tombstone, delete; the entry is gone.
+	must(s.ReleaseFileRefs(ctx, []digest.Digest{a, a, a}))(t)
+	if ok := must(s.Tombstone(ctx, a))(t); !ok {
+		t.Fatal("Tombstone = false")
+	}
+	if revived := must(s.DeleteFile(ctx, a))(t); revived {
+		t.Fatal("DeleteFile of tombstoned file: revived = true")
+	}
+	if fi := fileInfo(t, s, a); fi.Exists {
+		t.Fatalf("entry after DeleteFile = %+v", fi)
+	}
+	if revived := must(s.DeleteFile(ctx, a))(t); revived {
+		t.Fatal("DeleteFile of no entry: revived = true")
+	}
+	got = must(s.AddFileRefs(ctx, []digest.Digest{a}))(t)
+	if !got[0].Write || got[0].Refs != 1 {
+		t.Fatalf("add after delete = %+v, want write, 1 ref", got[0])
+	}
+}
+
+// testTombstoneRace runs dedup (AddFileRefs, then write if told) against GC
+// (Tombstone, delete the object, DeleteFile) on many zero-count files at once, over
+// a simulated object store, and checks that no file ends referenced, present in the
+// index as fine, and absent from the object store.
+func testTombstoneRace(t *testing.T, s meta.Store) {
+	ctx := context.Background()
+	const n = 64
+	files := make([]digest.Digest, n)
+	for i := range files {
+		files[i] = Digest(fmt.Sprintf("race-%d", i))
+	}
+	must(s.AddFileRefs(ctx, files))(t)
+	must(s.ReleaseFileRefs(ctx, files))(t)
+
+	var mu sync.Mutex
+	objects := map[digest.Digest]bool{}
+	for _, d := range files {
+		objects[d] = true
+	}
+	type outcome struct{ write, tomb bool }
+	out := make([]outcome, n)
+	var wg sync.WaitGroup
+	for i, d := range files {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			r, err := s.AddFileRefs(ctx, []digest.Digest{d})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			out[i].write = r[0].Write
+			if r[0].Write {
+				mu.Lock()
+				objects[d] = true
+				mu.Unlock()
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			ok, err := s.Tombstone(ctx, d)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			out[i].tomb = ok
+			if !ok {
+				return
+			}
+			mu.Lock()
+			delete(objects, d)
+			mu.Unlock()
+			if _, err := s.DeleteFile(ctx, d); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	infos := must(s.Files(ctx, files))(t)
+	for i, fi := range infos {
+		o := out[i]
+		if o.tomb && !o.write {
+			t.Errorf("%d: tombstone and add both won: %+v", i, o)
+		}
+		if !o.tomb && o.write {
+			t.Errorf("%d: add was told to write a live file: %+v", i, o)
+		}
+		if fi.Refs != 1 || fi.Tombstoned {
+			t.Errorf("%d: final entry %+v, want 1 ref, not tombstoned", i, fi)
+		}
+		if !objects[files[i]] && !fi.Missing {
+			t.Errorf("%d: object lost and the index does not say so: %+v %+v", i, o, fi)
+		}
+	}
+}
+
+func testZeroFiles(t *testing.T, s meta.Store) {
+	ctx := context.Background()
+	var files []digest.Digest
+	for i := range 10 {
+		files = append(files, Digest(fmt.Sprintf("z-%d", i)))
+	}
+	must(s.AddFileRefs(ctx, files))(t)
+	must(s.ReleaseFileRefs(ctx, files[:7]))(t)
+	must(s.Tombstone(ctx, files[0]))(t)
+	must(s.DeleteFile(ctx, files[0]))(t)
+	must(s.AddFileRefs(ctx, files[1:2]))(t)
+	var got []digest.Digest
+	var after digest.Digest
+	for {
+		page := must(s.ZeroFiles(ctx, after, 2))(t)
+		if len(page) == 0 {
+			break
+		}
+		if len(page) > 2 {
+			t.Fatalf("page of %d > limit 2", len(page))
+		}
+		got = append(got, page...)
+		after = page[len(page)-1]
+	}
+	want := slices.Clone(files[2:7])
+	slices.Sort(want)
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("ZeroFiles = %v, want %v", got, want)
+	}
+}
+
+func testRecipes(t *testing.T, s meta.Store) {
+	ctx := context.Background()
+	l := Digest("layer")
+	if _, _, err := s.GetRecipe(ctx, l); !errors.Is(err, meta.ErrNotFound) {
+		t.Fatalf("GetRecipe unknown: err = %v, want ErrNotFound", err)
+	}
+	if err := s.SetLayerState(ctx, l, meta.StateIntact); !errors.Is(err, meta.ErrNotFound) {
+		t.Fatalf("SetLayerState unknown: err = %v, want ErrNotFound", err)
+	}
+	if err := s.PutRecipe(ctx, l, nil, meta.StatePending); err != nil {
+		t.Fatal(err)
+	}
+	r, st, err := s.GetRecipe(ctx, l)
+	if err != nil || len(r) != 0 || st != meta.StatePending {
+		t.Fatalf("GetRecipe = %q %v %v, want empty pending", r, st, err)
+	}
+	recipe := []byte("tar-split and files")
+	if err := s.PutRecipe(ctx, l, recipe, meta.StateDeduplicated); err != nil {
+		t.Fatal(err)
+	}
+	recipe[0] = 'X' // the store must have copied it
+	if err := s.SetLayerState(ctx, l, meta.StateIntact); err != nil {
+		t.Fatal(err)
+	}
+	r, st, err = s.GetRecipe(ctx, l)
+	if err != nil || string(r) != "tar-split and files" || st != meta.StateIntact {
+		t.Fatalf("GetRecipe = %q %v %v", r, st, err)
+	}
+	counts := must(s.LayerCounts(ctx))(t)
+	if counts[meta.StateIntact] != 1 || counts[meta.StatePending] != 0 || counts[meta.StateDeduplicated] != 0 {
+		t.Fatalf("LayerCounts = %v", counts)
+	}
+	if err := s.DeleteRecipe(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteRecipe(ctx, l); err != nil {
+		t.Fatalf("second DeleteRecipe: %v", err)
+	}
+	if _, _, err := s.GetRecipe(ctx, l); !errors.Is(err, meta.ErrNotFound) {
+		t.Fatalf("GetRecipe after delete: err = %v", err)
+	}
+	if counts := must(s.LayerCounts(ctx))(t); counts[meta.StateIntact] != 0 {
+		t.Fatalf("LayerCounts after delete = %v", counts)
+	}
+	if err := s.PutRecipe(ctx, l, nil, 0); !errors.Is(err, meta.ErrInvalidState) {
+		t.Fatalf("PutRecipe state 0: err = %v, want ErrInvalidState", err)
+	}
+}
+
+func listAll(t *testing.T, s meta.Store, st meta.LayerState, limit int) []digest.Digest {
+	t.Helper()
+	var all []digest.Digest
+	var after digest.Digest
+	for {
+		page := must(s.ListLayers(context.Background(), st, after, limit))(t)
+		if len(page) == 0 {
+			return all
+		}
+		if len(page) > limit {
+			t.Fatalf("page of %d > limit %d", len(page), limit)
+		}
+		all = append(all, page...)
+		after = page[len(page)-1]
+	}
+}
+
+func testListLayers(t *testing.T, s meta.Store) {
+	ctx := context.Background()
+	var dedup, pending []digest.Digest
+	for i := range 25 {
+		l := Digest(fmt.Sprintf("d-%d", i))
+		dedup = append(dedup, l)
+		if err := s.PutRecipe(ctx, l, []byte("r"), meta.StateDeduplicated); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 5 {
+		l := Digest(fmt.Sprintf("p-%d", i))
+		pending = append(pending, l)
+		if err := s.PutRecipe(ctx, l, nil, meta.StatePending); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Moving a layer between states moves it between listings.
+	if err := s.PutRecipe(ctx, pending[0], []byte("r"), meta.StateDeduplicated); err != nil {
+		t.Fatal(err)
+	}
+	dedup, pending = append(dedup, pending[0]), pending[1:]
+	got := listAll(t, s, meta.StateDeduplicated, 7)
+	slices.Sort(dedup)
+	if !slices.IsSorted(got) {
+		t.Errorf("listing is not in key order")
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, dedup) {
+		t.Fatalf("deduplicated listing has %d layers, want %d", len(got), len(dedup))
+	}
+	got = listAll(t, s, meta.StatePending, 1)
+	slices.Sort(got)
+	slices.Sort(pending)
+	if !slices.Equal(got, pending) {
+		t.Fatalf("pending listing = %v, want %v", got, pending)
+	}
+	if got := listAll(t, s, meta.StateIrreproducible, 3); len(got) != 0 {
+		t.Fatalf("irreproducible listing = %v, want none", got)
+	}
+	counts := must(s.LayerCounts(ctx))(t)
+	if counts[meta.StateDeduplicated] != 26 || counts[meta.StatePending] != 4 {
+		t.Fatalf("LayerCounts = %v", counts)
+	}
+}
+
+func testImageLayers(t *testing.T, s meta.Store) {
+	ctx := context.Background()
+	m := Digest("manifest")
+	if _, err := s.ImageLayers(ctx, m); !errors.Is(err, meta.ErrNotFound) {
+		t.Fatalf("ImageLayers unknown: err = %v, want ErrNotFound", err)
+	}
+	layers := []digest.Digest{Digest("l3"), Digest("l1"), "sha512:" + digest.Digest(fmt.Sprintf("%0128x", 7))}
+	if err := s.SetImageLayers(ctx, m, layers); err != nil {
+		t.Fatal(err)
+	}
+	if got := must(s.ImageLayers(ctx, m))(t); !slices.Equal(got, layers) {
+		t.Fatalf("ImageLayers = %v, want %v", got, layers)
+	}
+	if err := s.SetImageLayers(ctx, m, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := must(s.ImageLayers(ctx, m))(t); len(got) != 0 {
+		t.Fatalf("ImageLayers after overwrite = %v, want empty", got)
+	}
+	if err := s.DeleteImage(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ImageLayers(ctx, m); !errors.Is(err, meta.ErrNotFound) {
+		t.Fatalf("ImageLayers after delete: err = %v", err)
+	}
+}
+
+func testClientPulls(t *testing.T, s meta.Store) {
+	ctx := context.Background()
+	t0 := time.Unix(1_700_000_000, 0)
+	a, b := Digest("a"), Digest("b")
+	if r := must(s.RepullRatio(ctx, "alice"))(t); r != 0 {
+		t.Fatalf("RepullRatio of unknown client = %v", r)
+	}
+	for i, want := range []int64{0, 1, 2} {
+		if prev := must(s.RecordPull(ctx, "alice", a, t0.Add(time.Duration(i)*time.Second)))(t); prev != want {
+			t.Fatalf("pull %d of a: prev = %d, want %d", i, prev, want)
+		}
+	}
+	if prev := must(s.RecordPull(ctx, "alice", b, t0.Add(10*time.Second)))(t); prev != 0 {
+		t.Fatalf("first pull of b: prev = %d", prev)
+	}
+	if prev := must(s.RecordPull(ctx, "bob", a, t0))(t); prev != 0 {
+		t.Fatalf("bob's first pull of a: prev = %d (clients must be separate)", prev)
+	}
+	got := must(s.ClientLayers(ctx, "alice"))(t)
+	want := []meta.LayerPull{{Layer: b, Pulls: 1, Last: t0.Add(10 * time.Second)}, {Layer: a, Pulls: 3, Last: t0.Add(2 * time.Second)}}
+	if len(got) != len(want) {
+		t.Fatalf("ClientLayers = %+v, want %+v", got, want)
+	}
+	for i := range got {
+		if got[i].Layer != want[i].Layer || got[i].Pulls != want[i].Pulls || !got[i].Last.Equal(want[i].Last) {
+			t.Fatalf("ClientLayers = %+v, want %+v", got, want)
+		}
+	}
+	if r := must(s.RepullRatio(ctx, "alice"))(t); r != 0.5 {
+		t.Fatalf("RepullRatio = %v, want 0.5 (2 repulls of 4)", r)
+	}
+	if got := must(s.ClientLayers(ctx, "nobody"))(t); len(got) != 0 {
+		t.Fatalf("ClientLayers of unknown client = %v", got)
+	}
+}
+
+func testClientBound(t *testing.T, s meta.Store) {
+	ctx := context.Background()
+	t0 := time.Unix(1_700_000_000, 0)
+	n := MaxLayersPerClient + 5
+	for i := range n {
+		must(s.RecordPull(ctx, "c", Digest(fmt.Sprintf("l-%d", i)), t0.Add(time.Duration(i)*time.Second)))(t)
+		// Keep layer 0 recently pulled: it must survive eviction.
+		must(s.RecordPull(ctx, "c", Digest("l-0"), t0.Add(time.Duration(i)*time.Second+time.Millisecond)))(t)
+	}
+	got := must(s.ClientLayers(ctx, "c"))(t)
+	if len(got) != MaxLayersPerClient {
+		t.Fatalf("client has %d entries, want cap %d", len(got), MaxLayersPerClient)
+	}
+	if got[0].Layer != Digest("l-0") || got[0].Pulls != int64(n)+1 {
+		t.Fatalf("most recent entry = %+v, want l-0 with %d pulls", got[0], n+1)
+	}
+	for _, lp := range got {
+		if lp.Layer == Digest("l-1") {
+			t.Fatal("oldest entry l-1 survived eviction")
+		}
+	}
+	// An evicted layer counts as a first pull again.
+	if prev := must(s.RecordPull(ctx, "c", Digest("l-1"), t0.Add(time.Hour)))(t); prev != 0 {
+		t.Fatalf("pull of evicted layer: prev = %d, want 0", prev)
+	}
+}
+
+func testLayerPopularity(t *testing.T, s meta.Store) {
+	ctx := context.Background()
+	t0 := time.Unix(0, 0).Add(28_333_333 * PopularityBucket) // bucket-aligned
+	l := Digest("hot")
+	for i, at := range []time.Duration{10 * time.Second, 70 * time.Second, 130 * time.Second} {
+		must(s.RecordPull(ctx, fmt.Sprintf("client-%d", i), l, t0.Add(at)))(t)
+	}
+	must(s.RecordPull(ctx, "client-0", Digest("cold"), t0))(t)
+	for _, c := range []struct {
+		since time.Duration
+		want  int64
+	}{{0, 3}, {60 * time.Second, 2}, {125 * time.Second, 1}, {180 * time.Second, 0}} {
+		if got := must(s.LayerPulls(ctx, l, t0.Add(c.since)))(t); got != c.want {
+			t.Errorf("LayerPulls since t0+%v = %d, want %d", c.since, got, c.want)
+		}
+	}
+	// Past the retained horizon, the oldest bucket is reused.
+	horizon := PopularityBuckets * PopularityBucket
+	must(s.RecordPull(ctx, "client-9", l, t0.Add(horizon+5*time.Second)))(t)
+	if got := must(s.LayerPulls(ctx, l, t0))(t); got != 3 {
+		t.Errorf("LayerPulls after wrap = %d, want 3 (oldest bucket replaced)", got)
+	}
+	if got := must(s.LayerPulls(ctx, l, t0.Add(horizon)))(t); got != 1 {
+		t.Errorf("LayerPulls of the newest bucket = %d, want 1", got)
+	}
+	if got := must(s.LayerPulls(ctx, Digest("never"), t0))(t); got != 0 {
+		t.Errorf("LayerPulls of unpulled layer = %d", got)
+	}
+}
+
+func testStats(t *testing.T, s meta.Store) {
+	ctx := context.Background()
+	if got := must(s.Stats(ctx))(t); len(got) != 0 {
+		t.Fatalf("Stats of empty store = %v", got)
+	}
+	for _, st := range []struct {
+		name  string
+		delta int64
+	}{{"encoder.gzip-stdlib-6", 1}, {"encoder.gzip-stdlib-6", 2}, {"bytes.saved", 1 << 40}, {"bytes.saved", -5}} {
+		if err := s.AddStat(ctx, st.name, st.delta); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := must(s.Stats(ctx))(t)
+	if len(got) != 2 || got["encoder.gzip-stdlib-6"] != 3 || got["bytes.saved"] != 1<<40-5 {
+		t.Fatalf("Stats = %v", got)
+	}
+}
+
+func testInvalidInput(t *testing.T, s meta.Store) {
+	ctx := context.Background()
+	bad := digest.Digest("sha256:nothex")
+	if _, err := s.AddFileRefs(ctx, []digest.Digest{Digest("ok"), bad}); !errors.Is(err, meta.ErrInvalidDigest) {
+		t.Fatalf("AddFileRefs bad digest: err = %v", err)
+	}
+	if fi := fileInfo(t, s, Digest("ok")); fi.Exists {
+		t.Fatalf("rejected add left an entry: %+v", fi)
+	}
+	if err := s.PutRecipe(ctx, bad, nil, meta.StatePending); !errors.Is(err, meta.ErrInvalidDigest) {
+		t.Fatalf("PutRecipe bad digest: err = %v", err)
+	}
+	if err := s.SetImageLayers(ctx, Digest("m"), []digest.Digest{bad}); !errors.Is(err, meta.ErrInvalidDigest) {
+		t.Fatalf("SetImageLayers bad layer: err = %v", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := s.AddFileRefs(cctx, []digest.Digest{Digest("ok")}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("AddFileRefs with cancelled ctx: err = %v", err)
+	}
+}
