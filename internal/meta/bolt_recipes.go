@@ -58,10 +58,7 @@ func (s *Bolt) PutRecipe(ctx context.Context, layer digest.Digest, recipe []byte
 	err = s.update(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bktRecipes)
 		old, _ := oldState(b, k)
-		v := make([]byte, 1+len(recipe))
-		v[0] = byte(state)
-		copy(v[1:], recipe)
-		if err := b.Put(k, v); err != nil {
+		if err := b.Put(k, recipeValue(state, recipe)); err != nil {
 			return err
 		}
 		return setState(tx, k, old, state)
@@ -87,10 +84,7 @@ func (s *Bolt) SetLayerState(ctx context.Context, layer digest.Digest, state Lay
 		if old == 0 {
 			return ErrNotFound
 		}
-		v := make([]byte, 1+len(recipe))
-		v[0] = byte(state)
-		copy(v[1:], recipe)
-		if err := b.Put(k, v); err != nil {
+		if err := b.Put(k, recipeValue(state, recipe)); err != nil {
 			return err
 		}
 		return setState(tx, k, old, state)
@@ -275,4 +269,12 @@ func (s *Bolt) Stats(ctx context.Context) (map[string]int64, error) {
 		return nil, fmt.Errorf("meta: stats: %w", err)
 	}
 	return out, nil
+}
+
+// recipeValue is a recipe record: the layer state byte, then the recipe.
+func recipeValue(state LayerState, recipe []byte) []byte {
+	v := make([]byte, 1+len(recipe))
+	v[0] = byte(state)
+	copy(v[1:], recipe)
+	return v
 }

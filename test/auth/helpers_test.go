@@ -202,35 +202,7 @@ type clientEnv struct {
 
 func newClientEnv(t *testing.T, extra ...string) *clientEnv {
 	t.Helper()
-	home := t.TempDir()
-	run := filepath.Join(home, "run")
-	if err := os.MkdirAll(run, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(home, "auth.json"), []byte(`{"auths":{}}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	override := map[string]string{
-		"HOME":               home,
-		"DOCKER_CONFIG":      filepath.Join(home, ".docker"),
-		"XDG_CONFIG_HOME":    filepath.Join(home, ".config"),
-		"XDG_RUNTIME_DIR":    run,
-		"REGISTRY_AUTH_FILE": filepath.Join(home, "auth.json"),
-		"NO_COLOR":           "1",
-	}
-	for _, kv := range extra {
-		k, v, _ := strings.Cut(kv, "=")
-		override[k] = v
-	}
-	var vars []string
-	for _, kv := range os.Environ() {
-		if k, _, _ := strings.Cut(kv, "="); override[k] == "" && !strings.HasPrefix(k, "SSL_CERT_") {
-			vars = append(vars, kv)
-		}
-	}
-	for k, v := range override {
-		vars = append(vars, k+"="+v)
-	}
+	home, vars := clitool.Env(t, extra...)
 	return &clientEnv{home: home, vars: vars}
 }
 

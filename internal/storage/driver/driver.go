@@ -161,3 +161,19 @@ func validPathByte(c byte) bool {
 	}
 	return false
 }
+
+// WriterState is where a FileWriter is in its life; the drivers share it so
+// every writer reports misuse ("writer for X is committed") alike.
+type WriterState int
+
+// FileWriter states: open until Close, Commit or Cancel.
+const (
+	WriterOpen WriterState = iota
+	WriterClosed
+	WriterCommitted
+	WriterCancelled
+)
+
+func (s WriterState) String() string {
+	return [...]string{"open", "closed", "committed", "cancelled"}[s]
+}

@@ -5,6 +5,8 @@ package clitool
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -21,4 +23,44 @@ func Path(t testing.TB, name string) string {
 		t.Skipf("%s not found on PATH (scripts/test.sh installs it): %v", name, err)
 	}
 	return p
+}
+
+// Env returns a fresh home directory and an environment for client tools
+// that isolates them from the user's and from each other: own HOME, Docker
+// and XDG config, runtime dir and (empty) registry auth file; ambient
+// SSL_CERT_* and REGCTL_* variables dropped. extra ("K=V") entries win.
+func Env(t testing.TB, extra ...string) (home string, vars []string) {
+	t.Helper()
+	home = t.TempDir()
+	run := filepath.Join(home, "run")
+	if err := os.MkdirAll(run, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// podman refuses a REGISTRY_AUTH_FILE that does not exist.
+	if err := os.WriteFile(filepath.Join(home, "auth.json"), []byte(`{"auths":{}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	override := map[string]string{
+		"HOME":               home,
+		"DOCKER_CONFIG":      filepath.Join(home, ".docker"),
+		"XDG_CONFIG_HOME":    filepath.Join(home, ".config"),
+		"XDG_RUNTIME_DIR":    run,
+		"REGISTRY_AUTH_FILE": filepath.Join(home, "auth.json"),
+		"NO_COLOR":           "1",
+	}
+	for _, kv := range extra {
+		k, v, _ := strings.Cut(kv, "=")
+		override[k] = v
+	}
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, ok := override[k]; ok || strings.HasPrefix(k, "SSL_CERT_") || strings.HasPrefix(k, "REGCTL_") {
+			continue
+		}
+		vars = append(vars, kv)
+	}
+	for k, v := range override {
+		vars = append(vars, k+"="+v)
+	}
+	return home, vars
 }

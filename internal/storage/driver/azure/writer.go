@@ -59,19 +59,6 @@ func (d *Driver) Writer(ctx context.Context, p string, appending bool) (driver.F
 	return w, nil
 }
 
-type writerState int
-
-const (
-	stateOpen writerState = iota
-	stateClosed
-	stateCommitted
-	stateCancelled
-)
-
-func (s writerState) String() string {
-	return [...]string{"open", "closed", "committed", "cancelled"}[s]
-}
-
 // writer is used by one goroutine at a time; only its block uploads run in
 // the background.
 type writer struct {
@@ -86,7 +73,7 @@ type writer struct {
 	ids      []string // base64 IDs of every block of the file, in order
 	buf      []byte   // the block being filled
 	size     int64
-	state    writerState
+	state    driver.WriterState
 
 	sem     chan struct{} // a slot per block upload in flight
 	pending sync.WaitGroup
@@ -143,7 +130,7 @@ func (w *writer) resume(ctx context.Context) error {
 }
 
 func (w *writer) Write(p []byte) (int, error) {
-	if w.state != stateOpen {
+	if w.state != driver.WriterOpen {
 		return 0, w.stateError()
 	}
 	if err := w.failed(); err != nil {
@@ -173,30 +160,30 @@ func (w *writer) Size() int64 { return w.size }
 // Close commits what was written, for a later appending writer. Closing
 // again, or after Commit or Cancel, does nothing.
 func (w *writer) Close() error {
-	if w.state != stateOpen {
+	if w.state != driver.WriterOpen {
 		return nil
 	}
-	w.state = stateClosed
+	w.state = driver.WriterClosed
 	return w.commit(w.ctx)
 }
 
 // Commit commits everything written as the blob's content.
 func (w *writer) Commit(ctx context.Context) error {
-	if w.state != stateOpen {
+	if w.state != driver.WriterOpen {
 		return w.stateError()
 	}
-	w.state = stateCommitted
+	w.state = driver.WriterCommitted
 	return w.commit(ctx)
 }
 
 // Cancel deletes the blob, including what earlier writers wrote to it. It
 // works on an open or closed writer.
 func (w *writer) Cancel(ctx context.Context) error {
-	if w.state == stateCommitted || w.state == stateCancelled {
+	if w.state == driver.WriterCommitted || w.state == driver.WriterCancelled {
 		return w.stateError()
 	}
 	staged := len(w.ids) > 0
-	w.state = stateCancelled
+	w.state = driver.WriterCancelled
 	w.wait()
 	w.buf = nil
 	_, err := w.bb.Delete(ctx, nil)

@@ -13,20 +13,6 @@ import (
 // bypass the buffer.
 const writeBufferSize = 64 << 10
 
-// writerState is where a fileWriter is in its life.
-type writerState int
-
-const (
-	stateOpen writerState = iota
-	stateClosed
-	stateCommitted
-	stateCancelled
-)
-
-func (s writerState) String() string {
-	return [...]string{"open", "closed", "committed", "cancelled"}[s]
-}
-
 // fileWriter writes one file in place. It is used by one goroutine at a time.
 type fileWriter struct {
 	path  string // driver path, for errors
@@ -34,7 +20,7 @@ type fileWriter struct {
 	f     *os.File
 	bw    *bufio.Writer
 	size  int64
-	state writerState
+	state driver.WriterState
 }
 
 var _ driver.FileWriter = (*fileWriter)(nil)
@@ -60,10 +46,10 @@ func (w *fileWriter) Size() int64 { return w.size }
 // Close flushes and closes the file, keeping what was written for a later
 // appending writer. Closing again, or after Commit or Cancel, does nothing.
 func (w *fileWriter) Close() error {
-	if w.state != stateOpen {
+	if w.state != driver.WriterOpen {
 		return nil
 	}
-	w.state = stateClosed
+	w.state = driver.WriterClosed
 	return w.finish(false)
 }
 
@@ -72,7 +58,7 @@ func (w *fileWriter) Commit(context.Context) error {
 	if err := w.mustBeOpen(); err != nil {
 		return err
 	}
-	w.state = stateCommitted
+	w.state = driver.WriterCommitted
 	return w.finish(true)
 }
 
@@ -80,12 +66,12 @@ func (w *fileWriter) Commit(context.Context) error {
 // works on an open or closed writer.
 func (w *fileWriter) Cancel(context.Context) error {
 	switch w.state {
-	case stateCommitted, stateCancelled:
+	case driver.WriterCommitted, driver.WriterCancelled:
 		return w.stateError()
-	case stateOpen:
+	case driver.WriterOpen:
 		_ = w.f.Close() // the file is going away; a flush error is moot
 	}
-	w.state = stateCancelled
+	w.state = driver.WriterCancelled
 	if err := os.Remove(w.full); err != nil && !notExist(err) {
 		return wrap(err)
 	}
@@ -107,7 +93,7 @@ func (w *fileWriter) finish(sync bool) error {
 }
 
 func (w *fileWriter) mustBeOpen() error {
-	if w.state != stateOpen {
+	if w.state != driver.WriterOpen {
 		return w.stateError()
 	}
 	return nil

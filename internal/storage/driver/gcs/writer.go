@@ -35,19 +35,6 @@ const (
 	componentsMeta = "cairn-components"
 )
 
-type writerState int
-
-const (
-	stateOpen writerState = iota
-	stateClosed
-	stateCommitted
-	stateCancelled
-)
-
-func (s writerState) String() string {
-	return [...]string{"open", "closed", "committed", "cancelled"}[s]
-}
-
 // writer is a driver.FileWriter. It is used by one goroutine at a time.
 type writer struct {
 	d         *Driver
@@ -63,7 +50,7 @@ type writer struct {
 	baseGen, baseParts int64
 	size, written      int64
 	opened             bool // up has seen a Write
-	state              writerState
+	state              driver.WriterState
 }
 
 var _ driver.FileWriter = (*writer)(nil)
@@ -99,7 +86,7 @@ func components(attrs *storage.ObjectAttrs) int64 {
 }
 
 func (w *writer) mustBeOpen(op string) error {
-	if w.state != stateOpen {
+	if w.state != driver.WriterOpen {
 		return fmt.Errorf("gcs: %s %s: writer is %s", op, w.path, w.state)
 	}
 	return nil
@@ -126,10 +113,10 @@ func (w *writer) Size() int64 { return w.size }
 // Close finalises what was written so that a later appending writer can
 // continue it. Closing again, or after Commit or Cancel, does nothing.
 func (w *writer) Close() error {
-	if w.state != stateOpen {
+	if w.state != driver.WriterOpen {
 		return nil
 	}
-	w.state = stateClosed
+	w.state = driver.WriterClosed
 	return w.finish(w.ctx)
 }
 
@@ -138,7 +125,7 @@ func (w *writer) Commit(ctx context.Context) error {
 	if err := w.mustBeOpen("commit"); err != nil {
 		return err
 	}
-	w.state = stateCommitted
+	w.state = driver.WriterCommitted
 	return w.finish(ctx)
 }
 
@@ -222,18 +209,18 @@ func (w *writer) flatten(ctx context.Context, gen int64) (int64, error) {
 // writer.
 func (w *writer) Cancel(ctx context.Context) error {
 	switch w.state {
-	case stateCancelled:
+	case driver.WriterCancelled:
 		return nil
-	case stateCommitted:
+	case driver.WriterCommitted:
 		return fmt.Errorf("gcs: cancel %s: writer is committed", w.path)
-	case stateOpen:
+	case driver.WriterOpen:
 		w.abort()
 		if w.opened {
 			// Waits for the upload to end; its error is the abort.
 			_ = w.up.Close()
 		}
 	}
-	w.state = stateCancelled
+	w.state = driver.WriterCancelled
 	if err := w.d.bucket.Object(w.key).Delete(ctx); err != nil && !errors.Is(err, storage.ErrObjectNotExist) {
 		return fail("cancel", w.path, err)
 	}

@@ -121,19 +121,6 @@ func completed(parts []part) []types.CompletedPart {
 	return out
 }
 
-type writerState int
-
-const (
-	stateOpen writerState = iota
-	stateClosed
-	stateCommitted
-	stateCancelled
-)
-
-func (s writerState) String() string {
-	return [...]string{"open", "closed", "committed", "cancelled"}[s]
-}
-
 // writer writes one file. It is used by one goroutine at a time. The file is
 // base bytes of the object at the key (when hasBase), then the parts, then
 // buf.
@@ -150,7 +137,7 @@ type writer struct {
 	hasBase   bool
 	buf       []byte
 	size      int64
-	state     writerState
+	state     driver.WriterState
 }
 
 var _ driver.FileWriter = (*writer)(nil)
@@ -160,7 +147,7 @@ func (w *writer) Size() int64 { return w.size }
 // Write buffers p and uploads every full chunk. FileWriter's Write takes no
 // context, so requests made here run under context.Background().
 func (w *writer) Write(p []byte) (int, error) {
-	if w.state != stateOpen {
+	if w.state != driver.WriterOpen {
 		return 0, w.stateError()
 	}
 	if len(p) == 0 {
@@ -280,10 +267,10 @@ func (w *writer) complete(ctx context.Context) error {
 // upload in progress for a later Writer(p, true). A writer that has nothing
 // stored anywhere yet starts an empty upload, so that the resume finds p.
 func (w *writer) Close() error {
-	if w.state != stateOpen {
+	if w.state != driver.WriterOpen {
 		return nil
 	}
-	w.state = stateClosed
+	w.state = driver.WriterClosed
 	ctx := context.Background()
 	switch {
 	case len(w.buf) > 0:
@@ -298,7 +285,7 @@ func (w *writer) Close() error {
 
 // Commit makes everything written the object at p.
 func (w *writer) Commit(ctx context.Context) error {
-	if w.state != stateOpen {
+	if w.state != driver.WriterOpen {
 		return w.stateError()
 	}
 	var err error
@@ -325,17 +312,17 @@ func (w *writer) Commit(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w.state, w.buf = stateCommitted, nil
+	w.state, w.buf = driver.WriterCommitted, nil
 	return nil
 }
 
 // Cancel aborts the upload and, for an appending writer, deletes the object
 // at p, so nothing of this or earlier writers to p remains.
 func (w *writer) Cancel(ctx context.Context) error {
-	if w.state == stateCommitted || w.state == stateCancelled {
+	if w.state == driver.WriterCommitted || w.state == driver.WriterCancelled {
 		return w.stateError()
 	}
-	w.state, w.buf = stateCancelled, nil
+	w.state, w.buf = driver.WriterCancelled, nil
 	var errs []error
 	if w.uploadID != "" {
 		_, err := w.d.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{
