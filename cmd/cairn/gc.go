@@ -16,6 +16,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/config"
 	"github.com/cairn-registry/cairn/internal/gc"
+	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/metrics"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -77,7 +78,20 @@ func runGC(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
+	// Deleting a deduplicated layer must release its files, which needs
+	// the metadata store: refuse rather than leak them.
+	store, err := openMeta(cfg, time.Second)
+	if errors.Is(err, meta.ErrLocked) {
+		return errors.New("gc: the dedup metadata store is in use by a running cairn serve; enable storage.gc in serve, or stop it")
+	}
+	if err != nil {
+		return err
+	}
+	if store != nil {
+		defer store.Close()
+	}
 	opts := gcOptions(cfg.Storage.GC)
+	opts.Dedup = store
 	opts.DryRun = *dryRun
 	opts.DeleteUntagged = opts.DeleteUntagged || *deleteUntagged
 	if set["delay"] {
@@ -145,6 +159,10 @@ func writeGCSummary(w io.Writer, r *gc.Report, completed bool) {
 	}
 	fmt.Fprintf(w, "  %s: %d manifests, %d tag index entries, %d referrer links, %d layer links, %d blobs (%s)\n",
 		verb, d.Manifests, d.TagIndexEntries, d.ReferrerLinks, d.LayerLinks, d.Blobs, humanBytes(d.BytesFreed))
+	if r.Dedup != nil {
+		fmt.Fprintf(w, "  dedup:   %d recipes, %d unique files %s; %d re-referenced (kept), %d revived, %d left for a later run (%d resumed)\n",
+			d.Recipes, d.DedupFiles, verb, r.Dedup.Rereferenced, r.Dedup.Revived, r.Dedup.Left, r.Dedup.Resumed)
+	}
 	fmt.Fprintf(w, "  kept:    %d younger than %s, %d named by operations in flight\n", r.KeptYoung, r.Delay, r.KeptJournal)
 	if r.BlobSweep != "done" && r.BlobSweep != "" {
 		fmt.Fprintf(w, "  blobs:   %s\n", r.BlobSweep)
@@ -229,8 +247,9 @@ func (p *progressPrinter) finish() {
 // scheduleGC runs a garbage collection every interval (with some jitter,
 // so that nodes sharing a store do not start together) until ctx ends. A
 // turn is skipped while another node's or process's run is active.
-func scheduleGC(ctx context.Context, log *slog.Logger, d driver.Driver, g config.GC, m *metrics.Metrics) {
+func scheduleGC(ctx context.Context, log *slog.Logger, d driver.Driver, g config.GC, m *metrics.Metrics, store meta.Store) {
 	opts := gcOptions(g)
+	opts.Dedup = store
 	log.Info("gc scheduled", "interval", g.Interval, "delay", g.Delay, "delete_untagged", g.DeleteUntagged)
 	for {
 		wait := g.Interval + time.Duration(rand.Int64N(int64(g.Interval)/10+1))
@@ -261,17 +280,18 @@ func scheduleGC(ctx context.Context, log *slog.Logger, d driver.Driver, g config
 		m.GCDeleted("tag_index_entries", int(rep.Deleted.TagIndexEntries))
 		m.GCDeleted("layer_links", int(rep.Deleted.LayerLinks))
 		m.GCDeleted("blobs", int(rep.Deleted.Blobs))
+		m.GCDeleted("dedup_files", int(rep.Deleted.DedupFiles))
 		var problems int64
 		for _, n := range rep.Problems {
 			problems += n
 		}
 		lvl := slog.LevelInfo
-		if rep.DeleteFailures > 0 || problems > 0 || rep.BlobSweep != "done" {
+		if rep.DeleteFailures > 0 || problems > 0 || rep.BlobSweep != "done" || (rep.Dedup != nil && rep.Dedup.Left > 0) {
 			lvl = slog.LevelWarn
 		}
 		log.Log(ctx, lvl, "gc", "run", rep.RunID, "seconds", rep.Seconds,
 			"manifests", rep.Deleted.Manifests, "tag_index_entries", rep.Deleted.TagIndexEntries,
-			"layer_links", rep.Deleted.LayerLinks, "blobs", rep.Deleted.Blobs, "bytes_freed", rep.Deleted.BytesFreed,
+			"layer_links", rep.Deleted.LayerLinks, "blobs", rep.Deleted.Blobs, "dedup_files", rep.Deleted.DedupFiles, "bytes_freed", rep.Deleted.BytesFreed,
 			"problems", problems, "delete_failures", rep.DeleteFailures, "blob_sweep", rep.BlobSweep)
 	}
 }

@@ -22,6 +22,7 @@ commands:
   serve     run the registry (default 127.0.0.1:5000, storage under ./cairn-data)
   bench     run a benchmark (cairn bench registry -h)
   gc        delete what no manifest references (cairn gc -h)
+  dedup     deduplicate stored layers, or show what dedup saves (cairn dedup -h)
   version   print the version
 `
 
@@ -48,6 +49,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runBench(ctx, args[1:], stdout, stderr)
 	case "gc":
 		err = runGC(ctx, args[1:], stdout, stderr)
+	case "dedup":
+		err = runDedup(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, versionString())
 	case "help", "-h", "--help":

@@ -85,14 +85,33 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	m := metrics.New()
-	reg := registry.New(metrics.InstrumentDriver(d, m), registryOptions(cfg))
-	srv := server.New(reg, server.Options{
+	id := metrics.InstrumentDriver(d, m)
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBG()
+	engine, store, err := startDedup(bg, cfg, id, log, m)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		engine.Close()
+		if store != nil {
+			store.Close()
+		}
+	}()
+	regOpts := registryOptions(cfg)
+	regOpts.Dedup = engine
+	reg := registry.New(id, regOpts)
+	srvOpts := server.Options{
 		ReadOnly:        cfg.Storage.Maintenance.ReadOnly.Enabled,
 		Logger:          log,
 		Auth:            authz,
 		Metrics:         m,
 		BodyIdleTimeout: bodyIdleTimeout,
-	})
+	}
+	if store != nil {
+		srvOpts.Pulls = engine
+	}
+	srv := server.New(reg, srvOpts)
 
 	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
 	if err != nil {
@@ -137,6 +156,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		if dc.Prometheus.Enabled {
 			opts.Metrics = m
 		}
+		if store != nil {
+			opts.Handlers = map[string]http.Handler{"/dedup/stats": statsHandler(engine)}
+		}
 		debugSrv = &http.Server{
 			Handler:           metrics.DebugHandler(opts),
 			ReadHeaderTimeout: readHeaderTimeout,
@@ -148,15 +170,13 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log.Info("cairn serving", "addr", ln.Addr().String(), "tls", tlsConfig != nil, "auth", authName(cfg.Auth),
 		"driver", d.Name(), "root", rootOf(cfg),
-		"delete", cfg.Storage.Delete.Enabled, "readonly", cfg.Storage.Maintenance.ReadOnly.Enabled, "version", versionString())
+		"delete", cfg.Storage.Delete.Enabled, "dedup", cfg.Storage.Dedup.Mode, "readonly", cfg.Storage.Maintenance.ReadOnly.Enabled, "version", versionString())
 
-	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopBG()
 	if p := cfg.Storage.Maintenance.UploadPurging; p.Enabled && !cfg.Storage.Maintenance.ReadOnly.Enabled {
 		go purgeUploads(bg, log, reg, p.Age, p.Interval, p.DryRun)
 	}
 	if g := cfg.Storage.GC; g.Enabled && !cfg.Storage.Maintenance.ReadOnly.Enabled {
-		go scheduleGC(bg, log, reg.Driver(), g, m)
+		go scheduleGC(bg, log, reg.Driver(), g, m, store)
 	}
 
 	go func() {

@@ -103,6 +103,8 @@ type Storage struct {
 	Maintenance Maintenance       `yaml:"maintenance"`
 	// GC is cairn's garbage collector (see gc.go).
 	GC GC `yaml:"gc"`
+	// Dedup is cairn's layer deduplication (see dedup.go).
+	Dedup Dedup `yaml:"dedup"`
 
 	// Serving from the default directory instead would hide the real data.
 	_ notYet `yaml:"cache"`
@@ -212,7 +214,8 @@ func base() *Config {
 					Interval: 24 * time.Hour,
 				},
 			},
-			GC: defaultGC(),
+			GC:    defaultGC(),
+			Dedup: defaultDedup(),
 		},
 		Validation: Validation{Manifests: ManifestValidation{Indexes: IndexValidation{Platforms: "all"}}},
 	}

@@ -72,6 +72,9 @@ func (s *Storage) validate() error {
 	if up.Interval <= 0 {
 		return fmt.Errorf("config: storage.maintenance.uploadpurging.interval: must be positive, not %s", up.Interval)
 	}
+	if err := s.Dedup.validate(); err != nil {
+		return err
+	}
 	return s.GC.validate()
 }
 

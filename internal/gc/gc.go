@@ -24,6 +24,23 @@
 // round and handed to Driver.DeleteFiles in batches; nothing is stat'ed or
 // listed before it is deleted.
 //
+// A blob is every file of its directory: data, the dedup recipe, or both
+// (see package dedup); the blob is judged, counted and deleted as one.
+//
+// # Deduplicated layers
+//
+// With Options.Dedup, a blob whose files a round deleted releases its
+// references to the unique files under cairn/files and drops its recipe
+// entry; a blob the journal revived, or whose delete failed, releases
+// nothing. Each file whose count reached zero is tombstoned (a file
+// referenced again meanwhile is not, and stays), its object deleted in
+// bulk with the others, then its entry dropped: the file lifecycle of
+// package meta. A run begins by finishing what a stopped run left (every
+// unreferenced file, tombstoned or not). References are released after the
+// blob is deleted, never before, so a failed delete cannot leave a live
+// blob with missing files; a run that dies between the two leaves the
+// blob's files referenced (storage, not correctness, is lost).
+//
 // # Running while the registry serves
 //
 // The protocol holds across processes and nodes that share one store; it
@@ -120,11 +137,16 @@ type Options struct {
 	// 1s) from another goroutine, and once more at the end.
 	Progress         func(Progress)
 	ProgressInterval time.Duration
+	// Dedup, when set, is the dedup index of the registry's deduplicated
+	// layers: each blob the run deletes releases its file references and
+	// recipe, and files nobody references any more are deleted (see
+	// "Deduplicated layers" in the package doc).
+	Dedup DedupIndex
 }
 
 // Progress is a snapshot of a run's counters.
 type Progress struct {
-	Phase        string // "mark", "sweep" or "done"
+	Phase        string // "dedup" (resuming file deletes), "mark", "sweep" or "done"
 	Repositories int64
 	Manifests    int64 // manifests read
 	Blobs        int64 // blobs listed
@@ -142,7 +164,15 @@ type Deleted struct {
 	ReferrerLinks   int64 `json:"referrer_links"`
 	LayerLinks      int64 `json:"layer_links"`
 	Blobs           int64 `json:"blobs"`
-	BytesFreed      int64 `json:"bytes_freed"`
+	// BytesFreed is the listed size of the blobs' files (data and recipe);
+	// the bytes of deduplicated files are not known.
+	BytesFreed int64 `json:"bytes_freed"`
+	// Recipes counts the deleted blobs that were deduplicated (had a
+	// recipe file); they are counted in Blobs too.
+	Recipes int64 `json:"recipes"`
+	// DedupFiles counts unique files deleted from cairn/files; in a dry
+	// run only those an earlier run left, as releases change nothing.
+	DedupFiles int64 `json:"dedup_files"`
 }
 
 // Report is the outcome of a run.
@@ -180,6 +210,9 @@ type Report struct {
 	// Requests counts storage driver calls by kind (deletefiles_paths is
 	// the number of paths they carried).
 	Requests map[string]int64 `json:"requests"`
+	// Dedup details what happened to deduplicated files; nil without
+	// Options.Dedup.
+	Dedup *DedupReport `json:"dedup,omitempty"`
 }
 
 // Problem kinds in Report.Problems.
@@ -261,6 +294,9 @@ func newCollector(d driver.Driver, opts Options) *collector {
 		Problems:       make(map[string]int64),
 		Examples:       make(map[string][]string),
 	}
+	if opts.Dedup != nil {
+		c.rep.Dedup = &DedupReport{}
+	}
 	c.phase.Store("mark")
 	return c
 }
@@ -285,6 +321,13 @@ func (c *collector) run(ctx context.Context) (rep *Report, err error) {
 			err = ferr
 		}
 	}()
+	if c.opts.Dedup != nil {
+		c.phase.Store("dedup")
+		if err := c.drainZeroFiles(ctx); err != nil {
+			return nil, err
+		}
+		c.phase.Store("mark")
+	}
 	if err := c.markAll(ctx); err != nil {
 		return nil, fmt.Errorf("gc: mark: %w", err)
 	}

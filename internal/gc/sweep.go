@@ -37,8 +37,10 @@ type entry struct {
 }
 
 type blobInfo struct {
-	key  dkey
-	size int64
+	key    dkey
+	size   int64 // of all its files
+	left   int8  // files not yet deleted
+	recipe bool  // deduplicated: it has a recipe file
 }
 
 // sweeper gathers entries into rounds of BatchSize*Concurrency paths. The
@@ -58,6 +60,7 @@ type sweeper struct {
 	undeleted []entry  // revision links a DeleteFiles call did not delete
 	erred     bool     // a DeleteFiles call of this round failed
 	last      bool     // this is the sweep's last round
+	gone      []dkey   // blobs this round deleted whole, to release
 }
 
 func newSweeper(c *collector) *sweeper {
@@ -185,14 +188,19 @@ func (s *sweeper) repoEntries(ctx context.Context, ri int32, rs *repoState) erro
 	return nil
 }
 
-// blobEntries lists blobs/ once and queues every blob nobody marked.
+// blobEntries lists blobs/ once and queues every blob nobody marked: its
+// data, its dedup recipe, or both. A blob's files come one after the other
+// (the listing is in lexical order, data before recipe); the blob is
+// judged once the next blob begins, as one: counted once, kept whole if
+// any of its files is young.
 func (s *sweeper) blobEntries(ctx context.Context) error {
 	c := s.c
+	var p pendingBlob
 	err := c.d.Walk(ctx, registry.BlobsPath(), func(fi driver.FileInfo) error {
 		if fi.IsDir {
 			return nil
 		}
-		alg, hexs, ok := registry.ParseBlobDataPath(fi.Path)
+		alg, hexs, leaf, ok := registry.ParseBlobPath(fi.Path)
 		if !ok {
 			c.problem(ProblemBadPath, fi.Path)
 			return nil
@@ -202,25 +210,77 @@ func (s *sweeper) blobEntries(ctx context.Context) error {
 			c.problem(ProblemBadPath, fi.Path)
 			return nil
 		}
-		c.nBlobs.Add(1)
-		c.rep.Blobs++
-		if c.isMarked(k) {
-			return nil
+		if p.n > 0 && (p.key != k || p.n == len(p.ends)) {
+			if err := s.endBlob(ctx, &p); err != nil {
+				return err
+			}
 		}
-		if c.young(modNS(fi.ModTime)) {
-			c.rep.KeptYoung++
-			return nil
+		if p.n == 0 {
+			p = pendingBlob{key: k, paths: p.paths[:0]}
+			c.nBlobs.Add(1)
+			c.rep.Blobs++
 		}
-		c.nPlanned.Add(1)
-		s.blobs = append(s.blobs, blobInfo{key: k, size: fi.Size})
-		start := len(s.arena)
-		s.arena = append(s.arena, fi.Path...)
-		return s.push(ctx, entry{kind: kBlob, idx: int32(len(s.blobs) - 1)}, start)
+		p.paths = append(p.paths, fi.Path...)
+		p.ends[p.n] = len(p.paths)
+		p.n++
+		p.size += fi.Size
+		p.young = p.young || c.young(modNS(fi.ModTime))
+		p.recipe = p.recipe || leaf == registry.BlobRecipe
+		return nil
 	})
 	if errors.Is(err, driver.ErrNotFound) {
-		return nil
+		err = nil
+	}
+	if err == nil && p.n > 0 {
+		err = s.endBlob(ctx, &p)
 	}
 	return err
+}
+
+// pendingBlob is the blob whose files the listing is delivering.
+type pendingBlob struct {
+	key    dkey
+	n      int    // files seen
+	paths  []byte // their paths, one after the other
+	ends   [2]int // where each path ends in paths
+	size   int64
+	young  bool
+	recipe bool
+}
+
+// endBlob queues the paths of a pending blob nobody marked.
+func (s *sweeper) endBlob(ctx context.Context, p *pendingBlob) error {
+	c := s.c
+	n := p.n
+	p.n = 0
+	if c.isMarked(p.key) {
+		return nil
+	}
+	if p.young {
+		c.rep.KeptYoung++
+		return nil
+	}
+	// A blob's files go in one round: the blob is deleted, and its
+	// references released, once all of them are gone.
+	if len(s.ents)+n > s.max {
+		if err := s.flush(ctx); err != nil {
+			return err
+		}
+	}
+	c.nPlanned.Add(int64(n))
+	s.blobs = append(s.blobs, blobInfo{key: p.key, size: p.size, left: int8(n), recipe: p.recipe})
+	start := 0
+	for _, end := range p.ends[:n] {
+		at := len(s.arena)
+		s.arena = append(s.arena, p.paths[start:end]...)
+		start = end
+		s.ents = append(s.ents, entry{start: int32(at), end: int32(len(s.arena)), kind: kBlob, idx: int32(len(s.blobs) - 1)})
+	}
+	s.fenced = true
+	if len(s.ents) >= s.max || len(s.arena) > 1<<30 {
+		return s.flush(ctx)
+	}
+	return nil
 }
 
 // flush runs one round with the queued entries. The round's paths are
@@ -234,6 +294,14 @@ func (s *sweeper) flush(ctx context.Context) error {
 	buf := s.arena
 	s.erred = false
 	err := s.c.runRound(ctx, s, unsafe.String(unsafe.SliceData(buf), len(buf)))
+	if len(s.gone) > 0 {
+		// Only blobs this round deleted: never one a journal record
+		// revived, nor one whose delete failed.
+		if rerr := s.c.releaseLayers(ctx, s.gone); err == nil {
+			err = rerr
+		}
+		s.gone = s.gone[:0]
+	}
 	if s.erred {
 		s.arena = make([]byte, 0, cap(buf))
 	} else {
@@ -282,16 +350,21 @@ func (c *collector) runRound(ctx context.Context, s *sweeper, arena string) erro
 		}
 	}
 	ents := s.ents[:0]
+	prev := entry{idx: -1}
 	for _, e := range s.ents {
-		if c.doomed(s, e) {
+		switch {
+		case c.doomed(s, e):
 			ents = append(ents, e)
-		} else {
+		case e.kind == kBlob && prev.kind == kBlob && prev.idx == e.idx:
+			// The blob's other file: the blob is kept once.
+		default:
 			c.rep.KeptJournal++
 		}
+		prev = e
 	}
 	if c.opts.DryRun {
 		for _, e := range ents {
-			c.count(s, e, 1)
+			c.count(s, e)
 		}
 		c.nDeleted.Add(int64(len(ents)))
 		return ctx.Err()
@@ -371,7 +444,7 @@ func (c *collector) account(s *sweeper, part []entry, paths []string, n int, err
 	for i, e := range part {
 		switch state[i] {
 		case gone:
-			c.count(s, e, 1)
+			c.count(s, e)
 			c.nDeleted.Add(1)
 			continue
 		case failed:
@@ -385,20 +458,31 @@ func (c *collector) account(s *sweeper, part []entry, paths []string, n int, err
 	}
 }
 
-func (c *collector) count(s *sweeper, e entry, n int64) {
+// count counts one deleted path; a blob counts when its last file goes.
+func (c *collector) count(s *sweeper, e entry) {
 	d := &c.rep.Deleted
 	switch e.kind {
 	case kRev:
-		d.Manifests += n
+		d.Manifests++
 	case kReferrer:
-		d.ReferrerLinks += n
+		d.ReferrerLinks++
 	case kLayer:
-		d.LayerLinks += n
+		d.LayerLinks++
 	case kTagIndex, kStale:
-		d.TagIndexEntries += n
+		d.TagIndexEntries++
 	case kBlob:
-		d.Blobs += n
-		d.BytesFreed += n * s.blobs[e.idx].size
+		b := &s.blobs[e.idx]
+		if b.left--; b.left > 0 {
+			return
+		}
+		d.Blobs++
+		d.BytesFreed += b.size
+		if b.recipe {
+			d.Recipes++
+		}
+		if c.opts.Dedup != nil && !c.opts.DryRun {
+			s.gone = append(s.gone, b.key)
+		}
 	}
 }
 

@@ -5,17 +5,21 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/opencontainers/go-digest"
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // Bucket names: one per kind of record.
 var (
 	bktFiles      = []byte("files")      // file key -> refs(8) flags(1)
 	bktZero       = []byte("zero")       // file key -> nil, for files with refs == 0
+	bktLayerFiles = []byte("layerfiles") // layer key -> its file keys (see bolt_files.go)
 	bktRecipes    = []byte("recipes")    // layer key -> state(1) recipe
 	bktByState    = []byte("bystate")    // state(1) layer key -> nil
 	bktLayerCount = []byte("layercount") // state(1) -> count(8)
@@ -25,14 +29,7 @@ var (
 	bktStats      = []byte("stats")      // name -> int64
 )
 
-var allBuckets = [][]byte{bktFiles, bktZero, bktRecipes, bktByState, bktLayerCount, bktImages, bktClients, bktPop, bktStats}
-
-// File entry flags.
-const (
-	flagTombstoned byte = 1 << iota
-	flagRevived         // re-referenced while tombstoned; cleared by Tombstone/DeleteFile
-	flagMissing         // revived while GC deleted: the object may be gone
-)
+var allBuckets = [][]byte{bktFiles, bktZero, bktLayerFiles, bktRecipes, bktByState, bktLayerCount, bktImages, bktClients, bktPop, bktStats}
 
 // Options tunes the bolt store; zero fields take the defaults.
 type Options struct {
@@ -43,6 +40,9 @@ type Options struct {
 	// PopularityBuckets is how many counters each layer keeps (default 48), so
 	// LayerPulls sees back PopularityBucket*PopularityBuckets.
 	PopularityBuckets int
+	// LockTimeout is how long Open waits for another process holding the
+	// file (default 5s); then it fails with ErrLocked.
+	LockTimeout time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -54,6 +54,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.PopularityBuckets <= 0 {
 		o.PopularityBuckets = 48
+	}
+	if o.LockTimeout <= 0 {
+		o.LockTimeout = 5 * time.Second
 	}
 	return o
 }
@@ -72,7 +75,11 @@ func Open(path string) (*Bolt, error) { return OpenWith(path, Options{}) }
 // OpenWith opens or creates the bolt file at path.
 func OpenWith(path string, opts Options) (*Bolt, error) {
 	// A timeout turns a second process on the same file into an error, not a hang.
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	opts = opts.withDefaults()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.LockTimeout})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return nil, fmt.Errorf("%w: %s", ErrLocked, path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("meta: open %s: %w", path, err)
 	}
@@ -88,7 +95,7 @@ func OpenWith(path string, opts Options) (*Bolt, error) {
 		db.Close()
 		return nil, fmt.Errorf("meta: init %s: %w", path, err)
 	}
-	return &Bolt{db: db, opts: opts.withDefaults()}, nil
+	return &Bolt{db: db, opts: opts}, nil
 }
 
 // Close closes the bolt file.
@@ -111,14 +118,31 @@ func (s *Bolt) view(ctx context.Context, fn func(tx *bolt.Tx) error) error {
 // keyOf encodes a digest as a key: the 32 raw bytes for sha256 (the common case,
 // fixed-size), else the digest string, which is longer than 32 bytes so the two
 // forms never collide.
-func keyOf(d digest.Digest) ([]byte, error) {
+func keyOf(d digest.Digest) ([]byte, error) { return appendKey(nil, d) }
+
+// appendKey appends the key of d to dst, so many keys can share one allocation.
+func appendKey(dst []byte, d digest.Digest) ([]byte, error) {
+	// Fast path for canonical sha256: digest.Validate runs a regexp, which is a
+	// fifth of the cost of a 50k-file AddLayerRefs.
+	if enc, ok := strings.CutPrefix(string(d), "sha256:"); ok && len(enc) == 64 && isLowerHex(enc) {
+		return hex.AppendDecode(dst, []byte(enc))
+	}
 	if err := d.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %q: %w", ErrInvalidDigest, d, err)
+		return dst, fmt.Errorf("%w: %q: %w", ErrInvalidDigest, d, err)
 	}
 	if d.Algorithm() == digest.SHA256 {
-		return hex.DecodeString(d.Encoded())
+		return hex.AppendDecode(dst, []byte(d.Encoded()))
 	}
-	return []byte(d), nil
+	return append(dst, d...), nil
+}
+
+func isLowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func digestOf(k []byte) digest.Digest {
@@ -140,195 +164,6 @@ func getInt(b *bolt.Bucket, k []byte) int64 {
 		return 0
 	}
 	return int64(binary.BigEndian.Uint64(v))
-}
-
-type fileEntry struct {
-	refs  int64
-	flags byte
-}
-
-func getFile(b *bolt.Bucket, k []byte) (fileEntry, bool) {
-	v := b.Get(k)
-	if len(v) != 9 {
-		return fileEntry{}, false
-	}
-	return fileEntry{refs: int64(binary.BigEndian.Uint64(v)), flags: v[8]}, true
-}
-
-func putFile(b *bolt.Bucket, k []byte, e fileEntry) error {
-	var buf [9]byte
-	binary.BigEndian.PutUint64(buf[:], uint64(e.refs))
-	buf[8] = e.flags
-	return b.Put(k, buf[:])
-}
-
-// AddFileRefs implements FileIndex.
-func (s *Bolt) AddFileRefs(ctx context.Context, digests []digest.Digest) ([]FileRef, error) {
-	keys, err := keysOf(digests)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]FileRef, len(digests))
-	err = s.update(ctx, func(tx *bolt.Tx) error {
-		files, zero := tx.Bucket(bktFiles), tx.Bucket(bktZero)
-		for i, k := range keys {
-			e, ok := getFile(files, k)
-			write := !ok || e.flags&(flagTombstoned|flagMissing) != 0
-			if e.flags&flagTombstoned != 0 {
-				e.flags |= flagRevived
-			}
-			e.flags &^= flagTombstoned | flagMissing
-			if ok && e.refs == 0 {
-				if err := zero.Delete(k); err != nil {
-					return err
-				}
-			}
-			e.refs++
-			if err := putFile(files, k, e); err != nil {
-				return err
-			}
-			out[i] = FileRef{Digest: digests[i], Refs: e.refs, Write: write}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("meta: add file refs: %w", err)
-	}
-	return out, nil
-}
-
-// ReleaseFileRefs implements FileIndex.
-func (s *Bolt) ReleaseFileRefs(ctx context.Context, digests []digest.Digest) ([]digest.Digest, error) {
-	keys, err := keysOf(digests)
-	if err != nil {
-		return nil, err
-	}
-	var zeroed []digest.Digest
-	err = s.update(ctx, func(tx *bolt.Tx) error {
-		zeroed = zeroed[:0]
-		files, zero := tx.Bucket(bktFiles), tx.Bucket(bktZero)
-		for i, k := range keys {
-			e, ok := getFile(files, k)
-			if !ok || e.refs <= 0 {
-				return fmt.Errorf("%w: %s", ErrInvalidRelease, digests[i])
-			}
-			e.refs--
-			if err := putFile(files, k, e); err != nil {
-				return err
-			}
-			if e.refs == 0 {
-				if err := zero.Put(k, nil); err != nil {
-					return err
-				}
-				zeroed = append(zeroed, digests[i])
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("meta: release file refs: %w", err)
-	}
-	return zeroed, nil
-}
-
-// Tombstone implements FileIndex.
-func (s *Bolt) Tombstone(ctx context.Context, d digest.Digest) (bool, error) {
-	k, err := keyOf(d)
-	if err != nil {
-		return false, err
-	}
-	var ok bool
-	err = s.update(ctx, func(tx *bolt.Tx) error {
-		files := tx.Bucket(bktFiles)
-		e, exists := getFile(files, k)
-		if !exists || e.refs > 0 {
-			ok = false
-			return nil
-		}
-		ok = true
-		if e.flags&flagTombstoned != 0 {
-			return nil
-		}
-		// A fresh tombstone starts a new generation: an earlier revive is settled.
-		e.flags = (e.flags | flagTombstoned) &^ flagRevived
-		return putFile(files, k, e)
-	})
-	if err != nil {
-		return false, fmt.Errorf("meta: tombstone %s: %w", d, err)
-	}
-	return ok, nil
-}
-
-// DeleteFile implements FileIndex.
-func (s *Bolt) DeleteFile(ctx context.Context, d digest.Digest) (bool, error) {
-	k, err := keyOf(d)
-	if err != nil {
-		return false, err
-	}
-	var revived bool
-	err = s.update(ctx, func(tx *bolt.Tx) error {
-		revived = false
-		files := tx.Bucket(bktFiles)
-		e, exists := getFile(files, k)
-		switch {
-		case !exists:
-			return nil
-		case e.flags&flagTombstoned != 0:
-			if err := files.Delete(k); err != nil {
-				return err
-			}
-			return tx.Bucket(bktZero).Delete(k)
-		case e.flags&flagRevived != 0:
-			revived = true
-			e.flags = (e.flags | flagMissing) &^ flagRevived
-			return putFile(files, k, e)
-		default:
-			return fmt.Errorf("%w: %s", ErrNotTombstoned, d)
-		}
-	})
-	if err != nil {
-		return false, fmt.Errorf("meta: delete file: %w", err)
-	}
-	return revived, nil
-}
-
-// Files implements FileIndex.
-func (s *Bolt) Files(ctx context.Context, digests []digest.Digest) ([]FileInfo, error) {
-	keys, err := keysOf(digests)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]FileInfo, len(digests))
-	err = s.view(ctx, func(tx *bolt.Tx) error {
-		files := tx.Bucket(bktFiles)
-		for i, k := range keys {
-			e, ok := getFile(files, k)
-			out[i] = FileInfo{
-				Digest: digests[i], Exists: ok, Refs: e.refs,
-				Tombstoned: e.flags&flagTombstoned != 0,
-				Missing:    e.flags&flagMissing != 0,
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("meta: files: %w", err)
-	}
-	return out, nil
-}
-
-// ZeroFiles implements FileIndex.
-func (s *Bolt) ZeroFiles(ctx context.Context, after digest.Digest, limit int) ([]digest.Digest, error) {
-	var out []digest.Digest
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		var err error
-		out, err = page(tx.Bucket(bktZero).Cursor(), nil, after, limit)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("meta: zero files: %w", err)
-	}
-	return out, nil
 }
 
 // page lists up to limit keys under prefix, strictly after the digest `after`.

@@ -2,6 +2,7 @@ package meta_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -35,10 +36,11 @@ func TestBoltPersistence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, l, m := metatest.Digest("f"), metatest.Digest("l"), metatest.Digest("m")
+	f, l, l2, m := metatest.Digest("f"), metatest.Digest("l"), metatest.Digest("l2"), metatest.Digest("m")
 	now := time.Unix(1_700_000_000, 0)
 	steps := []error{
-		func() error { _, err := s.AddFileRefs(ctx, []digest.Digest{f, f}); return err }(),
+		func() error { _, err := s.AddLayerRefs(ctx, l, []digest.Digest{f}); return err }(),
+		func() error { _, err := s.AddLayerRefs(ctx, l2, []digest.Digest{f}); return err }(),
 		s.PutRecipe(ctx, l, []byte("recipe"), meta.StateDeduplicated),
 		s.SetImageLayers(ctx, m, []digest.Digest{l}),
 		func() error { _, err := s.RecordPull(ctx, "alice", l, now); return err }(),
@@ -61,6 +63,9 @@ func TestBoltPersistence(t *testing.T) {
 	if fi, err := s.Files(ctx, []digest.Digest{f}); err != nil || fi[0].Refs != 2 {
 		t.Errorf("file after reopen = %+v, %v; want 2 refs", fi, err)
 	}
+	if got, err := s.LayerFiles(ctx, l2); err != nil || len(got) != 1 || got[0] != f {
+		t.Errorf("LayerFiles after reopen = %v %v", got, err)
+	}
 	if r, st, err := s.GetRecipe(ctx, l); err != nil || string(r) != "recipe" || st != meta.StateDeduplicated {
 		t.Errorf("recipe after reopen = %q %v %v", r, st, err)
 	}
@@ -79,4 +84,33 @@ func TestBoltPersistence(t *testing.T) {
 	if st, err := s.Stats(ctx); err != nil || st["hits"] != 4 {
 		t.Errorf("Stats after reopen = %v %v", st, err)
 	}
+}
+
+// BenchmarkBoltAddLayerRefs adds and releases one layer of 50k files, half of them
+// already known, per iteration.
+func BenchmarkBoltAddLayerRefs(b *testing.B) {
+	ctx := context.Background()
+	s, err := meta.OpenWith(filepath.Join(b.TempDir(), "meta.db"), testOpts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	const n = 50_000
+	files := make([]digest.Digest, n)
+	for i := range files {
+		files[i] = metatest.Digest(fmt.Sprintf("bench-%d", i))
+	}
+	if _, err := s.AddLayerRefs(ctx, metatest.Digest("base"), files[:n/2]); err != nil {
+		b.Fatal(err)
+	}
+	layer := metatest.Digest("layer")
+	for b.Loop() {
+		if _, err := s.AddLayerRefs(ctx, layer, files); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.ReleaseLayerRefs(ctx, layer); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "files/s")
 }

@@ -6,18 +6,27 @@
 //
 // File lifecycle (the contract between dedup and GC):
 //
-//  1. Dedup calls AddFileRefs with the distinct files of one layer (one reference per
-//     layer that holds the file). A result with Write set means the file is unknown,
-//     was tombstoned, or was lost to a racing delete: the caller must store it.
-//  2. Deleting a deduplicated layer calls ReleaseFileRefs with the same list; it
-//     returns the files whose count reached zero.
+//  1. Dedup calls AddLayerRefs with one layer's files: the layer takes one reference
+//     on each distinct file, once, however often the call is retried. A result with
+//     Write set means the file is unknown, tombstoned or Missing: the caller must
+//     store it. With Revived also set, a GC that tombstoned the file may still delete
+//     the object after the caller's write: the caller must not trust the object (nor
+//     drop the layer's intact copy) until no GC run that could have tombstoned it is
+//     active. A retried AddLayerRefs counts nothing and reports Write only from the
+//     current state (Missing, or a revive GC has not settled): it cannot know whether
+//     the first call's writes happened, so a dedup resuming after a crash checks
+//     that each file's object exists.
+//  2. Deleting a deduplicated layer calls ReleaseLayerRefs(layer); it drops the
+//     layer's references and returns the files whose count reached zero. A retry
+//     is a no-op.
 //  3. GC calls Tombstone on each such file. Only when it returns true may GC delete the
 //     object, and then call DeleteFile. A file re-referenced before Tombstone makes it
-//     return false; a file re-referenced after Tombstone is revived (AddFileRefs
-//     reports Write), and DeleteFile then reports revived=true and marks the entry
-//     Missing, because GC's delete may have removed the copy the reviver wrote. The
-//     next AddFileRefs of a Missing file reports Write again; dedup checks Files for
-//     Missing before it drops a layer's intact copy.
+//     return false; a file re-referenced after Tombstone is revived (AddLayerRefs
+//     reports Write and Revived), and DeleteFile then reports revived=true and marks
+//     the entry Missing, because GC's delete may have removed the copy the reviver
+//     wrote. The next AddLayerRefs of a new layer holding a Missing file reports
+//     Write and clears Missing; dedup checks Files for Missing before it drops a
+//     layer's intact copy.
 package meta
 
 import (
@@ -32,10 +41,14 @@ import (
 // Errors returned by stores; compare with errors.Is.
 var (
 	ErrNotFound       = errors.New("meta: not found")
+	ErrLocked         = errors.New("meta: store is locked by another process")
 	ErrInvalidDigest  = errors.New("meta: invalid digest")
 	ErrNotTombstoned  = errors.New("meta: file is not tombstoned")
 	ErrInvalidState   = errors.New("meta: invalid layer state")
 	ErrInvalidRelease = errors.New("meta: release of an unreferenced file")
+	// ErrLayerFilesDiffer: AddLayerRefs for a layer that already holds references on
+	// a different set of files. ReleaseLayerRefs first to replace the set.
+	ErrLayerFilesDiffer = errors.New("meta: layer already holds a different set of files")
 )
 
 // FileRef is the outcome of adding one reference to a file.
@@ -44,8 +57,13 @@ type FileRef struct {
 	// Refs is the count after the add.
 	Refs int64
 	// Write is true when the caller must store the file's content: it was unknown,
-	// tombstoned (being deleted) or marked Missing.
+	// tombstoned (being deleted), marked Missing, or Revived.
 	Write bool
+	// Revived is true when a GC tombstoned the file and has not settled that
+	// tombstone with DeleteFile: its delete of the object may still land after the
+	// caller's write. The caller must write the file and must not trust the object
+	// until no GC run that could have tombstoned it is active.
+	Revived bool
 }
 
 // FileInfo is the stored state of one file entry.
@@ -59,14 +77,23 @@ type FileInfo struct {
 
 // FileIndex counts references to the unique files under cairn/files.
 type FileIndex interface {
-	// AddFileRefs adds one reference per element of digests (a digest listed twice
-	// gets two) and returns one FileRef per element, in order. Within one call only
-	// the first occurrence of a digest can have Write set.
-	AddFileRefs(ctx context.Context, digests []digest.Digest) ([]FileRef, error)
-	// ReleaseFileRefs removes one reference per element and returns the distinct
-	// files whose count reached zero. Releasing a file with no references fails
-	// with ErrInvalidRelease and changes nothing.
-	ReleaseFileRefs(ctx context.Context, digests []digest.Digest) ([]digest.Digest, error)
+	// AddLayerRefs takes one reference on each distinct digest in files on behalf
+	// of layer, atomically, and records which files layer holds. It is idempotent
+	// per layer: if layer already holds references, nothing is counted again (a
+	// dedup retried after a crash must not count twice) and the current state is
+	// returned; if it holds a different set of files, it fails with
+	// ErrLayerFilesDiffer. It returns one FileRef per element of files, in order; a
+	// digest listed twice is counted once, and only its first occurrence has Write
+	// or Revived set. An empty files takes no references and records nothing.
+	AddLayerRefs(ctx context.Context, layer digest.Digest, files []digest.Digest) ([]FileRef, error)
+	// ReleaseLayerRefs drops every reference layer holds and returns the distinct
+	// files whose count reached zero. A layer holding none is a no-op with a nil
+	// result, so a retry is safe. A recorded file with no references (an
+	// inconsistent index) fails with ErrInvalidRelease and changes nothing.
+	ReleaseLayerRefs(ctx context.Context, layer digest.Digest) ([]digest.Digest, error)
+	// LayerFiles returns the distinct files layer holds references on, in key
+	// order; ErrNotFound if it holds none.
+	LayerFiles(ctx context.Context, layer digest.Digest) ([]digest.Digest, error)
 	// Tombstone marks a zero-count file as being deleted. It returns false when the
 	// file has references or no entry. It is idempotent: a tombstoned file returns
 	// true again, so a GC that crashed between Tombstone and DeleteFile can resume.

@@ -22,6 +22,8 @@ type DebugOptions struct {
 	Ready func(ctx context.Context) error
 	// ReadyTimeout bounds one readiness check (default 5s).
 	ReadyTimeout time.Duration
+	// Handlers adds operator endpoints by path (e.g. /dedup/stats).
+	Handlers map[string]http.Handler
 }
 
 // DebugHandler serves, for operators and orchestrators only (it must not
@@ -31,6 +33,8 @@ type DebugOptions struct {
 //	/healthz         200 while the process runs (liveness)
 //	/readyz          200 when Ready passes, 503 with the reason otherwise
 //	/debug/pprof/    Go profiles
+//
+// plus o.Handlers.
 func DebugHandler(o DebugOptions) http.Handler {
 	if o.MetricsPath == "" {
 		o.MetricsPath = "/metrics"
@@ -63,6 +67,9 @@ func DebugHandler(o DebugOptions) http.Handler {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	for p, h := range o.Handlers {
+		mux.Handle(p, h)
+	}
 	return mux
 }
 

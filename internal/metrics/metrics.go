@@ -47,8 +47,10 @@ type Metrics struct {
 	gcDuration prometheus.Histogram
 	gcDeleted  *prometheus.CounterVec
 
-	dedupSaved prometheus.Gauge
-	cache      *prometheus.CounterVec
+	dedupSaved     prometheus.Gauge
+	dedupLayers    *prometheus.CounterVec
+	dedupPredicted *prometheus.CounterVec
+	cache          *prometheus.CounterVec
 }
 
 // New returns a Metrics with every collector registered on a fresh
@@ -85,6 +87,10 @@ func New() *Metrics {
 
 	m.dedupSaved = f.gauge("dedup_saved_bytes",
 		"Bytes of storage deduplication saves, as the dedup worker last computed it.")
+	m.dedupLayers = f.counterVec("dedup_layers_total",
+		"Layers the dedup worker processed, by outcome (deduplicated, indexed, irreproducible, unchanged, deferred, gone, error).", "outcome")
+	m.dedupPredicted = f.counterVec("dedup_predicted_total",
+		"Layers warmed ahead of a predicted pull, by cache (preconstruct: rebuilt to disk, prefetch: read into memory).", "cache")
 	m.cache = f.counterVec("cache_requests_total",
 		"Cache lookups, by cache and result (hit, miss); the hit ratio is hits over the total.", "cache", "result")
 
@@ -147,6 +153,12 @@ func (m *Metrics) GCDeleted(kind string, n int) {
 
 // SetDedupSavedBytes sets how many bytes deduplication saves right now.
 func (m *Metrics) SetDedupSavedBytes(n int64) { m.dedupSaved.Set(float64(n)) }
+
+// DedupProcessed counts one layer the dedup worker processed.
+func (m *Metrics) DedupProcessed(outcome string) { m.dedupLayers.WithLabelValues(outcome).Inc() }
+
+// DedupPredicted counts one layer warmed for a predicted pull.
+func (m *Metrics) DedupPredicted(cache string) { m.dedupPredicted.WithLabelValues(cache).Inc() }
 
 // CacheLookup counts one lookup in the named cache.
 func (m *Metrics) CacheLookup(cache string, hit bool) {

@@ -22,33 +22,79 @@ func (r *Registry) linkedInRepo(ctx context.Context, repo string, d digest.Diges
 	return r.exists(ctx, revisionLinkPath(repo, d))
 }
 
-// StatBlob returns the size of blob d in repo.
-func (r *Registry) StatBlob(ctx context.Context, repo string, d digest.Digest) (int64, error) {
-	linked, err := r.linkedInRepo(ctx, repo, d)
-	if err != nil {
-		return 0, err
-	}
-	if !linked {
-		return 0, fmt.Errorf("%w: %s", ErrBlobUnknown, d)
-	}
-	fi, err := r.d.Stat(ctx, blobDataPath(d))
-	if errors.Is(err, driver.ErrNotFound) {
-		return 0, fmt.Errorf("%w: %s (link without data)", ErrBlobUnknown, d)
-	}
-	if err != nil {
-		return 0, err
-	}
-	return fi.Size, nil
+// BlobInfo describes a stored blob.
+type BlobInfo struct {
+	Size int64
+	// Rebuilt is true when dedup removed the intact bytes: reads rebuild the
+	// blob from its recipe, so storage cannot serve it by redirect.
+	Rebuilt bool
 }
 
-// OpenBlob streams blob d from offset. The caller has checked the blob with
-// StatBlob.
+// DedupSource serves blobs whose data file deduplication removed, by
+// rebuilding them from their recipe (package dedup implements it).
+type DedupSource interface {
+	// BlobSize returns the size of blob d from its recipe; an error
+	// wrapping driver.ErrNotFound when d has no recipe.
+	BlobSize(ctx context.Context, d digest.Digest) (int64, error)
+	// OpenBlob streams the rebuilt blob d from offset.
+	OpenBlob(ctx context.Context, d digest.Digest, offset int64) (io.ReadCloser, error)
+	// CachedBlob streams intact blob d from offset out of a memory cache,
+	// or returns nil when d is not cached.
+	CachedBlob(d digest.Digest, offset int64) io.ReadCloser
+}
+
+// StatBlob describes blob d in repo.
+func (r *Registry) StatBlob(ctx context.Context, repo string, d digest.Digest) (BlobInfo, error) {
+	linked, err := r.linkedInRepo(ctx, repo, d)
+	if err != nil {
+		return BlobInfo{}, err
+	}
+	if !linked {
+		return BlobInfo{}, fmt.Errorf("%w: %s", ErrBlobUnknown, d)
+	}
+	fi, err := r.d.Stat(ctx, blobDataPath(d))
+	if err == nil {
+		return BlobInfo{Size: fi.Size}, nil
+	}
+	if errors.Is(err, driver.ErrNotFound) && r.opts.Dedup != nil {
+		size, err := r.opts.Dedup.BlobSize(ctx, d)
+		if err == nil {
+			return BlobInfo{Size: size, Rebuilt: true}, nil
+		}
+	}
+	if errors.Is(err, driver.ErrNotFound) {
+		return BlobInfo{}, fmt.Errorf("%w: %s (link without data)", ErrBlobUnknown, d)
+	}
+	return BlobInfo{}, err
+}
+
+// OpenBlob streams blob d from offset: its intact bytes, or its rebuild when
+// dedup removed them (also when that happened since StatBlob). The caller
+// has checked the blob with StatBlob.
 func (r *Registry) OpenBlob(ctx context.Context, d digest.Digest, offset int64) (io.ReadCloser, error) {
+	if r.opts.Dedup != nil {
+		if rc := r.opts.Dedup.CachedBlob(d, offset); rc != nil {
+			return rc, nil
+		}
+	}
 	rc, err := r.d.Reader(ctx, blobDataPath(d), offset)
+	if errors.Is(err, driver.ErrNotFound) && r.opts.Dedup != nil {
+		rc, err = r.opts.Dedup.OpenBlob(ctx, d, offset)
+	}
 	if errors.Is(err, driver.ErrNotFound) {
 		return nil, fmt.Errorf("%w: %s", ErrBlobUnknown, d)
 	}
 	return rc, err
+}
+
+// blobExists reports whether blob d's bytes are stored, intact or as a dedup
+// recipe.
+func (r *Registry) blobExists(ctx context.Context, d digest.Digest) (bool, error) {
+	ok, err := r.exists(ctx, blobDataPath(d))
+	if err != nil || ok {
+		return ok, err
+	}
+	return r.exists(ctx, blobRecipePath(d))
 }
 
 // BlobRedirectURL returns a URL the client may fetch blob d from directly, or
@@ -92,7 +138,7 @@ func (r *Registry) MountBlob(ctx context.Context, repo string, d digest.Digest, 
 			return false, err
 		}
 	}
-	ok, err := r.exists(ctx, blobDataPath(d))
+	ok, err := r.blobExists(ctx, d)
 	if err != nil || !ok {
 		return false, err
 	}

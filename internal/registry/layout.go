@@ -26,6 +26,15 @@ func BlobsPath() string { return rootPath + "/blobs" }
 // BlobDataPath is the data file of blob d.
 func BlobDataPath(d digest.Digest) string { return blobDataPath(d) }
 
+// BlobRecipePath is the dedup recipe file of blob d (see package dedup).
+func BlobRecipePath(d digest.Digest) string { return blobRecipePath(d) }
+
+// Leaves of a blob's directory: the intact bytes and the dedup recipe.
+const (
+	BlobData   = "data"
+	BlobRecipe = "recipe"
+)
+
 // TagCurrentLinkPath is the link naming the manifest tag points at.
 func TagCurrentLinkPath(repo, tag string) string { return tagCurrentLinkPath(repo, tag) }
 
@@ -186,23 +195,38 @@ func digestLink(s string) (alg, hex string, ok bool) {
 // ParseBlobDataPath splits blobs/<alg>/<xx>/<hex>/data; ok is false for any
 // other path, and for a <xx> that is not the start of <hex>.
 func ParseBlobDataPath(p string) (alg, hex string, ok bool) {
-	rest, ok := strings.CutPrefix(p, rootPath+"/blobs/")
-	if !ok {
-		return "", "", false
-	}
-	rest, ok = strings.CutSuffix(rest, "/data")
-	if !ok {
-		return "", "", false
-	}
-	alg, rest, ok = strings.Cut(rest, "/")
-	if !ok {
-		return "", "", false
-	}
-	pre, hex, ok := strings.Cut(rest, "/")
-	if !ok || len(hex) < 2 || pre != hex[:2] || strings.IndexByte(hex, '/') >= 0 {
+	alg, hex, leaf, ok := ParseBlobPath(p)
+	if !ok || leaf != BlobData {
 		return "", "", false
 	}
 	return alg, hex, true
+}
+
+// ParseBlobPath splits blobs/<alg>/<xx>/<hex>/<leaf> where leaf is BlobData
+// or BlobRecipe; ok is false for any other path, and for a <xx> that is not
+// the start of <hex>.
+func ParseBlobPath(p string) (alg, hex, leaf string, ok bool) {
+	rest, ok := strings.CutPrefix(p, rootPath+"/blobs/")
+	if !ok {
+		return "", "", "", false
+	}
+	i := strings.LastIndexByte(rest, '/')
+	if i < 0 {
+		return "", "", "", false
+	}
+	rest, leaf = rest[:i], rest[i+1:]
+	if leaf != BlobData && leaf != BlobRecipe {
+		return "", "", "", false
+	}
+	alg, rest, ok = strings.Cut(rest, "/")
+	if !ok {
+		return "", "", "", false
+	}
+	pre, hex, ok := strings.Cut(rest, "/")
+	if !ok || len(hex) < 2 || pre != hex[:2] || strings.IndexByte(hex, '/') >= 0 {
+		return "", "", "", false
+	}
+	return alg, hex, leaf, true
 }
 
 // ManifestRefs are the digests a manifest names, as the garbage collector

@@ -356,7 +356,7 @@ func (r *Registry) requireLinkedBlob(ctx context.Context, repo string, d digest.
 func (r *Registry) requireBlob(ctx context.Context, repo string, d digest.Digest) error {
 	ok, err := r.linkedInRepo(ctx, repo, d)
 	if err == nil && ok {
-		ok, err = r.exists(ctx, blobDataPath(d))
+		ok, err = r.blobExists(ctx, d)
 	}
 	if err != nil {
 		return err

@@ -19,6 +19,13 @@ func blobDataPath(d digest.Digest) string {
 	return rootPath + "/blobs/" + string(d.Algorithm()) + "/" + hex[:2] + "/" + hex + "/data"
 }
 
+// blobRecipePath is where dedup keeps the recipe that rebuilds blob d; in
+// full mode it is the only file left in the blob's directory.
+func blobRecipePath(d digest.Digest) string {
+	hex := d.Encoded()
+	return rootPath + "/blobs/" + string(d.Algorithm()) + "/" + hex[:2] + "/" + hex + "/recipe"
+}
+
 func repoPath(repo string) string { return rootPath + "/repositories/" + repo }
 
 func repositoriesPath() string { return rootPath + "/repositories" }

@@ -40,6 +40,8 @@ type Options struct {
 	// and children without a platform).
 	IndexPlatforms string
 	PlatformList   []ocispec.Platform
+	// Dedup, when set, serves blobs whose intact bytes dedup removed.
+	Dedup DedupSource
 }
 
 // Registry serves repositories stored through one driver.

@@ -17,18 +17,19 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, rt route) {
 		s.writeError(w, r, err)
 		return
 	}
-	size, err := s.reg.StatBlob(ctx, rt.name, d)
+	info, err := s.reg.StatBlob(ctx, rt.name, d)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
+	size := info.Size
 	h := w.Header()
 	etag := `"` + string(d) + `"`
 	h.Set("Docker-Content-Digest", string(d))
 	h.Set("ETag", etag)
 	h.Set("Accept-Ranges", "bytes")
 	h.Set("Cache-Control", "max-age=31536000")
-	if r.Method == http.MethodGet {
+	if r.Method == http.MethodGet && !info.Rebuilt {
 		if url, err := s.reg.BlobRedirectURL(r, d); err == nil && url != "" {
 			http.Redirect(w, r, url, http.StatusTemporaryRedirect)
 			return
@@ -56,6 +57,10 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, rt route) {
 	if r.Method == http.MethodHead {
 		w.WriteHeader(status)
 		return
+	}
+	if s.opts.Pulls != nil && start == 0 {
+		// A ranged GET from the middle resumes a pull already counted.
+		s.opts.Pulls.BlobPulled(ctx, clientID(r, rt), d)
 	}
 	rc, err := s.reg.OpenBlob(ctx, d, start)
 	if err != nil {

@@ -5,14 +5,17 @@
 package server
 
 import (
+	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/cairn-registry/cairn/internal/auth"
 	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/opencontainers/go-digest"
 )
 
 // Options tune a Server.
@@ -26,11 +29,36 @@ type Options struct {
 	Auth auth.Authorizer
 	// Metrics, when set, receives one observation per request.
 	Metrics Observer
+	// Pulls, when set, is told about manifest pushes and pulls and blob
+	// pulls.
+	Pulls PullObserver
 	// BodyIdleTimeout ends a request whose body delivers no byte for this
 	// long (0: no limit), so that a client trickling an upload cannot hold
 	// a connection forever. Whole-request timeouts cannot do this: a
 	// large layer upload legitimately takes many minutes.
 	BodyIdleTimeout time.Duration
+}
+
+// PullObserver learns which manifests are pushed and what each client pulls
+// (dedup's worker and predictor implement it). Calls must return quickly:
+// they run on the request path.
+type PullObserver interface {
+	ManifestPushed(repo string, d digest.Digest, content []byte)
+	ManifestPulled(ctx context.Context, client string, d digest.Digest, content []byte)
+	BlobPulled(ctx context.Context, client string, d digest.Digest)
+}
+
+// clientID names the client of r for PullObserver: the authenticated user,
+// else the remote IP.
+func clientID(r *http.Request, rt route) string {
+	if rt.user != "" {
+		return "user:" + rt.user
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	return "ip:" + host
 }
 
 // Observer receives request measurements (metrics.Metrics implements it).
@@ -102,6 +130,7 @@ type route struct {
 	kind routeKind
 	name string // repository
 	ref  string // tag, digest or upload id
+	user string // authenticated user, "" when anonymous
 }
 
 // parseRoute matches a /v2/ path from its end, because repository names may
@@ -219,6 +248,7 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, rt route) stri
 		s.writeError(w, r, errDenied)
 		return user
 	}
+	rt.user = user
 	if !s.route(w, r, rt) {
 		s.writeError(w, r, errMethodNotAllowed)
 	}

@@ -15,8 +15,11 @@ import (
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
+// FilesRoot is the directory of the file store, for listings.
+const FilesRoot = "/docker/registry/v2/cairn/files"
+
 const (
-	filesRoot = "/docker/registry/v2/cairn/files/"
+	filesRoot = FilesRoot + "/"
 	// filesTmp holds large payloads while they are written, so a partial
 	// file never sits at its final (content-addressed) path.
 	filesTmp = "/docker/registry/v2/cairn/tmp/files/"

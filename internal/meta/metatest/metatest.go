@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,11 +29,15 @@ func Run(t *testing.T, newStore func(t *testing.T) meta.Store) {
 		name string
 		fn   func(t *testing.T, s meta.Store)
 	}{
-		{"RefCounts", testRefCounts},
-		{"ReleaseIsAtomic", testReleaseAtomic},
+		{"LayerRefs", testLayerRefs},
+		{"LayerRefsRetry", testLayerRefsRetry},
+		{"EmptyLayer", testEmptyLayer},
 		{"TombstoneLifecycle", testTombstoneLifecycle},
+		{"MissingFile", testMissingFile},
 		{"TombstoneRace", testTombstoneRace},
 		{"ZeroFilesPaging", testZeroFiles},
+		{"LayerRefsConcurrent", testLayerRefsConcurrent},
+		{"LargeLayer", testLargeLayer},
 		{"Recipes", testRecipes},
 		{"ListLayersPaging", testListLayers},
 		{"ImageLayers", testImageLayers},
@@ -70,234 +73,6 @@ func must[T any](v T, err error) func(t *testing.T) T {
 			t.Fatal(err)
 		}
 		return v
-	}
-}
-
-func fileInfo(t *testing.T, s meta.Store, d digest.Digest) meta.FileInfo {
-	t.Helper()
-	return must(s.Files(context.Background(), []digest.Digest{d}))(t)[0]
-}
-
-func testRefCounts(t *testing.T, s meta.Store) {
-	ctx := context.Background()
-	a, b := Digest("a"), Digest("b")
-	got := must(s.AddFileRefs(ctx, []digest.Digest{a, b, a}))(t)
-	want := []meta.FileRef{{Digest: a, Refs: 1, Write: true}, {Digest: b, Refs: 1, Write: true}, {Digest: a, Refs: 2}}
-	if !slices.Equal(got, want) {
-		t.Fatalf("first add = %+v, want %+v", got, want)
-	}
-	got = must(s.AddFileRefs(ctx, []digest.Digest{a}))(t)
-	if got[0] != (meta.FileRef{Digest: a, Refs: 3}) {
-		t.Fatalf("second add = %+v, want refs 3 without write", got[0])
-	}
-	zeroed := must(s.ReleaseFileRefs(ctx, []digest.Digest{a, b}))(t)
-	if !slices.Equal(zeroed, []digest.Digest{b}) {
-		t.Fatalf("release zeroed %v, want [b]", zeroed)
-	}
-	if fi := fileInfo(t, s, a); fi.Refs != 2 || !fi.Exists || fi.Tombstoned {
-		t.Fatalf("a after release = %+v, want 2 refs", fi)
-	}
-	zeroed = must(s.ReleaseFileRefs(ctx, []digest.Digest{a, a}))(t)
-	if !slices.Equal(zeroed, []digest.Digest{a}) {
-		t.Fatalf("release zeroed %v, want [a]", zeroed)
-	}
-	// A zero-count file that is re-added before any tombstone needs no write.
-	got = must(s.AddFileRefs(ctx, []digest.Digest{b}))(t)
-	if got[0] != (meta.FileRef{Digest: b, Refs: 1}) {
-		t.Fatalf("re-add of zero-count file = %+v, want refs 1 without write", got[0])
-	}
-	if fi := fileInfo(t, s, Digest("unknown")); fi.Exists || fi.Refs != 0 {
-		t.Fatalf("unknown file = %+v, want no entry", fi)
-	}
-}
-
-func testReleaseAtomic(t *testing.T, s meta.Store) {
-	ctx := context.Background()
-	a, c := Digest("a"), Digest("c")
-	must(s.AddFileRefs(ctx, []digest.Digest{a}))(t)
-	_, err := s.ReleaseFileRefs(ctx, []digest.Digest{a, c})
-	if !errors.Is(err, meta.ErrInvalidRelease) {
-		t.Fatalf("release of unknown file: err = %v, want ErrInvalidRelease", err)
-	}
-	if fi := fileInfo(t, s, a); fi.Refs != 1 {
-		t.Fatalf("failed release changed a: %+v", fi)
-	}
-	must(s.ReleaseFileRefs(ctx, []digest.Digest{a}))(t)
-	if _, err := s.ReleaseFileRefs(ctx, []digest.Digest{a}); !errors.Is(err, meta.ErrInvalidRelease) {
-		t.Fatalf("release below zero: err = %v, want ErrInvalidRelease", err)
-	}
-}
-
-func testTombstoneLifecycle(t *testing.T, s meta.Store) {
-	ctx := context.Background()
-	a := Digest("a")
-	if ok := must(s.Tombstone(ctx, a))(t); ok {
-		t.Fatal("Tombstone of unknown file = true")
-	}
-	must(s.AddFileRefs(ctx, []digest.Digest{a}))(t)
-	if ok := must(s.Tombstone(ctx, a))(t); ok {
-		t.Fatal("Tombstone of referenced file = true")
-	}
-	if _, err := s.DeleteFile(ctx, a); !errors.Is(err, meta.ErrNotTombstoned) {
-		t.Fatalf("DeleteFile of live file: err = %v, want ErrNotTombstoned", err)
-	}
-	must(s.ReleaseFileRefs(ctx, []digest.Digest{a}))(t)
-	if ok := must(s.Tombstone(ctx, a))(t); !ok {
-		t.Fatal("Tombstone of zero-count file = false")
-	}
-	if ok := must(s.Tombstone(ctx, a))(t); !ok {
-		t.Fatal("second Tombstone = false, want idempotent true")
-	}
-	if fi := fileInfo(t, s, a); !fi.Tombstoned || fi.Refs != 0 {
-		t.Fatalf("after Tombstone = %+v", fi)
-	}
-	// A dedup meeting the tombstone revives the file and must write it anew.
-	got := must(s.AddFileRefs(ctx, []digest.Digest{a, a}))(t)
-	if got[0] != (meta.FileRef{Digest: a, Refs: 1, Write: true}) || got[1].Write {
-		t.Fatalf("add of tombstoned file = %+v, want one write", got)
-	}
-	if ok := must(s.Tombstone(ctx, a))(t); ok {
-		t.Fatal("Tombstone of revived file = true")
-	}
-	// GC finishes its delete after the revive: the entry stays and is marked Missing.
-	if revived := must(s.DeleteFile(ctx, a))(t); !revived {
-		t.Fatal("DeleteFile after revive: revived = false")
-	}
-	if fi := fileInfo(t, s, a); !fi.Exists || !fi.Missing || fi.Refs != 2 || fi.Tombstoned {
-		t.Fatalf("after racing delete = %+v, want 2 refs, missing", fi)
-	}
-	got = must(s.AddFileRefs(ctx, []digest.Digest{a}))(t)
-	if !got[0].Write || got[0].Refs != 3 {
-		t.Fatalf("add of missing file = %+v, want write, 3 refs", got[0])
-	}
-	if fi := fileInfo(t, s, a); fi.Missing {
-		t.Fatalf("missing flag kept after a write was handed out: %+v", fi)
-	}
-	// The normal end: zero, tombstone, delete; the entry is gone.
-	must(s.ReleaseFileRefs(ctx, []digest.Digest{a, a, a}))(t)
-	if ok := must(s.Tombstone(ctx, a))(t); !ok {
-		t.Fatal("Tombstone = false")
-	}
-	if revived := must(s.DeleteFile(ctx, a))(t); revived {
-		t.Fatal("DeleteFile of tombstoned file: revived = true")
-	}
-	if fi := fileInfo(t, s, a); fi.Exists {
-		t.Fatalf("entry after DeleteFile = %+v", fi)
-	}
-	if revived := must(s.DeleteFile(ctx, a))(t); revived {
-		t.Fatal("DeleteFile of no entry: revived = true")
-	}
-	got = must(s.AddFileRefs(ctx, []digest.Digest{a}))(t)
-	if !got[0].Write || got[0].Refs != 1 {
-		t.Fatalf("add after delete = %+v, want write, 1 ref", got[0])
-	}
-}
-
-// testTombstoneRace runs dedup (AddFileRefs, then write if told) against GC
-// (Tombstone, delete the object, DeleteFile) on many zero-count files at once, over
-// a simulated object store, and checks that no file ends referenced, present in the
-// index as fine, and absent from the object store.
-func testTombstoneRace(t *testing.T, s meta.Store) {
-	ctx := context.Background()
-	const n = 64
-	files := make([]digest.Digest, n)
-	for i := range files {
-		files[i] = Digest(fmt.Sprintf("race-%d", i))
-	}
-	must(s.AddFileRefs(ctx, files))(t)
-	must(s.ReleaseFileRefs(ctx, files))(t)
-
-	var mu sync.Mutex
-	objects := map[digest.Digest]bool{}
-	for _, d := range files {
-		objects[d] = true
-	}
-	type outcome struct{ write, tomb bool }
-	out := make([]outcome, n)
-	var wg sync.WaitGroup
-	for i, d := range files {
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
-			r, err := s.AddFileRefs(ctx, []digest.Digest{d})
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			out[i].write = r[0].Write
-			if r[0].Write {
-				mu.Lock()
-				objects[d] = true
-				mu.Unlock()
-			}
-		}()
-		go func() {
-			defer wg.Done()
-			ok, err := s.Tombstone(ctx, d)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			out[i].tomb = ok
-			if !ok {
-				return
-			}
-			mu.Lock()
-			delete(objects, d)
-			mu.Unlock()
-			if _, err := s.DeleteFile(ctx, d); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
-	infos := must(s.Files(ctx, files))(t)
-	for i, fi := range infos {
-		o := out[i]
-		if o.tomb && !o.write {
-			t.Errorf("%d: tombstone and add both won: %+v", i, o)
-		}
-		if !o.tomb && o.write {
-			t.Errorf("%d: add was told to write a live file: %+v", i, o)
-		}
-		if fi.Refs != 1 || fi.Tombstoned {
-			t.Errorf("%d: final entry %+v, want 1 ref, not tombstoned", i, fi)
-		}
-		if !objects[files[i]] && !fi.Missing {
-			t.Errorf("%d: object lost and the index does not say so: %+v %+v", i, o, fi)
-		}
-	}
-}
-
-func testZeroFiles(t *testing.T, s meta.Store) {
-	ctx := context.Background()
-	var files []digest.Digest
-	for i := range 10 {
-		files = append(files, Digest(fmt.Sprintf("z-%d", i)))
-	}
-	must(s.AddFileRefs(ctx, files))(t)
-	must(s.ReleaseFileRefs(ctx, files[:7]))(t)
-	must(s.Tombstone(ctx, files[0]))(t)
-	must(s.DeleteFile(ctx, files[0]))(t)
-	must(s.AddFileRefs(ctx, files[1:2]))(t)
-	var got []digest.Digest
-	var after digest.Digest
-	for {
-		page := must(s.ZeroFiles(ctx, after, 2))(t)
-		if len(page) == 0 {
-			break
-		}
-		if len(page) > 2 {
-			t.Fatalf("page of %d > limit 2", len(page))
-		}
-		got = append(got, page...)
-		after = page[len(page)-1]
-	}
-	want := slices.Clone(files[2:7])
-	slices.Sort(want)
-	slices.Sort(got)
-	if !slices.Equal(got, want) {
-		t.Fatalf("ZeroFiles = %v, want %v", got, want)
 	}
 }
 
@@ -555,11 +330,24 @@ func testStats(t *testing.T, s meta.Store) {
 func testInvalidInput(t *testing.T, s meta.Store) {
 	ctx := context.Background()
 	bad := digest.Digest("sha256:nothex")
-	if _, err := s.AddFileRefs(ctx, []digest.Digest{Digest("ok"), bad}); !errors.Is(err, meta.ErrInvalidDigest) {
-		t.Fatalf("AddFileRefs bad digest: err = %v", err)
+	l := Digest("layer")
+	if _, err := s.AddLayerRefs(ctx, l, []digest.Digest{Digest("ok"), bad}); !errors.Is(err, meta.ErrInvalidDigest) {
+		t.Fatalf("AddLayerRefs bad file digest: err = %v", err)
 	}
 	if fi := fileInfo(t, s, Digest("ok")); fi.Exists {
 		t.Fatalf("rejected add left an entry: %+v", fi)
+	}
+	if _, err := s.LayerFiles(ctx, l); !errors.Is(err, meta.ErrNotFound) {
+		t.Fatalf("rejected add recorded the layer: err = %v", err)
+	}
+	if _, err := s.AddLayerRefs(ctx, bad, []digest.Digest{Digest("ok")}); !errors.Is(err, meta.ErrInvalidDigest) {
+		t.Fatalf("AddLayerRefs bad layer digest: err = %v", err)
+	}
+	if _, err := s.ReleaseLayerRefs(ctx, bad); !errors.Is(err, meta.ErrInvalidDigest) {
+		t.Fatalf("ReleaseLayerRefs bad layer digest: err = %v", err)
+	}
+	if _, err := s.LayerFiles(ctx, bad); !errors.Is(err, meta.ErrInvalidDigest) {
+		t.Fatalf("LayerFiles bad layer digest: err = %v", err)
 	}
 	if err := s.PutRecipe(ctx, bad, nil, meta.StatePending); !errors.Is(err, meta.ErrInvalidDigest) {
 		t.Fatalf("PutRecipe bad digest: err = %v", err)
@@ -569,7 +357,7 @@ func testInvalidInput(t *testing.T, s meta.Store) {
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := s.AddFileRefs(cctx, []digest.Digest{Digest("ok")}); !errors.Is(err, context.Canceled) {
-		t.Fatalf("AddFileRefs with cancelled ctx: err = %v", err)
+	if _, err := s.AddLayerRefs(cctx, l, []digest.Digest{Digest("ok")}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("AddLayerRefs with cancelled ctx: err = %v", err)
 	}
 }

@@ -312,7 +312,9 @@ func (d *Driver) DeleteFiles(ctx context.Context, paths []string) (int, error) {
 		if d.isDir(p) {
 			errs = append(errs, fmt.Errorf("%s: delete %s: %w", driverName, p, errIsDir))
 		} else {
-			d.remove(p)
+			// The caller may reuse p's bytes once we return (GC does);
+			// remove may keep p as a map key.
+			d.remove(strings.Clone(p))
 			deleted++
 		}
 		d.mu.Unlock()

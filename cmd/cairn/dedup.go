@@ -1,0 +1,319 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/cairn-registry/cairn/internal/config"
+	"github.com/cairn-registry/cairn/internal/dedup"
+	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/storage/driver"
+)
+
+const dedupUsage = `usage: cairn dedup run [--config FILE] [--root DIR] [--mode MODE] [--json]
+       cairn dedup stats [--config FILE] [--root DIR] [--json]
+
+run    deduplicates every layer of every stored manifest, in each repository's
+       mode (storage.dedup), or in --mode for all; cairn serve must be stopped
+       (it owns the metadata store) — a running server does the same in the
+       background.
+stats  prints logical and stored bytes, the ratio, layers by state, unique and
+       shared files and recipe hits by encoder; with cairn serve running it
+       asks the server's http.debug.addr.`
+
+// metaPath is where the bolt metadata store lives for cfg.
+func metaPath(cfg *config.Config) (string, error) {
+	if p := cfg.Storage.Dedup.Metadata.Path; p != "" {
+		return p, nil
+	}
+	if fs := cfg.Storage.Filesystem; fs != nil {
+		return filepath.Join(fs.RootDirectory, "cairn-meta.db"), nil
+	}
+	return "", errors.New("storage.dedup.metadata.path must be set with an object-store driver")
+}
+
+// preconstructDir is the on-disk restore cache's directory for cfg.
+func preconstructDir(cfg *config.Config) string {
+	if p := cfg.Storage.Dedup.Cache.Preconstruct.Dir; p != "" {
+		return p
+	}
+	if fs := cfg.Storage.Filesystem; fs != nil {
+		return filepath.Join(fs.RootDirectory, "cairn-cache", "preconstruct")
+	}
+	if dir, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(dir, "cairn", "preconstruct")
+	}
+	return filepath.Join(os.TempDir(), "cairn-preconstruct")
+}
+
+// dedupOptions maps storage.dedup to the engine's options.
+func dedupOptions(cfg *config.Config) dedup.Options {
+	c := cfg.Storage.Dedup
+	pre, _ := config.ParseBytes(c.Cache.Preconstruct.Size) // validated on load
+	mem, _ := config.ParseBytes(c.Cache.Prefetch.Size)
+	opts := dedup.Options{
+		Mode:             dedup.Mode(c.Mode),
+		Workers:          c.Workers,
+		HotPulls:         int64(c.Selective.Pulls),
+		HotWindow:        c.Selective.Window,
+		PreconstructDir:  preconstructDir(cfg),
+		PreconstructSize: pre,
+		PrefetchSize:     mem,
+		Predict:          c.Predictor.Enabled,
+		RepullRatio:      c.Predictor.RepullRatio,
+	}
+	for pattern, m := range c.Repositories {
+		opts.RepoModes = append(opts.RepoModes, dedup.RepoMode{Pattern: pattern, Mode: dedup.Mode(m)})
+	}
+	// Exact names first, then longer (more specific) patterns.
+	sort.Slice(opts.RepoModes, func(i, j int) bool {
+		a, b := opts.RepoModes[i].Pattern, opts.RepoModes[j].Pattern
+		ga, gb := strings.ContainsAny(a, "*?["), strings.ContainsAny(b, "*?[")
+		if ga != gb {
+			return !ga
+		}
+		if len(a) != len(b) {
+			return len(a) > len(b)
+		}
+		return a < b
+	})
+	return opts
+}
+
+// openMeta opens the metadata store when dedup is on or was used before
+// (its file exists: GC must release what deduplicated layers hold). It
+// returns nil, nil when neither.
+func openMeta(cfg *config.Config, lockTimeout time.Duration) (meta.Store, error) {
+	p, err := metaPath(cfg)
+	if err != nil {
+		if cfg.Storage.Dedup.Active() {
+			return nil, fmt.Errorf("dedup: %w", err)
+		}
+		return nil, nil
+	}
+	if !cfg.Storage.Dedup.Active() {
+		if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return nil, fmt.Errorf("dedup: metadata store: %w", err)
+	}
+	s, err := meta.OpenWith(p, meta.Options{LockTimeout: lockTimeout})
+	if err != nil {
+		return nil, fmt.Errorf("dedup: %w", err)
+	}
+	return s, nil
+}
+
+func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: dedup: missing subcommand (want: run, stats)", errUsage)
+	}
+	switch args[0] {
+	case "run", "stats":
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintln(stdout, dedupUsage)
+		return nil
+	default:
+		return fmt.Errorf("%w: dedup: unknown subcommand %q (want: run, stats)", errUsage, args[0])
+	}
+	sub := args[0]
+	fs := flag.NewFlagSet("cairn dedup "+sub, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	configPath := fs.String("config", "", "configuration `file` (distribution's config.yml keys)")
+	root := fs.String("root", "", "filesystem storage root `directory` (overrides the storage section)")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	var mode *string
+	if sub == "run" {
+		mode = fs.String("mode", "", "process every repository in this `mode` (index, full, selective)")
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stdout, dedupUsage)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return nil
+		}
+		return fmt.Errorf("%w: dedup %s: %s", errUsage, sub, oneLine(err.Error()))
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: dedup %s: unexpected argument %q", errUsage, sub, fs.Arg(0))
+	}
+	var force dedup.Mode
+	if mode != nil && *mode != "" {
+		m, err := dedup.ParseMode(*mode)
+		if err != nil || m == dedup.ModeOff {
+			return fmt.Errorf("%w: dedup run: --mode %q is not index, full or selective", errUsage, *mode)
+		}
+		force = m
+	}
+	cfg, _, err := loadConfig(*configPath, *root, func(c *config.Config) {
+		if force != "" {
+			c.Storage.Dedup.Mode = string(force)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if cfg.Storage.InMemory != nil {
+		return fmt.Errorf("dedup %s: the inmemory driver keeps nothing between processes", sub)
+	}
+	if sub == "run" && !cfg.Storage.Dedup.Active() {
+		return fmt.Errorf("%w: dedup run: storage.dedup.mode is off; set it or pass --mode", errUsage)
+	}
+	if fsc := cfg.Storage.Filesystem; fsc != nil {
+		if _, err := os.Stat(fsc.RootDirectory); err != nil {
+			return fmt.Errorf("dedup %s: storage root: %w", sub, err)
+		}
+	}
+	store, err := openMeta(cfg, time.Second)
+	if errors.Is(err, meta.ErrLocked) {
+		if sub == "stats" && cfg.HTTP.Debug.Addr != "" {
+			return remoteStats(ctx, cfg.HTTP.Debug.Addr, *asJSON, stdout)
+		}
+		return fmt.Errorf("dedup %s: the metadata store is in use by a running cairn serve (stop it, or set http.debug.addr to query it)", sub)
+	}
+	if err != nil {
+		return err
+	}
+	if store == nil {
+		return fmt.Errorf("dedup %s: dedup has never run on this storage (no metadata store)", sub)
+	}
+	defer store.Close()
+	d, err := newDriver(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	opts := dedupOptions(cfg)
+	opts.PreconstructDir = "" // the CLI serves nothing
+	log := newLogger(stderr, cfg.Log.Level)
+	e, err := dedup.New(d, store, opts, log, nil)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	if sub == "stats" {
+		st, err := e.Stats(ctx)
+		if err != nil {
+			return fmt.Errorf("dedup stats: %w", err)
+		}
+		return printStats(stdout, st, *asJSON)
+	}
+	start := time.Now()
+	rs, err := e.RunAll(ctx, force)
+	if err != nil {
+		return fmt.Errorf("dedup run: %w", err)
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(rs)
+	}
+	fmt.Fprintf(stdout, "dedup run: %d manifests, %d layers in %s\n", rs.Manifests, rs.Layers, time.Since(start).Round(time.Millisecond))
+	keys := make([]string, 0, len(rs.Outcomes))
+	for k := range rs.Outcomes {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(stdout, "  %-15s %d\n", k, rs.Outcomes[k])
+	}
+	if rs.Errors > 0 {
+		return fmt.Errorf("dedup run: %d layers failed (see the log); they stay pending", rs.Errors)
+	}
+	return nil
+}
+
+// remoteStats asks a running server's debug listener.
+func remoteStats(ctx context.Context, addr string, asJSON bool, stdout io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/dedup/stats", nil)
+	if err != nil {
+		return fmt.Errorf("dedup stats: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("dedup stats: asking the running server: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("dedup stats: the running server answered %s: %s", resp.Status, oneLine(string(b)))
+	}
+	var st dedup.Stats
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return fmt.Errorf("dedup stats: %w", err)
+	}
+	return printStats(stdout, &st, asJSON)
+}
+
+// statsHandler serves the engine's statistics on the debug listener.
+func statsHandler(e *dedup.Engine) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st, err := e.Stats(r.Context())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(st)
+	})
+}
+
+func printStats(w io.Writer, st *dedup.Stats, asJSON bool) error {
+	if asJSON {
+		return json.NewEncoder(w).Encode(st)
+	}
+	fmt.Fprintf(w, "logical bytes      %d (%s)\n", st.LogicalBytes, humanBytes(st.LogicalBytes))
+	fmt.Fprintf(w, "stored bytes       %d (%s): intact %s, files %s, recipes %s\n", st.StoredBytes.Total, humanBytes(st.StoredBytes.Total),
+		humanBytes(st.StoredBytes.Intact), humanBytes(st.StoredBytes.Files), humanBytes(st.StoredBytes.Recipes))
+	fmt.Fprintf(w, "ratio              %.2fx (file level alone %.2fx)\n", st.Ratio, st.FileLevelRatio)
+	fmt.Fprintf(w, "layers             intact %d, deduplicated %d, irreproducible %d, pending %d\n",
+		st.Layers["intact"], st.Layers["deduplicated"], st.Layers["irreproducible"], st.Layers["pending"])
+	fmt.Fprintf(w, "files              %d unique (%s, stored %s), %d shared\n", st.Files.Unique, humanBytes(st.Files.Bytes),
+		humanBytes(st.Files.StoredBytes), st.Files.Shared)
+	encs := make([]string, 0, len(st.Encoders))
+	for k := range st.Encoders {
+		encs = append(encs, k)
+	}
+	sort.Strings(encs)
+	for _, k := range encs {
+		fmt.Fprintf(w, "encoder            %-22s %d\n", k, st.Encoders[k])
+	}
+	return nil
+}
+
+// startDedup builds the engine serve uses: restores always (layers
+// deduplicated earlier must stay pullable whatever the mode), background
+// work when a metadata store is open.
+func startDedup(ctx context.Context, cfg *config.Config, d driver.Driver, log *slog.Logger, m dedup.Metrics) (*dedup.Engine, meta.Store, error) {
+	store, err := openMeta(cfg, 5*time.Second)
+	if errors.Is(err, meta.ErrLocked) {
+		return nil, nil, errors.New("dedup: the metadata store is in use by another cairn process (cairn dedup run, or a second serve on the same root)")
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	e, err := dedup.New(d, store, dedupOptions(cfg), log, m)
+	if err != nil {
+		if store != nil {
+			store.Close()
+		}
+		return nil, nil, err
+	}
+	if store != nil && !cfg.Storage.Maintenance.ReadOnly.Enabled {
+		e.Start(ctx)
+	}
+	return e, store, nil
+}

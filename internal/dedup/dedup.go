@@ -1,0 +1,196 @@
+// Package dedup runs cairn's file-level layer deduplication (DESIGN.md,
+// "Deduplication"): a background worker splits the layers pushed manifests
+// name into their files (package layer) and a byte-exact compression recipe
+// (package recompress), and the registry serves a layer whose intact copy
+// was dropped by rebuilding it (restore.go), with caches and a predictor
+// driven by what clients pull (predict.go).
+//
+// Storage holds the truth: unique files under cairn/files, and each
+// processed layer's recipe at blobs/<alg>/<xx>/<hex>/recipe, beside the
+// intact data (modes index and selective-hot) or instead of it (full,
+// selective-cold). Serving needs nothing else, so the metadata store (file
+// reference counts, layer states, pull maps) can be rebuilt from storage.
+//
+// Crash safety, in processing order (process.go): state pending → file
+// references taken per layer (idempotent) → missing files written → recipe
+// verified by a full rebuild from stored pieces → recipe file written →
+// state recorded → only then the intact data deleted. A crash at any step
+// leaves the layer served by whatever is still complete: the intact data, or
+// a verified recipe.
+package dedup
+
+import (
+	"encoding/json"
+	"fmt"
+	"path"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/cairn-registry/cairn/internal/dedup/layer"
+	"github.com/cairn-registry/cairn/internal/dedup/recompress"
+)
+
+// Mode is how dedup treats the layers of a repository.
+type Mode string
+
+// Modes (DESIGN.md, "Deduplication", point 4).
+const (
+	ModeOff       Mode = "off"       // layers are left alone
+	ModeIndex     Mode = "index"     // recipes made and verified, intact copies kept
+	ModeFull      Mode = "full"      // intact copy deleted once the recipe verifies
+	ModeSelective Mode = "selective" // intact copies kept only for popular layers
+)
+
+// ParseMode checks a configured mode; "" is off.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case "":
+		return ModeOff, nil
+	case ModeOff, ModeIndex, ModeFull, ModeSelective:
+		return m, nil
+	}
+	return "", fmt.Errorf("dedup: unknown mode %q (want off, index, full or selective)", s)
+}
+
+// rank orders modes by how much they do; a layer shared by repositories
+// with different modes gets the strongest.
+func (m Mode) rank() int {
+	switch m {
+	case ModeIndex:
+		return 1
+	case ModeSelective:
+		return 2
+	case ModeFull:
+		return 3
+	}
+	return 0
+}
+
+// RepoMode overrides the mode for repositories matching Pattern (a
+// path.Match pattern such as "mirror/*", or an exact name).
+type RepoMode struct {
+	Pattern string
+	Mode    Mode
+}
+
+// Options configures an Engine. Zero values take the defaults noted.
+type Options struct {
+	// Mode applies to repositories no RepoModes entry matches.
+	Mode      Mode
+	RepoModes []RepoMode
+	// Workers process layers in parallel (default 2).
+	Workers int
+	// QueueSize bounds layers waiting in memory (default 4096); beyond it
+	// layers stay pending in the metadata store and are picked up by the
+	// periodic scan.
+	QueueSize int
+	// TempDir holds spooled blobs while they are processed ("" = os default).
+	TempDir string
+
+	// Selective mode: a layer pulled more than HotPulls times within
+	// HotWindow keeps (or gets back) its intact copy (defaults 3, 1h).
+	HotPulls  int64
+	HotWindow time.Duration
+
+	// PreconstructDir and PreconstructSize bound the on-disk cache of
+	// restored layers (size 0: restores are shared but not kept).
+	PreconstructDir  string
+	PreconstructSize int64
+	// PrefetchSize bounds the in-memory cache of intact layers read ahead
+	// for predicted pulls (0: off).
+	PrefetchSize int64
+	// Predict enables restoring/prefetching the layers of a pulled image
+	// ahead of their GETs; RepullRatio is the share of repeated pulls above
+	// which a client also gets the layers it pulled before (default 0.5).
+	Predict     bool
+	RepullRatio float64
+}
+
+// ModeFor returns the mode for repo.
+func (o *Options) ModeFor(repo string) Mode {
+	for _, rm := range o.RepoModes {
+		if rm.Pattern == repo {
+			return rm.Mode
+		}
+		if ok, _ := path.Match(rm.Pattern, repo); ok {
+			return rm.Mode
+		}
+	}
+	if o.Mode == "" {
+		return ModeOff
+	}
+	return o.Mode
+}
+
+// Active reports whether any repository has dedup on.
+func (o *Options) Active() bool {
+	if o.Mode != "" && o.Mode != ModeOff {
+		return true
+	}
+	for _, rm := range o.RepoModes {
+		if rm.Mode != ModeOff {
+			return true
+		}
+	}
+	return false
+}
+
+func (o Options) withDefaults() Options {
+	if o.Workers <= 0 {
+		o.Workers = 2
+	}
+	if o.QueueSize <= 0 {
+		o.QueueSize = 4096
+	}
+	if o.HotPulls <= 0 {
+		o.HotPulls = 3
+	}
+	if o.HotWindow <= 0 {
+		o.HotWindow = time.Hour
+	}
+	if o.RepullRatio <= 0 {
+		o.RepullRatio = 0.5
+	}
+	return o
+}
+
+// recipeVersion is written into every recipe file; a reader refuses others.
+const recipeVersion = 1
+
+// Recipe is a recipe file: everything needed to rebuild one blob
+// byte for byte from the file store.
+type Recipe struct {
+	Version     int               `json:"version"`
+	Digest      digest.Digest     `json:"digest"`
+	Size        int64             `json:"size"`
+	Compression recompress.Recipe `json:"compression"`
+	Tar         layer.Recipe      `json:"tar"`
+}
+
+func decodeRecipe(d digest.Digest, b []byte) (*Recipe, error) {
+	var r Recipe
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("dedup: recipe of %s: %w", d, err)
+	}
+	if r.Version != recipeVersion || r.Digest != d || r.Size != r.Compression.Size {
+		return nil, fmt.Errorf("dedup: recipe of %s: version %d for %s (%d bytes) does not describe it", d, r.Version, r.Digest, r.Size)
+	}
+	return &r, nil
+}
+
+// summary is what the metadata store keeps per processed layer: enough for
+// statistics and selective mode without reading recipe files.
+type summary struct {
+	Size        int64    `json:"size"`                  // compressed blob size
+	TarSize     int64    `json:"tarSize,omitempty"`     // uncompressed size
+	RecipeBytes int64    `json:"recipeBytes,omitempty"` // recipe file size
+	Files       int      `json:"files,omitempty"`       // distinct files
+	Encoders    []string `json:"encoders,omitempty"`    // one per member
+	Reason      string   `json:"reason,omitempty"`      // why irreproducible
+	// Mode is the strongest mode of the repositories that pushed the layer.
+	Mode Mode `json:"mode,omitempty"`
+	// Revived: a file was taken back from GC; the recipe is not trusted to
+	// replace the intact copy until a check with no GC running.
+	Revived bool `json:"revived,omitempty"`
+}

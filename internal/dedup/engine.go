@@ -1,0 +1,429 @@
+package dedup
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/cairn-registry/cairn/internal/dedup/cache"
+	"github.com/cairn-registry/cairn/internal/dedup/layer"
+	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/cairn-registry/cairn/internal/storage/driver"
+)
+
+// Metrics receives what the engine does (metrics.Metrics implements it).
+type Metrics interface {
+	CacheLookup(cache string, hit bool)
+	DedupPredicted(cache string)
+	DedupProcessed(outcome string)
+}
+
+// Cache names, as metrics label them.
+const (
+	CachePreconstruct = "preconstruct"
+	CachePrefetch     = "prefetch"
+)
+
+// scanInterval is how often the worker looks for layers left pending (a
+// full queue, a restart) and for selective-mode layers to drop.
+const scanInterval = time.Minute
+
+// Engine deduplicates layers in the background and serves rebuilt ones.
+// Without a metadata store it only serves (restore.go).
+type Engine struct {
+	d       driver.Driver
+	meta    meta.Store
+	files   *layer.DriverStore
+	opts    Options
+	log     *slog.Logger
+	metrics Metrics
+
+	disk    *cache.Disk
+	mem     *cache.Memory
+	recipes *recipeCache
+	clients *clientLayers
+
+	jobs    chan job
+	intake  chan intakeJob
+	pulls   chan pullJob
+	mu      sync.Mutex
+	queued  map[digest.Digest]bool
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+	predict chan predictJob
+}
+
+type job struct {
+	layer digest.Digest
+	mode  Mode
+}
+
+// New returns an engine over d. store may be nil (restore only). Start runs
+// the background work; Close ends it.
+func New(d driver.Driver, store meta.Store, opts Options, log *slog.Logger, m Metrics) (*Engine, error) {
+	opts = opts.withDefaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if m == nil {
+		m = nopMetrics{}
+	}
+	files, err := layer.NewDriverStore(d)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{
+		d: d, meta: store, files: files, opts: opts, log: log, metrics: m,
+		recipes: newRecipeCache(64 << 20),
+		clients: newClientLayers(10000),
+		jobs:    make(chan job, opts.QueueSize),
+		intake:  make(chan intakeJob, 1024),
+		pulls:   make(chan pullJob, 4096),
+		predict: make(chan predictJob, 1024),
+		queued:  make(map[digest.Digest]bool),
+	}
+	if opts.PreconstructDir != "" {
+		if e.disk, err = cache.OpenDisk(opts.PreconstructDir, opts.PreconstructSize); err != nil {
+			return nil, fmt.Errorf("dedup: preconstruct cache: %w", err)
+		}
+	}
+	if opts.PrefetchSize > 0 {
+		e.mem = cache.NewMemory(opts.PrefetchSize)
+	}
+	return e, nil
+}
+
+// Start runs the workers, the intake of pushed manifests, the pull recorder
+// and the periodic scan until ctx ends or Close is called.
+func (e *Engine) Start(ctx context.Context) {
+	if e.meta == nil {
+		return
+	}
+	ctx, e.stop = context.WithCancel(ctx)
+	run := func(f func(context.Context)) {
+		e.wg.Add(1)
+		go func() { defer e.wg.Done(); f(ctx) }()
+	}
+	for range e.opts.Workers {
+		run(e.worker)
+	}
+	run(e.intakeLoop)
+	run(e.pullLoop)
+	run(e.predictLoop)
+	run(e.scanLoop)
+}
+
+// Close stops the background work (a layer being processed stays pending
+// and is resumed by the next start) and closes the caches.
+func (e *Engine) Close() error {
+	if e.stop != nil {
+		e.stop()
+	}
+	e.wg.Wait()
+	if e.disk != nil {
+		return e.disk.Close()
+	}
+	return nil
+}
+
+// enqueue hands l to the workers unless it is already waiting; a full queue
+// leaves it pending for the periodic scan.
+func (e *Engine) enqueue(l digest.Digest, mode Mode) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.queued[l] {
+		return
+	}
+	select {
+	case e.jobs <- job{l, mode}:
+		e.queued[l] = true
+	default:
+	}
+}
+
+func (e *Engine) worker(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case j := <-e.jobs:
+			e.mu.Lock()
+			delete(e.queued, j.layer)
+			e.mu.Unlock()
+			start := time.Now()
+			out, err := e.Process(ctx, j.layer, j.mode)
+			if err != nil {
+				if ctx.Err() == nil {
+					e.log.Warn("dedup: layer failed, stays pending", "layer", j.layer, "err", err)
+					e.metrics.DedupProcessed("error")
+				}
+				continue
+			}
+			e.metrics.DedupProcessed(string(out))
+			e.log.Debug("dedup: layer processed", "layer", j.layer, "outcome", out, "duration", time.Since(start))
+		}
+	}
+}
+
+// intakeJob is a pushed image manifest's layers.
+type intakeJob struct {
+	manifest digest.Digest
+	layers   []digest.Digest
+	mode     Mode
+}
+
+// ManifestPushed implements server.PullObserver: it records the image's
+// layers (ILmap) and queues them for dedup, without blocking the push.
+func (e *Engine) ManifestPushed(repo string, d digest.Digest, content []byte) {
+	if e.meta == nil {
+		return
+	}
+	layers, ok := imageLayers(content)
+	if !ok {
+		return
+	}
+	select {
+	case e.intake <- intakeJob{manifest: d, layers: layers, mode: e.opts.ModeFor(repo)}:
+	default:
+		e.log.Warn("dedup: intake full; run `cairn dedup run` to catch up", "manifest", d)
+	}
+}
+
+func (e *Engine) intakeLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case j := <-e.intake:
+			if err := e.admit(ctx, j); err != nil && ctx.Err() == nil {
+				e.log.Warn("dedup: recording pushed manifest", "manifest", j.manifest, "err", err)
+			}
+		}
+	}
+}
+
+// admit records an image's layers and marks new ones pending before
+// queueing them, so a restart or a full queue does not lose them.
+func (e *Engine) admit(ctx context.Context, j intakeJob) error {
+	if err := e.meta.SetImageLayers(ctx, j.manifest, j.layers); err != nil {
+		return err
+	}
+	if j.mode == ModeOff {
+		return nil
+	}
+	for _, l := range j.layers {
+		sum, state, err := e.layerState(ctx, l)
+		if err != nil {
+			return err
+		}
+		if state == meta.StateIrreproducible || (state != 0 && sum.Mode.rank() >= j.mode.rank()) {
+			continue
+		}
+		if state == 0 {
+			sum.Mode = j.mode
+			if err := e.putState(ctx, l, sum, meta.StatePending); err != nil {
+				return err
+			}
+		}
+		e.enqueue(l, j.mode)
+	}
+	return nil
+}
+
+// scanLoop re-queues pending layers and, in selective mode, settles layers
+// whose popularity changed.
+func (e *Engine) scanLoop(ctx context.Context) {
+	t := time.NewTicker(scanInterval)
+	defer t.Stop()
+	for {
+		if err := e.scan(ctx); err != nil && ctx.Err() == nil {
+			e.log.Warn("dedup: scan", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (e *Engine) scan(ctx context.Context) error {
+	for _, st := range []meta.LayerState{meta.StatePending, meta.StateIntact, meta.StateDeduplicated} {
+		err := e.eachLayer(ctx, st, func(l digest.Digest, sum summary) {
+			switch {
+			case st == meta.StatePending,
+				sum.Revived,
+				sum.Mode == ModeSelective,
+				st == meta.StateIntact && sum.Mode == ModeFull:
+				e.enqueue(l, sum.Mode)
+			}
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// eachLayer calls fn for every layer in state, paging through the store.
+func (e *Engine) eachLayer(ctx context.Context, state meta.LayerState, fn func(digest.Digest, summary)) error {
+	var after digest.Digest
+	for {
+		page, err := e.meta.ListLayers(ctx, state, after, 500)
+		if err != nil || len(page) == 0 {
+			return err
+		}
+		for _, l := range page {
+			sum, st, err := e.layerState(ctx, l)
+			if err != nil {
+				return err
+			}
+			if st == state {
+				fn(l, sum)
+			}
+		}
+		after = page[len(page)-1]
+	}
+}
+
+// Dedupable layer media types: uncompressed, gzip and zstd tars, OCI and
+// Docker. Foreign and non-distributable layers are not stored by cairn.
+var layerTypes = map[string]bool{
+	"application/vnd.oci.image.layer.v1.tar":            true,
+	"application/vnd.oci.image.layer.v1.tar+gzip":       true,
+	"application/vnd.oci.image.layer.v1.tar+zstd":       true,
+	"application/vnd.docker.image.rootfs.diff.tar":      true,
+	"application/vnd.docker.image.rootfs.diff.tar.gzip": true,
+	"application/vnd.docker.image.rootfs.diff.tar.zstd": true,
+}
+
+// imageLayers returns the dedupable layers an image manifest names; ok is
+// false for anything else (indexes, artifacts without such layers).
+func imageLayers(content []byte) ([]digest.Digest, bool) {
+	var m struct {
+		Layers []struct {
+			MediaType string        `json:"mediaType"`
+			Digest    digest.Digest `json:"digest"`
+		} `json:"layers"`
+	}
+	if json.Unmarshal(content, &m) != nil {
+		return nil, false
+	}
+	var out []digest.Digest
+	for _, l := range m.Layers {
+		if layerTypes[l.MediaType] && l.Digest.Validate() == nil {
+			out = append(out, l.Digest)
+		}
+	}
+	return out, len(out) > 0
+}
+
+// RunStats counts what RunAll did.
+type RunStats struct {
+	Manifests int            `json:"manifests"`
+	Layers    int            `json:"layers"`
+	Outcomes  map[string]int `json:"outcomes"`
+	Errors    int            `json:"errors"`
+}
+
+// RunAll processes every layer named by a manifest stored in any
+// repository, in each repository's mode (forced to force when not ""),
+// with the configured number of workers. It is `cairn dedup run`.
+func (e *Engine) RunAll(ctx context.Context, force Mode) (*RunStats, error) {
+	if e.meta == nil {
+		return nil, errors.New("dedup: no metadata store")
+	}
+	modes := make(map[digest.Digest]Mode)
+	var order []digest.Digest
+	st := &RunStats{Outcomes: make(map[string]int)}
+	err := e.d.Walk(ctx, registry.RepositoriesPath(), func(fi driver.FileInfo) error {
+		if fi.IsDir {
+			return nil
+		}
+		re := registry.ParseRepoPath(fi.Path)
+		if re.Kind != registry.EntryRevisionLink {
+			return nil
+		}
+		md := digest.NewDigestFromEncoded(digest.Algorithm(re.Alg), re.Hex)
+		if md.Validate() != nil {
+			return nil
+		}
+		content, err := e.d.GetContent(ctx, registry.BlobDataPath(md))
+		if errors.Is(err, driver.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		layers, ok := imageLayers(content)
+		if !ok {
+			return nil
+		}
+		st.Manifests++
+		if err := e.meta.SetImageLayers(ctx, md, layers); err != nil {
+			return err
+		}
+		mode := force
+		if mode == "" {
+			mode = e.opts.ModeFor(re.Repo)
+		}
+		for _, l := range layers {
+			if _, seen := modes[l]; !seen {
+				order = append(order, l)
+			}
+			if mode.rank() >= modes[l].rank() {
+				modes[l] = mode
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, driver.ErrNotFound) {
+		return st, err
+	}
+	var mu sync.Mutex
+	work := make(chan digest.Digest)
+	var wg sync.WaitGroup
+	for range e.opts.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for l := range work {
+				out, err := e.Process(ctx, l, modes[l])
+				mu.Lock()
+				st.Layers++
+				if err != nil {
+					st.Errors++
+					e.log.Warn("dedup: layer failed", "layer", l, "err", err)
+				} else {
+					st.Outcomes[string(out)]++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, l := range order {
+		if modes[l] == ModeOff {
+			continue
+		}
+		select {
+		case work <- l:
+		case <-ctx.Done():
+		}
+	}
+	close(work)
+	wg.Wait()
+	return st, ctx.Err()
+}
+
+type nopMetrics struct{}
+
+func (nopMetrics) CacheLookup(string, bool) {}
+func (nopMetrics) DedupPredicted(string)    {}
+func (nopMetrics) DedupProcessed(string)    {}

@@ -1,0 +1,243 @@
+package dedup
+
+import (
+	"container/list"
+	"context"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/registry"
+)
+
+// Prediction (DupHunter §4.4): a client that GETs an image manifest is
+// about to GET its layers. The layers it has not pulled before (ILmap minus
+// its ULmap) are rebuilt into the preconstruct cache (deduplicated layers)
+// or read into the prefetch cache (intact layers) ahead of those GETs; a
+// client that mostly re-pulls what it has (repull ratio above the
+// threshold, e.g. a CI runner without a layer cache) gets all of them.
+
+func (e *Engine) now() time.Time { return time.Now() }
+
+type pullJob struct {
+	client string
+	layer  digest.Digest
+	at     time.Time
+}
+
+type predictJob struct {
+	client   string
+	manifest digest.Digest
+	layers   []digest.Digest
+}
+
+// ManifestPulled implements server.PullObserver.
+func (e *Engine) ManifestPulled(_ context.Context, client string, d digest.Digest, content []byte) {
+	if e.meta == nil {
+		return
+	}
+	layers, ok := imageLayers(content)
+	if !ok {
+		return
+	}
+	e.clients.expect(client, layers)
+	if !e.opts.Predict {
+		return
+	}
+	select {
+	case e.predict <- predictJob{client: client, manifest: d, layers: layers}:
+	default: // prediction is best effort
+	}
+}
+
+// BlobPulled implements server.PullObserver: it records the pull (ULmap,
+// popularity) off the request path, counts whether a predicted layer was
+// ready, and in selective mode turns a hot layer back to intact.
+func (e *Engine) BlobPulled(ctx context.Context, client string, d digest.Digest) {
+	if e.meta == nil {
+		return
+	}
+	if e.clients.expected(client, d) {
+		_, state, _ := e.layerState(ctx, d)
+		rebuilt := e.disk != nil && state == meta.StateDeduplicated
+		switch {
+		case rebuilt:
+			e.metrics.CacheLookup(CachePreconstruct+"_predicted", e.disk.Contains(string(d)))
+		case e.mem != nil:
+			_, hit := e.mem.Get(string(d))
+			e.metrics.CacheLookup(CachePrefetch+"_predicted", hit)
+		}
+	}
+	select {
+	case e.pulls <- pullJob{client: client, layer: d, at: e.now()}:
+	default:
+	}
+}
+
+func (e *Engine) pullLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case p := <-e.pulls:
+			if _, err := e.meta.RecordPull(ctx, p.client, p.layer, p.at); err != nil {
+				e.log.Debug("dedup: recording pull", "err", err)
+				continue
+			}
+			if sum, state, err := e.layerState(ctx, p.layer); err == nil && state == meta.StateDeduplicated && sum.Mode == ModeSelective {
+				if hot, err := e.hot(ctx, p.layer); err == nil && hot {
+					e.enqueue(p.layer, ModeSelective)
+				}
+			}
+		}
+	}
+}
+
+// predictLoop warms caches for predicted pulls, a few layers at a time.
+func (e *Engine) predictLoop(ctx context.Context) {
+	sem := make(chan struct{}, 4)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case j := <-e.predict:
+			if err := e.meta.SetImageLayers(ctx, j.manifest, j.layers); err != nil {
+				e.log.Debug("dedup: recording image layers", "err", err)
+			}
+			targets, err := e.predictTargets(ctx, j)
+			if err != nil {
+				e.log.Debug("dedup: prediction", "err", err)
+				continue
+			}
+			for _, l := range targets {
+				e.warm(ctx, l, sem)
+			}
+		}
+	}
+}
+
+// predictTargets returns the layers of j to warm for its client.
+func (e *Engine) predictTargets(ctx context.Context, j predictJob) ([]digest.Digest, error) {
+	ratio, err := e.meta.RepullRatio(ctx, j.client)
+	if err != nil {
+		return nil, err
+	}
+	if ratio > e.opts.RepullRatio {
+		return j.layers, nil
+	}
+	pulled, err := e.meta.ClientLayers(ctx, j.client)
+	if err != nil {
+		return nil, err
+	}
+	have := make(map[digest.Digest]bool, len(pulled))
+	for _, p := range pulled {
+		have[p.Layer] = true
+	}
+	var out []digest.Digest
+	for _, l := range j.layers {
+		if !have[l] {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+// warm starts filling a cache with layer l: the rebuild for a deduplicated
+// layer, the intact bytes for others when a prefetch cache is configured.
+func (e *Engine) warm(ctx context.Context, l digest.Digest, sem chan struct{}) {
+	if r, err := e.recipe(ctx, l); err == nil {
+		if _, err := e.d.Stat(ctx, registry.BlobDataPath(l)); err != nil && e.disk != nil {
+			if !e.disk.Contains(string(l)) {
+				e.metrics.DedupPredicted(CachePreconstruct)
+				e.disk.Prefill(ctx, string(l), r.Size, func(ctx context.Context, w io.Writer) error {
+					return e.rebuild(ctx, r, w)
+				})
+			}
+			return
+		}
+	}
+	if e.mem == nil {
+		return
+	}
+	if _, ok := e.mem.Get(string(l)); ok {
+		return
+	}
+	fi, err := e.d.Stat(ctx, registry.BlobDataPath(l))
+	if err != nil {
+		return
+	}
+	e.metrics.DedupPredicted(CachePrefetch)
+	select {
+	case sem <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	go func() {
+		defer func() { <-sem }()
+		err := e.mem.Fill(ctx, string(l), fi.Size, func(ctx context.Context, w io.Writer) error {
+			rc, err := e.d.Reader(ctx, registry.BlobDataPath(l), 0)
+			if err != nil {
+				return err
+			}
+			defer rc.Close()
+			_, err = io.Copy(w, rc)
+			return err
+		})
+		if err != nil {
+			e.log.Debug("dedup: prefetch", "layer", l, "err", err)
+		}
+	}()
+}
+
+// clientLayers remembers, for the most recent clients, the layers of the
+// images they last pulled: a layer GET that follows is a predicted one.
+type clientLayers struct {
+	mu    sync.Mutex
+	max   int
+	order *list.List // of *clientEntry, most recent first
+	byID  map[string]*list.Element
+}
+
+type clientEntry struct {
+	id     string
+	layers map[digest.Digest]bool
+}
+
+func newClientLayers(max int) *clientLayers {
+	return &clientLayers{max: max, order: list.New(), byID: make(map[string]*list.Element)}
+}
+
+func (c *clientLayers) expect(client string, layers []digest.Digest) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.byID[client]
+	if !ok {
+		el = c.order.PushFront(&clientEntry{id: client, layers: make(map[digest.Digest]bool)})
+		c.byID[client] = el
+		if c.order.Len() > c.max {
+			last := c.order.Back()
+			c.order.Remove(last)
+			delete(c.byID, last.Value.(*clientEntry).id)
+		}
+	} else {
+		c.order.MoveToFront(el)
+	}
+	ce := el.Value.(*clientEntry)
+	// Keep the last few images' layers, bounded.
+	if len(ce.layers) > 1024 {
+		clear(ce.layers)
+	}
+	for _, l := range layers {
+		ce.layers[l] = true
+	}
+}
+
+func (c *clientLayers) expected(client string, l digest.Digest) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.byID[client]
+	return ok && el.Value.(*clientEntry).layers[l]
+}

@@ -1,0 +1,429 @@
+package dedup
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+	"github.com/opencontainers/go-digest"
+
+	"github.com/cairn-registry/cairn/internal/dedup/layer"
+	"github.com/cairn-registry/cairn/internal/dedup/recompress"
+	"github.com/cairn-registry/cairn/internal/gc"
+	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/cairn-registry/cairn/internal/storage/driver"
+)
+
+// ErrBlobCorrupt marks a stored blob whose bytes do not hash to its digest.
+var ErrBlobCorrupt = errors.New("dedup: stored blob does not match its digest")
+
+// outcome is what processing one layer did, for logs and `cairn dedup run`.
+type outcome string
+
+const (
+	outDeduplicated   outcome = "deduplicated"
+	outIndexed        outcome = "indexed" // verified recipe, intact copy kept
+	outIrreproducible outcome = "irreproducible"
+	outUnchanged      outcome = "unchanged" // already in its final state
+	outDeferred       outcome = "deferred"  // waits for a running GC
+	outGone           outcome = "gone"      // the blob is no longer stored
+)
+
+// Process brings layer l to the state mode asks for: it disassembles and
+// verifies a layer not processed yet, and drops or restores the intact copy
+// of a processed one. It is idempotent and safe to re-run after a crash.
+func (e *Engine) Process(ctx context.Context, l digest.Digest, mode Mode) (outcome, error) {
+	if mode == ModeOff {
+		return outUnchanged, nil
+	}
+	sum, state, err := e.layerState(ctx, l)
+	if err != nil {
+		return "", err
+	}
+	switch state {
+	case meta.StateIrreproducible:
+		return outUnchanged, nil
+	case meta.StateDeduplicated, meta.StateIntact:
+		if sum.Mode.rank() < mode.rank() {
+			sum.Mode = mode
+		}
+		if !sum.Revived {
+			return e.settle(ctx, l, sum, state)
+		}
+		// A file of this layer was taken back from GC: redo the checks.
+	}
+	if sum.Mode.rank() < mode.rank() {
+		sum.Mode = mode
+	}
+	return e.disassemble(ctx, l, sum)
+}
+
+// layerState reads l's summary and state; state 0 means unknown.
+func (e *Engine) layerState(ctx context.Context, l digest.Digest) (summary, meta.LayerState, error) {
+	b, state, err := e.meta.GetRecipe(ctx, l)
+	if errors.Is(err, meta.ErrNotFound) {
+		return summary{}, 0, nil
+	}
+	if err != nil {
+		return summary{}, 0, err
+	}
+	var s summary
+	if len(b) > 0 {
+		if err := json.Unmarshal(b, &s); err != nil {
+			return summary{}, 0, fmt.Errorf("dedup: summary of %s: %w", l, err)
+		}
+	}
+	return s, state, nil
+}
+
+func (e *Engine) putState(ctx context.Context, l digest.Digest, s summary, state meta.LayerState) error {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	return e.meta.PutRecipe(ctx, l, b, state)
+}
+
+// disassemble runs the whole pipeline for a layer without a trusted recipe.
+func (e *Engine) disassemble(ctx context.Context, l digest.Digest, sum summary) (outcome, error) {
+	if err := e.putState(ctx, l, sum, meta.StatePending); err != nil {
+		return "", err
+	}
+	f, size, err := e.spool(ctx, l)
+	if errors.Is(err, driver.ErrNotFound) {
+		return e.noData(ctx, l, sum)
+	}
+	if errors.Is(err, ErrBlobCorrupt) {
+		return e.irreproducible(ctx, l, sum, size, err)
+	}
+	if err != nil {
+		return "", err
+	}
+	defer func() {
+		f.Close()
+		os.Remove(f.Name())
+	}()
+	open := uncompressed(f, size)
+
+	comp, err := recompress.FindRecipe(ctx, f, size, open)
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		return e.irreproducible(ctx, l, sum, size, err)
+	}
+	// Pass 1 only hashes: references are taken before anything is written,
+	// so GC can never delete a file between our write and our reference.
+	tr, err := disassembleWith(ctx, open, hashOnly{})
+	if err != nil {
+		if ctx.Err() != nil || isStorageErr(err) {
+			return "", err
+		}
+		return e.irreproducible(ctx, l, sum, size, err)
+	}
+	rec := &Recipe{Version: recipeVersion, Digest: l, Size: size, Compression: comp, Tar: *tr}
+	files := distinctFiles(tr)
+	refs, err := e.meta.AddLayerRefs(ctx, l, files)
+	if errors.Is(err, meta.ErrLayerFilesDiffer) {
+		// A recipe from an earlier attempt named other files (a different
+		// build of the disassembler): replace the set.
+		if _, err = e.meta.ReleaseLayerRefs(ctx, l); err == nil {
+			refs, err = e.meta.AddLayerRefs(ctx, l, files)
+		}
+	}
+	if err != nil {
+		return "", err
+	}
+	need := make(map[digest.Digest]bool)
+	sum.Revived = false
+	for _, r := range refs {
+		if r.Write {
+			need[r.Digest] = true
+		}
+		if r.Revived {
+			sum.Revived = true
+		}
+	}
+	if err := e.writeFiles(ctx, open, need); err != nil {
+		return "", err
+	}
+	sum.Size, sum.TarSize, sum.Files = size, tr.TarSize, len(files)
+	sum.Encoders = encoders(comp)
+	if sum.Revived {
+		// GC tombstoned some of these files and may still delete them: trust
+		// the recipe only once no GC run is active (checked by settle).
+		if active, err := gc.Active(ctx, e.d); err != nil || active {
+			if err := e.putState(ctx, l, sum, meta.StateIntact); err != nil {
+				return "", err
+			}
+			return outDeferred, err
+		}
+		sum.Revived = false
+	}
+	if err := e.verify(ctx, rec, open); err != nil {
+		if ctx.Err() != nil || isStorageErr(err) {
+			return "", err
+		}
+		return e.irreproducible(ctx, l, sum, size, err)
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return "", err
+	}
+	if err := e.d.PutContent(ctx, registry.BlobRecipePath(l), b); err != nil {
+		return "", err
+	}
+	sum.RecipeBytes = int64(len(b))
+	if err := e.putState(ctx, l, sum, meta.StateIntact); err != nil {
+		return "", err
+	}
+	return e.settle(ctx, l, sum, meta.StateIntact)
+}
+
+// verify rebuilds the blob from stored pieces. A file missing from the store
+// (a crashed earlier attempt, a racing GC) is written again from the blob and
+// the rebuild retried once.
+func (e *Engine) verify(ctx context.Context, rec *Recipe, open func() io.Reader) error {
+	err := e.rebuild(ctx, rec, io.Discard)
+	if err == nil || !errors.Is(err, driver.ErrNotFound) {
+		return err
+	}
+	need := make(map[digest.Digest]bool)
+	for _, d := range distinctFiles(&rec.Tar) {
+		has, err := e.files.Has(ctx, d)
+		if err != nil {
+			return err
+		}
+		if !has {
+			need[d] = true
+		}
+	}
+	if err := e.writeFiles(ctx, open, need); err != nil {
+		return err
+	}
+	return e.rebuild(ctx, rec, io.Discard)
+}
+
+// settle makes a layer with a verified recipe match its mode: the intact copy
+// is dropped (full, cold in selective) or restored (hot in selective).
+func (e *Engine) settle(ctx context.Context, l digest.Digest, sum summary, state meta.LayerState) (outcome, error) {
+	keep := sum.Mode == ModeIndex
+	if sum.Mode == ModeSelective {
+		hot, err := e.hot(ctx, l)
+		if err != nil {
+			return "", err
+		}
+		keep = hot
+	}
+	switch {
+	case keep && state == meta.StateDeduplicated:
+		if err := e.promote(ctx, l); err != nil {
+			return "", err
+		}
+		return outIndexed, e.putState(ctx, l, sum, meta.StateIntact)
+	case keep:
+		return outIndexed, e.putState(ctx, l, sum, meta.StateIntact)
+	case state == meta.StateDeduplicated:
+		return outUnchanged, nil
+	}
+	// A file GC deleted under a revive is marked Missing: rewrite first.
+	files, err := e.meta.LayerFiles(ctx, l)
+	if err != nil {
+		return "", err
+	}
+	infos, err := e.meta.Files(ctx, files)
+	if err != nil {
+		return "", err
+	}
+	for _, fi := range infos {
+		if fi.Missing || !fi.Exists {
+			sum.Revived = true
+			return e.disassemble(ctx, l, sum)
+		}
+	}
+	if err := e.d.Delete(ctx, registry.BlobDataPath(l)); err != nil && !errors.Is(err, driver.ErrNotFound) {
+		return "", err
+	}
+	if err := e.putState(ctx, l, sum, meta.StateDeduplicated); err != nil {
+		return "", err
+	}
+	return outDeduplicated, nil
+}
+
+// noData handles a layer whose intact bytes are gone: deduplicated already
+// (its recipe file serves it) or deleted.
+func (e *Engine) noData(ctx context.Context, l digest.Digest, sum summary) (outcome, error) {
+	if _, err := e.recipe(ctx, l); err == nil {
+		return outUnchanged, e.putState(ctx, l, sum, meta.StateDeduplicated)
+	}
+	if _, err := e.meta.ReleaseLayerRefs(ctx, l); err != nil {
+		return "", err
+	}
+	return outGone, e.meta.DeleteRecipe(ctx, l)
+}
+
+func (e *Engine) irreproducible(ctx context.Context, l digest.Digest, sum summary, size int64, cause error) (outcome, error) {
+	// Files this attempt referenced are garbage now; GC drains zero counts.
+	if _, err := e.meta.ReleaseLayerRefs(ctx, l); err != nil {
+		return "", err
+	}
+	sum.Size, sum.Reason, sum.Revived = size, cause.Error(), false
+	return outIrreproducible, e.putState(ctx, l, sum, meta.StateIrreproducible)
+}
+
+// spool copies blob l to a temp file, checking its digest on the way.
+func (e *Engine) spool(ctx context.Context, l digest.Digest) (*os.File, int64, error) {
+	rc, err := e.d.Reader(ctx, registry.BlobDataPath(l), 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rc.Close()
+	f, err := os.CreateTemp(e.opts.TempDir, "cairn-dedup-*")
+	if err != nil {
+		return nil, 0, fmt.Errorf("dedup: %w", err)
+	}
+	v := l.Verifier()
+	n, err := io.Copy(io.MultiWriter(f, v), rc)
+	if err == nil && !v.Verified() {
+		err = fmt.Errorf("%w: %s", ErrBlobCorrupt, l)
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, n, err
+	}
+	return f, n, nil
+}
+
+// uncompressed returns a function opening the blob's uncompressed stream
+// from its start, by the container's magic bytes.
+func uncompressed(f *os.File, size int64) func() io.Reader {
+	return func() io.Reader {
+		sr := io.NewSectionReader(f, 0, size)
+		var magic [4]byte
+		n, _ := f.ReadAt(magic[:], 0)
+		switch {
+		case n >= 3 && magic[0] == 0x1f && magic[1] == 0x8b && magic[2] == 8:
+			zr, err := gzip.NewReader(sr)
+			if err != nil {
+				return errReader{err}
+			}
+			return &gzipTolerant{zr: zr}
+		case n == 4 && bytes.Equal(magic[:], []byte{0x28, 0xb5, 0x2f, 0xfd}):
+			zr, err := zstd.NewReader(sr, zstd.WithDecoderConcurrency(1))
+			if err != nil {
+				return errReader{err}
+			}
+			return zstdCloser{zr}
+		}
+		return sr
+	}
+}
+
+// gzipTolerant ends the stream at bytes after the last member that are not
+// another member: recompress keeps them verbatim as trailing data.
+type gzipTolerant struct {
+	zr *gzip.Reader
+}
+
+func (g *gzipTolerant) Read(p []byte) (int, error) {
+	n, err := g.zr.Read(p)
+	if errors.Is(err, gzip.ErrHeader) {
+		err = io.EOF
+	}
+	return n, err
+}
+
+func (g *gzipTolerant) Close() error { return g.zr.Close() }
+
+type zstdCloser struct{ *zstd.Decoder }
+
+func (z zstdCloser) Close() error { z.Decoder.Close(); return nil }
+
+type errReader struct{ err error }
+
+func (r errReader) Read([]byte) (int, error) { return 0, r.err }
+
+// disassembleWith runs layer.Disassemble over a fresh uncompressed stream.
+func disassembleWith(ctx context.Context, open func() io.Reader, fs layer.FileStore) (*layer.Recipe, error) {
+	r := open()
+	if c, ok := r.(io.Closer); ok {
+		defer c.Close()
+	}
+	return layer.Disassemble(ctx, r, fs)
+}
+
+// writeFiles stores the files in need from a second pass over the layer.
+func (e *Engine) writeFiles(ctx context.Context, open func() io.Reader, need map[digest.Digest]bool) error {
+	if len(need) == 0 {
+		return nil
+	}
+	_, err := disassembleWith(ctx, open, &needStore{need: need, FileStore: e.files})
+	if err != nil {
+		return fmt.Errorf("dedup: writing files: %w", err)
+	}
+	return nil
+}
+
+// hashOnly is a FileStore that stores nothing: pass 1 only learns digests.
+type hashOnly struct{}
+
+func (hashOnly) Has(context.Context, digest.Digest) (bool, error) { return true, nil }
+func (hashOnly) Put(context.Context, digest.Digest, int64, io.Reader) error {
+	return errors.New("dedup: hashOnly store written")
+}
+func (hashOnly) Open(context.Context, digest.Digest) (io.ReadCloser, error) {
+	return nil, errors.New("dedup: hashOnly store read")
+}
+
+// needStore writes exactly the files in need (when absent from storage).
+type needStore struct {
+	need map[digest.Digest]bool
+	layer.FileStore
+}
+
+func (s *needStore) Has(_ context.Context, d digest.Digest) (bool, error) { return !s.need[d], nil }
+
+// storageErr marks errors from the file store, which are worth a retry
+// rather than marking the layer irreproducible.
+type storageErr struct{ err error }
+
+func (e storageErr) Error() string { return e.err.Error() }
+func (e storageErr) Unwrap() error { return e.err }
+
+func isStorageErr(err error) bool {
+	var se storageErr
+	return errors.As(err, &se)
+}
+
+func distinctFiles(r *layer.Recipe) []digest.Digest {
+	seen := make(map[digest.Digest]bool, len(r.Files))
+	out := make([]digest.Digest, 0, len(r.Files))
+	for _, f := range r.Files {
+		if !seen[f.Digest] {
+			seen[f.Digest] = true
+			out = append(out, f.Digest)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+func encoders(r recompress.Recipe) []string {
+	if r.Format == recompress.FormatNone {
+		return []string{"none"}
+	}
+	out := make([]string, 0, len(r.Members))
+	for _, m := range r.Members {
+		out = append(out, m.Encoder)
+	}
+	return out
+}

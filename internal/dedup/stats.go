@@ -1,0 +1,136 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/cairn-registry/cairn/internal/dedup/layer"
+	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/storage/driver"
+)
+
+// Stats is `cairn dedup stats`: what dedup stores and saves.
+type Stats struct {
+	// LogicalBytes is the compressed size of every layer dedup knows: what
+	// storage would hold without it.
+	LogicalBytes int64       `json:"logicalBytes"`
+	StoredBytes  StoredBytes `json:"storedBytes"`
+	// Ratio is LogicalBytes over StoredBytes.Total.
+	Ratio float64 `json:"ratio"`
+	// FileLevelRatio is LogicalBytes over what storage would hold with
+	// unique files kept uncompressed (file-level dedup alone).
+	FileLevelRatio float64          `json:"fileLevelRatio"`
+	Layers         map[string]int64 `json:"layers"`
+	Files          FileStats        `json:"files"`
+	// Encoders counts recipe members by the encoder that reproduces them.
+	Encoders map[string]int64 `json:"encoders"`
+}
+
+// StoredBytes splits what dedup-managed layers occupy in storage.
+type StoredBytes struct {
+	Intact  int64 `json:"intact"`  // intact copies still kept
+	Files   int64 `json:"files"`   // unique files, zstd-compressed
+	Recipes int64 `json:"recipes"` // recipe files
+	Total   int64 `json:"total"`
+}
+
+// FileStats describes the unique file store.
+type FileStats struct {
+	Unique int64 `json:"unique"`
+	// Shared counts files that more than one layer holds.
+	Shared int64 `json:"shared"`
+	// Bytes is the uncompressed size of the unique files; StoredBytes
+	// their size in storage.
+	Bytes       int64 `json:"bytes"`
+	StoredBytes int64 `json:"storedBytes"`
+}
+
+// Stats computes the statistics: one pass over the layer states, one read
+// of each recipe file (for file sizes and sharing), one listing of the file
+// store. Memory grows with the number of unique files.
+func (e *Engine) Stats(ctx context.Context) (*Stats, error) {
+	if e.meta == nil {
+		return nil, errors.New("dedup: no metadata store")
+	}
+	st := &Stats{Layers: make(map[string]int64), Encoders: make(map[string]int64)}
+	for _, s := range meta.States {
+		st.Layers[s.String()] = 0
+	}
+	type fileUse struct {
+		size   int64
+		layers uint8
+	}
+	files := make(map[digest.Digest]*fileUse)
+	for _, state := range meta.States {
+		var ferr error
+		err := e.eachLayer(ctx, state, func(l digest.Digest, sum summary) {
+			st.Layers[state.String()]++
+			st.LogicalBytes += sum.Size
+			if state != meta.StateDeduplicated {
+				st.StoredBytes.Intact += sum.Size
+			}
+			st.StoredBytes.Recipes += sum.RecipeBytes
+			if sum.RecipeBytes == 0 {
+				return
+			}
+			for _, enc := range sum.Encoders {
+				st.Encoders[enc]++
+			}
+			r, err := e.recipe(ctx, l)
+			if err != nil {
+				if !errors.Is(err, driver.ErrNotFound) && ferr == nil {
+					ferr = err
+				}
+				return
+			}
+			seen := make(map[digest.Digest]bool, len(r.Tar.Files))
+			for _, f := range r.Tar.Files {
+				if seen[f.Digest] {
+					continue
+				}
+				seen[f.Digest] = true
+				u := files[f.Digest]
+				if u == nil {
+					u = &fileUse{size: f.Size}
+					files[f.Digest] = u
+				}
+				if u.layers < 2 {
+					u.layers++
+				}
+			}
+		})
+		if err == nil {
+			err = ferr
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	for _, u := range files {
+		st.Files.Bytes += u.size
+		if u.layers > 1 {
+			st.Files.Shared++
+		}
+	}
+	err := e.d.Walk(ctx, layer.FilesRoot, func(fi driver.FileInfo) error {
+		if !fi.IsDir {
+			st.Files.Unique++
+			st.Files.StoredBytes += fi.Size
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, driver.ErrNotFound) {
+		return nil, err
+	}
+	st.StoredBytes.Files = st.Files.StoredBytes
+	st.StoredBytes.Total = st.StoredBytes.Intact + st.StoredBytes.Files + st.StoredBytes.Recipes
+	if st.StoredBytes.Total > 0 {
+		st.Ratio = float64(st.LogicalBytes) / float64(st.StoredBytes.Total)
+	}
+	if plain := st.StoredBytes.Intact + st.Files.Bytes + st.StoredBytes.Recipes; plain > 0 {
+		st.FileLevelRatio = float64(st.LogicalBytes) / float64(plain)
+	}
+	return st, nil
+}

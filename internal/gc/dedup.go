@@ -1,0 +1,327 @@
+package gc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/registry"
+)
+
+// DedupIndex is what GC needs of the dedup metadata (meta.Store has it):
+// the reference counts of the unique files under cairn/files and the
+// layers' recipes. The file lifecycle is meta's (see package meta):
+// release a dead layer's references, tombstone each file that reached
+// zero, delete the object, then DeleteFile.
+type DedupIndex interface {
+	// ReleaseLayerRefs drops the references layer holds and returns the
+	// files whose count reached zero; a second call, or a layer never
+	// deduplicated, returns none.
+	ReleaseLayerRefs(ctx context.Context, layer digest.Digest) ([]digest.Digest, error)
+	// DeleteRecipe drops layer's recipe entry; none is a no-op.
+	DeleteRecipe(ctx context.Context, layer digest.Digest) error
+	// Tombstone claims a zero-count file for deletion; false when it has
+	// references again (or no entry), and then it must not be deleted.
+	Tombstone(ctx context.Context, d digest.Digest) (bool, error)
+	// DeleteFile drops a tombstoned entry once its object is deleted;
+	// revived reports a file referenced again meanwhile (meta marks it
+	// Missing, and dedup writes it anew).
+	DeleteFile(ctx context.Context, d digest.Digest) (revived bool, err error)
+	// ZeroFiles pages through the files with no references, in key order
+	// after `after`: what a run that stopped left to delete.
+	ZeroFiles(ctx context.Context, after digest.Digest, limit int) ([]digest.Digest, error)
+}
+
+// DedupReport is what a run did to deduplicated files.
+type DedupReport struct {
+	// ZeroFiles is how many files the run's releases left unreferenced;
+	// Resumed how many unreferenced files it found at its start (left by
+	// a run that stopped).
+	ZeroFiles int64 `json:"zero_files"`
+	Resumed   int64 `json:"resumed"`
+	// Rereferenced files were referenced again before their tombstone and
+	// kept; Revived ones were referenced again after it and deleted all
+	// the same (meta marks them Missing, so dedup writes them anew).
+	Rereferenced int64 `json:"rereferenced"`
+	Revived      int64 `json:"revived"`
+	// Left is how many unreferenced files remain for a later run: their
+	// delete failed, or the run was stopped.
+	Left int64 `json:"left"`
+}
+
+// ProblemBadDedupFile: a file digest from the dedup index that does not
+// parse; it is left alone.
+const ProblemBadDedupFile = "bad_dedup_file"
+
+// filesRoot is where dedup keeps unique files (layer.FilePath; a test
+// checks the two agree).
+const filesRoot = registry.RootPath + "/cairn/files/"
+
+// appendFilePath appends cairn/files/<alg>/<hex[0:2]>/<hex>.
+func appendFilePath(b []byte, alg, hex string) []byte {
+	b = append(b, filesRoot...)
+	b = append(b, alg...)
+	b = append(b, '/')
+	b = append(b, hex[:2]...)
+	b = append(b, '/')
+	return append(b, hex...)
+}
+
+// drainZeroFiles deletes the unreferenced files a stopped run left, page
+// by page, before this run adds its own.
+func (c *collector) drainZeroFiles(ctx context.Context) error {
+	page := c.opts.BatchSize * c.opts.Concurrency
+	var after digest.Digest
+	for {
+		files, err := c.opts.Dedup.ZeroFiles(ctx, after, page)
+		if err != nil {
+			return fmt.Errorf("gc: dedup: listing unreferenced files: %w", err)
+		}
+		if len(files) == 0 {
+			return nil
+		}
+		after = files[len(files)-1]
+		c.addDedup(func(r *DedupReport) { r.Resumed += int64(len(files)) })
+		if err := c.purgeFiles(ctx, files); err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("gc: dedup: %w", err)
+		}
+		if len(files) < page {
+			return nil
+		}
+	}
+}
+
+// releaseLayers releases the references of blobs a round deleted and
+// deletes the files nobody references any more, BatchSize at a time, so
+// memory stays bounded by the round. The releases run even when the run
+// is being stopped: their blobs are gone, and a release skipped now would
+// be lost (a stopped purge is not: its files stay unreferenced, for the
+// next run's drainZeroFiles).
+func (c *collector) releaseLayers(ctx context.Context, keys []dkey) error {
+	bg := context.WithoutCancel(ctx)
+	var (
+		mu   sync.Mutex
+		zero []digest.Digest
+	)
+	err := c.parallel(len(keys), func(i int) error {
+		k := keys[i]
+		layer := digest.Digest(k.alg() + ":" + c.hexOf(k))
+		files, err := c.opts.Dedup.ReleaseLayerRefs(bg, layer)
+		if err != nil {
+			return fmt.Errorf("gc: dedup: releasing %s: %w", layer, err)
+		}
+		// After the release: a recipe entry gone first would leave its
+		// references with nothing that names them.
+		if err := c.opts.Dedup.DeleteRecipe(bg, layer); err != nil {
+			return fmt.Errorf("gc: dedup: deleting the recipe of %s: %w", layer, err)
+		}
+		if len(files) == 0 {
+			return nil
+		}
+		c.addDedup(func(r *DedupReport) { r.ZeroFiles += int64(len(files)) })
+		mu.Lock()
+		zero = append(zero, files...)
+		var batch []digest.Digest
+		if len(zero) >= c.opts.BatchSize {
+			batch, zero = zero, nil
+		}
+		mu.Unlock()
+		if batch == nil {
+			return nil
+		}
+		return c.purgeBatches(ctx, batch)
+	})
+	if err != nil {
+		return err
+	}
+	return c.purgeBatches(ctx, zero)
+}
+
+// purgeFiles deletes unreferenced files in batches of BatchSize, up to
+// Concurrency batches at once.
+func (c *collector) purgeFiles(ctx context.Context, files []digest.Digest) error {
+	bs := c.opts.BatchSize
+	return c.parallel((len(files)+bs-1)/bs, func(b int) error {
+		return c.purgeBatch(ctx, files[b*bs:min(len(files), (b+1)*bs)])
+	})
+}
+
+// purgeBatches is purgeFiles one batch after another, for a caller that
+// already runs Concurrency at once.
+func (c *collector) purgeBatches(ctx context.Context, files []digest.Digest) error {
+	for len(files) > 0 {
+		n := min(len(files), c.opts.BatchSize)
+		if err := c.purgeBatch(ctx, files[:n]); err != nil {
+			return err
+		}
+		files = files[n:]
+	}
+	return nil
+}
+
+// purgeBatch tombstones each file, deletes the tombstoned ones' objects in
+// one DeleteFiles call and then their entries. A file whose object may not
+// be gone keeps its entry (tombstoned, unreferenced): the next run resumes
+// it. The error is the index's; a stopped run is not an error here.
+func (c *collector) purgeBatch(ctx context.Context, files []digest.Digest) error {
+	if c.opts.DryRun {
+		c.mu.Lock()
+		c.rep.Deleted.DedupFiles += int64(len(files))
+		c.mu.Unlock()
+		return nil
+	}
+	var deleted, reref, revived int64
+	if ctx.Err() != nil {
+		c.addDedup(func(r *DedupReport) { r.Left += int64(len(files)) })
+		return nil
+	}
+	defer func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.rep.Deleted.DedupFiles += deleted
+		r := c.rep.Dedup
+		r.Rereferenced += reref
+		r.Revived += revived
+		r.Left += int64(len(files)) - deleted - reref
+	}()
+
+	tomb := make([]digest.Digest, 0, len(files))
+	for _, d := range files {
+		ok, err := c.opts.Dedup.Tombstone(ctx, d)
+		if err != nil {
+			return stopped(ctx, fmt.Errorf("gc: dedup: tombstone %s: %w", d, err))
+		}
+		if !ok {
+			reref++
+			continue
+		}
+		tomb = append(tomb, d)
+	}
+	if len(tomb) == 0 {
+		return nil
+	}
+
+	// One buffer and one string for the batch's paths, not one per path.
+	buf := make([]byte, 0, len(tomb)*(len(filesRoot)+2+len("sha256/xx/")+64))
+	ends := make([]int, 0, len(tomb))
+	keep := tomb[:0]
+	for _, d := range tomb {
+		alg, hexs, _ := strings.Cut(string(d), ":")
+		if _, ok := parseKey(alg, hexs); !ok {
+			c.problem(ProblemBadDedupFile, string(d))
+			continue
+		}
+		buf = appendFilePath(buf, alg, hexs)
+		ends = append(ends, len(buf))
+		keep = append(keep, d)
+	}
+	tomb = keep
+	all := string(buf)
+	paths := make([]string, len(tomb))
+	start := 0
+	for i, end := range ends {
+		paths[i], start = all[start:end], end
+	}
+	n, err := c.d.DeleteFiles(ctx, paths)
+	if err != nil {
+		// Which paths are gone is not certain: none of the entries is
+		// dropped, and a later run deletes them again (a missing file
+		// counts as deleted).
+		c.deleteFailed(paths, n, err)
+		return nil
+	}
+	for _, d := range tomb {
+		rev, err := c.opts.Dedup.DeleteFile(ctx, d)
+		if errors.Is(err, meta.ErrNotTombstoned) {
+			// Revived, and another run's DeleteFile already marked it.
+			rev, err = true, nil
+		}
+		if err != nil {
+			return stopped(ctx, fmt.Errorf("gc: dedup: deleting the entry of %s: %w", d, err))
+		}
+		deleted++
+		if rev {
+			revived++
+		}
+	}
+	return nil
+}
+
+// deleteFailed records a failed DeleteFiles call of files.
+func (c *collector) deleteFailed(paths []string, n int, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	named := 0
+	errs := flatten(err)
+	for _, e := range errs {
+		if len(c.rep.DeleteErrors) < maxExamples {
+			c.rep.DeleteErrors = append(c.rep.DeleteErrors, e.Error())
+		}
+	}
+	for _, p := range paths {
+		for _, e := range errs {
+			if strings.Contains(e.Error(), p) {
+				named++
+				break
+			}
+		}
+	}
+	if named == 0 {
+		named = len(paths) - n
+	}
+	c.rep.DeleteFailures += int64(named)
+}
+
+// stopped turns an index error caused by the run being stopped into nil:
+// what is left is resumed by the next run.
+func stopped(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// addDedup updates the dedup report.
+func (c *collector) addDedup(fn func(r *DedupReport)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fn(c.rep.Dedup)
+}
+
+// parallel calls fn(i) for every i < n, Concurrency at once, and returns
+// the first error; after one, no further call starts.
+func (c *collector) parallel(n int, fn func(i int) error) error {
+	var (
+		next   atomic.Int64
+		failed atomic.Bool
+		once   sync.Once
+		first  error
+		wg     sync.WaitGroup
+	)
+	for range min(n, c.opts.Concurrency) {
+		wg.Go(func() {
+			for !failed.Load() {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := fn(i); err != nil {
+					once.Do(func() { first = err })
+					failed.Store(true)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}

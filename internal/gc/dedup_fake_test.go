@@ -1,0 +1,243 @@
+package gc
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/cairn-registry/cairn/internal/meta"
+)
+
+// The metadata store is what cmd/cairn hands GC.
+var _ DedupIndex = meta.Store(nil)
+
+// testIndex is a DedupIndex the tests can also fill and inspect.
+type testIndex interface {
+	DedupIndex
+	AddLayerRefs(ctx context.Context, layer digest.Digest, files []digest.Digest) ([]meta.FileRef, error)
+	Files(ctx context.Context, digests []digest.Digest) ([]meta.FileInfo, error)
+	PutRecipe(ctx context.Context, layer digest.Digest, recipe []byte, state meta.LayerState) error
+	GetRecipe(ctx context.Context, layer digest.Digest) ([]byte, meta.LayerState, error)
+}
+
+// indexes are the implementations every dedup test runs against: the
+// in-test fake and the embedded bolt store.
+var indexes = []struct {
+	name string
+	new  func(t *testing.T) testIndex
+}{
+	{"fake", func(*testing.T) testIndex { return newFakeIndex() }},
+	{"bolt", func(t *testing.T) testIndex {
+		s, err := meta.OpenWith(filepath.Join(t.TempDir(), "meta.db"), meta.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}},
+}
+
+// fakeFile is one file entry, with meta's flags.
+type fakeFile struct {
+	refs                         int64
+	tombstoned, revived, missing bool
+}
+
+// fakeIndex keeps meta's file lifecycle in maps.
+type fakeIndex struct {
+	mu      sync.Mutex
+	files   map[digest.Digest]*fakeFile
+	layers  map[digest.Digest][]digest.Digest // distinct files each layer holds
+	recipes map[digest.Digest]meta.LayerState
+}
+
+func newFakeIndex() *fakeIndex {
+	return &fakeIndex{
+		files:   make(map[digest.Digest]*fakeFile),
+		layers:  make(map[digest.Digest][]digest.Digest),
+		recipes: make(map[digest.Digest]meta.LayerState),
+	}
+}
+
+func (x *fakeIndex) AddLayerRefs(_ context.Context, layer digest.Digest, files []digest.Digest) ([]meta.FileRef, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	set := slices.Clone(files)
+	slices.Sort(set)
+	set = slices.Compact(set)
+	held, has := x.layers[layer]
+	if has && !slices.Equal(held, set) {
+		return nil, fmt.Errorf("%w: %s", meta.ErrLayerFilesDiffer, layer)
+	}
+	// Outcomes from the state before the add, as meta reports them.
+	refs := make(map[digest.Digest]meta.FileRef, len(set))
+	for _, d := range set {
+		e, ok := x.files[d]
+		if !ok {
+			e = &fakeFile{}
+		}
+		revived := e.tombstoned || e.revived
+		r := meta.FileRef{Digest: d, Write: !ok || revived || e.missing, Revived: revived}
+		if !has {
+			if e.tombstoned {
+				e.revived = true
+			}
+			e.tombstoned, e.missing = false, false
+			e.refs++
+			x.files[d] = e
+		}
+		r.Refs = e.refs
+		refs[d] = r
+	}
+	out := make([]meta.FileRef, len(files))
+	seen := make(map[digest.Digest]bool)
+	for i, d := range files {
+		out[i] = refs[d]
+		if seen[d] {
+			out[i].Write, out[i].Revived = false, false
+		}
+		seen[d] = true
+	}
+	if !has && len(set) > 0 {
+		x.layers[layer] = set
+	}
+	return out, nil
+}
+
+func (x *fakeIndex) ReleaseLayerRefs(_ context.Context, layer digest.Digest) ([]digest.Digest, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var zero []digest.Digest
+	for _, d := range x.layers[layer] {
+		e := x.files[d]
+		if e == nil || e.refs <= 0 {
+			return nil, fmt.Errorf("%w: %s", meta.ErrInvalidRelease, d)
+		}
+	}
+	for _, d := range x.layers[layer] {
+		e := x.files[d]
+		if e.refs--; e.refs == 0 {
+			zero = append(zero, d)
+		}
+	}
+	delete(x.layers, layer)
+	return zero, nil
+}
+
+func (x *fakeIndex) Tombstone(_ context.Context, d digest.Digest) (bool, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	e := x.files[d]
+	if e == nil || e.refs > 0 {
+		return false, nil
+	}
+	if !e.tombstoned {
+		e.tombstoned, e.revived = true, false
+	}
+	return true, nil
+}
+
+func (x *fakeIndex) DeleteFile(_ context.Context, d digest.Digest) (bool, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	e := x.files[d]
+	switch {
+	case e == nil:
+		return false, nil
+	case e.tombstoned:
+		delete(x.files, d)
+		return false, nil
+	case e.revived:
+		e.revived, e.missing = false, true
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: %s", meta.ErrNotTombstoned, d)
+}
+
+func (x *fakeIndex) ZeroFiles(_ context.Context, after digest.Digest, limit int) ([]digest.Digest, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var all []digest.Digest
+	for d, e := range x.files {
+		if e.refs == 0 && d > after {
+			all = append(all, d)
+		}
+	}
+	slices.Sort(all)
+	return all[:min(limit, len(all))], nil
+}
+
+func (x *fakeIndex) Files(_ context.Context, digests []digest.Digest) ([]meta.FileInfo, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	out := make([]meta.FileInfo, len(digests))
+	for i, d := range digests {
+		out[i].Digest = d
+		if e, ok := x.files[d]; ok {
+			out[i] = meta.FileInfo{Digest: d, Exists: true, Refs: e.refs, Tombstoned: e.tombstoned, Missing: e.missing}
+		}
+	}
+	return out, nil
+}
+
+func (x *fakeIndex) PutRecipe(_ context.Context, layer digest.Digest, _ []byte, st meta.LayerState) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.recipes[layer] = st
+	return nil
+}
+
+func (x *fakeIndex) GetRecipe(_ context.Context, layer digest.Digest) ([]byte, meta.LayerState, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	st, ok := x.recipes[layer]
+	if !ok {
+		return nil, 0, meta.ErrNotFound
+	}
+	return nil, st, nil
+}
+
+func (x *fakeIndex) DeleteRecipe(_ context.Context, layer digest.Digest) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	delete(x.recipes, layer)
+	return nil
+}
+
+// hookedIndex records releases and runs hooks around Tombstone, to place
+// a dedup at an exact point of GC's file lifecycle.
+type hookedIndex struct {
+	testIndex
+	mu                              sync.Mutex
+	released                        []digest.Digest
+	beforeTombstone, afterTombstone func(d digest.Digest)
+}
+
+func (h *hookedIndex) ReleaseLayerRefs(ctx context.Context, layer digest.Digest) ([]digest.Digest, error) {
+	h.mu.Lock()
+	h.released = append(h.released, layer)
+	h.mu.Unlock()
+	return h.testIndex.ReleaseLayerRefs(ctx, layer)
+}
+
+func (h *hookedIndex) Tombstone(ctx context.Context, d digest.Digest) (bool, error) {
+	if h.beforeTombstone != nil {
+		h.beforeTombstone(d)
+	}
+	ok, err := h.testIndex.Tombstone(ctx, d)
+	if h.afterTombstone != nil {
+		h.afterTombstone(d)
+	}
+	return ok, err
+}
+
+func (h *hookedIndex) releasedLayers() []digest.Digest {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.released)
+}

@@ -1,0 +1,354 @@
+package meta
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/opencontainers/go-digest"
+	bolt "go.etcd.io/bbolt"
+)
+
+// File entry flags.
+const (
+	flagTombstoned byte = 1 << iota
+	flagRevived         // re-referenced while tombstoned; adds report Revived until Tombstone/DeleteFile
+	flagMissing         // revived while GC deleted: the object may be gone
+)
+
+// fileSet is the distinct files of one AddLayerRefs call, sorted by key so bolt
+// writes land in page order.
+type fileSet struct {
+	keys    [][]byte        // distinct, sorted; they share one buffer
+	digests []digest.Digest // digests[j] is the digest of keys[j]
+	pos     []int           // pos[i] is the index in keys of the call's files[i]
+	first   []bool          // first[i]: files[i] is the first occurrence of its key
+}
+
+func newFileSet(files []digest.Digest) (fileSet, error) {
+	buf := make([]byte, 0, 32*len(files))
+	ends := make([]int, len(files))
+	for i, d := range files {
+		var err error
+		if buf, err = appendKey(buf, d); err != nil {
+			return fileSet{}, err
+		}
+		ends[i] = len(buf)
+	}
+	all := make([][]byte, len(files))
+	for i, end := range ends {
+		start := 0
+		if i > 0 {
+			start = ends[i-1]
+		}
+		all[i] = buf[start:end:end]
+	}
+	order := make([]int, len(files))
+	for i := range order {
+		order[i] = i
+	}
+	// Stable, so the first occurrence of a duplicate comes first.
+	slices.SortStableFunc(order, func(a, b int) int { return bytes.Compare(all[a], all[b]) })
+	fs := fileSet{pos: make([]int, len(files)), first: make([]bool, len(files))}
+	for _, i := range order {
+		if n := len(fs.keys); n == 0 || !bytes.Equal(fs.keys[n-1], all[i]) {
+			fs.keys = append(fs.keys, all[i])
+			fs.digests = append(fs.digests, files[i])
+			fs.first[i] = true
+		}
+		fs.pos[i] = len(fs.keys) - 1
+	}
+	return fs, nil
+}
+
+// encode is the layerfiles value: each key prefixed by its length as a uvarint
+// (33 bytes per sha256 file), in key order, so equal sets encode equally.
+func (fs fileSet) encode() []byte {
+	n := 0
+	for _, k := range fs.keys {
+		n += binary.MaxVarintLen64 + len(k)
+	}
+	out := make([]byte, 0, n)
+	for _, k := range fs.keys {
+		out = binary.AppendUvarint(out, uint64(len(k)))
+		out = append(out, k...)
+	}
+	return out
+}
+
+// eachKey calls fn with each key of a layerfiles value.
+func eachKey(v []byte, fn func(k []byte) error) error {
+	for len(v) > 0 {
+		n, w := binary.Uvarint(v)
+		if w <= 0 || n > uint64(len(v)-w) {
+			return fmt.Errorf("meta: corrupt layer file list")
+		}
+		if err := fn(v[w : w+int(n)]); err != nil {
+			return err
+		}
+		v = v[w+int(n):]
+	}
+	return nil
+}
+
+// refOf is the outcome for an entry in state e. Revived covers the whole window
+// from a revive to GC's DeleteFile (flagRevived), not only the first reviver: GC's
+// delete may land after any write in that window.
+func refOf(d digest.Digest, e fileEntry, exists bool) FileRef {
+	revived := e.flags&(flagTombstoned|flagRevived) != 0
+	return FileRef{
+		Digest:  d,
+		Refs:    e.refs,
+		Write:   !exists || revived || e.flags&flagMissing != 0,
+		Revived: revived,
+	}
+}
+
+// AddLayerRefs implements FileIndex.
+func (s *Bolt) AddLayerRefs(ctx context.Context, layer digest.Digest, files []digest.Digest) ([]FileRef, error) {
+	lk, err := keyOf(layer)
+	if err != nil {
+		return nil, err
+	}
+	fs, err := newFileSet(files)
+	if err != nil {
+		return nil, err
+	}
+	enc := fs.encode()
+	refs := make([]FileRef, len(fs.keys))
+	err = s.update(ctx, func(tx *bolt.Tx) error {
+		layers, idx, zero := tx.Bucket(bktLayerFiles), tx.Bucket(bktFiles), tx.Bucket(bktZero)
+		if held := layers.Get(lk); held != nil {
+			if !bytes.Equal(held, enc) {
+				return fmt.Errorf("%w: %s", ErrLayerFilesDiffer, layer)
+			}
+			for j, k := range fs.keys {
+				e, ok := getFile(idx, k)
+				refs[j] = refOf(fs.digests[j], e, ok)
+			}
+			return nil
+		}
+		if len(fs.keys) == 0 {
+			return nil
+		}
+		for j, k := range fs.keys {
+			e, ok := getFile(idx, k)
+			refs[j] = refOf(fs.digests[j], e, ok)
+			if e.flags&flagTombstoned != 0 {
+				e.flags |= flagRevived
+			}
+			// A write is handed out, so Missing is settled (see the package doc).
+			e.flags &^= flagTombstoned | flagMissing
+			if ok && e.refs == 0 {
+				if err := zero.Delete(k); err != nil {
+					return err
+				}
+			}
+			e.refs++
+			refs[j].Refs = e.refs
+			if err := putFile(idx, k, e); err != nil {
+				return err
+			}
+		}
+		return layers.Put(lk, enc)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("meta: add layer refs %s: %w", layer, err)
+	}
+	out := make([]FileRef, len(files))
+	for i, d := range files {
+		r := refs[fs.pos[i]]
+		r.Digest = d
+		if !fs.first[i] {
+			r.Write, r.Revived = false, false
+		}
+		out[i] = r
+	}
+	return out, nil
+}
+
+// ReleaseLayerRefs implements FileIndex.
+func (s *Bolt) ReleaseLayerRefs(ctx context.Context, layer digest.Digest) ([]digest.Digest, error) {
+	lk, err := keyOf(layer)
+	if err != nil {
+		return nil, err
+	}
+	var zeroed []digest.Digest
+	err = s.update(ctx, func(tx *bolt.Tx) error {
+		layers, idx, zero := tx.Bucket(bktLayerFiles), tx.Bucket(bktFiles), tx.Bucket(bktZero)
+		held := layers.Get(lk)
+		if held == nil {
+			return nil
+		}
+		// Copied: the keys are reused as Put keys while pages are rewritten.
+		held = bytes.Clone(held)
+		err := eachKey(held, func(k []byte) error {
+			e, ok := getFile(idx, k)
+			if !ok || e.refs <= 0 {
+				return fmt.Errorf("%w: %s", ErrInvalidRelease, digestOf(k))
+			}
+			e.refs--
+			if err := putFile(idx, k, e); err != nil {
+				return err
+			}
+			if e.refs == 0 {
+				zeroed = append(zeroed, digestOf(k))
+				return zero.Put(k, nil)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		return layers.Delete(lk)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("meta: release layer refs %s: %w", layer, err)
+	}
+	return zeroed, nil
+}
+
+// LayerFiles implements FileIndex.
+func (s *Bolt) LayerFiles(ctx context.Context, layer digest.Digest) ([]digest.Digest, error) {
+	lk, err := keyOf(layer)
+	if err != nil {
+		return nil, err
+	}
+	var out []digest.Digest
+	err = s.view(ctx, func(tx *bolt.Tx) error {
+		held := tx.Bucket(bktLayerFiles).Get(lk)
+		if held == nil {
+			return ErrNotFound
+		}
+		return eachKey(held, func(k []byte) error {
+			out = append(out, digestOf(k)) // digestOf copies out of the mmap
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("meta: layer files %s: %w", layer, err)
+	}
+	return out, nil
+}
+
+type fileEntry struct {
+	refs  int64
+	flags byte
+}
+
+func getFile(b *bolt.Bucket, k []byte) (fileEntry, bool) {
+	v := b.Get(k)
+	if len(v) != 9 {
+		return fileEntry{}, false
+	}
+	return fileEntry{refs: int64(binary.BigEndian.Uint64(v)), flags: v[8]}, true
+}
+
+func putFile(b *bolt.Bucket, k []byte, e fileEntry) error {
+	var buf [9]byte
+	binary.BigEndian.PutUint64(buf[:], uint64(e.refs))
+	buf[8] = e.flags
+	return b.Put(k, buf[:])
+}
+
+// Tombstone implements FileIndex.
+func (s *Bolt) Tombstone(ctx context.Context, d digest.Digest) (bool, error) {
+	k, err := keyOf(d)
+	if err != nil {
+		return false, err
+	}
+	var ok bool
+	err = s.update(ctx, func(tx *bolt.Tx) error {
+		files := tx.Bucket(bktFiles)
+		e, exists := getFile(files, k)
+		if !exists || e.refs > 0 {
+			ok = false
+			return nil
+		}
+		ok = true
+		if e.flags&flagTombstoned != 0 {
+			return nil
+		}
+		// A fresh tombstone starts a new generation: an earlier revive is settled.
+		e.flags = (e.flags | flagTombstoned) &^ flagRevived
+		return putFile(files, k, e)
+	})
+	if err != nil {
+		return false, fmt.Errorf("meta: tombstone %s: %w", d, err)
+	}
+	return ok, nil
+}
+
+// DeleteFile implements FileIndex.
+func (s *Bolt) DeleteFile(ctx context.Context, d digest.Digest) (bool, error) {
+	k, err := keyOf(d)
+	if err != nil {
+		return false, err
+	}
+	var revived bool
+	err = s.update(ctx, func(tx *bolt.Tx) error {
+		revived = false
+		files := tx.Bucket(bktFiles)
+		e, exists := getFile(files, k)
+		switch {
+		case !exists:
+			return nil
+		case e.flags&flagTombstoned != 0:
+			if err := files.Delete(k); err != nil {
+				return err
+			}
+			return tx.Bucket(bktZero).Delete(k)
+		case e.flags&flagRevived != 0:
+			revived = true
+			e.flags = (e.flags | flagMissing) &^ flagRevived
+			return putFile(files, k, e)
+		default:
+			return fmt.Errorf("%w: %s", ErrNotTombstoned, d)
+		}
+	})
+	if err != nil {
+		return false, fmt.Errorf("meta: delete file: %w", err)
+	}
+	return revived, nil
+}
+
+// Files implements FileIndex.
+func (s *Bolt) Files(ctx context.Context, digests []digest.Digest) ([]FileInfo, error) {
+	keys, err := keysOf(digests)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]FileInfo, len(digests))
+	err = s.view(ctx, func(tx *bolt.Tx) error {
+		files := tx.Bucket(bktFiles)
+		for i, k := range keys {
+			e, ok := getFile(files, k)
+			out[i] = FileInfo{
+				Digest: digests[i], Exists: ok, Refs: e.refs,
+				Tombstoned: e.flags&flagTombstoned != 0,
+				Missing:    e.flags&flagMissing != 0,
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("meta: files: %w", err)
+	}
+	return out, nil
+}
+
+// ZeroFiles implements FileIndex.
+func (s *Bolt) ZeroFiles(ctx context.Context, after digest.Digest, limit int) ([]digest.Digest, error) {
+	var out []digest.Digest
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		var err error
+		out, err = page(tx.Bucket(bktZero).Cursor(), nil, after, limit)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("meta: zero files: %w", err)
+	}
+	return out, nil
+}

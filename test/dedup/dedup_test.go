@@ -1,0 +1,344 @@
+// Package dedup runs `cairn serve` with layer deduplication on and checks
+// what a client sees: every layer pulls with its original digest after its
+// intact copy is gone, HEAD and Range behave, irreproducible layers stay
+// intact, and kill -9 during dedup or a restore loses nothing.
+package dedup
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+)
+
+func TestMain(m *testing.M) { os.Exit(cairnproc.Main(m)) }
+
+// writeConfig writes a config with dedup in mode and a debug listener.
+func writeConfig(t *testing.T, mode string, extra string) (path, debugAddr string) {
+	t.Helper()
+	debugAddr = cairnproc.FreeAddr(t)
+	cfg := fmt.Sprintf(`version: 0.1
+log: {level: debug}
+http:
+  debug: {addr: %q}
+storage:
+  filesystem: {rootdirectory: /unused}
+  dedup:
+    mode: %s
+    workers: 2
+%s`, debugAddr, mode, extra)
+	path = filepath.Join(t.TempDir(), "config.yml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path, debugAddr
+}
+
+func digestOf(b []byte) string {
+	s := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(s[:])
+}
+
+// push writes one image holding layers (their exact bytes) as repo:tag.
+func push(t *testing.T, srv *cairnproc.Server, repo string, layers []testLayer) v1.Image {
+	t.Helper()
+	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
+	for _, l := range layers {
+		var err error
+		img, err = mutate.AppendLayers(img, static.NewLayer(l.blob, types.MediaType(l.mediaType)))
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	ref, err := name.ParseReference(srv.Addr+"/"+repo+":v1", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(ref, img); err != nil {
+		t.Fatalf("push %s: %v", repo, err)
+	}
+	return img
+}
+
+// blobDir is the storage directory of blob dg under root.
+func blobDir(root, dg string) string {
+	hexs := strings.TrimPrefix(dg, "sha256:")
+	return filepath.Join(root, "docker/registry/v2/blobs/sha256", hexs[:2], hexs)
+}
+
+func exists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// waitState waits until every layer reached its expected storage state:
+// recipe and no data (deduplicated) or data and no recipe (intact), or, with
+// keepData, recipe and data (index mode).
+func waitState(t *testing.T, root string, layers []testLayer, keepData bool, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var pending []string
+		for _, l := range layers {
+			dir := blobDir(root, digestOf(l.blob))
+			data, recipe := exists(filepath.Join(dir, "data")), exists(filepath.Join(dir, "recipe"))
+			switch {
+			case l.intact:
+				// Irreproducible: stays as it was; checked through stats.
+			case keepData && !(data && recipe), !keepData && (data || !recipe):
+				pending = append(pending, l.name)
+			}
+		}
+		if len(pending) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("layers not deduplicated after %s: %v", timeout, pending)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// pullAll pulls repo:v1 with ggcr and checks every layer's bytes.
+func pullAll(t *testing.T, srv *cairnproc.Server, repo string, layers []testLayer) {
+	t.Helper()
+	ref, err := name.ParseReference(srv.Addr+"/"+repo+":v1", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := remote.Image(ref)
+	if err != nil {
+		t.Fatalf("pull %s: %v", repo, err)
+	}
+	got, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(layers) {
+		t.Fatalf("pulled %d layers, pushed %d", len(got), len(layers))
+	}
+	for i, l := range got {
+		rc, err := l.Compressed()
+		if err != nil {
+			t.Fatalf("%s: %v", layers[i].name, err)
+		}
+		b, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			t.Fatalf("%s: read: %v", layers[i].name, err)
+		}
+		if !bytes.Equal(b, layers[i].blob) {
+			t.Fatalf("%s: pulled %d bytes (%s), pushed %d (%s)", layers[i].name, len(b), digestOf(b), len(layers[i].blob), digestOf(layers[i].blob))
+		}
+	}
+}
+
+// stats runs `cairn dedup stats --json` (through the running server's
+// debug listener when one holds the metadata store).
+func stats(t *testing.T, cfg, root string) map[string]any {
+	t.Helper()
+	out, err := exec.Command(cairnproc.Binary(t), "dedup", "stats", "--config", cfg, "--root", root, "--json").CombinedOutput()
+	if err != nil {
+		t.Fatalf("cairn dedup stats: %v\n%s", err, out)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(out, &m); err != nil {
+		t.Fatalf("stats output: %v\n%s", err, out)
+	}
+	return m
+}
+
+func layerCount(st map[string]any, state string) int {
+	return int(st["layers"].(map[string]any)[state].(float64))
+}
+
+func TestFullModeByteExact(t *testing.T) {
+	layers := allLayers(t)
+	cfg, _ := writeConfig(t, "full", "")
+	srv := cairnproc.Start(t, "", "--config", cfg)
+	push(t, srv, "features/all", layers)
+	waitState(t, srv.Root, layers, false, 3*time.Minute)
+
+	gnu := layers[len(layers)-1]
+	if !exists(filepath.Join(blobDir(srv.Root, digestOf(gnu.blob)), "data")) {
+		t.Fatal("the GNU gzip layer lost its intact copy")
+	}
+	pullAll(t, srv, "features/all", layers)
+
+	st := stats(t, cfg, srv.Root)
+	if got, want := layerCount(st, "deduplicated"), len(layers)-1; got != want {
+		t.Errorf("stats: %d layers deduplicated, want %d (%v)", got, want, st["layers"])
+	}
+	if got := layerCount(st, "irreproducible"); got != 1 {
+		t.Errorf("stats: %d layers irreproducible, want 1 (the GNU gzip one)", got)
+	}
+	files := st["files"].(map[string]any)
+	if files["shared"].(float64) < 10 {
+		t.Errorf("stats: %v shared files, want at least the 10 every layer holds", files["shared"])
+	}
+	if st["ratio"].(float64) <= 1 {
+		t.Errorf("stats: ratio %v, want > 1 for layers sharing most files", st["ratio"])
+	}
+
+	// A restart (empty in-memory state) still serves every layer.
+	srv.Stop()
+	srv = cairnproc.Start(t, srv.Root, "--config", cfg)
+	pullAll(t, srv, "features/all", layers)
+}
+
+func TestHeadAndRange(t *testing.T) {
+	layers := allLayers(t)[:3]
+	cfg, debug := writeConfig(t, "full", "")
+	srv := cairnproc.Start(t, "", "--config", cfg)
+	push(t, srv, "ranges/img", layers)
+	waitState(t, srv.Root, layers, false, 2*time.Minute)
+
+	l := layers[1]
+	dg := digestOf(l.blob)
+	url := srv.URL + "/v2/ranges/img/blobs/" + dg
+	before := metric(t, debug, `cairn_cache_requests_total{cache="preconstruct",result="miss"}`)
+	resp, err := http.Head(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.ContentLength != int64(len(l.blob)) || resp.Header.Get("Docker-Content-Digest") != dg {
+		t.Fatalf("HEAD: %d, length %d, digest %q", resp.StatusCode, resp.ContentLength, resp.Header.Get("Docker-Content-Digest"))
+	}
+	if after := metric(t, debug, `cairn_cache_requests_total{cache="preconstruct",result="miss"}`); after != before {
+		t.Fatalf("HEAD started a restore (preconstruct misses %v -> %v)", before, after)
+	}
+
+	get := func(rng string) (int, []byte) {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		if rng != "" {
+			req.Header.Set("Range", rng)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, b
+	}
+	// A Range from the middle before anything is cached, then after.
+	for _, round := range []string{"cold", "cached"} {
+		code, b := get("bytes=1000-4999")
+		if code != http.StatusPartialContent || !bytes.Equal(b, l.blob[1000:5000]) {
+			t.Fatalf("%s range: status %d, %d bytes, equal %v", round, code, len(b), bytes.Equal(b, l.blob[1000:5000]))
+		}
+		code, b = get("bytes=-100")
+		if code != http.StatusPartialContent || !bytes.Equal(b, l.blob[len(l.blob)-100:]) {
+			t.Fatalf("%s suffix range: status %d, %d bytes", round, code, len(b))
+		}
+		code, b = get("")
+		if code != 200 || !bytes.Equal(b, l.blob) {
+			t.Fatalf("%s full GET: status %d, %d bytes", round, code, len(b))
+		}
+	}
+	if hits := metric(t, debug, `cairn_cache_requests_total{cache="preconstruct",result="hit"}`); hits < 1 {
+		t.Fatalf("no preconstruct cache hit after repeated GETs")
+	}
+}
+
+func TestIndexModeKeepsIntact(t *testing.T) {
+	layers := allLayers(t)[:4]
+	cfg, _ := writeConfig(t, "index", "")
+	srv := cairnproc.Start(t, "", "--config", cfg)
+	push(t, srv, "index/img", layers)
+	waitState(t, srv.Root, layers, true, 2*time.Minute)
+	pullAll(t, srv, "index/img", layers)
+	st := stats(t, cfg, srv.Root)
+	if got := layerCount(st, "intact"); got != len(layers) {
+		t.Fatalf("index mode: %d layers intact, want %d", got, len(layers))
+	}
+}
+
+func TestRepositoryOverride(t *testing.T) {
+	layers := allLayers(t)[:2]
+	other := allLayers(t)[2:4]
+	cfg, _ := writeConfig(t, "off", "    repositories:\n      \"dedup/*\": full\n")
+	srv := cairnproc.Start(t, "", "--config", cfg)
+	push(t, srv, "dedup/on", layers)
+	push(t, srv, "plain/off", other)
+	waitState(t, srv.Root, layers, false, 2*time.Minute)
+	for _, l := range other {
+		if exists(filepath.Join(blobDir(srv.Root, digestOf(l.blob)), "recipe")) {
+			t.Fatalf("layer %s of a repository with dedup off was processed", l.name)
+		}
+	}
+	pullAll(t, srv, "dedup/on", layers)
+	pullAll(t, srv, "plain/off", other)
+}
+
+func TestDedupRunCLI(t *testing.T) {
+	layers := allLayers(t)[:5]
+	cfg, _ := writeConfig(t, "off", "")
+	srv := cairnproc.Start(t, "", "--config", cfg)
+	push(t, srv, "cli/img", layers)
+	root := srv.Root
+
+	// While serve runs with dedup off it holds no metadata store; run.
+	srv.Stop()
+	out, err := exec.Command(cairnproc.Binary(t), "dedup", "run", "--config", cfg, "--root", root, "--mode", "full").CombinedOutput()
+	if err != nil {
+		t.Fatalf("cairn dedup run: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "deduplicated") {
+		t.Fatalf("dedup run output lacks a deduplicated count:\n%s", out)
+	}
+	waitState(t, root, layers, false, time.Second)
+	srv = cairnproc.Start(t, root, "--config", cfg)
+	pullAll(t, srv, "cli/img", layers)
+
+	// Bad input: one line, non-zero exit, nothing changed.
+	out, err = exec.Command(cairnproc.Binary(t), "dedup", "run", "--root", root, "--mode", "sideways").CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || strings.Count(strings.TrimSpace(string(out)), "\n") != 0 {
+		t.Fatalf("bad --mode: err %v, output %q", err, out)
+	}
+}
+
+// metric reads one sample from the debug listener's /metrics (0 if absent).
+func metric(t *testing.T, debugAddr, series string) float64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+debugAddr+"/metrics", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			var f float64
+			fmt.Sscan(v, &f)
+			return f
+		}
+	}
+	return 0
+}

@@ -1,0 +1,195 @@
+package dedup
+
+import (
+	"archive/tar"
+	"bytes"
+	stdgzip "compress/gzip"
+	"fmt"
+	"math/rand/v2"
+	"os/exec"
+	"testing"
+	"time"
+
+	kgzip "github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+	"github.com/klauspost/pgzip"
+)
+
+// testLayer is one layer blob with how it was made.
+type testLayer struct {
+	name      string
+	mediaType string
+	blob      []byte
+	intact    bool // expected to stay intact (irreproducible)
+}
+
+const (
+	mtGzip   = "application/vnd.oci.image.layer.v1.tar+gzip"
+	mtZstd   = "application/vnd.oci.image.layer.v1.tar+zstd"
+	mtTar    = "application/vnd.oci.image.layer.v1.tar"
+	mtDocker = "application/vnd.docker.image.rootfs.diff.tar.gzip"
+)
+
+// content returns deterministic file bodies: text-like (compressible) and
+// random ones, some shared between layers.
+func content(seed uint64, n int) []byte {
+	r := rand.New(rand.NewPCG(seed, 7))
+	b := make([]byte, n)
+	if seed%2 == 0 {
+		words := []string{"cairn ", "layer ", "registry ", "dedup ", "file\n", "byte ", "exact "}
+		for i := 0; i < n; {
+			i += copy(b[i:], words[r.IntN(len(words))])
+		}
+		return b
+	}
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// featureTar builds a tar with the features dedup must keep byte-exact: PAX
+// and GNU headers, long names, hard links, symlinks, xattrs, duplicate
+// paths, empty files, directories, and files shared with other layers
+// (seeds below 10 are common to every variant).
+func featureTar(t testing.TB, variant int, format tar.Format) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	mod := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
+	add := func(h *tar.Header, body []byte) {
+		t.Helper()
+		h.ModTime = mod
+		if h.Format == tar.FormatUnknown {
+			h.Format = format
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatalf("tar header %s: %v", h.Name, err)
+		}
+		if len(body) > 0 {
+			if _, err := tw.Write(body); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	file := func(name string, body []byte) {
+		add(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(body)), Uid: 0, Gid: 0, Uname: "root", Gname: "root"}, body)
+	}
+	add(&tar.Header{Typeflag: tar.TypeDir, Name: "usr/", Mode: 0o755}, nil)
+	add(&tar.Header{Typeflag: tar.TypeDir, Name: "usr/lib/", Mode: 0o755}, nil)
+	for i := range 10 {
+		file(fmt.Sprintf("usr/lib/shared-%d.so", i), content(uint64(i), 20_000+i*3000))
+	}
+	for i := range 6 {
+		seed := uint64(100*variant + 10 + i)
+		file(fmt.Sprintf("app/v%d/own-%d.dat", variant, i), content(seed, 40_000+i*17_000))
+	}
+	file("etc/empty", nil)
+	file("etc/dup", []byte("first version\n"))
+	file("etc/dup", []byte("second version, same path\n"))
+	add(&tar.Header{Typeflag: tar.TypeLink, Name: "usr/lib/hardlink.so", Linkname: "usr/lib/shared-1.so"}, nil)
+	add(&tar.Header{Typeflag: tar.TypeSymlink, Name: "usr/lib/symlink.so", Linkname: "shared-2.so"}, nil)
+	long := "very/" + string(bytes.Repeat([]byte("long-directory-name/"), 12)) + "file.txt"
+	file(long, content(3, 5000))
+	if format != tar.FormatGNU {
+		add(&tar.Header{
+			Typeflag: tar.TypeReg, Name: "etc/xattr", Mode: 0o600, Size: 4, Format: tar.FormatPAX,
+			PAXRecords: map[string]string{"SCHILY.xattr.security.capability": "\x01\x00\x00\x02", "SCHILY.xattr.user.note": "cairn"},
+		}, []byte("caps"))
+	}
+	add(&tar.Header{Typeflag: tar.TypeReg, Name: "etc/big-uid", Mode: 0o644, Uid: 3_000_000, Gid: 3_000_000, Size: 3}, []byte("uid"))
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func gzipStd(t testing.TB, raw []byte, level int) []byte {
+	var b bytes.Buffer
+	w, err := stdgzip.NewWriterLevel(&b, level)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(raw)
+	w.Close()
+	return b.Bytes()
+}
+
+func gzipKlaus(t testing.TB, raw []byte, level int) []byte {
+	var b bytes.Buffer
+	w, err := kgzip.NewWriterLevel(&b, level)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(raw)
+	w.Close()
+	return b.Bytes()
+}
+
+func gzipP(t testing.TB, raw []byte, level, block int) []byte {
+	var b bytes.Buffer
+	w, err := pgzip.NewWriterLevel(&b, level)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if block > 0 {
+		if err := w.SetConcurrency(block, 4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Write(raw)
+	w.Close()
+	return b.Bytes()
+}
+
+func zstdKlaus(t testing.TB, raw []byte, level zstd.EncoderLevel) []byte {
+	var b bytes.Buffer
+	w, err := zstd.NewWriter(&b, zstd.WithEncoderLevel(level))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(raw)
+	w.Close()
+	return b.Bytes()
+}
+
+// gnuGzip compresses with the gzip program (zlib's deflate): no Go encoder
+// reproduces it, so the layer must stay intact.
+func gnuGzip(t testing.TB, raw []byte) []byte {
+	if _, err := exec.LookPath("gzip"); err != nil {
+		t.Skip("gzip program not installed")
+	}
+	cmd := exec.Command("gzip", "-6", "-n", "-c")
+	cmd.Stdin = bytes.NewReader(raw)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("gzip: %v", err)
+	}
+	return out
+}
+
+// allLayers is every encoder and tar format the issue lists.
+func allLayers(t testing.TB) []testLayer {
+	var ls []testLayer
+	v := 0
+	next := func(format tar.Format) []byte { v++; return featureTar(t, v, format) }
+	for _, level := range []int{-2, -1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9} {
+		ls = append(ls, testLayer{name: fmt.Sprintf("stdlib-gzip/%d", level), mediaType: mtDocker, blob: gzipStd(t, next(tar.FormatPAX), level)})
+	}
+	for _, level := range []int{1, 5, 9} {
+		ls = append(ls, testLayer{name: fmt.Sprintf("klauspost-gzip/%d", level), mediaType: mtGzip, blob: gzipKlaus(t, next(tar.FormatPAX), level)})
+	}
+	ls = append(ls,
+		testLayer{name: "pgzip/default", mediaType: mtGzip, blob: gzipP(t, next(tar.FormatPAX), pgzip.DefaultCompression, 0)},
+		testLayer{name: "pgzip/1/256KiB", mediaType: mtGzip, blob: gzipP(t, next(tar.FormatGNU), pgzip.BestSpeed, 256<<10)},
+	)
+	for _, level := range []zstd.EncoderLevel{zstd.SpeedFastest, zstd.SpeedDefault, zstd.SpeedBetterCompression, zstd.SpeedBestCompression} {
+		ls = append(ls, testLayer{name: "klauspost-zstd/" + level.String(), mediaType: mtZstd, blob: zstdKlaus(t, next(tar.FormatPAX), level)})
+	}
+	ls = append(ls,
+		testLayer{name: "tar/pax", mediaType: mtTar, blob: next(tar.FormatPAX)},
+		testLayer{name: "tar/gnu", mediaType: mtTar, blob: next(tar.FormatGNU)},
+		testLayer{name: "gnu-gzip", mediaType: mtGzip, blob: gnuGzip(t, next(tar.FormatPAX)), intact: true},
+	)
+	return ls
+}
