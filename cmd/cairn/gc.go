@@ -163,6 +163,9 @@ func writeGCSummary(w io.Writer, r *gc.Report, completed bool) {
 		fmt.Fprintf(w, "  dedup:   %d recipes, %d unique files %s; %d re-referenced (kept), %d revived, %d left for a later run (%d resumed)\n",
 			d.Recipes, d.DedupFiles, verb, r.Dedup.Rereferenced, r.Dedup.Revived, r.Dedup.Left, r.Dedup.Resumed)
 	}
+	if d.TmpFiles > 0 {
+		fmt.Fprintf(w, "  tmp:     %d leftovers of interrupted dedup writes %s\n", d.TmpFiles, verb)
+	}
 	fmt.Fprintf(w, "  kept:    %d younger than %s, %d named by operations in flight\n", r.KeptYoung, r.Delay, r.KeptJournal)
 	if r.BlobSweep != "done" && r.BlobSweep != "" {
 		fmt.Fprintf(w, "  blobs:   %s\n", r.BlobSweep)

@@ -88,7 +88,7 @@ type Options struct {
 	// TempDir holds spooled blobs while they are processed ("" = os default).
 	TempDir string
 
-	// Selective mode: a layer pulled more than HotPulls times within
+	// Selective mode: a layer pulled at least HotPulls times within
 	// HotWindow keeps (or gets back) its intact copy (defaults 3, 1h).
 	HotPulls  int64
 	HotWindow time.Duration

@@ -20,6 +20,7 @@ import (
 
 // Metrics receives what the engine does (metrics.Metrics implements it).
 type Metrics interface {
+	SetDedupSavedBytes(n int64)
 	CacheLookup(cache string, hit bool)
 	DedupPredicted(cache string)
 	DedupProcessed(outcome string)
@@ -32,8 +33,13 @@ const (
 )
 
 // scanInterval is how often the worker looks for layers left pending (a
-// full queue, a restart) and for selective-mode layers to drop.
-const scanInterval = time.Minute
+// full queue, a restart) and for selective-mode layers to drop; every
+// statsEvery scans it recomputes the statistics behind the saved-bytes
+// gauge (that reads every recipe, so not more often).
+const (
+	scanInterval = time.Minute
+	statsEvery   = 60
+)
 
 // Engine deduplicates layers in the background and serves rebuilt ones.
 // Without a metadata store it only serves (restore.go).
@@ -82,7 +88,7 @@ func New(d driver.Driver, store meta.Store, opts Options, log *slog.Logger, m Me
 	e := &Engine{
 		d: d, meta: store, files: files, opts: opts, log: log, metrics: m,
 		recipes: newRecipeCache(64 << 20),
-		clients: newClientLayers(10000),
+		clients: newClientLayers(4096),
 		jobs:    make(chan job, opts.QueueSize),
 		intake:  make(chan intakeJob, 1024),
 		pulls:   make(chan pullJob, 4096),
@@ -115,7 +121,10 @@ func (e *Engine) Start(ctx context.Context) {
 		run(e.worker)
 	}
 	run(e.intakeLoop)
-	run(e.pullLoop)
+	// Several recorders let the store batch pull records into one commit.
+	for range 4 {
+		run(e.pullLoop)
+	}
 	run(e.predictLoop)
 	run(e.scanLoop)
 }
@@ -242,9 +251,14 @@ func (e *Engine) admit(ctx context.Context, j intakeJob) error {
 func (e *Engine) scanLoop(ctx context.Context) {
 	t := time.NewTicker(scanInterval)
 	defer t.Stop()
-	for {
+	for n := 0; ; n++ {
 		if err := e.scan(ctx); err != nil && ctx.Err() == nil {
 			e.log.Warn("dedup: scan", "err", err)
+		}
+		if n%statsEvery == 0 {
+			if _, err := e.Stats(ctx); err != nil && ctx.Err() == nil {
+				e.log.Warn("dedup: stats", "err", err)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -424,6 +438,7 @@ func (e *Engine) RunAll(ctx context.Context, force Mode) (*RunStats, error) {
 
 type nopMetrics struct{}
 
+func (nopMetrics) SetDedupSavedBytes(int64) {}
 func (nopMetrics) CacheLookup(string, bool) {}
 func (nopMetrics) DedupPredicted(string)    {}
 func (nopMetrics) DedupProcessed(string)    {}

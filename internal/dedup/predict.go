@@ -203,7 +203,29 @@ type clientLayers struct {
 
 type clientEntry struct {
 	id     string
-	layers map[digest.Digest]bool
+	layers map[uint64]struct{} // digest prefixes: 8 bytes per layer
+}
+
+// maxExpected bounds the layers remembered per client; with the client
+// bound this caps the map at a few MiB.
+const maxExpected = 512
+
+// shortKey is the first 8 bytes of a digest's hex; a collision only
+// mislabels one metric sample.
+func shortKey(d digest.Digest) uint64 {
+	h := d.Encoded()
+	var k uint64
+	for i := 0; i < 16 && i < len(h); i++ {
+		c := h[i]
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		}
+		k = k<<4 | uint64(c&0xf)
+	}
+	return k
 }
 
 func newClientLayers(max int) *clientLayers {
@@ -215,7 +237,7 @@ func (c *clientLayers) expect(client string, layers []digest.Digest) {
 	defer c.mu.Unlock()
 	el, ok := c.byID[client]
 	if !ok {
-		el = c.order.PushFront(&clientEntry{id: client, layers: make(map[digest.Digest]bool)})
+		el = c.order.PushFront(&clientEntry{id: client, layers: make(map[uint64]struct{})})
 		c.byID[client] = el
 		if c.order.Len() > c.max {
 			last := c.order.Back()
@@ -227,11 +249,11 @@ func (c *clientLayers) expect(client string, layers []digest.Digest) {
 	}
 	ce := el.Value.(*clientEntry)
 	// Keep the last few images' layers, bounded.
-	if len(ce.layers) > 1024 {
+	if len(ce.layers)+len(layers) > maxExpected {
 		clear(ce.layers)
 	}
 	for _, l := range layers {
-		ce.layers[l] = true
+		ce.layers[shortKey(l)] = struct{}{}
 	}
 }
 
@@ -239,5 +261,9 @@ func (c *clientLayers) expected(client string, l digest.Digest) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.byID[client]
-	return ok && el.Value.(*clientEntry).layers[l]
+	if !ok {
+		return false
+	}
+	_, ok = el.Value.(*clientEntry).layers[shortKey(l)]
+	return ok
 }

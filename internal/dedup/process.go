@@ -142,6 +142,19 @@ func (e *Engine) disassemble(ctx context.Context, l digest.Digest, sum summary) 
 	if err != nil {
 		return "", err
 	}
+	// A retried add only reports a Missing file; the add of a new holder
+	// hands its write out and clears the flag (meta package doc, point 3).
+	// Take the references anew, or settle would find it Missing forever.
+	if missing, err := e.anyMissing(ctx, files); err != nil {
+		return "", err
+	} else if missing {
+		if _, err = e.meta.ReleaseLayerRefs(ctx, l); err == nil {
+			refs, err = e.meta.AddLayerRefs(ctx, l, files)
+		}
+		if err != nil {
+			return "", err
+		}
+	}
 	need := make(map[digest.Digest]bool)
 	sum.Revived = false
 	for _, r := range refs {
@@ -230,24 +243,43 @@ func (e *Engine) settle(ctx context.Context, l digest.Digest, sum summary, state
 		}
 		return outIndexed, e.putState(ctx, l, sum, meta.StateIntact)
 	case keep:
+		// A crash between dropping the intact copy and recording it left
+		// "intact" without data: write the copy back.
+		if _, err := e.d.Stat(ctx, registry.BlobDataPath(l)); errors.Is(err, driver.ErrNotFound) {
+			if err := e.promote(ctx, l); err != nil {
+				return "", err
+			}
+		} else if err != nil {
+			return "", err
+		}
 		return outIndexed, e.putState(ctx, l, sum, meta.StateIntact)
 	case state == meta.StateDeduplicated:
 		return outUnchanged, nil
 	}
 	// A file GC deleted under a revive is marked Missing: rewrite first.
+	// No references at all: a layer without file payloads (a WORKDIR
+	// step), or a crash between disassemble's release and re-add; the
+	// recipe tells which.
 	files, err := e.meta.LayerFiles(ctx, l)
-	if err != nil {
-		return "", err
-	}
-	infos, err := e.meta.Files(ctx, files)
-	if err != nil {
-		return "", err
-	}
-	for _, fi := range infos {
-		if fi.Missing || !fi.Exists {
+	if errors.Is(err, meta.ErrNotFound) {
+		r, rerr := e.recipe(ctx, l)
+		if rerr != nil {
+			return "", rerr
+		}
+		if len(r.Tar.Files) > 0 {
 			sum.Revived = true
 			return e.disassemble(ctx, l, sum)
 		}
+		files, err = nil, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if missing, err := e.anyMissing(ctx, files); err != nil {
+		return "", err
+	} else if missing {
+		sum.Revived = true
+		return e.disassemble(ctx, l, sum)
 	}
 	if err := e.d.Delete(ctx, registry.BlobDataPath(l)); err != nil && !errors.Is(err, driver.ErrNotFound) {
 		return "", err
@@ -258,10 +290,35 @@ func (e *Engine) settle(ctx context.Context, l digest.Digest, sum summary, state
 	return outDeduplicated, nil
 }
 
+// anyMissing reports whether a file of files is marked Missing or has no
+// entry: its object may be gone.
+func (e *Engine) anyMissing(ctx context.Context, files []digest.Digest) (bool, error) {
+	if len(files) == 0 {
+		return false, nil
+	}
+	infos, err := e.meta.Files(ctx, files)
+	if err != nil {
+		return false, err
+	}
+	for _, fi := range infos {
+		if fi.Missing || !fi.Exists {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // noData handles a layer whose intact bytes are gone: deduplicated already
 // (its recipe file serves it) or deleted.
 func (e *Engine) noData(ctx context.Context, l digest.Digest, sum summary) (outcome, error) {
-	if _, err := e.recipe(ctx, l); err == nil {
+	if r, err := e.recipe(ctx, l); err == nil {
+		// Another worker finished l meanwhile, and this one's first
+		// putState replaced that summary: describe l from its recipe.
+		sum.Size, sum.TarSize, sum.Files = r.Size, r.Tar.TarSize, len(distinctFiles(&r.Tar))
+		sum.Encoders = encoders(r.Compression)
+		if fi, err := e.d.Stat(ctx, registry.BlobRecipePath(l)); err == nil {
+			sum.RecipeBytes = fi.Size
+		}
 		return outUnchanged, e.putState(ctx, l, sum, meta.StateDeduplicated)
 	}
 	if _, err := e.meta.ReleaseLayerRefs(ctx, l); err != nil {

@@ -132,5 +132,6 @@ func (e *Engine) Stats(ctx context.Context) (*Stats, error) {
 	if plain := st.StoredBytes.Intact + st.Files.Bytes + st.StoredBytes.Recipes; plain > 0 {
 		st.FileLevelRatio = float64(st.LogicalBytes) / float64(plain)
 	}
+	e.metrics.SetDedupSavedBytes(st.LogicalBytes - st.StoredBytes.Total)
 	return st, nil
 }

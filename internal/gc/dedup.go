@@ -12,6 +12,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
 // DedupIndex is what GC needs of the dedup metadata (meta.Store has it):
@@ -324,4 +325,44 @@ func (c *collector) parallel(n int, fn func(i int) error) error {
 	}
 	wg.Wait()
 	return first
+}
+
+// sweepTmp deletes what interrupted dedup writes left under cairn/tmp
+// (large files being written, layers being promoted) once older than the
+// delay. Nothing names these files, so this is the one place GC lists
+// before deleting.
+func (c *collector) sweepTmp(ctx context.Context) error {
+	var batch []string
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		n := int64(len(batch))
+		if !c.opts.DryRun {
+			k, err := c.d.DeleteFiles(ctx, batch)
+			n = int64(k)
+			if err != nil {
+				c.deleteFailed(batch, k, err)
+			}
+		}
+		c.mu.Lock()
+		c.rep.Deleted.TmpFiles += n
+		c.mu.Unlock()
+		batch = batch[:0]
+		return ctx.Err()
+	}
+	err := c.d.Walk(ctx, registry.RootPath+"/cairn/tmp", func(fi driver.FileInfo) error {
+		if fi.IsDir || c.young(modNS(fi.ModTime)) {
+			return nil
+		}
+		batch = append(batch, fi.Path)
+		if len(batch) >= c.opts.BatchSize {
+			return flush()
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, driver.ErrNotFound) {
+		return err
+	}
+	return flush()
 }

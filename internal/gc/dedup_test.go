@@ -508,3 +508,38 @@ func TestFilePathMatchesLayer(t *testing.T) {
 		}
 	}
 }
+
+// TestTmpLeftoversSwept: files an interrupted dedup write left under
+// cairn/tmp go once older than the delay; fresh ones stay.
+func TestTmpLeftoversSwept(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	d, err := filesystem.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := registry.RootPath + "/cairn/tmp/files/abc-123"
+	fresh := registry.RootPath + "/cairn/tmp/promote/def-456"
+	for _, p := range []string{old, fresh} {
+		if err := d.PutContent(ctx, p, []byte("partial")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stale := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(filepath.Join(root, old), stale, stale); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Run(ctx, d, Options{Delay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Deleted.TmpFiles != 1 {
+		t.Fatalf("deleted %d tmp files, want 1", rep.Deleted.TmpFiles)
+	}
+	if _, err := d.Stat(ctx, old); !errors.Is(err, driver.ErrNotFound) {
+		t.Fatalf("stale leftover still there: %v", err)
+	}
+	if _, err := d.Stat(ctx, fresh); err != nil {
+		t.Fatalf("fresh leftover deleted: %v", err)
+	}
+}

@@ -173,6 +173,9 @@ type Deleted struct {
 	// DedupFiles counts unique files deleted from cairn/files; in a dry
 	// run only those an earlier run left, as releases change nothing.
 	DedupFiles int64 `json:"dedup_files"`
+	// TmpFiles counts leftovers of interrupted dedup writes (cairn/tmp)
+	// older than the delay.
+	TmpFiles int64 `json:"tmp_files"`
 }
 
 // Report is the outcome of a run.
@@ -334,6 +337,9 @@ func (c *collector) run(ctx context.Context) (rep *Report, err error) {
 	c.phase.Store("sweep")
 	if err := c.sweep(ctx); err != nil {
 		return nil, fmt.Errorf("gc: sweep: %w", err)
+	}
+	if err := c.sweepTmp(ctx); err != nil {
+		return nil, fmt.Errorf("gc: sweep cairn/tmp: %w", err)
 	}
 	return nil, nil
 }

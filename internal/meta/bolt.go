@@ -83,6 +83,8 @@ func OpenWith(path string, opts Options) (*Bolt, error) {
 	if err != nil {
 		return nil, fmt.Errorf("meta: open %s: %w", path, err)
 	}
+	// Batched pull records wait at most this long for company.
+	db.MaxBatchDelay = 2 * time.Millisecond
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, b := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
@@ -106,6 +108,15 @@ func (s *Bolt) update(ctx context.Context, fn func(tx *bolt.Tx) error) error {
 		return err
 	}
 	return s.db.Update(fn)
+}
+
+// batch is update for calls that arrive concurrently and often (pull
+// records): bolt coalesces them into one commit. fn may run more than once.
+func (s *Bolt) batch(ctx context.Context, fn func(tx *bolt.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.db.Batch(fn)
 }
 
 func (s *Bolt) view(ctx context.Context, fn func(tx *bolt.Tx) error) error {

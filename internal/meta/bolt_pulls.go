@@ -63,7 +63,7 @@ func (s *Bolt) RecordPull(ctx context.Context, client string, layer digest.Diges
 	}
 	nowNs := now.UnixNano()
 	var prev int64
-	err = s.update(ctx, func(tx *bolt.Tx) error {
+	err = s.batch(ctx, func(tx *bolt.Tx) error {
 		b, err := tx.Bucket(bktClients).CreateBucketIfNotExists(clientBucketName(client))
 		if err != nil {
 			return err

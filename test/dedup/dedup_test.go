@@ -342,3 +342,18 @@ func metric(t *testing.T, debugAddr, series string) float64 {
 	}
 	return 0
 }
+
+// TestSelectivePromotesHotLayer: in selective mode a cold layer loses its
+// intact copy; pulled often enough, it gets it back, and pulls stay exact.
+func TestSelectivePromotesHotLayer(t *testing.T) {
+	layers := allLayers(t)[:2]
+	cfg, _ := writeConfig(t, "selective", "    selective: {pulls: 3, window: 1h}\n")
+	srv := cairnproc.Start(t, "", "--config", cfg)
+	push(t, srv, "selective/img", layers)
+	waitState(t, srv.Root, layers, false, 2*time.Minute)
+	for range 3 {
+		pullAll(t, srv, "selective/img", layers)
+	}
+	waitState(t, srv.Root, layers, true, time.Minute)
+	pullAll(t, srv, "selective/img", layers)
+}

@@ -290,16 +290,19 @@ func Rebuild(w io.Writer, recipe Recipe, uncompressed io.Reader) error {
 		if _, err := w.Write(m.Header); err != nil {
 			return err
 		}
-		enc, err := newEncoder(m.Encoder, w)
+		cw := &cutWriter{w: w}
+		enc, err := newEncoder(m.Encoder, cw)
 		if err != nil {
 			return err
 		}
 		n, err := io.Copy(enc, io.LimitReader(uncompressed, m.Size))
 		if err != nil {
+			cw.cut.Store(true)
 			enc.Close()
 			return fmt.Errorf("recompress: member %d: %w", i, err)
 		}
 		if n != m.Size {
+			cw.cut.Store(true)
 			enc.Close()
 			return fmt.Errorf("recompress: member %d: uncompressed stream ended after %d of %d bytes", i, n, m.Size)
 		}
@@ -314,6 +317,21 @@ func Rebuild(w io.Writer, recipe Recipe, uncompressed io.Reader) error {
 		return err
 	}
 	return nil
+}
+
+// cutWriter passes writes to w until cut, then drops them: what an encoder
+// flushes on Close after its input failed is not the blob's bytes, and a
+// reader streaming a rebuild must only ever see a prefix of the blob.
+type cutWriter struct {
+	w   io.Writer
+	cut atomic.Bool // pgzip writes from its own goroutine
+}
+
+func (c *cutWriter) Write(p []byte) (int, error) {
+	if c.cut.Load() {
+		return len(p), nil
+	}
+	return c.w.Write(p)
 }
 
 // ErrMismatch means a rebuild did not reproduce the expected digest or size.

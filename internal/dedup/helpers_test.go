@@ -1,0 +1,476 @@
+package dedup
+
+import (
+	"archive/tar"
+	"bytes"
+	stdgzip "compress/gzip"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/opencontainers/go-digest"
+
+	"github.com/cairn-registry/cairn/internal/dedup/layer"
+	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/cairn-registry/cairn/internal/storage/driver"
+	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
+	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
+)
+
+// Layer media types used by the tests.
+const (
+	mtOCIGzip    = "application/vnd.oci.image.layer.v1.tar+gzip"
+	mtOCIZstd    = "application/vnd.oci.image.layer.v1.tar+zstd"
+	mtOCITar     = "application/vnd.oci.image.layer.v1.tar"
+	mtDockerGzip = "application/vnd.docker.image.rootfs.diff.tar.gzip"
+	mtDockerTar  = "application/vnd.docker.image.rootfs.diff.tar"
+	mtDockerZstd = "application/vnd.docker.image.rootfs.diff.tar.zstd"
+)
+
+// fileBody returns n deterministic bytes for seed: even seeds are text-like
+// (compressible), odd ones random (not).
+func fileBody(seed uint64, n int) []byte {
+	r := rand.New(rand.NewPCG(seed, 0xca1))
+	b := make([]byte, n)
+	if seed%2 == 0 {
+		words := []string{"cairn ", "layer ", "registry ", "dedup ", "file\n", "recipe ", "exact "}
+		for i := 0; i < n; {
+			i += copy(b[i:], words[r.IntN(len(words))])
+		}
+		return b
+	}
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// tfile is one regular file of a test layer.
+type tfile struct {
+	name string
+	body []byte
+}
+
+// sharedFiles are held by every layer sharedLayer builds.
+func sharedFiles() []tfile {
+	var fs []tfile
+	for i := range 4 {
+		fs = append(fs, tfile{fmt.Sprintf("usr/lib/libshared%d.so", i), fileBody(uint64(1000+i), 12_000+i*3_000)})
+	}
+	return fs
+}
+
+// ownFiles are unique to variant.
+func ownFiles(variant int) []tfile {
+	var fs []tfile
+	for i := range 2 {
+		seed := uint64(100*variant + i)
+		fs = append(fs, tfile{fmt.Sprintf("app/v%d/data%d", variant, i), fileBody(seed, 5_000+i*4_000)})
+	}
+	return fs
+}
+
+// buildTar writes a tar with directories, the given files, an empty file,
+// a symlink and a hard link (members without payloads) around them.
+func buildTar(t testing.TB, files []tfile) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	mod := time.Date(2025, 3, 1, 8, 0, 0, 0, time.UTC)
+	write := func(h *tar.Header, body []byte) {
+		t.Helper()
+		h.ModTime = mod
+		h.Format = tar.FormatPAX
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatalf("tar header %s: %v", h.Name, err)
+		}
+		if _, err := tw.Write(body); err != nil {
+			t.Fatalf("tar body %s: %v", h.Name, err)
+		}
+	}
+	for _, dir := range []string{"usr/", "usr/lib/", "app/", "etc/"} {
+		write(&tar.Header{Typeflag: tar.TypeDir, Name: dir, Mode: 0o755}, nil)
+	}
+	for _, f := range files {
+		write(&tar.Header{Typeflag: tar.TypeReg, Name: f.name, Mode: 0o644, Size: int64(len(f.body)), Uname: "root", Gname: "root"}, f.body)
+	}
+	write(&tar.Header{Typeflag: tar.TypeReg, Name: "etc/empty", Mode: 0o644}, nil)
+	write(&tar.Header{Typeflag: tar.TypeSymlink, Name: "etc/link", Linkname: "../usr/lib"}, nil)
+	if len(files) > 0 {
+		write(&tar.Header{Typeflag: tar.TypeLink, Name: "etc/hard", Linkname: files[0].name}, nil)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// variantFiles is a layer's files: the shared ones, then its own.
+func variantFiles(variant int) []tfile { return append(sharedFiles(), ownFiles(variant)...) }
+
+// payloadDigests is the sorted distinct digests of the non-empty files: the
+// file list dedup records for a layer holding them.
+func payloadDigests(files []tfile) []digest.Digest {
+	var out []digest.Digest
+	for _, f := range files {
+		if len(f.body) == 0 {
+			continue
+		}
+		d := digest.FromBytes(f.body)
+		if !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func gzipStd(t testing.TB, raw []byte) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	w := stdgzip.NewWriter(&b)
+	if _, err := w.Write(raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func zstdKlaus(t testing.TB, raw []byte) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	w, err := zstd.NewWriter(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// gnuGzip compresses with the gzip program (zlib's deflate), which no Go
+// encoder reproduces.
+func gnuGzip(t testing.TB, raw []byte) []byte {
+	t.Helper()
+	if _, err := exec.LookPath("gzip"); err != nil {
+		t.Skip("gzip program not installed")
+	}
+	cmd := exec.Command("gzip", "-6", "-n", "-c")
+	cmd.Stdin = bytes.NewReader(raw)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("gzip: %v", err)
+	}
+	return out
+}
+
+// tlayer is one layer blob and the files it holds.
+type tlayer struct {
+	name      string
+	mediaType string
+	files     []tfile
+	blob      []byte
+}
+
+func (l tlayer) digest() digest.Digest { return digest.FromBytes(l.blob) }
+
+// sharedLayers returns a gzip, a zstd and a plain tar layer; each holds the
+// shared files and two of its own.
+func sharedLayers(t testing.TB) []tlayer {
+	t.Helper()
+	f1, f2, f3 := variantFiles(1), variantFiles(2), variantFiles(3)
+	return []tlayer{
+		{"gzip", mtOCIGzip, f1, gzipStd(t, buildTar(t, f1))},
+		{"zstd", mtOCIZstd, f2, zstdKlaus(t, buildTar(t, f2))},
+		{"tar", mtOCITar, f3, buildTar(t, f3)},
+	}
+}
+
+// fakeMetrics counts what the engine reports.
+type fakeMetrics struct {
+	mu        sync.Mutex
+	lookups   map[string]int // "<cache>/hit" and "<cache>/miss"
+	predicted map[string]int
+	processed map[string]int
+	saved     int64
+}
+
+func newFakeMetrics() *fakeMetrics {
+	return &fakeMetrics{lookups: map[string]int{}, predicted: map[string]int{}, processed: map[string]int{}}
+}
+
+func (m *fakeMetrics) CacheLookup(cache string, hit bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if hit {
+		m.lookups[cache+"/hit"]++
+	} else {
+		m.lookups[cache+"/miss"]++
+	}
+}
+
+func (m *fakeMetrics) SetDedupSavedBytes(n int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.saved = n
+}
+
+func (m *fakeMetrics) DedupPredicted(cache string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.predicted[cache]++
+}
+
+func (m *fakeMetrics) DedupProcessed(outcome string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.processed[outcome]++
+}
+
+func (m *fakeMetrics) lookup(key string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lookups[key]
+}
+
+// snapshot copies the lookup counts.
+func (m *fakeMetrics) snapshot() map[string]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.lookups)
+}
+
+func (m *fakeMetrics) predictions(cache string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.predicted[cache]
+}
+
+// env is an engine over a driver and a bolt store in a temp directory.
+type env struct {
+	t     *testing.T
+	d     driver.Driver
+	store *meta.Bolt
+	eng   *Engine
+	m     *fakeMetrics
+}
+
+func newEnv(t *testing.T, d driver.Driver, opts Options) *env {
+	t.Helper()
+	if d == nil {
+		d = inmemory.New()
+	}
+	store, err := meta.OpenWith(filepath.Join(t.TempDir(), "meta.db"), meta.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.TempDir == "" {
+		opts.TempDir = t.TempDir()
+	}
+	m := newFakeMetrics()
+	eng, err := New(d, store, opts, nil, m)
+	if err != nil {
+		store.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := eng.Close(); err != nil {
+			t.Errorf("engine close: %v", err)
+		}
+		store.Close()
+	})
+	return &env{t: t, d: d, store: store, eng: eng, m: m}
+}
+
+// drivers are the storage drivers the mode tests run over.
+func drivers(t *testing.T) map[string]func() driver.Driver {
+	return map[string]func() driver.Driver{
+		"inmemory": func() driver.Driver { return inmemory.New() },
+		"filesystem": func() driver.Driver {
+			d, err := filesystem.New(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d
+		},
+	}
+}
+
+// put stores blob as intact data and returns its digest.
+func (v *env) put(blob []byte) digest.Digest {
+	v.t.Helper()
+	d := digest.FromBytes(blob)
+	if err := v.d.PutContent(context.Background(), registry.BlobDataPath(d), blob); err != nil {
+		v.t.Fatal(err)
+	}
+	return d
+}
+
+func (v *env) exists(p string) bool {
+	v.t.Helper()
+	_, err := v.d.Stat(context.Background(), p)
+	if err != nil && !errors.Is(err, driver.ErrNotFound) {
+		v.t.Fatalf("stat %s: %v", p, err)
+	}
+	return err == nil
+}
+
+func (v *env) hasData(l digest.Digest) bool   { return v.exists(registry.BlobDataPath(l)) }
+func (v *env) hasRecipe(l digest.Digest) bool { return v.exists(registry.BlobRecipePath(l)) }
+
+// state returns l's summary and state (0: unknown).
+func (v *env) state(l digest.Digest) (summary, meta.LayerState) {
+	v.t.Helper()
+	sum, st, err := v.eng.layerState(context.Background(), l)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	return sum, st
+}
+
+func (v *env) wantState(l digest.Digest, want meta.LayerState) {
+	v.t.Helper()
+	if _, st := v.state(l); st != want {
+		v.t.Fatalf("layer %s: state %v, want %v", l.Encoded()[:12], st, want)
+	}
+}
+
+// process runs Process and fails the test on an error or another outcome.
+func (v *env) process(l digest.Digest, mode Mode, want outcome) {
+	v.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	got, err := v.eng.Process(ctx, l, mode)
+	if err != nil {
+		v.t.Fatalf("Process(%s, %s): %v", l.Encoded()[:12], mode, err)
+	}
+	if got != want {
+		v.t.Fatalf("Process(%s, %s) = %q, want %q", l.Encoded()[:12], mode, got, want)
+	}
+}
+
+// read reads blob l through OpenBlob from offset.
+func (v *env) read(l digest.Digest, offset int64) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rc, err := v.eng.OpenBlob(ctx, l, offset)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	return io.ReadAll(rc)
+}
+
+// wantBlob checks that OpenBlob and BlobSize serve exactly blob.
+func (v *env) wantBlob(blob []byte) {
+	v.t.Helper()
+	l := digest.FromBytes(blob)
+	size, err := v.eng.BlobSize(context.Background(), l)
+	if err != nil || size != int64(len(blob)) {
+		v.t.Fatalf("BlobSize(%s) = %d, %v; want %d", l.Encoded()[:12], size, err, len(blob))
+	}
+	got, err := v.read(l, 0)
+	if err != nil {
+		v.t.Fatalf("OpenBlob(%s): %v", l.Encoded()[:12], err)
+	}
+	if !bytes.Equal(got, blob) {
+		v.t.Fatalf("OpenBlob(%s): %d bytes (%s), want %d (%s)", l.Encoded()[:12], len(got), digest.FromBytes(got), len(blob), l)
+	}
+}
+
+// wantData checks the intact data of blob is stored byte for byte.
+func (v *env) wantData(blob []byte) {
+	v.t.Helper()
+	l := digest.FromBytes(blob)
+	got, err := v.d.GetContent(context.Background(), registry.BlobDataPath(l))
+	if err != nil {
+		v.t.Fatalf("intact data of %s: %v", l.Encoded()[:12], err)
+	}
+	if !bytes.Equal(got, blob) {
+		v.t.Fatalf("intact data of %s: %d bytes, want %d", l.Encoded()[:12], len(got), len(blob))
+	}
+}
+
+// filePath is the storage path of file payload d.
+func filePath(t testing.TB, d digest.Digest) string {
+	t.Helper()
+	p, err := layer.FilePath(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// gcMarker writes a fresh GC run marker and returns its path.
+func (v *env) gcMarker() string {
+	v.t.Helper()
+	var rnd [6]byte
+	for i := range rnd {
+		rnd[i] = byte(rand.Uint32())
+	}
+	p := registry.GCActivePath() + "/" + registry.GCRunPrefix + hex.EncodeToString(rnd[:])
+	if err := v.d.PutContent(context.Background(), p, []byte(`{"id":"test"}`)); err != nil {
+		v.t.Fatal(err)
+	}
+	return p
+}
+
+// eventually polls cond until it holds or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// manifest returns an image manifest naming config and layers.
+func manifest(t testing.TB, docker bool, config digest.Digest, layers []tlayer) []byte {
+	t.Helper()
+	type desc struct {
+		MediaType string        `json:"mediaType"`
+		Digest    digest.Digest `json:"digest"`
+		Size      int64         `json:"size"`
+	}
+	m := struct {
+		SchemaVersion int    `json:"schemaVersion"`
+		MediaType     string `json:"mediaType"`
+		Config        desc   `json:"config"`
+		Layers        []desc `json:"layers"`
+	}{SchemaVersion: 2, MediaType: "application/vnd.oci.image.manifest.v1+json",
+		Config: desc{"application/vnd.oci.image.config.v1+json", config, 2}}
+	if docker {
+		m.MediaType = "application/vnd.docker.distribution.manifest.v2+json"
+		m.Config.MediaType = "application/vnd.docker.container.image.v1+json"
+	}
+	for _, l := range layers {
+		m.Layers = append(m.Layers, desc{l.mediaType, l.digest(), int64(len(l.blob))})
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
