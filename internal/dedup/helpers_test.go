@@ -12,7 +12,6 @@ import (
 	"io"
 	"maps"
 	"math/rand/v2"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -28,35 +27,20 @@ import (
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
 	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
+	"github.com/cairn-registry/cairn/internal/testutil/layertest"
 )
 
 // Layer media types used by the tests.
 const (
-	mtOCIGzip    = "application/vnd.oci.image.layer.v1.tar+gzip"
-	mtOCIZstd    = "application/vnd.oci.image.layer.v1.tar+zstd"
-	mtOCITar     = "application/vnd.oci.image.layer.v1.tar"
-	mtDockerGzip = "application/vnd.docker.image.rootfs.diff.tar.gzip"
-	mtDockerTar  = "application/vnd.docker.image.rootfs.diff.tar"
-	mtDockerZstd = "application/vnd.docker.image.rootfs.diff.tar.zstd"
+	mtOCIGzip    = layertest.OCIGzip
+	mtOCIZstd    = layertest.OCIZstd
+	mtOCITar     = layertest.OCITar
+	mtDockerGzip = layertest.DockerGzip
+	mtDockerTar  = layertest.DockerTar
+	mtDockerZstd = layertest.DockerZstd
 )
 
-// fileBody returns n deterministic bytes for seed: even seeds are text-like
-// (compressible), odd ones random (not).
-func fileBody(seed uint64, n int) []byte {
-	r := rand.New(rand.NewPCG(seed, 0xca1))
-	b := make([]byte, n)
-	if seed%2 == 0 {
-		words := []string{"cairn ", "layer ", "registry ", "dedup ", "file\n", "recipe ", "exact "}
-		for i := 0; i < n; {
-			i += copy(b[i:], words[r.IntN(len(words))])
-		}
-		return b
-	}
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
-	return b
-}
+func fileBody(seed uint64, n int) []byte { return layertest.Body(seed, n) }
 
 // tfile is one regular file of a test layer.
 type tfile struct {
@@ -139,49 +123,12 @@ func payloadDigests(files []tfile) []digest.Digest {
 }
 
 func gzipStd(t testing.TB, raw []byte) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	w := stdgzip.NewWriter(&b)
-	if _, err := w.Write(raw); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
+	return layertest.Gzip(t, raw, stdgzip.DefaultCompression)
 }
 
-func zstdKlaus(t testing.TB, raw []byte) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	w, err := zstd.NewWriter(&b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Write(raw); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
+func zstdKlaus(t testing.TB, raw []byte) []byte { return layertest.Zstd(t, raw, zstd.SpeedDefault) }
 
-// gnuGzip compresses with the gzip program (zlib's deflate), which no Go
-// encoder reproduces.
-func gnuGzip(t testing.TB, raw []byte) []byte {
-	t.Helper()
-	if _, err := exec.LookPath("gzip"); err != nil {
-		t.Skip("gzip program not installed")
-	}
-	cmd := exec.Command("gzip", "-6", "-n", "-c")
-	cmd.Stdin = bytes.NewReader(raw)
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("gzip: %v", err)
-	}
-	return out
-}
+func gnuGzip(t testing.TB, raw []byte) []byte { return layertest.GNUGzip(t, raw) }
 
 // tlayer is one layer blob and the files it holds.
 type tlayer struct {

@@ -3,14 +3,11 @@ package dedup
 import (
 	"archive/tar"
 	"bytes"
-	stdgzip "compress/gzip"
 	"fmt"
-	"math/rand/v2"
-	"os/exec"
 	"testing"
 	"time"
 
-	kgzip "github.com/klauspost/compress/gzip"
+	"github.com/cairn-registry/cairn/internal/testutil/layertest"
 	"github.com/klauspost/compress/zstd"
 	"github.com/klauspost/pgzip"
 )
@@ -24,29 +21,13 @@ type testLayer struct {
 }
 
 const (
-	mtGzip   = "application/vnd.oci.image.layer.v1.tar+gzip"
-	mtZstd   = "application/vnd.oci.image.layer.v1.tar+zstd"
-	mtTar    = "application/vnd.oci.image.layer.v1.tar"
-	mtDocker = "application/vnd.docker.image.rootfs.diff.tar.gzip"
+	mtGzip   = layertest.OCIGzip
+	mtZstd   = layertest.OCIZstd
+	mtTar    = layertest.OCITar
+	mtDocker = layertest.DockerGzip
 )
 
-// content returns deterministic file bodies: text-like (compressible) and
-// random ones, some shared between layers.
-func content(seed uint64, n int) []byte {
-	r := rand.New(rand.NewPCG(seed, 7))
-	b := make([]byte, n)
-	if seed%2 == 0 {
-		words := []string{"cairn ", "layer ", "registry ", "dedup ", "file\n", "byte ", "exact "}
-		for i := 0; i < n; {
-			i += copy(b[i:], words[r.IntN(len(words))])
-		}
-		return b
-	}
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
-	return b
-}
+func content(seed uint64, n int) []byte { return layertest.Body(seed, n) }
 
 // featureTar builds a tar with the features dedup must keep byte-exact: PAX
 // and GNU headers, long names, hard links, symlinks, xattrs, duplicate
@@ -104,69 +85,7 @@ func featureTar(t testing.TB, variant int, format tar.Format) []byte {
 	return buf.Bytes()
 }
 
-func gzipStd(t testing.TB, raw []byte, level int) []byte {
-	var b bytes.Buffer
-	w, err := stdgzip.NewWriterLevel(&b, level)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Write(raw)
-	w.Close()
-	return b.Bytes()
-}
-
-func gzipKlaus(t testing.TB, raw []byte, level int) []byte {
-	var b bytes.Buffer
-	w, err := kgzip.NewWriterLevel(&b, level)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Write(raw)
-	w.Close()
-	return b.Bytes()
-}
-
-func gzipP(t testing.TB, raw []byte, level, block int) []byte {
-	var b bytes.Buffer
-	w, err := pgzip.NewWriterLevel(&b, level)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if block > 0 {
-		if err := w.SetConcurrency(block, 4); err != nil {
-			t.Fatal(err)
-		}
-	}
-	w.Write(raw)
-	w.Close()
-	return b.Bytes()
-}
-
-func zstdKlaus(t testing.TB, raw []byte, level zstd.EncoderLevel) []byte {
-	var b bytes.Buffer
-	w, err := zstd.NewWriter(&b, zstd.WithEncoderLevel(level))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Write(raw)
-	w.Close()
-	return b.Bytes()
-}
-
-// gnuGzip compresses with the gzip program (zlib's deflate): no Go encoder
-// reproduces it, so the layer must stay intact.
-func gnuGzip(t testing.TB, raw []byte) []byte {
-	if _, err := exec.LookPath("gzip"); err != nil {
-		t.Skip("gzip program not installed")
-	}
-	cmd := exec.Command("gzip", "-6", "-n", "-c")
-	cmd.Stdin = bytes.NewReader(raw)
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("gzip: %v", err)
-	}
-	return out
-}
+func gzipStd(t testing.TB, raw []byte, level int) []byte { return layertest.Gzip(t, raw, level) }
 
 // allLayers is every encoder and tar format the issue lists.
 func allLayers(t testing.TB) []testLayer {
@@ -177,19 +96,19 @@ func allLayers(t testing.TB) []testLayer {
 		ls = append(ls, testLayer{name: fmt.Sprintf("stdlib-gzip/%d", level), mediaType: mtDocker, blob: gzipStd(t, next(tar.FormatPAX), level)})
 	}
 	for _, level := range []int{1, 5, 9} {
-		ls = append(ls, testLayer{name: fmt.Sprintf("klauspost-gzip/%d", level), mediaType: mtGzip, blob: gzipKlaus(t, next(tar.FormatPAX), level)})
+		ls = append(ls, testLayer{name: fmt.Sprintf("klauspost-gzip/%d", level), mediaType: mtGzip, blob: layertest.KlausGzip(t, next(tar.FormatPAX), level)})
 	}
 	ls = append(ls,
-		testLayer{name: "pgzip/default", mediaType: mtGzip, blob: gzipP(t, next(tar.FormatPAX), pgzip.DefaultCompression, 0)},
-		testLayer{name: "pgzip/1/256KiB", mediaType: mtGzip, blob: gzipP(t, next(tar.FormatGNU), pgzip.BestSpeed, 256<<10)},
+		testLayer{name: "pgzip/default", mediaType: mtGzip, blob: layertest.PGzip(t, next(tar.FormatPAX), pgzip.DefaultCompression, 0)},
+		testLayer{name: "pgzip/1/256KiB", mediaType: mtGzip, blob: layertest.PGzip(t, next(tar.FormatGNU), pgzip.BestSpeed, 256<<10)},
 	)
 	for _, level := range []zstd.EncoderLevel{zstd.SpeedFastest, zstd.SpeedDefault, zstd.SpeedBetterCompression, zstd.SpeedBestCompression} {
-		ls = append(ls, testLayer{name: "klauspost-zstd/" + level.String(), mediaType: mtZstd, blob: zstdKlaus(t, next(tar.FormatPAX), level)})
+		ls = append(ls, testLayer{name: "klauspost-zstd/" + level.String(), mediaType: mtZstd, blob: layertest.Zstd(t, next(tar.FormatPAX), level)})
 	}
 	ls = append(ls,
 		testLayer{name: "tar/pax", mediaType: mtTar, blob: next(tar.FormatPAX)},
 		testLayer{name: "tar/gnu", mediaType: mtTar, blob: next(tar.FormatGNU)},
-		testLayer{name: "gnu-gzip", mediaType: mtGzip, blob: gnuGzip(t, next(tar.FormatPAX)), intact: true},
+		testLayer{name: "gnu-gzip", mediaType: mtGzip, blob: layertest.GNUGzip(t, next(tar.FormatPAX)), intact: true},
 	)
 	return ls
 }

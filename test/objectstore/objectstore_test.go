@@ -5,7 +5,6 @@ package objectstore
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -31,73 +30,27 @@ import (
 	"github.com/cairn-registry/cairn/internal/storage/driver/gcs"
 	"github.com/cairn-registry/cairn/internal/storage/driver/s3"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/objstore"
 )
 
-// need returns the variable's value, skipping the test without it (failing
-// under CI, where the test script starts every server).
-func need(t *testing.T, vars ...string) []string {
-	t.Helper()
-	vals := make([]string, len(vars))
-	for i, v := range vars {
-		vals[i] = os.Getenv(v)
-		if vals[i] == "" {
-			msg := v + " is not set (scripts/test.sh starts the object-store servers)"
-			if os.Getenv("CI") == "true" {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
-		}
-	}
-	return vals
-}
-
-func randomName(prefix string) string {
-	var b [6]byte
-	rand.Read(b[:])
-	return prefix + hex.EncodeToString(b[:])
-}
-
 func TestS3(t *testing.T) {
-	env := need(t, "CAIRN_TEST_S3_ENDPOINT", "CAIRN_TEST_S3_ACCESS_KEY", "CAIRN_TEST_S3_SECRET_KEY")
-	region := os.Getenv("CAIRN_TEST_S3_REGION")
-	if region == "" {
-		region = "us-east-1"
-	}
-	ctx := context.Background()
-	p := s3.Parameters{
-		Region: region, RegionEndpoint: env[0], AccessKey: env[1], SecretKey: env[2],
-		Bucket: randomName("cairn-e2e-"), ForcePathStyle: true, RootDirectory: "/registry",
-	}
-	client, err := s3.NewClient(ctx, p)
+	p, section := objstore.S3Bucket(t, "cairn-e2e-")
+	d, err := s3.New(context.Background(), p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s3.CreateBucket(ctx, client, p.Bucket); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s3.RemoveBucket(context.Background(), client, p.Bucket); err != nil {
-			t.Errorf("remove bucket: %v", err)
-		}
-	})
-	d, err := s3.New(ctx, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	yml := fmt.Sprintf("version: 0.1\nstorage:\n  s3:\n    region: %s\n    regionendpoint: %s\n    accesskey: %s\n    secretkey: %s\n    bucket: %s\n    forcepathstyle: true\n    secure: false\n    rootdirectory: /registry\n",
-		region, env[0], env[1], env[2], p.Bucket)
-	roundTrip(t, yml, d)
+	roundTrip(t, "version: 0.1\nstorage:\n"+section, d)
 }
 
 func TestGCS(t *testing.T) {
-	ep := need(t, "CAIRN_TEST_GCS_ENDPOINT")[0]
+	ep := objstore.Need(t, "CAIRN_TEST_GCS_ENDPOINT")[0]
 	ctx := context.Background()
 	c, err := gcstorage.NewClient(ctx, option.WithoutAuthentication(), option.WithEndpoint(ep+"/storage/v1/"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	bucket := randomName("cairn-e2e-")
+	bucket := objstore.RandomName("cairn-e2e-")
 	b := c.Bucket(bucket)
 	if err := b.Create(ctx, "cairn-e2e", nil); err != nil {
 		t.Fatal(err)
@@ -128,9 +81,9 @@ func TestGCS(t *testing.T) {
 }
 
 func TestAzure(t *testing.T) {
-	env := need(t, "CAIRN_TEST_AZURE_ENDPOINT", "CAIRN_TEST_AZURE_ACCOUNT", "CAIRN_TEST_AZURE_KEY")
+	env := objstore.Need(t, "CAIRN_TEST_AZURE_ENDPOINT", "CAIRN_TEST_AZURE_ACCOUNT", "CAIRN_TEST_AZURE_KEY")
 	ctx := context.Background()
-	name := randomName("cairn-e2e-")
+	name := objstore.RandomName("cairn-e2e-")
 	cred, err := container.NewSharedKeyCredential(env[1], env[2])
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,108 @@
+// Package layertest makes layer blobs for dedup tests: deterministic file
+// bodies and the compressors real image builders use (Go's compress/gzip,
+// klauspost gzip, pgzip and zstd, and the gzip program).
+package layertest
+
+import (
+	"bytes"
+	stdgzip "compress/gzip"
+	"io"
+	"math/rand/v2"
+	"os/exec"
+	"testing"
+
+	kgzip "github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+	"github.com/klauspost/pgzip"
+)
+
+// Layer media types.
+const (
+	OCIGzip    = "application/vnd.oci.image.layer.v1.tar+gzip"
+	OCIZstd    = "application/vnd.oci.image.layer.v1.tar+zstd"
+	OCITar     = "application/vnd.oci.image.layer.v1.tar"
+	DockerGzip = "application/vnd.docker.image.rootfs.diff.tar.gzip"
+	DockerTar  = "application/vnd.docker.image.rootfs.diff.tar"
+	DockerZstd = "application/vnd.docker.image.rootfs.diff.tar.zstd"
+)
+
+// Body returns n deterministic bytes for seed: even seeds are text-like
+// (compressible), odd ones random (not).
+func Body(seed uint64, n int) []byte {
+	r := rand.New(rand.NewPCG(seed, 0xca1))
+	b := make([]byte, n)
+	if seed%2 == 0 {
+		words := []string{"cairn ", "layer ", "registry ", "dedup ", "file\n", "recipe ", "exact "}
+		for i := 0; i < n; {
+			i += copy(b[i:], words[r.IntN(len(words))])
+		}
+		return b
+	}
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// compress writes raw through the writer w wraps around a buffer.
+func compress(t testing.TB, raw []byte, open func(io.Writer) (io.WriteCloser, error)) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	w, err := open(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// Gzip compresses with the toolchain's compress/gzip at level (docker,
+// containerd, BuildKit, crane).
+func Gzip(t testing.TB, raw []byte, level int) []byte {
+	return compress(t, raw, func(w io.Writer) (io.WriteCloser, error) { return stdgzip.NewWriterLevel(w, level) })
+}
+
+// KlausGzip compresses with klauspost/compress/gzip at level.
+func KlausGzip(t testing.TB, raw []byte, level int) []byte {
+	return compress(t, raw, func(w io.Writer) (io.WriteCloser, error) { return kgzip.NewWriterLevel(w, level) })
+}
+
+// PGzip compresses with klauspost/pgzip at level; block 0 keeps its
+// default block size (podman, buildah, skopeo).
+func PGzip(t testing.TB, raw []byte, level, block int) []byte {
+	return compress(t, raw, func(w io.Writer) (io.WriteCloser, error) {
+		z, err := pgzip.NewWriterLevel(w, level)
+		if err == nil && block > 0 {
+			err = z.SetConcurrency(block, 4)
+		}
+		return z, err
+	})
+}
+
+// Zstd compresses with klauspost/compress/zstd at level.
+func Zstd(t testing.TB, raw []byte, level zstd.EncoderLevel) []byte {
+	return compress(t, raw, func(w io.Writer) (io.WriteCloser, error) {
+		return zstd.NewWriter(w, zstd.WithEncoderLevel(level))
+	})
+}
+
+// GNUGzip compresses with the gzip program (zlib's deflate), which no Go
+// encoder reproduces; the test is skipped without the program.
+func GNUGzip(t testing.TB, raw []byte) []byte {
+	t.Helper()
+	if _, err := exec.LookPath("gzip"); err != nil {
+		t.Skip("gzip program not installed")
+	}
+	cmd := exec.Command("gzip", "-6", "-n", "-c")
+	cmd.Stdin = bytes.NewReader(raw)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("gzip: %v", err)
+	}
+	return out
+}

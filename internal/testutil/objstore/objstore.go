@@ -1,0 +1,71 @@
+// Package objstore gives tests a fresh bucket on the object-store servers
+// scripts/test.sh starts (it exports their CAIRN_TEST_* variables).
+package objstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/cairn-registry/cairn/internal/storage/driver/s3"
+)
+
+// Need returns the variables' values, skipping the test when one is unset
+// (failing it under CI, where the test script starts every server).
+func Need(t testing.TB, vars ...string) []string {
+	t.Helper()
+	vals := make([]string, len(vars))
+	for i, v := range vars {
+		vals[i] = os.Getenv(v)
+		if vals[i] == "" {
+			msg := v + " is not set (scripts/test.sh starts the object-store servers)"
+			if os.Getenv("CI") == "true" {
+				t.Fatal(msg)
+			}
+			t.Skip(msg)
+		}
+	}
+	return vals
+}
+
+// RandomName is prefix plus 12 random hex digits.
+func RandomName(prefix string) string {
+	var b [6]byte
+	rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// S3Bucket creates a bucket on the test MinIO, removed with its contents
+// when the test ends, and returns the s3 driver parameters for it (root
+// directory /registry) and the matching storage.s3 YAML section.
+func S3Bucket(t testing.TB, prefix string) (s3.Parameters, string) {
+	t.Helper()
+	env := Need(t, "CAIRN_TEST_S3_ENDPOINT", "CAIRN_TEST_S3_ACCESS_KEY", "CAIRN_TEST_S3_SECRET_KEY")
+	region := os.Getenv("CAIRN_TEST_S3_REGION")
+	if region == "" {
+		region = "us-east-1"
+	}
+	ctx := context.Background()
+	p := s3.Parameters{
+		Region: region, RegionEndpoint: env[0], AccessKey: env[1], SecretKey: env[2],
+		Bucket: RandomName(prefix), ForcePathStyle: true, RootDirectory: "/registry",
+	}
+	client, err := s3.NewClient(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s3.CreateBucket(ctx, client, p.Bucket); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s3.RemoveBucket(context.Background(), client, p.Bucket); err != nil {
+			t.Errorf("remove bucket: %v", err)
+		}
+	})
+	yml := fmt.Sprintf("  s3:\n    region: %s\n    regionendpoint: %s\n    accesskey: %s\n    secretkey: %s\n    bucket: %s\n    forcepathstyle: true\n    secure: false\n    rootdirectory: /registry\n",
+		region, env[0], env[1], env[2], p.Bucket)
+	return p, yml
+}
