@@ -31,6 +31,12 @@ install_debian_packages() {
 	for p in "${DEBIAN_PACKAGES[@]}"; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 	done
+	# The dedup dataset builder (internal/bench/dataset) downloads debs with
+	# apt-get download, which needs package lists; fresh images ship none.
+	if ! compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null; then
+		echo "==> apt-get update (no package lists yet)" >&2
+		_as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	fi
 	((${#missing[@]} == 0)) && return 0
 	echo "==> apt-get install ${missing[*]}" >&2
 	_as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq

@@ -65,7 +65,9 @@ func (e *Engine) BlobPulled(ctx context.Context, client string, d digest.Digest)
 		rebuilt := e.disk != nil && state == meta.StateDeduplicated
 		switch {
 		case rebuilt:
-			e.metrics.CacheLookup(CachePreconstruct+"_predicted", e.disk.Contains(string(d)))
+			// A rebuild the prediction started counts even if unfinished:
+			// the GET waits only for what is left of it.
+			e.metrics.CacheLookup(CachePreconstruct+"_predicted", e.disk.Warm(string(d)))
 		case e.mem != nil:
 			_, hit := e.mem.Get(string(d))
 			e.metrics.CacheLookup(CachePrefetch+"_predicted", hit)

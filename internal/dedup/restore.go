@@ -65,13 +65,16 @@ func (e *Engine) OpenBlob(ctx context.Context, d digest.Digest, offset int64) (i
 		go func() { pw.CloseWithError(e.rebuild(ctx, r, &skipWriter{w: pw, skip: offset})) }()
 		return pr, nil
 	}
+	// A GET that joins a rebuild already under way (predicted, or another
+	// client's) counts as a hit: it does not start one.
+	warm := e.disk.Warm(string(d))
 	rc, hit, err := e.disk.Open(ctx, string(d), r.Size, offset, func(ctx context.Context, w io.Writer) error {
 		return e.rebuild(ctx, r, w)
 	})
 	if err != nil {
 		return nil, err
 	}
-	e.metrics.CacheLookup(CachePreconstruct, hit)
+	e.metrics.CacheLookup(CachePreconstruct, hit || warm)
 	return rc, nil
 }
 

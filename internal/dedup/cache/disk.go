@@ -229,6 +229,15 @@ func (d *Disk) Contains(key string) bool {
 	return d.arc.Contains(key)
 }
 
+// Warm reports whether key is complete or being filled: a reader opening
+// it now waits at most for the rest of a fill already under way.
+func (d *Disk) Warm(key string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, filling := d.flights[key]
+	return filling || d.arc.Contains(key)
+}
+
 // Remove deletes the complete entry key, if any. A running fill is not
 // affected.
 func (d *Disk) Remove(key string) {

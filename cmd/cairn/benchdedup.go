@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cairn-registry/cairn/internal/bench/dataset"
+	"github.com/cairn-registry/cairn/internal/bench/dedupbench"
+)
+
+const benchDedupUsage = `usage: cairn bench dedup [--profile small|full] [--parts restore,storage,latency,prefetch]
+                         [--cache DIR] [--work DIR] [--cairn-bin PATH] [--repeat N]
+                         [--pull-once N] [--repull N] [--rounds N] [--delay 50ms-200ms]
+                         [--preconstruct-size SIZE] [--prefetch-size SIZE] [--json]
+
+Builds images from Debian packages (apt-get download; debs cached in --cache),
+pushes them to a cairn it starts, runs cairn dedup and prints: (a) storage
+ratios, (b) layers reproduced, (c) restore MB/s against the encoder alone,
+(d) layer GET latency intact / deduplicated cold / preconstruct hit, and
+(e) cache hit ratios for pull-once and always-repull clients.`
+
+// runBenchDedup runs `cairn bench dedup [flags]`. Errors are one line;
+// mistakes in the command line wrap errUsage.
+func runBenchDedup(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("cairn bench dedup", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	profile := fs.String("profile", "small", "dataset size: small (5 images, a few MB of debs) or full (40 images, ~300 MB of debs)")
+	parts := fs.String("parts", strings.Join(dedupbench.AllParts(), ","), "comma-separated parts to measure")
+	cache := fs.String("cache", "", "deb cache `DIR` (default "+dataset.DefaultCacheDir()+")")
+	work := fs.String("work", "", "work `DIR` for the built dataset and the registry (default <cache>/work-<profile>)")
+	bin := fs.String("cairn-bin", "", "cairn binary to run (default this one)")
+	repeat := fs.Int("repeat", 0, "timed restores per layer, best kept (0: 3 for small, 1 for full)")
+	pullOnce := fs.Int("pull-once", 6, "pull-once clients in the (e) workload")
+	repull := fs.Int("repull", 4, "always-repull clients in the (e) workload")
+	rounds := fs.Int("rounds", 3, "rounds of the (e) workload")
+	delay := fs.String("delay", "50ms-200ms", "`MIN-MAX` pause between a client's manifest GET and its layer GETs in (e)")
+	preSize := fs.String("preconstruct-size", "2GiB", "preconstruct cache size")
+	preFetch := fs.String("prefetch-size", "256MiB", "prefetch cache size in (e)")
+	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stdout, benchDedupUsage)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return nil
+		}
+		return fmt.Errorf("%w: bench dedup: %s", errUsage, strings.Join(strings.Fields(err.Error()), " "))
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: bench dedup: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	p := dataset.Profile(*profile)
+	if p != dataset.ProfileSmall && p != dataset.ProfileFull {
+		return fmt.Errorf("%w: bench dedup: --profile %q: want small or full", errUsage, *profile)
+	}
+	var sel []string
+	for _, s := range strings.Split(*parts, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if !slices.Contains(dedupbench.AllParts(), s) {
+			return fmt.Errorf("%w: bench dedup: --parts: unknown part %q (want %s)", errUsage, s, strings.Join(dedupbench.AllParts(), ", "))
+		}
+		sel = append(sel, s)
+	}
+	if len(sel) == 0 {
+		return fmt.Errorf("%w: bench dedup: --parts: no parts", errUsage)
+	}
+	if *repeat < 0 || *pullOnce < 1 || *repull < 1 || *rounds < 1 {
+		return fmt.Errorf("%w: bench dedup: --repeat must be >= 0, --pull-once, --repull and --rounds >= 1", errUsage)
+	}
+	lo, hi, ok := strings.Cut(*delay, "-")
+	dmin, err1 := time.ParseDuration(strings.TrimSpace(lo))
+	dmax, err2 := time.ParseDuration(strings.TrimSpace(hi))
+	if !ok || err1 != nil || err2 != nil || dmin <= 0 || dmax < dmin {
+		return fmt.Errorf("%w: bench dedup: --delay %q: want MIN-MAX durations such as 50ms-200ms", errUsage, *delay)
+	}
+	if *bin == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("bench dedup: find own binary: %w", err)
+		}
+		*bin = self
+	}
+	res, err := dedupbench.Run(ctx, dedupbench.Options{
+		Profile: p, CacheDir: *cache, WorkDir: *work, CairnBin: *bin, Parts: sel,
+		Repeat: *repeat, PullOnce: *pullOnce, Repull: *repull, Rounds: *rounds, DelayMin: dmin, DelayMax: dmax,
+		PreconstructSize: *preSize, PrefetchSize: *preFetch, Log: stderr,
+	})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		err = dedupbench.WriteJSON(stdout, res)
+	} else {
+		err = dedupbench.WriteTable(stdout, res)
+	}
+	if err != nil {
+		return err
+	}
+	if len(res.Errors) > 0 {
+		failed := slices.Sorted(maps.Keys(res.Errors))
+		return fmt.Errorf("bench dedup: %d of %d parts not measured (%s)", len(failed), len(sel), strings.Join(failed, ", "))
+	}
+	return nil
+}

@@ -1,0 +1,256 @@
+// Package dedupbench measures cairn's file-level layer deduplication on a
+// realistic dataset (internal/bench/dataset): (a) the storage ratio against
+// the compressed layers, file-level alone and with zstd on unique files;
+// (b) the fraction of layers reproduced; (c) restore MB/s against the
+// matching compressor alone on the same data, in process; (d) the GET
+// latency of a layer intact, deduplicated and cold, and from the
+// preconstruct cache; (e) the cache hit ratios under a replayed workload of
+// pull-once and always-repull clients, with the access predictor off and on.
+//
+// (a), (b), (d) and (e) run the real binary (`cairn serve --config`,
+// `cairn dedup run`, `cairn dedup stats --json`, /metrics on the debug
+// listener) and push with a real client. Figures are printed as measured in
+// one run; nothing here asserts a speed.
+package dedupbench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cairn-registry/cairn/internal/bench/dataset"
+)
+
+// Parts of the benchmark, for Options.Parts.
+const (
+	PartStorage  = "storage"  // (a) and (b)
+	PartRestore  = "restore"  // (c)
+	PartLatency  = "latency"  // (d)
+	PartPrefetch = "prefetch" // (e)
+)
+
+// AllParts lists every part in the order they run.
+func AllParts() []string { return []string{PartRestore, PartStorage, PartLatency, PartPrefetch} }
+
+// Options configures Run. Zero values take the defaults noted.
+type Options struct {
+	// Profile is the dataset size. Default dataset.ProfileSmall.
+	Profile dataset.Profile
+	// CacheDir is the deb cache. Default dataset.DefaultCacheDir().
+	CacheDir string
+	// WorkDir holds the built dataset (reused by later runs with the same
+	// profile) and, while the run lasts, the registry's storage. Default
+	// <CacheDir>/work-<profile>.
+	WorkDir string
+	// CairnBin is the cairn binary run for the registry parts. Required
+	// unless Parts is only PartRestore.
+	CairnBin string
+	// Parts selects what to measure. Default AllParts().
+	Parts []string
+	// Repeat is how many times each restore is timed (best kept).
+	// Default 3 for the small profile, 1 for the full one.
+	Repeat int
+	// PullOnce and Repull are the numbers of clients of each kind in the
+	// workload of (e); Rounds is how many times each client comes back.
+	// Defaults 6, 4 and 3.
+	PullOnce, Repull, Rounds int
+	// DelayMin and DelayMax bound the pause between a client's manifest
+	// GET and its layer GETs. Defaults 50ms and 200ms.
+	DelayMin, DelayMax time.Duration
+	// PreconstructSize and PrefetchSize bound the caches in (e), in the
+	// config's units. Defaults 2GiB and 256MiB.
+	PreconstructSize, PrefetchSize string
+	// Log receives progress lines; nil for none.
+	Log io.Writer
+}
+
+// Result holds every figure of one run. A part that failed has its error
+// in Errors and no figures.
+type Result struct {
+	Profile   string `json:"profile"`
+	GoVersion string `json:"goVersion"`
+	CPUs      int    `json:"cpus"`
+	Images    int    `json:"images"`
+	Layers    int    `json:"layers"`
+	Debs      int    `json:"debs"`
+	DebBytes  int64  `json:"debBytes"`
+	// BlobBytes is the size of the distinct layer blobs (what a registry
+	// without dedup stores); ImageBytes counts each image's layers
+	// separately (without blob sharing).
+	BlobBytes  int64 `json:"blobBytes"`
+	ImageBytes int64 `json:"imageBytes"`
+	// Tars and TarBytes count the distinct layer tars.
+	Tars     int   `json:"tars"`
+	TarBytes int64 `json:"tarBytes"`
+
+	Storage  *StorageFigures   `json:"storage,omitempty"`
+	Restore  *RestoreFigures   `json:"restore,omitempty"`
+	Latency  *LatencyFigures   `json:"latency,omitempty"`
+	Prefetch *PrefetchFigures  `json:"prefetch,omitempty"`
+	Errors   map[string]string `json:"errors,omitempty"`
+}
+
+func withDefaults(o Options) (Options, error) {
+	if o.Profile == "" {
+		o.Profile = dataset.ProfileSmall
+	}
+	if o.CacheDir == "" {
+		o.CacheDir = dataset.DefaultCacheDir()
+	}
+	if o.WorkDir == "" {
+		o.WorkDir = filepath.Join(o.CacheDir, "work-"+string(o.Profile))
+	}
+	if len(o.Parts) == 0 {
+		o.Parts = AllParts()
+	}
+	for _, p := range o.Parts {
+		if !slices.Contains(AllParts(), p) {
+			return o, fmt.Errorf("dedupbench: unknown part %q (want %s)", p, strings.Join(AllParts(), ", "))
+		}
+	}
+	if o.Repeat <= 0 {
+		o.Repeat = 3
+		if o.Profile == dataset.ProfileFull {
+			o.Repeat = 1
+		}
+	}
+	if o.PullOnce <= 0 {
+		o.PullOnce = 6
+	}
+	if o.Repull <= 0 {
+		o.Repull = 4
+	}
+	if o.Rounds <= 0 {
+		o.Rounds = 3
+	}
+	if o.DelayMin <= 0 && o.DelayMax <= 0 {
+		o.DelayMin, o.DelayMax = 50*time.Millisecond, 200*time.Millisecond
+	}
+	if o.DelayMax < o.DelayMin {
+		return o, fmt.Errorf("dedupbench: delay range %s-%s is empty", o.DelayMin, o.DelayMax)
+	}
+	if o.PreconstructSize == "" {
+		o.PreconstructSize = "2GiB"
+	}
+	if o.PrefetchSize == "" {
+		o.PrefetchSize = "256MiB"
+	}
+	needsEngine := slices.ContainsFunc(o.Parts, func(p string) bool { return p != PartRestore })
+	if needsEngine && o.CairnBin == "" {
+		return o, errors.New("dedupbench: no cairn binary for the registry parts")
+	}
+	return o, nil
+}
+
+// Run builds (or reuses) the dataset and measures the selected parts. A
+// part that fails is recorded in Result.Errors and the run goes on with
+// the parts that do not depend on it; the returned error is non-nil only
+// when nothing could be measured (the dataset could not be built).
+func Run(ctx context.Context, opts Options) (*Result, error) {
+	opts, err := withDefaults(opts)
+	if err != nil {
+		return nil, err
+	}
+	logf := func(format string, args ...any) {
+		if opts.Log != nil {
+			fmt.Fprintf(opts.Log, format+"\n", args...)
+		}
+	}
+	ds, err := dataset.Build(ctx, dataset.Options{
+		Profile: opts.Profile, CacheDir: opts.CacheDir,
+		WorkDir: filepath.Join(opts.WorkDir, "dataset"), Log: opts.Log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{
+		Profile: string(opts.Profile), GoVersion: runtime.Version(), CPUs: runtime.GOMAXPROCS(0),
+		Images: len(ds.Images), Layers: len(ds.Layers), Debs: ds.Packages, DebBytes: ds.DebBytes,
+		BlobBytes: ds.LogicalBytes(),
+	}
+	tars := map[string]bool{}
+	for _, l := range ds.Layers {
+		if !tars[l.DiffID.String()] {
+			tars[l.DiffID.String()] = true
+			res.TarBytes += l.TarSize
+		}
+	}
+	res.Tars = len(tars)
+	for _, im := range ds.Images {
+		for _, l := range im.Layers {
+			res.ImageBytes += l.Size
+		}
+	}
+	fail := func(part string, err error) {
+		if res.Errors == nil {
+			res.Errors = map[string]string{}
+		}
+		res.Errors[part] = err.Error()
+		logf("%s: %v", part, err)
+	}
+	has := func(p string) bool { return slices.Contains(opts.Parts, p) }
+
+	if has(PartRestore) {
+		if res.Restore, err = measureRestore(ctx, ds, opts.WorkDir, opts.Repeat, logf); err != nil {
+			fail(PartRestore, err)
+		}
+	}
+	if !has(PartStorage) && !has(PartLatency) && !has(PartPrefetch) {
+		return res, nil
+	}
+	reg, err := newRegistryRun(opts, ds, logf)
+	if err != nil {
+		fail(PartStorage, err)
+		return res, nil
+	}
+	defer reg.cleanup()
+	start := time.Now()
+	intact, err := reg.pushAndTimeIntact(ctx, has(PartLatency))
+	if err != nil {
+		for _, p := range []string{PartStorage, PartLatency, PartPrefetch} {
+			if has(p) {
+				fail(p, err)
+			}
+		}
+		return res, nil
+	}
+	logf("registry: %d images pushed in %s", len(ds.Images), time.Since(start).Round(time.Millisecond))
+	// Every later part needs the layers deduplicated.
+	st, err := reg.dedup(ctx)
+	if err != nil {
+		for _, p := range []string{PartStorage, PartLatency, PartPrefetch} {
+			if has(p) {
+				fail(p, err)
+			}
+		}
+		return res, nil
+	}
+	if has(PartStorage) {
+		res.Storage = storageFigures(st, res)
+	}
+	if has(PartLatency) {
+		if res.Latency, err = reg.latency(ctx, intact); err != nil {
+			fail(PartLatency, err)
+		}
+	}
+	if has(PartPrefetch) {
+		if res.Prefetch, err = reg.prefetch(ctx); err != nil {
+			fail(PartPrefetch, err)
+		}
+	}
+	return res, nil
+}
+
+// cleanupDir removes dir, ignoring a dir already gone.
+func cleanupDir(dir string) {
+	if dir != "" {
+		_ = os.RemoveAll(dir)
+	}
+}

@@ -1,0 +1,106 @@
+package dedupbench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/cairn-registry/cairn/internal/bench/dataset"
+)
+
+// TestRestoreSmall runs the part that needs no server, (c), on the small
+// profile: every reproducible blob is restored byte-exactly (Run checks the
+// digest) and reported under the encoder family that made it.
+func TestRestoreSmall(t *testing.T) {
+	if _, err := exec.LookPath("apt-get"); err != nil {
+		t.Skip("apt-get not installed: the dataset is built from Debian packages")
+	}
+	var log bytes.Buffer
+	res, err := Run(context.Background(), Options{
+		Profile:  dataset.ProfileSmall,
+		CacheDir: os.Getenv("CAIRN_DATASET_CACHE"),
+		WorkDir:  t.TempDir(),
+		Parts:    []string{PartRestore},
+		Repeat:   1,
+		Log:      &log,
+	})
+	if errors.Is(err, dataset.ErrNoApt) {
+		t.Skipf("skipping: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Errors) > 0 {
+		t.Fatalf("parts failed: %v\n%s", res.Errors, log.String())
+	}
+	if res.Restore == nil || res.Storage != nil || res.Latency != nil || res.Prefetch != nil {
+		t.Fatalf("want only the restore figures, got %+v", res)
+	}
+	fams := map[string]RestoreResult{}
+	timed := 0
+	for _, f := range res.Restore.Families {
+		fams[f.Family] = f
+		timed += f.Layers
+		if f.RestoreMBps <= 0 || f.CompressorMBps <= 0 || f.AssembleMBps <= 0 || f.Ratio <= 0 {
+			t.Errorf("%s: figures missing: %+v", f.Family, f)
+		}
+	}
+	// Each producer the dataset models is found as its own encoder: docker
+	// as compress/gzip level 6, podman as pgzip with 1 MiB blocks.
+	for fam, enc := range map[string]string{"stdlib-gzip": "stdlib-gzip/6", "pgzip": "pgzip/5/1MiB", "klauspost-zstd": "klauspost-zstd/2", "none": "none"} {
+		f, ok := fams[fam]
+		if !ok || len(f.Encoders) != 1 || f.Encoders[0] != enc {
+			t.Errorf("family %s: got %+v, want encoder %s", fam, f, enc)
+		}
+	}
+	wantIrr := 0
+	if _, err := exec.LookPath("gzip"); err == nil {
+		wantIrr = 1 // the layer GNU gzip compressed
+	}
+	if len(res.Restore.Irreproducible) != wantIrr || timed+wantIrr != res.Layers {
+		t.Errorf("%d blobs timed and %v irreproducible, of %d; want %d irreproducible", timed, res.Restore.Irreproducible, res.Layers, wantIrr)
+	}
+	var out bytes.Buffer
+	if err := WriteTable(&out, res); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"(c) restore", "stdlib-gzip/6", "pgzip/5/1MiB"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+	t.Logf("\n%s", out.String())
+}
+
+func TestParseMetrics(t *testing.T) {
+	const text = `# HELP cairn_cache_requests_total Cache lookups.
+# TYPE cairn_cache_requests_total counter
+cairn_cache_requests_total{cache="preconstruct",result="hit"} 7
+cairn_cache_requests_total{cache="preconstruct",result="miss"} 3
+cairn_dedup_cache_requests_total{cache="prefetch",result="hit"} 2
+cairn_dedup_predicted_total{cache="preconstruct"} 4
+cairn_dedup_saved_bytes 1.5e+06
+go_goroutines 12
+`
+	s, err := parseMetrics(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pre, pf := countsOf(s, "preconstruct"), countsOf(s, "prefetch")
+	if pre != (cacheCounts{Hits: 7, Misses: 3, Predicted: 4}) || pf != (cacheCounts{Hits: 2}) {
+		t.Errorf("preconstruct %+v, prefetch %+v", pre, pf)
+	}
+	if got := pre.HitRatio(); got != 0.7 {
+		t.Errorf("hit ratio %v, want 0.7", got)
+	}
+	if _, ok := s["go_goroutines"]; ok {
+		t.Error("kept a series that is not cairn's")
+	}
+	if _, err := parseMetrics(strings.NewReader("cairn_x{a=\"b\"} notanumber\n")); err == nil {
+		t.Error("parsed a malformed value")
+	}
+}

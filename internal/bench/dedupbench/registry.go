@@ -1,0 +1,308 @@
+package dedupbench
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/cairn-registry/cairn/internal/bench/dataset"
+)
+
+// registryRun is one registry's life through the parts: pushed with dedup
+// off, deduplicated by `cairn dedup run`, then served in full mode.
+type registryRun struct {
+	opts Options
+	ds   *dataset.Dataset
+	logf func(string, ...any)
+
+	dir, root, meta string
+	// repoOf names a repository holding each blob.
+	repoOf map[digest.Digest]string
+	client *http.Client
+}
+
+func newRegistryRun(opts Options, ds *dataset.Dataset, logf func(string, ...any)) (*registryRun, error) {
+	if err := os.MkdirAll(opts.WorkDir, 0o755); err != nil {
+		return nil, fmt.Errorf("dedupbench: %w", err)
+	}
+	dir, err := os.MkdirTemp(opts.WorkDir, "registry-")
+	if err != nil {
+		return nil, fmt.Errorf("dedupbench: %w", err)
+	}
+	r := &registryRun{
+		opts: opts, ds: ds, logf: logf, dir: dir,
+		root:   filepath.Join(dir, "root"),
+		meta:   filepath.Join(dir, "cairn-meta.db"),
+		repoOf: map[digest.Digest]string{},
+		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}},
+	}
+	for _, im := range ds.Images {
+		for _, l := range im.Layers {
+			if _, ok := r.repoOf[l.Digest]; !ok {
+				r.repoOf[l.Digest] = im.Repo
+			}
+		}
+	}
+	return r, nil
+}
+
+func (r *registryRun) cleanup() { cleanupDir(r.dir) }
+
+// config is the run's engine config in mode, with a fresh preconstruct
+// cache directory named after the phase.
+func (r *registryRun) config(phase, mode string, predictor bool, prefetch string) engineConfig {
+	return engineConfig{
+		Root: r.root, Meta: r.meta, Mode: mode,
+		CacheDir:         filepath.Join(r.dir, "cache-"+phase),
+		PreconstructSize: r.opts.PreconstructSize,
+		PrefetchSize:     prefetch,
+		Predictor:        predictor,
+		RepullRatio:      0.5,
+	}
+}
+
+// pushAndTimeIntact pushes the dataset into a registry with dedup off and,
+// if timeIt, times one GET of every distinct layer blob.
+func (r *registryRun) pushAndTimeIntact(ctx context.Context, timeIt bool) (map[digest.Digest]time.Duration, error) {
+	srv, err := startServer(ctx, r.opts.CairnBin, r.dir, "push", r.config("push", "off", false, "0"))
+	if err != nil {
+		return nil, err
+	}
+	defer srv.stop()
+	if err := dataset.Push(ctx, srv.URL, r.ds.Images, dataset.PushOptions{}); err != nil {
+		return nil, err
+	}
+	times := map[digest.Digest]time.Duration{}
+	if timeIt {
+		for _, l := range r.ds.Layers {
+			d, err := r.getBlob(ctx, r.client, srv.URL, l)
+			if err != nil {
+				return nil, err
+			}
+			times[l.Digest] = d
+		}
+	}
+	return times, srv.stop()
+}
+
+// dedup runs `cairn dedup run` in full mode over the stopped registry and
+// returns `cairn dedup stats`.
+func (r *registryRun) dedup(ctx context.Context) (*Stats, error) {
+	cfg := r.config("dedup", "full", false, "0")
+	// Nothing listens there: `cairn dedup` only reads the config.
+	var err error
+	if cfg.Addr, err = freeAddr(); err != nil {
+		return nil, err
+	}
+	if cfg.DebugAddr, err = freeAddr(); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(r.dir, "dedup.yaml")
+	if err := cfg.write(path); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	out, err := runCairn(ctx, r.opts.CairnBin, "dedup", "run", "--config", path)
+	if err != nil {
+		return nil, err
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	r.logf("registry: cairn dedup run took %s: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(lines[len(lines)-1]))
+	return dedupStats(ctx, r.opts.CairnBin, path)
+}
+
+// getBlob GETs layer l's blob, reads it to the end, checks its digest and
+// returns the time to the last byte.
+func (r *registryRun) getBlob(ctx context.Context, c *http.Client, base string, l *dataset.Layer) (time.Duration, error) {
+	repo, ok := r.repoOf[l.Digest]
+	if !ok {
+		return 0, fmt.Errorf("dedupbench: no repository holds %s", l.Digest)
+	}
+	return getBlob(ctx, c, base, repo, l.Digest, l.Size)
+}
+
+func getBlob(ctx context.Context, c *http.Client, base, repo string, d digest.Digest, size int64) (time.Duration, error) {
+	start := time.Now()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v2/"+repo+"/blobs/"+d.String(), nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("dedupbench: GET blob %s: %w", d, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("dedupbench: GET blob %s from %s: %s", d, repo, resp.Status)
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, resp.Body)
+	elapsed := time.Since(start)
+	if err != nil {
+		return 0, fmt.Errorf("dedupbench: GET blob %s: %w", d, err)
+	}
+	if got := digest.NewDigest(digest.SHA256, h); got != d || n != size {
+		return 0, fmt.Errorf("dedupbench: GET blob %s from %s returned %d bytes hashing to %s", d, repo, n, got)
+	}
+	return elapsed, nil
+}
+
+// StorageFigures are figures (a) and (b), from `cairn dedup stats`.
+type StorageFigures struct {
+	// LogicalBytes is the compressed size of every layer dedup knows.
+	LogicalBytes int64 `json:"logicalBytes"`
+	// FileLevelBytes is what storage would hold with unique files kept
+	// uncompressed: files.bytes + recipes + intact copies.
+	FileLevelBytes int64   `json:"fileLevelBytes"`
+	FileLevelRatio float64 `json:"fileLevelRatio"`
+	// StoredBytes is what storage holds (unique files zstd-compressed).
+	StoredBytes int64   `json:"storedBytes"`
+	ZstdRatio   float64 `json:"zstdRatio"`
+	// Layers by state; Reproduced is deduplicated over all layers.
+	Layers         int64   `json:"layers"`
+	Deduplicated   int64   `json:"deduplicated"`
+	Irreproducible int64   `json:"irreproducible"`
+	Intact         int64   `json:"intact"`
+	Pending        int64   `json:"pending"`
+	Reproduced     float64 `json:"reproduced"`
+	// BlobRatio is what blob-level sharing alone saves over storing
+	// every image's layers separately: ImageBytes over BlobBytes.
+	BlobRatio float64 `json:"blobRatio"`
+	Stats     *Stats  `json:"stats"`
+}
+
+func storageFigures(st *Stats, res *Result) *StorageFigures {
+	f := &StorageFigures{
+		LogicalBytes:   st.LogicalBytes,
+		FileLevelBytes: st.Files.Bytes + st.StoredBytes.Recipes + st.StoredBytes.Intact,
+		StoredBytes:    st.StoredBytes.Total,
+		Deduplicated:   st.Layers["deduplicated"],
+		Irreproducible: st.Layers["irreproducible"],
+		Intact:         st.Layers["intact"],
+		Pending:        st.Layers["pending"],
+		Stats:          st,
+	}
+	for _, n := range st.Layers {
+		f.Layers += n
+	}
+	f.FileLevelRatio = ratio(f.LogicalBytes, f.FileLevelBytes)
+	f.ZstdRatio = ratio(f.LogicalBytes, f.StoredBytes)
+	f.Reproduced = ratio(f.Deduplicated, f.Layers)
+	f.BlobRatio = ratio(res.ImageBytes, res.BlobBytes)
+	return f
+}
+
+func ratio(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+// LatencyFigures are figure (d): the GET latency of the layers the engine
+// deduplicated, p50 over those layers, in three states.
+type LatencyFigures struct {
+	// Layers is how many layers were restored on GET (a preconstruct
+	// miss); Bytes their blob bytes. Others were served intact in full
+	// mode (irreproducible) and are left out.
+	Layers int   `json:"layers"`
+	Bytes  int64 `json:"bytes"`
+	Others int   `json:"others"`
+	// Intact: the same layers from the registry before dedup (mode off);
+	// Cold: first GET from a fresh server with an empty preconstruct
+	// cache; Hit: the GET after, from the preconstruct cache.
+	Intact GetTimes `json:"intact"`
+	Cold   GetTimes `json:"cold"`
+	Hit    GetTimes `json:"hit"`
+}
+
+// GetTimes summarises GETs of a set of layers.
+type GetTimes struct {
+	P50Ms float64 `json:"p50Ms"`
+	MaxMs float64 `json:"maxMs"`
+	// MBps is all bytes over all time (10^6 bytes/s).
+	MBps float64 `json:"mbps"`
+}
+
+func getTimes(ds []time.Duration, bytes int64) GetTimes {
+	if len(ds) == 0 {
+		return GetTimes{}
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	var total time.Duration
+	for _, d := range s {
+		total += d
+	}
+	return GetTimes{P50Ms: ms(s[(len(s)-1)/2]), MaxMs: ms(s[len(s)-1]), MBps: mbps(bytes, total)}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// latency serves the deduplicated registry in full mode, with prediction
+// and prefetch off, and GETs every layer twice.
+func (r *registryRun) latency(ctx context.Context, intact map[digest.Digest]time.Duration) (*LatencyFigures, error) {
+	srv, err := startServer(ctx, r.opts.CairnBin, r.dir, "latency", r.config("latency", "full", false, "0"))
+	if err != nil {
+		return nil, err
+	}
+	defer srv.stop()
+	fig := &LatencyFigures{}
+	var restored []*dataset.Layer
+	var intactT, cold, hit []time.Duration
+	for _, l := range r.ds.Layers {
+		before, err := scrape(ctx, r.client, srv.MetricsURL)
+		if err != nil {
+			return nil, err
+		}
+		d, err := r.getBlob(ctx, r.client, srv.URL, l)
+		if err != nil {
+			return nil, err
+		}
+		after, err := scrape(ctx, r.client, srv.MetricsURL)
+		if err != nil {
+			return nil, err
+		}
+		if countsOf(after.sub(before), "preconstruct").Misses == 0 {
+			fig.Others++
+			continue
+		}
+		restored = append(restored, l)
+		cold = append(cold, d)
+		intactT = append(intactT, intact[l.Digest])
+		fig.Bytes += l.Size
+	}
+	for _, l := range restored {
+		before, err := scrape(ctx, r.client, srv.MetricsURL)
+		if err != nil {
+			return nil, err
+		}
+		d, err := r.getBlob(ctx, r.client, srv.URL, l)
+		if err != nil {
+			return nil, err
+		}
+		after, err := scrape(ctx, r.client, srv.MetricsURL)
+		if err != nil {
+			return nil, err
+		}
+		if countsOf(after.sub(before), "preconstruct").Hits == 0 {
+			return nil, fmt.Errorf("dedupbench: second GET of %s was no preconstruct cache hit (cache %s too small?)", l.Digest, r.opts.PreconstructSize)
+		}
+		hit = append(hit, d)
+	}
+	fig.Layers = len(restored)
+	fig.Intact = getTimes(intactT, fig.Bytes)
+	fig.Cold = getTimes(cold, fig.Bytes)
+	fig.Hit = getTimes(hit, fig.Bytes)
+	r.logf("latency: %d layers restored on GET, %d served otherwise", fig.Layers, fig.Others)
+	return fig, srv.stop()
+}

@@ -1,0 +1,108 @@
+package dedupbench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+)
+
+// WriteJSON prints r as one JSON object.
+func WriteJSON(w io.Writer, r *Result) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+func mb(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
+
+// WriteTable prints r as readable tables, one per figure measured.
+func WriteTable(w io.Writer, r *Result) error {
+	fmt.Fprintf(w, "dataset %s: %d images, %d distinct layer blobs (%s), %d layer tars (%s), from %d debs (%s); %s, %d CPUs\n",
+		r.Profile, r.Images, r.Layers, mb(r.BlobBytes), r.Tars, mb(r.TarBytes), r.Debs, mb(r.DebBytes), r.GoVersion, r.CPUs)
+	fmt.Fprintf(w, "MB = 10^6 bytes; figures are from this one run\n")
+
+	if s := r.Storage; s != nil {
+		fmt.Fprintf(w, "\n(a) storage, against the compressed layers (logical %s)\n", mb(s.LogicalBytes))
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "stored as\tbytes\tratio")
+		fmt.Fprintf(tw, "layer blobs, every image separately\t%s\t%.2f\n", mb(r.ImageBytes), ratio(s.LogicalBytes, r.ImageBytes))
+		fmt.Fprintf(tw, "layer blobs, shared (plain registry)\t%s\t1.00\n", mb(s.LogicalBytes))
+		fmt.Fprintf(tw, "file-level dedup, files uncompressed\t%s\t%.2f\n", mb(s.FileLevelBytes), s.FileLevelRatio)
+		fmt.Fprintf(tw, "file-level dedup, zstd on unique files\t%s\t%.2f\n", mb(s.StoredBytes), s.ZstdRatio)
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		st := s.Stats
+		fmt.Fprintf(w, "unique files %d (%d shared by several layers), %s uncompressed, %s zstd; recipes %s; intact copies %s\n",
+			st.Files.Unique, st.Files.Shared, mb(st.Files.Bytes), mb(st.Files.StoredBytes), mb(st.StoredBytes.Recipes), mb(st.StoredBytes.Intact))
+		fmt.Fprintf(w, "\n(b) layers reproduced: %d of %d (%.0f%%); irreproducible %d, intact %d, pending %d\n",
+			s.Deduplicated, s.Layers, 100*s.Reproduced, s.Irreproducible, s.Intact, s.Pending)
+		if len(st.Encoders) > 0 {
+			var parts []string
+			for _, k := range slices.Sorted(maps.Keys(st.Encoders)) {
+				parts = append(parts, fmt.Sprintf("%s %d", k, st.Encoders[k]))
+			}
+			fmt.Fprintf(w, "recipes by encoder: %s\n", strings.Join(parts, ", "))
+		}
+	}
+
+	if c := r.Restore; c != nil {
+		fmt.Fprintf(w, "\n(c) restore vs the same encoder alone on the plain tar (in process, best of %d per layer)\n", c.Repeat)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "encoder\tlayers\tblob\ttar\trestore MB/s\tencoder MB/s\trestore/encoder\tassemble MB/s (tar)")
+		for _, f := range c.Families {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%.1f\t%.1f\t%.2f\t%.1f\n", strings.Join(f.Encoders, ","), f.Layers, mb(f.BlobBytes), mb(f.TarBytes), f.RestoreMBps, f.CompressorMBps, f.Ratio, f.AssembleMBps)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "file store: %d unique files, %s; irreproducible blobs: %d %s\n", c.StoreFiles, mb(c.StoreBytes), len(c.Irreproducible), strings.Join(c.Irreproducible, "; "))
+	}
+
+	if l := r.Latency; l != nil {
+		fmt.Fprintf(w, "\n(d) layer GET latency, p50 over the %d layers restored on GET (%s); %d served otherwise, left out\n", l.Layers, mb(l.Bytes), l.Others)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "layer served\tp50 ms\tmax ms\tMB/s (all bytes / all time)")
+		for _, row := range []struct {
+			name string
+			t    GetTimes
+		}{{"intact (dedup off)", l.Intact}, {"deduplicated, cold", l.Cold}, {"preconstruct cache hit", l.Hit}} {
+			fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\n", row.name, row.t.P50Ms, row.t.MaxMs, row.t.MBps)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+
+	if p := r.Prefetch; p != nil {
+		fmt.Fprintf(w, "\n(e) cache hits replaying %d pull-once + %d always-repull clients, %d rounds, %d-%d ms from manifest to layers\n",
+			p.PullOnce, p.Repull, p.Rounds, p.DelayMs[0], p.DelayMs[1])
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "predictor\tmanifests\tlayers\tpreconstruct hit/miss\tprefetch hit/miss\tpredicted\thit ratio\tfirst round\tlayer p50 ms")
+		for _, run := range p.Runs {
+			on := "off"
+			if run.Predictor {
+				on = "on"
+			}
+			a := run.All
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d/%d\t%d/%d\t%d\t%.2f\t%.2f\t%.1f\n", on, run.ManifestGets, run.LayerGets,
+				a.Preconstruct.Hits, a.Preconstruct.Misses, a.Prefetch.Hits, a.Prefetch.Misses,
+				a.Preconstruct.Predicted+a.Prefetch.Predicted, a.HitRatio, run.First.HitRatio, run.LayerP50Ms)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+
+	if len(r.Errors) > 0 {
+		fmt.Fprintln(w)
+		for _, k := range slices.Sorted(maps.Keys(r.Errors)) {
+			fmt.Fprintf(w, "%s: not measured: %s\n", k, r.Errors[k])
+		}
+	}
+	return nil
+}

@@ -1,0 +1,252 @@
+package dedupbench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cairn-registry/cairn/internal/bench/dataset"
+)
+
+// PrefetchFigures are figure (e): cache hit ratios while clients pull, with
+// the predictor off and on, each on a fresh server with empty caches.
+type PrefetchFigures struct {
+	PullOnce int `json:"pullOnceClients"`
+	Repull   int `json:"repullClients"`
+	Rounds   int `json:"rounds"`
+	// DelayMs is the range of the pause between a manifest GET and the
+	// layer GETs that follow it.
+	DelayMs [2]int        `json:"delayMs"`
+	Runs    []PrefetchRun `json:"runs"`
+}
+
+// PrefetchRun is one replay of the workload.
+type PrefetchRun struct {
+	Predictor    bool `json:"predictor"`
+	ManifestGets int  `json:"manifestGets"`
+	LayerGets    int  `json:"layerGets"`
+	// All counts the whole replay; First only its first round, where
+	// every client pulls for the first time.
+	All   RoundCounts `json:"all"`
+	First RoundCounts `json:"first"`
+	// LayerP50Ms is the median layer GET time over the replay.
+	LayerP50Ms float64 `json:"layerP50Ms"`
+	Seconds    float64 `json:"seconds"`
+}
+
+// RoundCounts are cache counter deltas over part of a replay.
+type RoundCounts struct {
+	Preconstruct cacheCounts `json:"preconstruct"`
+	Prefetch     cacheCounts `json:"prefetch"`
+	// HitRatio is the hits of both caches over their requests.
+	HitRatio float64 `json:"hitRatio"`
+}
+
+func roundCounts(delta samples) RoundCounts {
+	rc := RoundCounts{Preconstruct: countsOf(delta, "preconstruct"), Prefetch: countsOf(delta, "prefetch")}
+	hits := rc.Preconstruct.Hits + rc.Prefetch.Hits
+	rc.HitRatio = ratio(hits, hits+rc.Preconstruct.Misses+rc.Prefetch.Misses)
+	return rc
+}
+
+// wclient is one emulated client: its own source address (the predictor
+// knows clients by remote IP), its images, and whether it re-downloads
+// layers on every pull.
+type wclient struct {
+	http   *http.Client
+	images []*dataset.Image
+	repull bool
+	rng    *rand.Rand
+}
+
+// prefetch replays the workload twice: predictor off, then on.
+func (r *registryRun) prefetch(ctx context.Context) (*PrefetchFigures, error) {
+	fig := &PrefetchFigures{
+		PullOnce: r.opts.PullOnce, Repull: r.opts.Repull, Rounds: r.opts.Rounds,
+		DelayMs: [2]int{int(r.opts.DelayMin / time.Millisecond), int(r.opts.DelayMax / time.Millisecond)},
+	}
+	for _, predictor := range []bool{false, true} {
+		phase := "prefetch-off"
+		if predictor {
+			phase = "prefetch-on"
+		}
+		run, err := r.replay(ctx, phase, predictor)
+		if err != nil {
+			return nil, err
+		}
+		fig.Runs = append(fig.Runs, *run)
+	}
+	return fig, nil
+}
+
+func (r *registryRun) replay(ctx context.Context, phase string, predictor bool) (*PrefetchRun, error) {
+	srv, err := startServer(ctx, r.opts.CairnBin, r.dir, phase, r.config(phase, "full", predictor, r.opts.PrefetchSize))
+	if err != nil {
+		return nil, err
+	}
+	defer srv.stop()
+	// Same seed for both replays: the same clients pull the same images
+	// with the same pauses.
+	rng := rand.New(rand.NewPCG(1, 2))
+	var clients []*wclient
+	for i := range r.opts.PullOnce + r.opts.Repull {
+		c := &wclient{repull: i >= r.opts.PullOnce, rng: rand.New(rand.NewPCG(uint64(i), 3))}
+		n := 2
+		if c.repull {
+			n = 1
+		}
+		for _, j := range rng.Perm(len(r.ds.Images))[:min(n, len(r.ds.Images))] {
+			c.images = append(c.images, r.ds.Images[j])
+		}
+		// 127.0.0.0/8 is all loopback: each client its own address.
+		c.http = clientFrom(fmt.Sprintf("127.0.%d.%d", 1+i/250, 2+i%250))
+		clients = append(clients, c)
+	}
+	defer func() {
+		for _, c := range clients {
+			c.http.CloseIdleConnections()
+		}
+	}()
+
+	run := &PrefetchRun{Predictor: predictor}
+	start := time.Now()
+	before, err := scrape(ctx, r.client, srv.MetricsURL)
+	if err != nil {
+		return nil, err
+	}
+	var layerTimes []time.Duration
+	for round := range r.opts.Rounds {
+		var (
+			mu   sync.Mutex
+			wg   sync.WaitGroup
+			errs []error
+		)
+		for _, c := range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				m, ts, err := r.pull(ctx, srv.URL, c, round)
+				mu.Lock()
+				defer mu.Unlock()
+				run.ManifestGets += m
+				run.LayerGets += len(ts)
+				layerTimes = append(layerTimes, ts...)
+				if err != nil {
+					errs = append(errs, err)
+				}
+			}()
+		}
+		wg.Wait()
+		if len(errs) > 0 {
+			return nil, errs[0]
+		}
+		if round == 0 {
+			after, err := scrape(ctx, r.client, srv.MetricsURL)
+			if err != nil {
+				return nil, err
+			}
+			run.First = roundCounts(after.sub(before))
+		}
+	}
+	after, err := scrape(ctx, r.client, srv.MetricsURL)
+	if err != nil {
+		return nil, err
+	}
+	run.All = roundCounts(after.sub(before))
+	run.Seconds = time.Since(start).Seconds()
+	run.LayerP50Ms = getTimes(layerTimes, 0).P50Ms
+	r.logf("%s: %d manifest and %d layer GETs in %.1fs, hit ratio %.2f (first round %.2f)", phase, run.ManifestGets, run.LayerGets, run.Seconds, run.All.HitRatio, run.First.HitRatio)
+	return run, srv.stop()
+}
+
+// pull is one visit of a client: it arrives at a random moment in the
+// round's first second; for each of its images, it GETs the manifest; on
+// the first round (or always, for a repull client) it pauses DelayMin to
+// DelayMax and GETs the layers, three at a time as docker does.
+func (r *registryRun) pull(ctx context.Context, base string, c *wclient, round int) (manifests int, times []time.Duration, err error) {
+	if err := sleep(ctx, time.Duration(c.rng.IntN(1000))*time.Millisecond); err != nil {
+		return 0, nil, err
+	}
+	for _, im := range c.images {
+		if err := getManifest(ctx, c.http, base, im); err != nil {
+			return manifests, times, err
+		}
+		manifests++
+		if round > 0 && !c.repull {
+			continue
+		}
+		delay := r.opts.DelayMin + time.Duration(c.rng.Int64N(int64(r.opts.DelayMax-r.opts.DelayMin)+1))
+		if err := sleep(ctx, delay); err != nil {
+			return manifests, times, err
+		}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		var errs []error
+		sem := make(chan struct{}, 3)
+		for _, l := range im.Layers {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				d, err := getBlob(ctx, c.http, base, im.Repo, l.Digest, l.Size)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					errs = append(errs, err)
+					return
+				}
+				times = append(times, d)
+			}()
+		}
+		wg.Wait()
+		if len(errs) > 0 {
+			return manifests, times, errs[0]
+		}
+	}
+	return manifests, times, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func getManifest(ctx context.Context, c *http.Client, base string, im *dataset.Image) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v2/"+im.Repo+"/manifests/"+im.Tag, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", dataset.MediaTypeOCIManifest+", "+dataset.MediaTypeDockerManifest)
+	resp, err := c.Do(req)
+	if err != nil {
+		return fmt.Errorf("dedupbench: GET manifest %s:%s: %w", im.Repo, im.Tag, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("dedupbench: GET manifest %s:%s: %w", im.Repo, im.Tag, err)
+	}
+	if resp.StatusCode != http.StatusOK || !slices.Equal(body, im.Manifest) {
+		return fmt.Errorf("dedupbench: GET manifest %s:%s: %s, %d bytes, not the manifest pushed", im.Repo, im.Tag, resp.Status, len(body))
+	}
+	return nil
+}
+
+// clientFrom returns an HTTP client whose connections leave from the
+// loopback address ip.
+func clientFrom(ip string) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 10 * time.Second}
+	return &http.Client{Transport: &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 4}}
+}
