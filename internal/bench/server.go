@@ -28,31 +28,40 @@ type LocalServer struct {
 
 // StartServer runs `bin serve --addr 127.0.0.1:<free port> --root <temp dir>`
 // and waits until GET /v2/ answers. The process's output goes to a log file
-// in the temp dir, quoted in the error if it fails to start. Stop ends it.
+// in the temp dir, quoted in the error if it fails to start. Stop ends it
+// and removes the temp dir.
 func StartServer(ctx context.Context, bin string) (*LocalServer, error) {
 	dir, err := os.MkdirTemp("", "cairn-bench-")
 	if err != nil {
 		return nil, fmt.Errorf("bench: temp dir: %w", err)
 	}
-	s := &LocalServer{dir: dir, log: filepath.Join(dir, "server.log"), done: make(chan struct{})}
-	addr, err := freeAddr()
+	addr, err := FreeAddr()
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	s.URL = "http://" + addr
-	logf, err := os.Create(s.log)
+	s, err := StartServerWith(ctx, bin, addr, filepath.Join(dir, "server.log"), "--root", filepath.Join(dir, "root"))
 	if err != nil {
 		os.RemoveAll(dir)
+		return nil, err
+	}
+	s.dir = dir
+	return s, nil
+}
+
+// StartServerWith runs `bin serve --addr addr args...` with its output in
+// logPath and waits until GET /v2/ answers; the caller owns every file.
+func StartServerWith(ctx context.Context, bin, addr, logPath string, args ...string) (*LocalServer, error) {
+	s := &LocalServer{URL: "http://" + addr, log: logPath, done: make(chan struct{})}
+	logf, err := os.Create(s.log)
+	if err != nil {
 		return nil, fmt.Errorf("bench: server log: %w", err)
 	}
-	root := filepath.Join(dir, "root")
 	// Not CommandContext: the process is stopped by Stop, with SIGTERM.
-	s.cmd = exec.Command(bin, "serve", "--addr", addr, "--root", root)
+	s.cmd = exec.Command(bin, append([]string{"serve", "--addr", addr}, args...)...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
 		logf.Close()
-		os.RemoveAll(dir)
 		return nil, fmt.Errorf("bench: start %s serve: %w", bin, err)
 	}
 	go func() {
@@ -67,7 +76,8 @@ func StartServer(ctx context.Context, bin string) (*LocalServer, error) {
 	return s, nil
 }
 
-func freeAddr() (string, error) {
+// FreeAddr returns a loopback address with a port free right now.
+func FreeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", fmt.Errorf("bench: find a free port: %w", err)
@@ -132,8 +142,10 @@ func (s *LocalServer) Stop() error {
 			errs = append(errs, errors.New("bench: server ignored SIGTERM for 10s and was killed"))
 		}
 	}
-	if err := os.RemoveAll(s.dir); err != nil {
-		errs = append(errs, fmt.Errorf("bench: remove %s: %w", s.dir, err))
+	if s.dir != "" {
+		if err := os.RemoveAll(s.dir); err != nil {
+			errs = append(errs, fmt.Errorf("bench: remove %s: %w", s.dir, err))
+		}
 	}
 	return errors.Join(errs...)
 }

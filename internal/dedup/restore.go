@@ -1,6 +1,8 @@
 package dedup
 
 import (
+	"github.com/cairn-registry/cairn/internal/iocount"
+
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -109,7 +111,7 @@ func (e *Engine) rebuild(ctx context.Context, r *Recipe, w io.Writer) error {
 		pw.CloseWithError(asmErr)
 	}()
 	v := r.Digest.Verifier()
-	cw := &countWriter{w: io.MultiWriter(w, v)}
+	cw := &iocount.Writer{W: io.MultiWriter(w, v)}
 	err := recompress.Rebuild(cw, r.Compression, pr)
 	if err == nil {
 		// The tar must end exactly where the recipe's members do.
@@ -127,8 +129,8 @@ func (e *Engine) rebuild(ctx context.Context, r *Recipe, w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("dedup: rebuild %s: %w", r.Digest, err)
 	}
-	if cw.n != r.Size || !v.Verified() {
-		return fmt.Errorf("%w: %s: rebuilt %d bytes, want %d", ErrRebuildMismatch, r.Digest, cw.n, r.Size)
+	if cw.N != r.Size || !v.Verified() {
+		return fmt.Errorf("%w: %s: rebuilt %d bytes, want %d", ErrRebuildMismatch, r.Digest, cw.N, r.Size)
 	}
 	return nil
 }
@@ -185,17 +187,6 @@ func (e *Engine) hot(ctx context.Context, l digest.Digest) (bool, error) {
 		return false, err
 	}
 	return n >= e.opts.HotPulls, nil
-}
-
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
 }
 
 // skipWriter drops the first skip bytes (a Range start without a cache).

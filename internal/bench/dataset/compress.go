@@ -1,6 +1,8 @@
 package dataset
 
 import (
+	"github.com/cairn-registry/cairn/internal/iocount"
+
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -52,7 +54,7 @@ func (b *builder) compress(ctx context.Context, t *tarResult, c Compression) (*L
 	}
 	defer os.Remove(f.Name())
 	h := sha256.New()
-	cw := &countWriter{w: io.MultiWriter(f, h)}
+	cw := &iocount.Writer{W: io.MultiWriter(f, h)}
 	err = compressTo(ctx, cw, src, c)
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -60,7 +62,7 @@ func (b *builder) compress(ctx context.Context, t *tarResult, c Compression) (*L
 	if err != nil {
 		return nil, fmt.Errorf("dataset: compress %q (%s): %w", t.Desc, c, err)
 	}
-	l.Digest, l.Size = digest.NewDigest(digest.SHA256, h), cw.n
+	l.Digest, l.Size = digest.NewDigest(digest.SHA256, h), cw.N
 	if err := os.Rename(f.Name(), l.blobPath); err != nil {
 		return nil, fmt.Errorf("dataset: %w", err)
 	}

@@ -1,6 +1,8 @@
 package dataset
 
 import (
+	"github.com/cairn-registry/cairn/internal/iocount"
+
 	"archive/tar"
 	"bytes"
 	"context"
@@ -83,7 +85,7 @@ func (b *builder) buildTar(ctx context.Context, lp *layerPlan) (*tarResult, erro
 	}
 	defer os.Remove(f.Name())
 	h := sha256.New()
-	cw := &countWriter{w: io.MultiWriter(f, h)}
+	cw := &iocount.Writer{W: io.MultiWriter(f, h)}
 	n, err := writeTar(ctx, cw, entries)
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -91,7 +93,7 @@ func (b *builder) buildTar(ctx context.Context, lp *layerPlan) (*tarResult, erro
 	if err != nil {
 		return nil, fmt.Errorf("dataset: layer %s: %w", lp.desc, err)
 	}
-	r := &tarResult{DiffID: digest.NewDigest(digest.SHA256, h), Size: cw.n, Files: n, Epoch: epoch, Path: p, Desc: lp.desc}
+	r := &tarResult{DiffID: digest.NewDigest(digest.SHA256, h), Size: cw.N, Files: n, Epoch: epoch, Path: p, Desc: lp.desc}
 	if err := os.Rename(f.Name(), p); err != nil {
 		return nil, fmt.Errorf("dataset: %w", err)
 	}
@@ -388,15 +390,4 @@ func withParents(entries []*entry, mtime time.Time) []*entry {
 		}
 	}
 	return entries
-}
-
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
 }

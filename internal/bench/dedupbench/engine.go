@@ -4,16 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
-	"time"
+
+	"github.com/cairn-registry/cairn/internal/bench"
 )
 
 // engineConfig is one cairn configuration of the run: all share the storage
@@ -64,122 +61,29 @@ storage:
 
 // server is a running `cairn serve --config FILE`.
 type server struct {
-	URL, MetricsURL string
-
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-	werr error
+	*bench.LocalServer
+	MetricsURL string
 }
 
 // startServer writes cfg to dir/name.yaml (on fresh loopback ports) and
 // runs bin serve with it until GET /v2/ answers.
 func startServer(ctx context.Context, bin, dir, name string, cfg engineConfig) (*server, error) {
 	var err error
-	if cfg.Addr, err = freeAddr(); err != nil {
+	if cfg.Addr, err = bench.FreeAddr(); err != nil {
 		return nil, err
 	}
-	if cfg.DebugAddr, err = freeAddr(); err != nil {
+	if cfg.DebugAddr, err = bench.FreeAddr(); err != nil {
 		return nil, err
 	}
 	path := filepath.Join(dir, name+".yaml")
 	if err := cfg.write(path); err != nil {
 		return nil, err
 	}
-	s := &server{
-		URL:        "http://" + cfg.Addr,
-		MetricsURL: "http://" + cfg.DebugAddr + "/metrics",
-		log:        filepath.Join(dir, name+".log"),
-		done:       make(chan struct{}),
-	}
-	logf, err := os.Create(s.log)
+	ls, err := bench.StartServerWith(ctx, bin, cfg.Addr, filepath.Join(dir, name+".log"), "--config", path)
 	if err != nil {
-		return nil, fmt.Errorf("dedupbench: server log: %w", err)
-	}
-	// Not CommandContext: stop sends SIGTERM and waits.
-	s.cmd = exec.Command(bin, "serve", "--config", path)
-	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	if err := s.cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("dedupbench: start %s serve: %w", bin, err)
-	}
-	go func() {
-		s.werr = s.cmd.Wait()
-		logf.Close()
-		close(s.done)
-	}()
-	if err := s.waitReady(ctx, 30*time.Second); err != nil {
-		_ = s.stop()
 		return nil, err
 	}
-	return s, nil
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("dedupbench: find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
-func (s *server) waitReady(ctx context.Context, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	client := &http.Client{Timeout: time.Second}
-	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/v2/", nil)
-		if err != nil {
-			return err
-		}
-		if resp, err := client.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-s.done:
-			return fmt.Errorf("dedupbench: cairn serve exited (%v): %s", s.werr, logTail(s.log))
-		case <-ctx.Done():
-			return fmt.Errorf("dedupbench: cairn serve at %s did not answer GET /v2/: %w: %s", s.URL, ctx.Err(), logTail(s.log))
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-// stop sends SIGTERM to the server's PID and waits (SIGKILL after 20 s).
-func (s *server) stop() error {
-	select {
-	case <-s.done:
-		return nil
-	default:
-	}
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("dedupbench: signal cairn serve: %w", err)
-	}
-	select {
-	case <-s.done:
-		return nil
-	case <-time.After(20 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-		return errors.New("dedupbench: cairn serve ignored SIGTERM for 20s and was killed")
-	}
-}
-
-// logTail returns the last lines of a log file on one line.
-func logTail(path string) string {
-	b, _ := os.ReadFile(path)
-	if len(b) > 1500 {
-		b = b[len(b)-1500:]
-	}
-	t := strings.Join(strings.Fields(string(b)), " ")
-	if t == "" {
-		return "(no output)"
-	}
-	return "output: " + t
+	return &server{LocalServer: ls, MetricsURL: "http://" + cfg.DebugAddr + "/metrics"}, nil
 }
 
 // runCairn runs bin with args to completion and returns its stdout; a

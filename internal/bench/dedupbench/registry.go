@@ -14,6 +14,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/bench"
 	"github.com/cairn-registry/cairn/internal/bench/dataset"
 )
 
@@ -77,7 +78,7 @@ func (r *registryRun) pushAndTimeIntact(ctx context.Context, timeIt bool) (map[d
 	if err != nil {
 		return nil, err
 	}
-	defer srv.stop()
+	defer srv.Stop()
 	if err := dataset.Push(ctx, srv.URL, r.ds.Images, dataset.PushOptions{}); err != nil {
 		return nil, err
 	}
@@ -91,7 +92,7 @@ func (r *registryRun) pushAndTimeIntact(ctx context.Context, timeIt bool) (map[d
 			times[l.Digest] = d
 		}
 	}
-	return times, srv.stop()
+	return times, srv.Stop()
 }
 
 // dedup runs `cairn dedup run` in full mode over the stopped registry and
@@ -100,10 +101,10 @@ func (r *registryRun) dedup(ctx context.Context) (*Stats, error) {
 	cfg := r.config("dedup", "full", false, "0")
 	// Nothing listens there: `cairn dedup` only reads the config.
 	var err error
-	if cfg.Addr, err = freeAddr(); err != nil {
+	if cfg.Addr, err = bench.FreeAddr(); err != nil {
 		return nil, err
 	}
-	if cfg.DebugAddr, err = freeAddr(); err != nil {
+	if cfg.DebugAddr, err = bench.FreeAddr(); err != nil {
 		return nil, err
 	}
 	path := filepath.Join(r.dir, "dedup.yaml")
@@ -255,7 +256,7 @@ func (r *registryRun) latency(ctx context.Context, intact map[digest.Digest]time
 	if err != nil {
 		return nil, err
 	}
-	defer srv.stop()
+	defer srv.Stop()
 	fig := &LatencyFigures{}
 	var restored []*dataset.Layer
 	var intactT, cold, hit []time.Duration
@@ -304,5 +305,5 @@ func (r *registryRun) latency(ctx context.Context, intact map[digest.Digest]time
 	fig.Cold = getTimes(cold, fig.Bytes)
 	fig.Hit = getTimes(hit, fig.Bytes)
 	r.logf("latency: %d layers restored on GET, %d served otherwise", fig.Layers, fig.Others)
-	return fig, srv.stop()
+	return fig, srv.Stop()
 }

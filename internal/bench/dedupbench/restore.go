@@ -1,6 +1,8 @@
 package dedupbench
 
 import (
+	"github.com/cairn-registry/cairn/internal/iocount"
+
 	"bufio"
 	"context"
 	"crypto/sha256"
@@ -218,15 +220,15 @@ func timeRestore(ctx context.Context, l *dataset.Layer, rec recompress.Recipe, t
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(layer.Assemble(ctx, pw, tarRec, store)) }()
 	h := sha256.New()
-	cw := &countWriter{w: h}
+	cw := &iocount.Writer{W: h}
 	err := recompress.Rebuild(cw, rec, bufio.NewReaderSize(pr, 1<<20))
 	pr.CloseWithError(errors.New("restore stopped"))
 	d := time.Since(start)
 	if err != nil {
 		return 0, fmt.Errorf("dedupbench: restore %q: %w", l.Description, err)
 	}
-	if got := digest.NewDigest(digest.SHA256, h); got != l.Digest || cw.n != l.Size {
-		return 0, fmt.Errorf("dedupbench: restore %q gave %s (%d bytes), want %s (%d bytes)", l.Description, got, cw.n, l.Digest, l.Size)
+	if got := digest.NewDigest(digest.SHA256, h); got != l.Digest || cw.N != l.Size {
+		return 0, fmt.Errorf("dedupbench: restore %q gave %s (%d bytes), want %s (%d bytes)", l.Description, got, cw.N, l.Digest, l.Size)
 	}
 	return d, nil
 }
@@ -240,7 +242,7 @@ func timeCompressor(l *dataset.Layer, rec recompress.Recipe) (time.Duration, err
 	}
 	defer f.Close()
 	start := time.Now()
-	cw := &countWriter{w: sha256.New()}
+	cw := &iocount.Writer{W: sha256.New()}
 	if err := recompress.Rebuild(cw, rec, bufio.NewReaderSize(f, 1<<20)); err != nil {
 		return 0, fmt.Errorf("dedupbench: compress %q: %w", l.Description, err)
 	}
@@ -279,15 +281,4 @@ func mbps(bytes int64, d time.Duration) float64 {
 		return 0
 	}
 	return float64(bytes) / 1e6 / d.Seconds()
-}
-
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
 }

@@ -90,7 +90,7 @@ func (r *registryRun) replay(ctx context.Context, phase string, predictor bool) 
 	if err != nil {
 		return nil, err
 	}
-	defer srv.stop()
+	defer srv.Stop()
 	// Same seed for both replays: the same clients pull the same images
 	// with the same pauses.
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -162,7 +162,7 @@ func (r *registryRun) replay(ctx context.Context, phase string, predictor bool) 
 	run.Seconds = time.Since(start).Seconds()
 	run.LayerP50Ms = getTimes(layerTimes, 0).P50Ms
 	r.logf("%s: %d manifest and %d layer GETs in %.1fs, hit ratio %.2f (first round %.2f)", phase, run.ManifestGets, run.LayerGets, run.Seconds, run.All.HitRatio, run.First.HitRatio)
-	return run, srv.stop()
+	return run, srv.Stop()
 }
 
 // pull is one visit of a client: it arrives at a random moment in the

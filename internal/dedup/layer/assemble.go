@@ -1,6 +1,8 @@
 package layer
 
 import (
+	"github.com/cairn-registry/cairn/internal/iocount"
+
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -59,13 +61,13 @@ func Assemble(ctx context.Context, w io.Writer, recipe *Recipe, fs FileStore) er
 // digest and size. Only a verified recipe may stand in for the tar.
 func Verify(ctx context.Context, recipe *Recipe, fs FileStore) error {
 	h := sha256.New()
-	cw := &countWriter{w: h}
+	cw := &iocount.Writer{W: h}
 	if err := Assemble(ctx, cw, recipe, fs); err != nil {
 		return err
 	}
 	got := digest.NewDigest(digest.SHA256, h)
-	if cw.n != recipe.TarSize || got != recipe.TarDigest {
-		return fmt.Errorf("%w: got %s (%d bytes), want %s (%d bytes)", ErrMismatch, got, cw.n, recipe.TarDigest, recipe.TarSize)
+	if cw.N != recipe.TarSize || got != recipe.TarDigest {
+		return fmt.Errorf("%w: got %s (%d bytes), want %s (%d bytes)", ErrMismatch, got, cw.N, recipe.TarDigest, recipe.TarSize)
 	}
 	return nil
 }
@@ -196,14 +198,3 @@ func (s *slotCloser) Close() error {
 type writeFunc func([]byte) (int, error)
 
 func (f writeFunc) Write(b []byte) (int, error) { return f(b) }
-
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(b []byte) (int, error) {
-	n, err := c.w.Write(b)
-	c.n += int64(n)
-	return n, err
-}

@@ -12,6 +12,8 @@
 package recompress
 
 import (
+	"github.com/cairn-registry/cairn/internal/iocount"
+
 	"bytes"
 	"context"
 	"errors"
@@ -345,23 +347,12 @@ func Verify(recipe Recipe, uncompressed io.Reader, want digest.Digest, size int6
 		return fmt.Errorf("recompress: %w", err)
 	}
 	v := want.Verifier()
-	cw := &countWriter{w: v}
+	cw := &iocount.Writer{W: v}
 	if err := Rebuild(cw, recipe, uncompressed); err != nil {
 		return err
 	}
-	if cw.n != size || !v.Verified() {
-		return fmt.Errorf("%w: got %d bytes, want %d bytes of %s", ErrMismatch, cw.n, size, want)
+	if cw.N != size || !v.Verified() {
+		return fmt.Errorf("%w: got %d bytes, want %d bytes of %s", ErrMismatch, cw.N, size, want)
 	}
 	return nil
-}
-
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
 }
