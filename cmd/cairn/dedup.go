@@ -57,6 +57,18 @@ func preconstructDir(cfg *config.Config) string {
 	return filepath.Join(os.TempDir(), "cairn-preconstruct")
 }
 
+// spoolDir holds blobs while the worker processes them: beside the data
+// with the filesystem driver (a tmpfs /tmp would hold whole layers in RAM).
+func spoolDir(cfg *config.Config) string {
+	if fs := cfg.Storage.Filesystem; fs != nil {
+		return filepath.Join(fs.RootDirectory, "cairn-cache", "spool")
+	}
+	if dir, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(dir, "cairn", "spool")
+	}
+	return ""
+}
+
 // dedupOptions maps storage.dedup to the engine's options.
 func dedupOptions(cfg *config.Config) dedup.Options {
 	c := cfg.Storage.Dedup
@@ -68,6 +80,7 @@ func dedupOptions(cfg *config.Config) dedup.Options {
 		HotPulls:         int64(c.Selective.Pulls),
 		HotWindow:        c.Selective.Window,
 		PreconstructDir:  preconstructDir(cfg),
+		TempDir:          spoolDir(cfg),
 		PreconstructSize: pre,
 		PrefetchSize:     mem,
 		Predict:          c.Predictor.Enabled,

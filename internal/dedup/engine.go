@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -94,6 +96,19 @@ func New(d driver.Driver, store meta.Store, opts Options, log *slog.Logger, m Me
 		pulls:   make(chan pullJob, 4096),
 		predict: make(chan predictJob, 1024),
 		queued:  make(map[digest.Digest]bool),
+	}
+	if opts.TempDir != "" {
+		if err := os.MkdirAll(opts.TempDir, 0o755); err != nil {
+			return nil, fmt.Errorf("dedup: spool directory: %w", err)
+		}
+		if store != nil {
+			// The store's lock makes this the only worker: what a killed
+			// one spooled is garbage.
+			old, _ := filepath.Glob(filepath.Join(opts.TempDir, spoolPattern))
+			for _, p := range old {
+				os.Remove(p)
+			}
+		}
 	}
 	if opts.PreconstructDir != "" {
 		if e.disk, err = cache.OpenDisk(opts.PreconstructDir, opts.PreconstructSize); err != nil {

@@ -336,6 +336,9 @@ func (e *Engine) irreproducible(ctx context.Context, l digest.Digest, sum summar
 	return outIrreproducible, e.putState(ctx, l, sum, meta.StateIrreproducible)
 }
 
+// spoolPattern names spooled blobs in Options.TempDir.
+const spoolPattern = "cairn-dedup-*"
+
 // spool copies blob l to a temp file, checking its digest on the way.
 func (e *Engine) spool(ctx context.Context, l digest.Digest) (*os.File, int64, error) {
 	rc, err := e.d.Reader(ctx, registry.BlobDataPath(l), 0)
@@ -343,7 +346,7 @@ func (e *Engine) spool(ctx context.Context, l digest.Digest) (*os.File, int64, e
 		return nil, 0, err
 	}
 	defer rc.Close()
-	f, err := os.CreateTemp(e.opts.TempDir, "cairn-dedup-*")
+	f, err := os.CreateTemp(e.opts.TempDir, spoolPattern)
 	if err != nil {
 		return nil, 0, fmt.Errorf("dedup: %w", err)
 	}
