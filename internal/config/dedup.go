@@ -17,7 +17,8 @@ type Dedup struct {
 	// path.Match patterns ("mirror/*"); exact names win over patterns,
 	// longer patterns over shorter ones.
 	Repositories map[string]string `yaml:"repositories"`
-	// Workers process layers in parallel (default 2).
+	// Workers process layers in parallel (default 0: half the CPUs, at
+	// least one, so dedup never takes every core from serving).
 	Workers int `yaml:"workers"`
 	// Metadata is the embedded metadata store.
 	Metadata DedupMetadata `yaml:"metadata"`
@@ -73,7 +74,6 @@ type DedupPredictor struct {
 
 // Defaults of storage.dedup.
 const (
-	defaultDedupWorkers     = 2
 	defaultPreconstructSize = "2GiB"
 	maxDedupWorkers         = 256
 )
@@ -81,7 +81,6 @@ const (
 func defaultDedup() Dedup {
 	return Dedup{
 		Mode:      "off",
-		Workers:   defaultDedupWorkers,
 		Selective: DedupSelective{Pulls: 3, Window: time.Hour},
 		Cache:     DedupCache{Preconstruct: DedupDiskCache{Size: defaultPreconstructSize}, Prefetch: DedupMemCache{Size: "0"}},
 		Predictor: DedupPredictor{Enabled: true, RepullRatio: 0.5},
@@ -109,8 +108,8 @@ func (d *Dedup) validate() error {
 		}
 	}
 	switch {
-	case d.Workers < 1 || d.Workers > maxDedupWorkers:
-		return fmt.Errorf("config: storage.dedup.workers: %d is not between 1 and %d", d.Workers, maxDedupWorkers)
+	case d.Workers < 0 || d.Workers > maxDedupWorkers:
+		return fmt.Errorf("config: storage.dedup.workers: %d is not between 0 (half the CPUs) and %d", d.Workers, maxDedupWorkers)
 	case d.Selective.Pulls < 1:
 		return fmt.Errorf("config: storage.dedup.selective.pulls: must be at least 1, not %d", d.Selective.Pulls)
 	case d.Selective.Window <= 0:

@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"runtime"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -79,7 +80,7 @@ type Options struct {
 	// Mode applies to repositories no RepoModes entry matches.
 	Mode      Mode
 	RepoModes []RepoMode
-	// Workers process layers in parallel (default 2).
+	// Workers process layers in parallel (default half the CPUs, at least 1).
 	Workers int
 	// QueueSize bounds layers waiting in memory (default 4096); beyond it
 	// layers stay pending in the metadata store and are picked up by the
@@ -138,7 +139,7 @@ func (o *Options) Active() bool {
 
 func (o Options) withDefaults() Options {
 	if o.Workers <= 0 {
-		o.Workers = 2
+		o.Workers = max(1, runtime.GOMAXPROCS(0)/2)
 	}
 	if o.QueueSize <= 0 {
 		o.QueueSize = 4096
