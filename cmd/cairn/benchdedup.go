@@ -25,7 +25,8 @@ Builds images from Debian packages (apt-get download; debs cached in --cache),
 pushes them to a cairn it starts, runs cairn dedup and prints: (a) storage
 ratios, (b) layers reproduced, (c) restore MB/s against the encoder alone,
 (d) layer GET latency intact / deduplicated cold / preconstruct hit, and
-(e) cache hit ratios for pull-once and always-repull clients.`
+(e) cache hit ratios for pull-once and always-repull clients, in modes full
+(preconstruct cache) and index (prefetch cache).`
 
 // runBenchDedup runs `cairn bench dedup [flags]`. Errors are one line;
 // mistakes in the command line wrap errUsage.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -83,6 +84,8 @@ cairn_cache_requests_total{cache="preconstruct",result="hit"} 7
 cairn_cache_requests_total{cache="preconstruct",result="miss"} 3
 cairn_dedup_cache_requests_total{cache="prefetch",result="hit"} 2
 cairn_dedup_predicted_total{cache="preconstruct"} 4
+cairn_cache_requests_total{cache="prefetch_predicted",result="hit"} 9
+cairn_cache_requests_total{cache="prefetch_predicted",result="miss"} 1
 cairn_dedup_saved_bytes 1.5e+06
 go_goroutines 12
 `
@@ -94,6 +97,13 @@ go_goroutines 12
 	if pre != (cacheCounts{Hits: 7, Misses: 3, Predicted: 4}) || pf != (cacheCounts{Hits: 2}) {
 		t.Errorf("preconstruct %+v, prefetch %+v", pre, pf)
 	}
+	// The "_predicted" series are their own: not summed into the cache's.
+	if got := predictedOf(s, "prefetch"); got != (predictedCounts{Hits: 9, Misses: 1, HitRatio: 0.9}) {
+		t.Errorf("prefetch predicted %+v", got)
+	}
+	if got := predictedOf(s, "preconstruct"); got != (predictedCounts{}) {
+		t.Errorf("preconstruct predicted %+v, want none", got)
+	}
 	if got := pre.HitRatio(); got != 0.7 {
 		t.Errorf("hit ratio %v, want 0.7", got)
 	}
@@ -102,5 +112,69 @@ go_goroutines 12
 	}
 	if _, err := parseMetrics(strings.NewReader("cairn_x{a=\"b\"} notanumber\n")); err == nil {
 		t.Error("parsed a malformed value")
+	}
+}
+
+// TestPrefetchTable checks figure (e) as printed and as JSON: a replay per
+// mode and predictor setting, predicted-layer hit ratios per cache, and "-"
+// for a ratio over no GETs (mode index rebuilds nothing).
+func TestPrefetchTable(t *testing.T) {
+	delta := func(text string) samples {
+		s, err := parseMetrics(strings.NewReader(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	full := roundCounts(delta(`cairn_cache_requests_total{cache="preconstruct",result="hit"} 6
+cairn_cache_requests_total{cache="preconstruct",result="miss"} 2
+cairn_cache_requests_total{cache="preconstruct_predicted",result="hit"} 3
+cairn_cache_requests_total{cache="preconstruct_predicted",result="miss"} 1
+`))
+	index := roundCounts(delta(`cairn_cache_requests_total{cache="prefetch_predicted",result="hit"} 9
+cairn_cache_requests_total{cache="prefetch_predicted",result="miss"} 1
+cairn_dedup_predicted_total{cache="prefetch"} 5
+`))
+	if full.HitRatio != 0.75 || full.PredictedHitRatio != 0.75 || index.HitRatio != 0 || index.PredictedHitRatio != 0.9 {
+		t.Fatalf("ratios: full %+v, index %+v", full, index)
+	}
+	res := &Result{Profile: "small", Prefetch: &PrefetchFigures{
+		PullOnce: 6, Repull: 4, Rounds: 3, DelayMs: [2]int{50, 200}, PrefetchSize: "256MiB",
+		Runs: []PrefetchRun{
+			{Mode: "full", Predictor: true, ManifestGets: 48, LayerGets: 8, All: full, First: full},
+			{Mode: "index", Predictor: true, ManifestGets: 48, LayerGets: 10, All: index, First: index},
+		},
+	}}
+	var out bytes.Buffer
+	if err := WriteTable(&out, res); err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string][]string{}
+	for _, line := range strings.Split(out.String(), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && (f[0] == "full" || f[0] == "index") && len(f) > 1 && f[1] == "on" {
+			rows[f[0]] = f
+		}
+	}
+	// mode predictor manifests layers pre-h/m ratio first pred-pre (2) pred-prefetch (2) first warmed p50
+	want := map[string][]string{
+		"full":  {"full", "on", "48", "8", "6/2", "0.75", "0.75", "3/1", "0.75", "0/0", "-", "0.75", "0", "0.0"},
+		"index": {"index", "on", "48", "10", "0/0", "-", "-", "0/0", "-", "9/1", "0.90", "0.90", "5", "0.0"},
+	}
+	for mode, w := range want {
+		if !slices.Equal(rows[mode], w) {
+			t.Errorf("%s row %q, want %q\n%s", mode, rows[mode], w, out.String())
+		}
+	}
+	if !strings.Contains(out.String(), "hit: ") {
+		t.Errorf("no line says what a hit is:\n%s", out.String())
+	}
+	var js bytes.Buffer
+	if err := WriteJSON(&js, res); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{`"mode": "index"`, `"prefetchPredicted": {`, `"predictedHitRatio": 0.9`, `"prefetchSize": "256MiB"`} {
+		if !strings.Contains(js.String(), key) {
+			t.Errorf("JSON lacks %s", key)
+		}
 	}
 }

@@ -125,3 +125,21 @@ func (c cacheCounts) HitRatio() float64 {
 	}
 	return float64(c.Hits) / float64(c.Hits+c.Misses)
 }
+
+// predictedCounts are one cache's lookups on predicted-layer GETs: the
+// layer GETs that followed a manifest GET by the same client.
+type predictedCounts struct {
+	Hits     int64   `json:"hits"`
+	Misses   int64   `json:"misses"`
+	HitRatio float64 `json:"hitRatio"`
+}
+
+// predictedOf reads the "<cache>_predicted" series of the cache counter.
+func predictedOf(s samples, cache string) predictedCounts {
+	c := predictedCounts{
+		Hits:   int64(s.get(metricCacheRequests, "cache", cache+"_predicted", "result", "hit")),
+		Misses: int64(s.get(metricCacheRequests, "cache", cache+"_predicted", "result", "miss")),
+	}
+	c.HitRatio = ratio(c.Hits, c.Hits+c.Misses)
+	return c
+}

@@ -19,7 +19,8 @@ import (
 )
 
 // registryRun is one registry's life through the parts: pushed with dedup
-// off, deduplicated by `cairn dedup run`, then served in full mode.
+// off, indexed by `cairn dedup run` (for (e) in mode index), deduplicated
+// by `cairn dedup run` in mode full, then served in full mode.
 type registryRun struct {
 	opts Options
 	ds   *dataset.Dataset
@@ -95,10 +96,12 @@ func (r *registryRun) pushAndTimeIntact(ctx context.Context, timeIt bool) (map[d
 	return times, srv.Stop()
 }
 
-// dedup runs `cairn dedup run` in full mode over the stopped registry and
-// returns `cairn dedup stats`.
-func (r *registryRun) dedup(ctx context.Context) (*Stats, error) {
-	cfg := r.config("dedup", "full", false, "0")
+// dedup runs `cairn dedup run` in mode over the stopped registry and
+// returns `cairn dedup stats`. Mode index makes and verifies the recipes
+// and keeps the intact copies; a later run in mode full then only drops
+// the copies.
+func (r *registryRun) dedup(ctx context.Context, mode string) (*Stats, error) {
+	cfg := r.config("dedup-"+mode, mode, false, "0")
 	// Nothing listens there: `cairn dedup` only reads the config.
 	var err error
 	if cfg.Addr, err = bench.FreeAddr(); err != nil {
@@ -107,7 +110,7 @@ func (r *registryRun) dedup(ctx context.Context) (*Stats, error) {
 	if cfg.DebugAddr, err = bench.FreeAddr(); err != nil {
 		return nil, err
 	}
-	path := filepath.Join(r.dir, "dedup.yaml")
+	path := filepath.Join(r.dir, "dedup-"+mode+".yaml")
 	if err := cfg.write(path); err != nil {
 		return nil, err
 	}
@@ -117,7 +120,7 @@ func (r *registryRun) dedup(ctx context.Context) (*Stats, error) {
 		return nil, err
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	r.logf("registry: cairn dedup run took %s: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(lines[len(lines)-1]))
+	r.logf("registry: cairn dedup run (mode %s) took %s: %s", mode, time.Since(start).Round(time.Millisecond), strings.TrimSpace(lines[len(lines)-1]))
 	return dedupStats(ctx, r.opts.CairnBin, path)
 }
 

@@ -79,19 +79,27 @@ func WriteTable(w io.Writer, r *Result) error {
 	}
 
 	if p := r.Prefetch; p != nil {
-		fmt.Fprintf(w, "\n(e) cache hits replaying %d pull-once + %d always-repull clients, %d rounds, %d-%d ms from manifest to layers\n",
-			p.PullOnce, p.Repull, p.Rounds, p.DelayMs[0], p.DelayMs[1])
+		fmt.Fprintf(w, "\n(e) cache hits replaying %d pull-once + %d always-repull clients, %d rounds, %d-%d ms from manifest to layers; prefetch cache %s\n",
+			p.PullOnce, p.Repull, p.Rounds, p.DelayMs[0], p.DelayMs[1], p.PrefetchSize)
+		fmt.Fprintln(w, "mode full rebuilds deduplicated layers on GET (preconstruct cache, on disk); mode index keeps the intact copies (prefetch cache, in memory); warmed: layers the predictor filled")
+		fmt.Fprintln(w, "hit: on a rebuilt-layer GET, no rebuild started; on a predicted-layer GET (after the same client's manifest GET), the cache held the layer (preconstruct: or was rebuilding it)")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "predictor\tmanifests\tlayers\tpreconstruct hit/miss\tprefetch hit/miss\tpredicted\thit ratio\tfirst round\tlayer p50 ms")
+		fmt.Fprintln(tw, "mode\tpredictor\tmanifests\tlayers\tpreconstruct hit/miss\thit ratio\tfirst round\tpredicted: preconstruct\tprefetch\tfirst round\twarmed\tlayer p50 ms")
 		for _, run := range p.Runs {
 			on := "off"
 			if run.Predictor {
 				on = "on"
 			}
-			a := run.All
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d/%d\t%d/%d\t%d\t%.2f\t%.2f\t%.1f\n", on, run.ManifestGets, run.LayerGets,
-				a.Preconstruct.Hits, a.Preconstruct.Misses, a.Prefetch.Hits, a.Prefetch.Misses,
-				a.Preconstruct.Predicted+a.Prefetch.Predicted, a.HitRatio, run.First.HitRatio, run.LayerP50Ms)
+			a, f := run.All, run.First
+			// Mode index rebuilds nothing: its preconstruct ratios are
+			// over no GETs, shown as "-".
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d/%d\t%s\t%s\t%s\t%s\t%s\t%d\t%.1f\n", run.Mode, on, run.ManifestGets, run.LayerGets,
+				a.Preconstruct.Hits, a.Preconstruct.Misses,
+				ratioCell(a.HitRatio, a.Preconstruct.Hits+a.Preconstruct.Misses+a.Prefetch.Hits+a.Prefetch.Misses),
+				ratioCell(f.HitRatio, f.Preconstruct.Hits+f.Preconstruct.Misses+f.Prefetch.Hits+f.Prefetch.Misses),
+				predictedCell(a.PreconstructPredicted), predictedCell(a.PrefetchPredicted),
+				ratioCell(f.PredictedHitRatio, f.PreconstructPredicted.Hits+f.PreconstructPredicted.Misses+f.PrefetchPredicted.Hits+f.PrefetchPredicted.Misses),
+				a.Preconstruct.Predicted+a.Prefetch.Predicted, run.LayerP50Ms)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -105,4 +113,16 @@ func WriteTable(w io.Writer, r *Result) error {
 		}
 	}
 	return nil
+}
+
+// ratioCell prints a hit ratio, or "-" when it is over no lookups.
+func ratioCell(r float64, lookups int64) string {
+	if lookups == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", r)
+}
+
+func predictedCell(c predictedCounts) string {
+	return fmt.Sprintf("%d/%d %s", c.Hits, c.Misses, ratioCell(c.HitRatio, c.Hits+c.Misses))
 }

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -15,22 +17,32 @@ import (
 )
 
 // PrefetchFigures are figure (e): cache hit ratios while clients pull, with
-// the predictor off and on, each on a fresh server with empty caches.
+// the predictor off and on, in mode full (deduplicated layers rebuilt on
+// GET, through the preconstruct cache) and in mode index (intact copies
+// kept, served from disk or the in-memory prefetch cache). Each replay runs
+// on a fresh server with empty caches and its own copy of the metadata
+// store, so no replay inherits another's pull history.
 type PrefetchFigures struct {
 	PullOnce int `json:"pullOnceClients"`
 	Repull   int `json:"repullClients"`
 	Rounds   int `json:"rounds"`
 	// DelayMs is the range of the pause between a manifest GET and the
 	// layer GETs that follow it.
-	DelayMs [2]int        `json:"delayMs"`
-	Runs    []PrefetchRun `json:"runs"`
+	DelayMs [2]int `json:"delayMs"`
+	// PrefetchSize bounds the prefetch cache, in the config's units.
+	PrefetchSize string `json:"prefetchSize"`
+	// Runs are the replays: mode full with the predictor off and on, then
+	// mode index likewise.
+	Runs []PrefetchRun `json:"runs"`
 }
 
 // PrefetchRun is one replay of the workload.
 type PrefetchRun struct {
-	Predictor    bool `json:"predictor"`
-	ManifestGets int  `json:"manifestGets"`
-	LayerGets    int  `json:"layerGets"`
+	// Mode is the server's dedup mode: full or index.
+	Mode         string `json:"mode"`
+	Predictor    bool   `json:"predictor"`
+	ManifestGets int    `json:"manifestGets"`
+	LayerGets    int    `json:"layerGets"`
 	// All counts the whole replay; First only its first round, where
 	// every client pulls for the first time.
 	All   RoundCounts `json:"all"`
@@ -42,16 +54,32 @@ type PrefetchRun struct {
 
 // RoundCounts are cache counter deltas over part of a replay.
 type RoundCounts struct {
+	// Preconstruct and Prefetch count every GET that consulted the cache
+	// (for preconstruct, every rebuilt-layer GET; a hit started no
+	// rebuild) and, as Predicted, the layers the predictor warmed.
 	Preconstruct cacheCounts `json:"preconstruct"`
 	Prefetch     cacheCounts `json:"prefetch"`
 	// HitRatio is the hits of both caches over their requests.
 	HitRatio float64 `json:"hitRatio"`
+	// PreconstructPredicted and PrefetchPredicted count, per cache, the
+	// layer GETs that followed a manifest GET by the same client (the
+	// deduplicated layers for preconstruct, the intact ones for
+	// prefetch); a hit found the layer in the cache, or for preconstruct
+	// already being rebuilt into it. PredictedHitRatio is over both.
+	PreconstructPredicted predictedCounts `json:"preconstructPredicted"`
+	PrefetchPredicted     predictedCounts `json:"prefetchPredicted"`
+	PredictedHitRatio     float64         `json:"predictedHitRatio"`
 }
 
 func roundCounts(delta samples) RoundCounts {
-	rc := RoundCounts{Preconstruct: countsOf(delta, "preconstruct"), Prefetch: countsOf(delta, "prefetch")}
+	rc := RoundCounts{
+		Preconstruct: countsOf(delta, "preconstruct"), Prefetch: countsOf(delta, "prefetch"),
+		PreconstructPredicted: predictedOf(delta, "preconstruct"), PrefetchPredicted: predictedOf(delta, "prefetch"),
+	}
 	hits := rc.Preconstruct.Hits + rc.Prefetch.Hits
 	rc.HitRatio = ratio(hits, hits+rc.Preconstruct.Misses+rc.Prefetch.Misses)
+	pc, pf := rc.PreconstructPredicted, rc.PrefetchPredicted
+	rc.PredictedHitRatio = ratio(pc.Hits+pf.Hits, pc.Hits+pc.Misses+pf.Hits+pf.Misses)
 	return rc
 }
 
@@ -65,28 +93,51 @@ type wclient struct {
 	rng    *rand.Rand
 }
 
-// prefetch replays the workload twice: predictor off, then on.
-func (r *registryRun) prefetch(ctx context.Context) (*PrefetchFigures, error) {
-	fig := &PrefetchFigures{
-		PullOnce: r.opts.PullOnce, Repull: r.opts.Repull, Rounds: r.opts.Rounds,
-		DelayMs: [2]int{int(r.opts.DelayMin / time.Millisecond), int(r.opts.DelayMax / time.Millisecond)},
-	}
+// Dedup modes (e) replays in.
+const (
+	modeFull  = "full"
+	modeIndex = "index"
+)
+
+// prefetchRuns replays the workload in mode, predictor off then on. The
+// registry must hold what mode serves: recipes, and for mode index the
+// intact copies too.
+func (r *registryRun) prefetchRuns(ctx context.Context, mode string) ([]PrefetchRun, error) {
+	var runs []PrefetchRun
 	for _, predictor := range []bool{false, true} {
-		phase := "prefetch-off"
+		phase := mode + "-predictor-off"
 		if predictor {
-			phase = "prefetch-on"
+			phase = mode + "-predictor-on"
 		}
-		run, err := r.replay(ctx, phase, predictor)
+		run, err := r.replay(ctx, phase, mode, predictor)
 		if err != nil {
 			return nil, err
 		}
-		fig.Runs = append(fig.Runs, *run)
+		runs = append(runs, *run)
 	}
-	return fig, nil
+	return runs, nil
 }
 
-func (r *registryRun) replay(ctx context.Context, phase string, predictor bool) (*PrefetchRun, error) {
-	srv, err := startServer(ctx, r.opts.CairnBin, r.dir, phase, r.config(phase, "full", predictor, r.opts.PrefetchSize))
+// prefetchFigures wraps the replays into figure (e).
+func (r *registryRun) prefetchFigures(runs []PrefetchRun) *PrefetchFigures {
+	return &PrefetchFigures{
+		PullOnce: r.opts.PullOnce, Repull: r.opts.Repull, Rounds: r.opts.Rounds,
+		DelayMs:      [2]int{int(r.opts.DelayMin / time.Millisecond), int(r.opts.DelayMax / time.Millisecond)},
+		PrefetchSize: r.opts.PrefetchSize,
+		Runs:         runs,
+	}
+}
+
+func (r *registryRun) replay(ctx context.Context, phase, mode string, predictor bool) (*PrefetchRun, error) {
+	cfg := r.config(phase, mode, predictor, r.opts.PrefetchSize)
+	// A copy of the metadata store: the layer states, without the pulls
+	// of earlier replays (the predictor would skip layers a client
+	// "has").
+	cfg.Meta = filepath.Join(r.dir, "meta-"+phase+".db")
+	if err := copyFile(r.meta, cfg.Meta); err != nil {
+		return nil, err
+	}
+	srv, err := startServer(ctx, r.opts.CairnBin, r.dir, phase, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +165,7 @@ func (r *registryRun) replay(ctx context.Context, phase string, predictor bool) 
 		}
 	}()
 
-	run := &PrefetchRun{Predictor: predictor}
+	run := &PrefetchRun{Mode: mode, Predictor: predictor}
 	start := time.Now()
 	before, err := scrape(ctx, r.client, srv.MetricsURL)
 	if err != nil {
@@ -161,7 +212,7 @@ func (r *registryRun) replay(ctx context.Context, phase string, predictor bool) 
 	run.All = roundCounts(after.sub(before))
 	run.Seconds = time.Since(start).Seconds()
 	run.LayerP50Ms = getTimes(layerTimes, 0).P50Ms
-	r.logf("%s: %d manifest and %d layer GETs in %.1fs, hit ratio %.2f (first round %.2f)", phase, run.ManifestGets, run.LayerGets, run.Seconds, run.All.HitRatio, run.First.HitRatio)
+	r.logf("%s: %d manifest and %d layer GETs in %.1fs, hit ratio %.2f (first round %.2f), predicted-layer GETs %.2f", phase, run.ManifestGets, run.LayerGets, run.Seconds, run.All.HitRatio, run.First.HitRatio, run.All.PredictedHitRatio)
 	return run, srv.Stop()
 }
 
@@ -249,4 +300,25 @@ func getManifest(ctx context.Context, c *http.Client, base string, im *dataset.I
 func clientFrom(ip string) *http.Client {
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 10 * time.Second}
 	return &http.Client{Transport: &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 4}}
+}
+
+// copyFile copies src to dst (a closed bolt file: no process has it open).
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("dedupbench: %w", err)
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return fmt.Errorf("dedupbench: %w", err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("dedupbench: copy %s: %w", src, err)
+	}
+	if err := out.Close(); err != nil {
+		return fmt.Errorf("dedupbench: %w", err)
+	}
+	return nil
 }
