@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -19,21 +19,24 @@ import (
 // the reference counts of the unique files under cairn/files and the
 // layers' recipes. The file lifecycle is meta's (see package meta):
 // release a dead layer's references, tombstone each file that reached
-// zero, delete the object, then DeleteFile.
+// zero, delete the object, then drop the entry. GC takes each step for a
+// batch of layers or files in one call (meta.Bulk): one store round trip,
+// one bolt commit, per batch rather than per layer or file. Each element
+// of a call is atomic, the call is not: after an error, the result holds
+// what was done.
 type DedupIndex interface {
-	// ReleaseLayerRefs drops the references layer holds and returns the
-	// files whose count reached zero; a second call, or a layer never
-	// deduplicated, returns none.
-	ReleaseLayerRefs(ctx context.Context, layer digest.Digest) ([]digest.Digest, error)
-	// DeleteRecipe drops layer's recipe entry; none is a no-op.
-	DeleteRecipe(ctx context.Context, layer digest.Digest) error
-	// Tombstone claims a zero-count file for deletion; false when it has
-	// references again (or no entry), and then it must not be deleted.
-	Tombstone(ctx context.Context, d digest.Digest) (bool, error)
-	// DeleteFile drops a tombstoned entry once its object is deleted;
-	// revived reports a file referenced again meanwhile (meta marks it
-	// Missing, and dedup writes it anew).
-	DeleteFile(ctx context.Context, d digest.Digest) (revived bool, err error)
+	// ReleaseLayers drops the references each layer holds, and its recipe
+	// entry, and returns the files whose count reached zero; a second
+	// call, or a layer never deduplicated, returns none.
+	ReleaseLayers(ctx context.Context, layers []digest.Digest) ([]digest.Digest, error)
+	// TombstoneFiles claims zero-count files for deletion and returns
+	// those claimed; any other has references again (or no entry), and
+	// must not be deleted.
+	TombstoneFiles(ctx context.Context, files []digest.Digest) ([]digest.Digest, error)
+	// DeleteFiles drops tombstoned entries once their objects are deleted,
+	// and returns the files referenced again meanwhile (meta marks them
+	// Missing, and dedup writes them anew).
+	DeleteFiles(ctx context.Context, files []digest.Digest) (revived []digest.Digest, err error)
 	// ZeroFiles pages through the files with no references, in key order
 	// after `after`: what a run that stopped left to delete.
 	ZeroFiles(ctx context.Context, after digest.Digest, limit int) ([]digest.Digest, error)
@@ -101,45 +104,49 @@ func (c *collector) drainZeroFiles(ctx context.Context) error {
 	}
 }
 
-// releaseLayers releases the references of blobs a round deleted and
-// deletes the files nobody references any more, BatchSize at a time, so
-// memory stays bounded by the round. The releases run even when the run
-// is being stopped: their blobs are gone, and a release skipped now would
-// be lost (a stopped purge is not: its files stay unreferenced, for the
-// next run's drainZeroFiles).
+// releaseLayers releases the references and recipe entries of blobs a
+// round deleted, BatchSize layers per call and up to Concurrency calls at
+// once, and deletes the files nobody references any more, BatchSize at a
+// time, so memory stays bounded by the round. The releases run even when
+// the run is being stopped: their blobs are gone, and a release skipped
+// now would be lost (a stopped purge is not: its files stay unreferenced,
+// for the next run's drainZeroFiles).
 func (c *collector) releaseLayers(ctx context.Context, keys []dkey) error {
 	bg := context.WithoutCancel(ctx)
+	bs := c.opts.BatchSize
 	var (
 		mu   sync.Mutex
 		zero []digest.Digest
 	)
-	err := c.parallel(len(keys), func(i int) error {
-		k := keys[i]
-		layer := digest.Digest(k.alg() + ":" + c.hexOf(k))
-		files, err := c.opts.Dedup.ReleaseLayerRefs(bg, layer)
-		if err != nil {
-			return fmt.Errorf("gc: dedup: releasing %s: %w", layer, err)
+	err := c.parallel((len(keys)+bs-1)/bs, func(b int) error {
+		chunk := keys[b*bs : min(len(keys), (b+1)*bs)]
+		layers := make([]digest.Digest, len(chunk))
+		for i, k := range chunk {
+			layers[i] = digest.Digest(k.alg() + ":" + c.hexOf(k))
 		}
-		// After the release: a recipe entry gone first would leave its
-		// references with nothing that names them.
-		if err := c.opts.Dedup.DeleteRecipe(bg, layer); err != nil {
-			return fmt.Errorf("gc: dedup: deleting the recipe of %s: %w", layer, err)
+		// Each layer's recipe entry goes with its references, in one step:
+		// an entry gone first would leave references nothing names.
+		files, rerr := c.opts.Dedup.ReleaseLayers(bg, layers)
+		if rerr != nil {
+			rerr = fmt.Errorf("gc: dedup: releasing %d layers: %w", len(layers), rerr)
 		}
+		// Files released before an error are purged all the same.
 		if len(files) == 0 {
-			return nil
+			return rerr
 		}
 		c.addDedup(func(r *DedupReport) { r.ZeroFiles += int64(len(files)) })
 		mu.Lock()
 		zero = append(zero, files...)
+		// Whole batches go now, the rest waits for more.
 		var batch []digest.Digest
-		if len(zero) >= c.opts.BatchSize {
-			batch, zero = zero, nil
+		if n := len(zero) / bs * bs; n > 0 {
+			batch, zero = zero[:n], slices.Clone(zero[n:])
 		}
 		mu.Unlock()
-		if batch == nil {
-			return nil
+		if err := c.purgeBatches(ctx, batch); err != nil {
+			return errors.Join(rerr, err)
 		}
-		return c.purgeBatches(ctx, batch)
+		return rerr
 	})
 	if err != nil {
 		return err
@@ -195,18 +202,13 @@ func (c *collector) purgeBatch(ctx context.Context, files []digest.Digest) error
 		r.Left += int64(len(files)) - deleted - reref
 	}()
 
-	tomb := make([]digest.Digest, 0, len(files))
-	for _, d := range files {
-		ok, err := c.opts.Dedup.Tombstone(ctx, d)
-		if err != nil {
-			return stopped(ctx, fmt.Errorf("gc: dedup: tombstone %s: %w", d, err))
-		}
-		if !ok {
-			reref++
-			continue
-		}
-		tomb = append(tomb, d)
+	tomb, err := c.opts.Dedup.TombstoneFiles(ctx, files)
+	if err != nil {
+		// Those it tombstoned stay so, unreferenced: the next run
+		// resumes them.
+		return stopped(ctx, fmt.Errorf("gc: dedup: tombstoning %d files: %w", len(files), err))
 	}
+	reref = int64(len(files) - len(tomb))
 	if len(tomb) == 0 {
 		return nil
 	}
@@ -240,20 +242,13 @@ func (c *collector) purgeBatch(ctx context.Context, files []digest.Digest) error
 		c.deleteFailed(paths, n, err)
 		return nil
 	}
-	for _, d := range tomb {
-		rev, err := c.opts.Dedup.DeleteFile(ctx, d)
-		if errors.Is(err, meta.ErrNotTombstoned) {
-			// Revived, and another run's DeleteFile already marked it.
-			rev, err = true, nil
-		}
-		if err != nil {
-			return stopped(ctx, fmt.Errorf("gc: dedup: deleting the entry of %s: %w", d, err))
-		}
-		deleted++
-		if rev {
-			revived++
-		}
+	rev, err := c.opts.Dedup.DeleteFiles(ctx, tomb)
+	if err != nil {
+		// The entries it did not drop stay tombstoned: the next run deletes
+		// their objects again (a missing file counts as deleted).
+		return stopped(ctx, fmt.Errorf("gc: dedup: deleting the entries of %d files: %w", len(tomb), err))
 	}
+	deleted, revived = int64(len(tomb)), int64(len(rev))
 	return nil
 }
 

@@ -218,26 +218,82 @@ type hookedIndex struct {
 	beforeTombstone, afterTombstone func(d digest.Digest)
 }
 
-func (h *hookedIndex) ReleaseLayerRefs(ctx context.Context, layer digest.Digest) ([]digest.Digest, error) {
-	h.mu.Lock()
-	h.released = append(h.released, layer)
-	h.mu.Unlock()
-	return h.testIndex.ReleaseLayerRefs(ctx, layer)
-}
-
-func (h *hookedIndex) Tombstone(ctx context.Context, d digest.Digest) (bool, error) {
-	if h.beforeTombstone != nil {
-		h.beforeTombstone(d)
-	}
-	ok, err := h.testIndex.Tombstone(ctx, d)
-	if h.afterTombstone != nil {
-		h.afterTombstone(d)
-	}
-	return ok, err
-}
-
 func (h *hookedIndex) releasedLayers() []digest.Digest {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return slices.Clone(h.released)
+}
+
+// ReleaseLayers releases and drops the recipe of each layer in turn, each
+// atomically, as meta.Bulk allows.
+func (x *fakeIndex) ReleaseLayers(ctx context.Context, layers []digest.Digest) ([]digest.Digest, error) {
+	var zero []digest.Digest
+	for _, l := range layers {
+		z, err := x.ReleaseLayerRefs(ctx, l)
+		if err != nil {
+			return zero, err
+		}
+		zero = append(zero, z...)
+		if err := x.DeleteRecipe(ctx, l); err != nil {
+			return zero, err
+		}
+	}
+	return zero, nil
+}
+
+func (x *fakeIndex) TombstoneFiles(ctx context.Context, files []digest.Digest) ([]digest.Digest, error) {
+	var out []digest.Digest
+	for _, d := range files {
+		ok, err := x.Tombstone(ctx, d)
+		if err != nil {
+			return out, err
+		}
+		if ok {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+// DeleteFiles marks an entry neither tombstoned nor revived Missing, as
+// meta.Bulk does, where DeleteFile fails.
+func (x *fakeIndex) DeleteFiles(_ context.Context, files []digest.Digest) ([]digest.Digest, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var revived []digest.Digest
+	for _, d := range files {
+		switch e := x.files[d]; {
+		case e == nil:
+		case e.tombstoned:
+			delete(x.files, d)
+		default:
+			e.revived, e.missing = false, true
+			revived = append(revived, d)
+		}
+	}
+	return revived, nil
+}
+
+func (h *hookedIndex) ReleaseLayers(ctx context.Context, layers []digest.Digest) ([]digest.Digest, error) {
+	h.mu.Lock()
+	h.released = append(h.released, layers...)
+	h.mu.Unlock()
+	return h.testIndex.ReleaseLayers(ctx, layers)
+}
+
+// TombstoneFiles runs beforeTombstone for each file before the batch's
+// tombstones, afterTombstone after them.
+func (h *hookedIndex) TombstoneFiles(ctx context.Context, files []digest.Digest) ([]digest.Digest, error) {
+	if h.beforeTombstone != nil {
+		for _, d := range files {
+			h.beforeTombstone(d)
+		}
+	}
+	tomb, err := h.testIndex.TombstoneFiles(ctx, files)
+	if h.afterTombstone != nil {
+		for _, d := range files {
+			h.afterTombstone(d)
+		}
+	}
+	return tomb, err
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -280,14 +281,13 @@ func TestDedupResume(t *testing.T) {
 			other := f.layer("a")
 			f.put("a", "v1", f.image("a", other))
 			f.dedup(other, fullMode, "keep")
-			zero, err := f.idx.ReleaseLayerRefs(ctx, l.Digest)
+			zero, err := f.idx.ReleaseLayers(ctx, []digest.Digest{l.Digest})
 			if err != nil || len(zero) != 5 {
 				t.Fatalf("release: %v, %v", zero, err)
 			}
-			for _, n := range []string{"a", "b", "c"} {
-				if ok, err := f.idx.Tombstone(ctx, fileOf(n)); !ok || err != nil {
-					t.Fatal(ok, err)
-				}
+			abc := []digest.Digest{fileOf("a"), fileOf("b"), fileOf("c")}
+			if tomb, err := f.idx.TombstoneFiles(ctx, abc); len(tomb) != 3 || err != nil {
+				t.Fatal(tomb, err)
 			}
 			if _, err := f.d.DeleteFiles(ctx, []string{filePath(t, fileOf("c"))}); err != nil {
 				t.Fatal(err)
@@ -484,7 +484,7 @@ func TestDedupYoungRecipe(t *testing.T) {
 }
 
 // backdate makes everything under dir two hours old.
-func backdate(t *testing.T, dir string) {
+func backdate(t testing.TB, dir string) {
 	t.Helper()
 	past := time.Now().Add(-2 * time.Hour)
 	err := filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
@@ -542,4 +542,227 @@ func TestTmpLeftoversSwept(t *testing.T) {
 	if _, err := d.Stat(ctx, fresh); err != nil {
 		t.Fatalf("fresh leftover deleted: %v", err)
 	}
+}
+
+// countingIndex counts the index calls GC makes.
+type countingIndex struct {
+	testIndex
+	releases, tombstones, deletes atomic.Int64
+}
+
+func (c *countingIndex) ReleaseLayers(ctx context.Context, layers []digest.Digest) ([]digest.Digest, error) {
+	c.releases.Add(1)
+	return c.testIndex.ReleaseLayers(ctx, layers)
+}
+
+func (c *countingIndex) TombstoneFiles(ctx context.Context, files []digest.Digest) ([]digest.Digest, error) {
+	c.tombstones.Add(1)
+	return c.testIndex.TombstoneFiles(ctx, files)
+}
+
+func (c *countingIndex) DeleteFiles(ctx context.Context, files []digest.Digest) ([]digest.Digest, error) {
+	c.deletes.Add(1)
+	return c.testIndex.DeleteFiles(ctx, files)
+}
+
+// TestDedupBulkCalls: GC releases layers and deletes file entries a batch
+// per index call, not one call per layer or file.
+func TestDedupBulkCalls(t *testing.T) {
+	const layers, own, batch = 30, 3, 10
+	for _, ix := range indexes {
+		t.Run(ix.name, func(t *testing.T) {
+			idx := &countingIndex{testIndex: ix.new(t)}
+			f := newDedupFixture(t, func(*testing.T) testIndex { return idx }, nil)
+			var names []string
+			for i := range layers {
+				var files []string
+				for j := range own {
+					files = append(files, fmt.Sprintf("own-%d-%d", i, j))
+				}
+				names = append(names, files...)
+				if i == 0 {
+					deadLayer(f, files...) // with a live layer holding "shared"
+					continue
+				}
+				f.dedup(f.layer("a"), fullMode, append(files, "shared")...)
+			}
+			rep := f.gcWith(Options{BatchSize: batch, Concurrency: 2})
+			for _, n := range names {
+				if f.hasFile(n) || f.file(n).Exists {
+					t.Fatalf("file %s of a dead layer survived", n)
+				}
+			}
+			if !f.hasFile("shared") || f.file("shared").Refs != 1 {
+				t.Errorf("shared file: %+v", f.file("shared"))
+			}
+			if rep.Deleted.Blobs != layers || rep.Deleted.DedupFiles != layers*own {
+				t.Errorf("deleted %+v", rep.Deleted)
+			}
+			// A sweep round ends its own batches: allow one partial batch
+			// per round beyond the minimum (the rounds here hold 20 blobs).
+			rounds := int64((layers + 2*batch - 1) / (2 * batch))
+			if n := idx.releases.Load(); n > layers/batch+rounds-1 {
+				t.Errorf("%d ReleaseLayers calls for %d layers in batches of %d", n, layers, batch)
+			}
+			if n := idx.tombstones.Load(); n > layers*own/batch+rounds-1 || idx.deletes.Load() != n {
+				t.Errorf("%d TombstoneFiles and %d DeleteFiles calls for %d files in batches of %d",
+					n, idx.deletes.Load(), layers*own, batch)
+			}
+		})
+	}
+}
+
+// perItem is the index as GC used it before meta.Bulk: one call, so one
+// bolt commit, per layer (release, then recipe) and per file (tombstone,
+// then entry), for BenchmarkGCDedupDeadLayers to compare against.
+type perItem struct{ meta.Store }
+
+func (p perItem) ReleaseLayers(ctx context.Context, layers []digest.Digest) ([]digest.Digest, error) {
+	var zero []digest.Digest
+	for _, l := range layers {
+		z, err := p.ReleaseLayerRefs(ctx, l)
+		if err != nil {
+			return zero, err
+		}
+		zero = append(zero, z...)
+		if err := p.DeleteRecipe(ctx, l); err != nil {
+			return zero, err
+		}
+	}
+	return zero, nil
+}
+
+func (p perItem) TombstoneFiles(ctx context.Context, files []digest.Digest) ([]digest.Digest, error) {
+	var out []digest.Digest
+	for _, d := range files {
+		ok, err := p.Tombstone(ctx, d)
+		if err != nil {
+			return out, err
+		}
+		if ok {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+func (p perItem) DeleteFiles(ctx context.Context, files []digest.Digest) ([]digest.Digest, error) {
+	var revived []digest.Digest
+	for _, d := range files {
+		rev, err := p.DeleteFile(ctx, d)
+		if errors.Is(err, meta.ErrNotTombstoned) {
+			rev, err = true, nil
+		}
+		if err != nil {
+			return revived, err
+		}
+		if rev {
+			revived = append(revived, d)
+		}
+	}
+	return revived, nil
+}
+
+// deadDedupWorld stores, under root on disk, n dead deduplicated blobs
+// (index mode: data and recipe) of perBlob files each: half their own, half
+// from a pool a live layer holds too. The files' and blobs' contents are
+// written directly, without the driver's fsyncs: only the index is
+// measured. It returns the driver, the bolt store, and the files the run
+// must delete.
+func deadDedupWorld(b *testing.B, root string, n, perBlob int) (driver.Driver, *meta.Bolt, int) {
+	b.Helper()
+	ctx := context.Background()
+	store, err := meta.OpenWith(filepath.Join(root, "meta.db"), meta.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { store.Close() })
+	dir := filepath.Join(root, "store")
+	drv, err := filesystem.New(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	write := func(p string) {
+		full := filepath.Join(dir, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(full), 0o777); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(p), 0o666); err != nil {
+			b.Fatal(err)
+		}
+	}
+	fileAt := func(name string) digest.Digest {
+		d := fileOf(name)
+		p, err := layer.FilePath(d)
+		if err != nil {
+			b.Fatal(err)
+		}
+		write(p)
+		return d
+	}
+	shared, own := perBlob/2, perBlob-perBlob/2
+	pool := make([]digest.Digest, 1000)
+	for i := range pool {
+		pool[i] = fileAt(fmt.Sprintf("pool-%d", i))
+	}
+	if _, err := store.AddLayerRefs(ctx, digest.FromString("live layer"), pool); err != nil {
+		b.Fatal(err)
+	}
+	for i := range n {
+		l := digest.FromString(fmt.Sprintf("dead layer %d", i))
+		write(registry.BlobDataPath(l))
+		write(registry.BlobRecipePath(l))
+		files := make([]digest.Digest, 0, perBlob)
+		for j := range own {
+			files = append(files, fileAt(fmt.Sprintf("own-%d-%d", i, j)))
+		}
+		for j := range shared {
+			files = append(files, pool[(i*shared+j)%len(pool)])
+		}
+		if _, err := store.AddLayerRefs(ctx, l, files); err != nil {
+			b.Fatal(err)
+		}
+		if err := store.PutRecipe(ctx, l, []byte("recipe"), meta.StateDeduplicated); err != nil {
+			b.Fatal(err)
+		}
+	}
+	backdate(b, dir)
+	return drv, store, n * own
+}
+
+// BenchmarkGCDedupDeadLayers GCs 2000 dead deduplicated blobs of 20 files
+// each (10 their own) with the bolt store on disk, once taking the index
+// steps per layer and per file as GC did before meta.Bulk, once in bulk,
+// and reports both run times and their ratio.
+func BenchmarkGCDedupDeadLayers(b *testing.B) {
+	const blobs, perBlob = 2000, 20
+	var perItemTime, bulkTime time.Duration
+	for range b.N {
+		for _, bulk := range []bool{false, true} {
+			b.StopTimer()
+			drv, store, files := deadDedupWorld(b, b.TempDir(), blobs, perBlob)
+			var idx DedupIndex = store
+			if !bulk {
+				idx = perItem{store}
+			}
+			start := time.Now()
+			rep, err := Run(context.Background(), drv, Options{Dedup: idx})
+			took := time.Since(start)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if rep.Deleted.Blobs != blobs || rep.Deleted.DedupFiles != int64(files) {
+				b.Fatalf("deleted %+v, want %d blobs and %d files", rep.Deleted, blobs, files)
+			}
+			if bulk {
+				bulkTime += took
+			} else {
+				perItemTime += took
+			}
+		}
+	}
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(perItemTime.Seconds()/float64(b.N), "per-item-s/op")
+	b.ReportMetric(bulkTime.Seconds()/float64(b.N), "bulk-s/op")
+	b.ReportMetric(float64(perItemTime)/float64(bulkTime), "speedup")
 }

@@ -127,7 +127,8 @@ type Options struct {
 	// Delay: nothing modified less than Delay before the run began is
 	// deleted. 0 keeps only what was written after the mark began.
 	Delay time.Duration
-	// BatchSize is the number of paths per DeleteFiles call (default 1000).
+	// BatchSize is the number of paths per DeleteFiles call, and of layers
+	// or files per dedup index call (default 1000).
 	BatchSize int
 	// Concurrency bounds DeleteFiles calls in flight (default 8). Reads
 	// of tag links and manifests, small and latency-bound, run with

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -177,37 +178,56 @@ func (s *Bolt) ReleaseLayerRefs(ctx context.Context, layer digest.Digest) ([]dig
 	}
 	var zeroed []digest.Digest
 	err = s.update(ctx, func(tx *bolt.Tx) error {
-		layers, idx, zero := tx.Bucket(bktLayerFiles), tx.Bucket(bktFiles), tx.Bucket(bktZero)
-		held := layers.Get(lk)
-		if held == nil {
-			return nil
-		}
-		// Copied: the keys are reused as Put keys while pages are rewritten.
-		held = bytes.Clone(held)
-		err := eachKey(held, func(k []byte) error {
-			e, ok := getFile(idx, k)
-			if !ok || e.refs <= 0 {
-				return fmt.Errorf("%w: %s", ErrInvalidRelease, digestOf(k))
-			}
-			e.refs--
-			if err := putFile(idx, k, e); err != nil {
-				return err
-			}
-			if e.refs == 0 {
-				zeroed = append(zeroed, digestOf(k))
-				return zero.Put(k, nil)
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		return layers.Delete(lk)
+		var err error
+		zeroed, _, err = releaseTx(tx, lk)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("meta: release layer refs %s: %w", layer, err)
 	}
 	return zeroed, nil
+}
+
+// releaseTx drops the references layer key lk holds and returns the files whose
+// count reached zero, and how many references it dropped. A recorded file without
+// references fails with ErrInvalidRelease before anything changes, so ReleaseLayers
+// can go on with other layers in the same transaction.
+func releaseTx(tx *bolt.Tx, lk []byte) ([]digest.Digest, int, error) {
+	layers, idx, zero := tx.Bucket(bktLayerFiles), tx.Bucket(bktFiles), tx.Bucket(bktZero)
+	held := layers.Get(lk)
+	if held == nil {
+		return nil, 0, nil
+	}
+	// Copied: the keys are reused as Put keys while pages are rewritten.
+	held = bytes.Clone(held)
+	n := 0
+	err := eachKey(held, func(k []byte) error {
+		if e, ok := getFile(idx, k); !ok || e.refs <= 0 {
+			return fmt.Errorf("%w: %s", ErrInvalidRelease, digestOf(k))
+		}
+		n++
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	var zeroed []digest.Digest
+	err = eachKey(held, func(k []byte) error {
+		e, _ := getFile(idx, k)
+		e.refs--
+		if err := putFile(idx, k, e); err != nil {
+			return err
+		}
+		if e.refs == 0 {
+			zeroed = append(zeroed, digestOf(k))
+			return zero.Put(k, nil)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return zeroed, n, layers.Delete(lk)
 }
 
 // LayerFiles implements FileIndex.
@@ -261,24 +281,28 @@ func (s *Bolt) Tombstone(ctx context.Context, d digest.Digest) (bool, error) {
 	}
 	var ok bool
 	err = s.update(ctx, func(tx *bolt.Tx) error {
-		files := tx.Bucket(bktFiles)
-		e, exists := getFile(files, k)
-		if !exists || e.refs > 0 {
-			ok = false
-			return nil
-		}
-		ok = true
-		if e.flags&flagTombstoned != 0 {
-			return nil
-		}
-		// A fresh tombstone starts a new generation: an earlier revive is settled.
-		e.flags = (e.flags | flagTombstoned) &^ flagRevived
-		return putFile(files, k, e)
+		var err error
+		ok, err = tombstoneTx(tx.Bucket(bktFiles), k)
+		return err
 	})
 	if err != nil {
 		return false, fmt.Errorf("meta: tombstone %s: %w", d, err)
 	}
 	return ok, nil
+}
+
+// tombstoneTx is Tombstone of file key k in the files bucket.
+func tombstoneTx(files *bolt.Bucket, k []byte) (bool, error) {
+	e, exists := getFile(files, k)
+	if !exists || e.refs > 0 {
+		return false, nil
+	}
+	if e.flags&flagTombstoned != 0 {
+		return true, nil
+	}
+	// A fresh tombstone starts a new generation: an earlier revive is settled.
+	e.flags = (e.flags | flagTombstoned) &^ flagRevived
+	return true, putFile(files, k, e)
 }
 
 // DeleteFile implements FileIndex.
@@ -289,29 +313,39 @@ func (s *Bolt) DeleteFile(ctx context.Context, d digest.Digest) (bool, error) {
 	}
 	var revived bool
 	err = s.update(ctx, func(tx *bolt.Tx) error {
-		revived = false
-		files := tx.Bucket(bktFiles)
-		e, exists := getFile(files, k)
-		switch {
-		case !exists:
-			return nil
-		case e.flags&flagTombstoned != 0:
-			if err := files.Delete(k); err != nil {
-				return err
-			}
-			return tx.Bucket(bktZero).Delete(k)
-		case e.flags&flagRevived != 0:
-			revived = true
-			e.flags = (e.flags | flagMissing) &^ flagRevived
-			return putFile(files, k, e)
-		default:
-			return fmt.Errorf("%w: %s", ErrNotTombstoned, d)
+		var err error
+		revived, err = deleteFileTx(tx, k, false)
+		if errors.Is(err, ErrNotTombstoned) {
+			return fmt.Errorf("%w: %s", err, d)
 		}
+		return err
 	})
 	if err != nil {
 		return false, fmt.Errorf("meta: delete file: %w", err)
 	}
 	return revived, nil
+}
+
+// deleteFileTx is DeleteFile of file key k, or, with settled, DeleteFiles: an
+// entry neither tombstoned nor revived is then marked Missing and reported
+// revived instead of failing with ErrNotTombstoned.
+func deleteFileTx(tx *bolt.Tx, k []byte, settled bool) (revived bool, err error) {
+	files := tx.Bucket(bktFiles)
+	e, exists := getFile(files, k)
+	switch {
+	case !exists:
+		return false, nil
+	case e.flags&flagTombstoned != 0:
+		if err := files.Delete(k); err != nil {
+			return false, err
+		}
+		return false, tx.Bucket(bktZero).Delete(k)
+	case e.flags&flagRevived != 0 || settled:
+		e.flags = (e.flags | flagMissing) &^ flagRevived
+		return true, putFile(files, k, e)
+	default:
+		return false, ErrNotTombstoned
+	}
 }
 
 // Files implements FileIndex.

@@ -125,21 +125,24 @@ func (s *Bolt) DeleteRecipe(ctx context.Context, layer digest.Digest) error {
 	if err != nil {
 		return err
 	}
-	err = s.update(ctx, func(tx *bolt.Tx) error {
-		b := tx.Bucket(bktRecipes)
-		old, _ := oldState(b, k)
-		if old == 0 {
-			return nil
-		}
-		if err := b.Delete(k); err != nil {
-			return err
-		}
-		return setState(tx, k, old, 0)
-	})
+	err = s.update(ctx, func(tx *bolt.Tx) error { return deleteRecipeTx(tx, k) })
 	if err != nil {
 		return fmt.Errorf("meta: delete recipe %s: %w", layer, err)
 	}
 	return nil
+}
+
+// deleteRecipeTx is DeleteRecipe of layer key k.
+func deleteRecipeTx(tx *bolt.Tx, k []byte) error {
+	b := tx.Bucket(bktRecipes)
+	old, _ := oldState(b, k)
+	if old == 0 {
+		return nil
+	}
+	if err := b.Delete(k); err != nil {
+		return err
+	}
+	return setState(tx, k, old, 0)
 }
 
 // ListLayers implements Recipes.

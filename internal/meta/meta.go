@@ -27,6 +27,8 @@
 //     wrote. The next AddLayerRefs of a new layer holding a Missing file reports
 //     Write and clears Missing; dedup checks Files for Missing before it drops a
 //     layer's intact copy.
+//
+// GC takes steps 2 and 3 through Bulk, many layers or files per call.
 package meta
 
 import (
@@ -108,6 +110,31 @@ type FileIndex interface {
 	// up to limit files with zero references, tombstoned or not: the work list of a
 	// GC that resumes after a crash.
 	ZeroFiles(ctx context.Context, after digest.Digest, limit int) ([]digest.Digest, error)
+}
+
+// Bulk is GC's side of the file lifecycle (steps 2 and 3 above) for many layers or
+// files per call, so that a GC of millions of deduplicated blobs costs thousands of
+// store round trips (bolt: commits with an fsync each), not millions. Each element is
+// one atomic step, as the single-item method takes it; a call as a whole is not
+// atomic. After an error the result lists what was done (possibly nothing); the rest
+// may or may not be done, and every step is safe to repeat.
+type Bulk interface {
+	// ReleaseLayers is, for each layer, ReleaseLayerRefs then DeleteRecipe as one
+	// atomic step: what deleting the layers' blobs calls. It returns the files whose
+	// count reached zero. A layer whose release fails with ErrInvalidRelease is left
+	// unchanged (its recipe entry too) and named in the error; the others are
+	// released all the same.
+	ReleaseLayers(ctx context.Context, layers []digest.Digest) (zeroed []digest.Digest, err error)
+	// TombstoneFiles is Tombstone on each file; it returns those it tombstoned (or
+	// found tombstoned), in order.
+	TombstoneFiles(ctx context.Context, files []digest.Digest) (tombstoned []digest.Digest, err error)
+	// DeleteFiles is DeleteFile on each file, once GC deleted the objects of files
+	// TombstoneFiles returned; it returns those revived since. Unlike DeleteFile,
+	// an entry neither tombstoned nor revived is no error: the caller's tombstone
+	// was settled by another GC run, or the entry was deleted and created anew, so
+	// its holders may have lost the object to the caller's delete. It is marked
+	// Missing, like a revived one, and returned with them.
+	DeleteFiles(ctx context.Context, files []digest.Digest) (revived []digest.Digest, err error)
 }
 
 // LayerState is how a layer is held.
@@ -198,6 +225,7 @@ type Stats interface {
 type Store interface {
 	FileIndex
 	Recipes
+	Bulk
 	ImageMap
 	Pulls
 	Stats

@@ -264,7 +264,12 @@ func testMissingFile(t *testing.T, s meta.Store) {
 // (Tombstone, delete the object, DeleteFile) on many zero-count files at once, over
 // a simulated object store, and checks that no file ends referenced, present in the
 // index as fine, and absent from the object store.
-func testTombstoneRace(t *testing.T, s meta.Store) {
+func testTombstoneRace(t *testing.T, s meta.Store) { tombstoneRace(t, s, false) }
+
+// testTombstoneRaceBulk is testTombstoneRace with GC taking its steps in bulk.
+func testTombstoneRaceBulk(t *testing.T, s meta.Store) { tombstoneRace(t, s, true) }
+
+func tombstoneRace(t *testing.T, s meta.Store, bulk bool) {
 	ctx := context.Background()
 	const n = 64
 	files := make([]digest.Digest, n)
@@ -282,6 +287,28 @@ func testTombstoneRace(t *testing.T, s meta.Store) {
 	type outcome struct{ write, revived, tomb bool }
 	out := make([]outcome, n)
 	var wg sync.WaitGroup
+	if bulk {
+		// GC's batches of 8, all at once.
+		for b := 0; b < n; b += 8 {
+			wg.Go(func() {
+				batch := files[b : b+8]
+				tomb, err := s.TombstoneFiles(ctx, batch)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				for _, d := range tomb {
+					out[slices.Index(files, d)].tomb = true
+					delete(objects, d)
+				}
+				mu.Unlock()
+				if _, err := s.DeleteFiles(ctx, tomb); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+	}
 	for i, d := range files {
 		wg.Go(func() {
 			r, err := s.AddLayerRefs(ctx, Digest(fmt.Sprintf("race-layer-%d", i)), []digest.Digest{d})
@@ -296,6 +323,9 @@ func testTombstoneRace(t *testing.T, s meta.Store) {
 				mu.Unlock()
 			}
 		})
+		if bulk {
+			continue
+		}
 		wg.Go(func() {
 			ok, err := s.Tombstone(ctx, d)
 			if err != nil {
