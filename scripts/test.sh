@@ -10,7 +10,7 @@
 #   CAIRN_SKIP_INSTALL=1    do not install anything (use what is on PATH)
 #   CAIRN_NO_RACE=1         run ./internal/... without -race
 #   CAIRN_TEST_PKGS="..."   packages to test instead of ./... (e.g. ./test/clients/)
-#   CAIRN_SERVICES="..."    servers to start (default "minio fakegcs azurite";
+#   CAIRN_SERVICES="..."    servers to start (default "minio fakegcs azurite redis";
 #                           "" starts none, for runs that do not need them)
 set -euo pipefail
 
@@ -48,13 +48,14 @@ declare -A SERVER_PIDS=()
 SERVER_LOGS=$CACHE/server-logs
 mkdir -p "$SERVER_LOGS"
 REPO=$ROOT # the service scripts' name for the repo root
-read -r -a SERVERS <<<"${CAIRN_SERVICES-minio fakegcs azurite}"
+read -r -a SERVERS <<<"${CAIRN_SERVICES-minio fakegcs azurite redis}"
 # Commands a service script runs, as "command:debian-package" pairs; a
 # missing command is installed with apt.
 declare -A SERVICE_NEEDS=(
 	[minio]="curl:curl python3:python3"
 	[fakegcs]="curl:curl"
 	[azurite]="node:nodejs npm:npm"
+	[redis]="redis-server:redis-server"
 )
 for _s in "${SERVERS[@]}"; do
 	# shellcheck source=/dev/null

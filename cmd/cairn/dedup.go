@@ -104,10 +104,17 @@ func dedupOptions(cfg *config.Config) dedup.Options {
 	return opts
 }
 
-// openMeta opens the metadata store when dedup is on or was used before
-// (its file exists: GC must release what deduplicated layers hold). It
-// returns nil, nil when neither.
-func openMeta(cfg *config.Config, lockTimeout time.Duration) (meta.Store, error) {
+// openMeta opens the metadata store: Redis when configured; else the bolt
+// file when dedup is on or was used before (its file exists: GC must
+// release what deduplicated layers hold). It returns nil, nil when neither.
+func openMeta(ctx context.Context, cfg *config.Config, lockTimeout time.Duration) (meta.Store, error) {
+	if r := cfg.Storage.Dedup.Metadata.Redis; r != nil {
+		s, err := meta.OpenRedis(ctx, meta.RedisOptions{Addr: r.Addr, Username: r.Username, Password: r.Password, DB: r.DB, Prefix: r.Prefix})
+		if err != nil {
+			return nil, fmt.Errorf("dedup: %w", err)
+		}
+		return s, nil
+	}
 	p, err := metaPath(cfg)
 	if err != nil {
 		if cfg.Storage.Dedup.Active() {
@@ -191,7 +198,7 @@ func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("dedup %s: storage root: %w", sub, err)
 		}
 	}
-	store, err := openMeta(cfg, time.Second)
+	store, err := openMeta(ctx, cfg, time.Second)
 	if errors.Is(err, meta.ErrLocked) {
 		if sub == "stats" && cfg.HTTP.Debug.Addr != "" {
 			return remoteStats(ctx, cfg.HTTP.Debug.Addr, *asJSON, stdout)
@@ -311,7 +318,7 @@ func printStats(w io.Writer, st *dedup.Stats, asJSON bool) error {
 // deduplicated earlier must stay pullable whatever the mode), background
 // work when a metadata store is open.
 func startDedup(ctx context.Context, cfg *config.Config, d driver.Driver, log *slog.Logger, m dedup.Metrics) (*dedup.Engine, meta.Store, error) {
-	store, err := openMeta(cfg, 5*time.Second)
+	store, err := openMeta(ctx, cfg, 5*time.Second)
 	if errors.Is(err, meta.ErrLocked) {
 		return nil, nil, errors.New("dedup: the metadata store is in use by another cairn process (cairn dedup run, or a second serve on the same root)")
 	}

@@ -80,7 +80,7 @@ func runGC(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	// Deleting a deduplicated layer must release its files, which needs
 	// the metadata store: refuse rather than leak them.
-	store, err := openMeta(cfg, time.Second)
+	store, err := openMeta(ctx, cfg, time.Second)
 	if errors.Is(err, meta.ErrLocked) {
 		return errors.New("gc: the dedup metadata store is in use by a running cairn serve; enable storage.gc in serve, or stop it")
 	}

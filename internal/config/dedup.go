@@ -28,11 +28,25 @@ type Dedup struct {
 	Predictor DedupPredictor `yaml:"predictor"`
 }
 
-// DedupMetadata locates the bolt metadata store.
+// DedupMetadata locates the metadata store: an embedded bolt file (one
+// process), or Redis (several serve nodes, and the CLI beside them).
 type DedupMetadata struct {
 	// Path defaults to <rootdirectory>/cairn-meta.db with the filesystem
-	// driver; object-store drivers must set it.
+	// driver; object-store drivers must set it or Redis.
 	Path string `yaml:"path"`
+	// Redis, when given, replaces the bolt file.
+	Redis *DedupRedis `yaml:"redis"`
+}
+
+// DedupRedis is a Redis server holding the metadata.
+type DedupRedis struct {
+	Addr     string `yaml:"addr"`
+	Username string `yaml:"username"`
+	Password string `yaml:"password"`
+	DB       int    `yaml:"db"`
+	// Prefix starts every key (default "cairn:"), so registries can share
+	// a server.
+	Prefix string `yaml:"prefix"`
 }
 
 // DedupSelective: a layer pulled at least Pulls times within Window keeps
@@ -116,6 +130,14 @@ func (d *Dedup) validate() error {
 		return fmt.Errorf("config: storage.dedup.selective.window: must be positive, not %s", d.Selective.Window)
 	case d.Predictor.RepullRatio < 0 || d.Predictor.RepullRatio > 1:
 		return fmt.Errorf("config: storage.dedup.predictor.repullratio: %g is not between 0 and 1", d.Predictor.RepullRatio)
+	}
+	if r := d.Metadata.Redis; r != nil {
+		if r.Addr == "" {
+			return fmt.Errorf("config: storage.dedup.metadata.redis.addr: must be set (host:port)")
+		}
+		if d.Metadata.Path != "" {
+			return fmt.Errorf("config: storage.dedup.metadata: give path or redis, not both")
+		}
 	}
 	if _, err := ParseBytes(d.Cache.Preconstruct.Size); err != nil {
 		return fmt.Errorf("config: storage.dedup.cache.preconstruct.size: %w", err)

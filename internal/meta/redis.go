@@ -1,0 +1,421 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// RedisOptions configures the Redis store; zero fields take the defaults.
+type RedisOptions struct {
+	Addr     string // host:port
+	Username string // ACL user; empty: the default user
+	Password string
+	DB       int
+	// Prefix starts every key the store uses (default "cairn:"), so several
+	// registries, or tests, can share one server.
+	Prefix string
+	// MaxLayersPerClient caps ULmap entries per client (default 4096).
+	MaxLayersPerClient int
+	// PopularityBucket is the width of one popularity counter (default 1h).
+	PopularityBucket time.Duration
+	// PopularityBuckets is how many counters each layer keeps (default 48).
+	PopularityBuckets int
+}
+
+func (o RedisOptions) withDefaults() RedisOptions {
+	if o.Prefix == "" {
+		o.Prefix = "cairn:"
+	}
+	b := Options{
+		MaxLayersPerClient: o.MaxLayersPerClient,
+		PopularityBucket:   o.PopularityBucket,
+		PopularityBuckets:  o.PopularityBuckets,
+	}.withDefaults()
+	o.MaxLayersPerClient, o.PopularityBucket, o.PopularityBuckets = b.MaxLayersPerClient, b.PopularityBucket, b.PopularityBuckets
+	return o
+}
+
+// Redis is the metadata store shared by several cairn nodes (and the CLI beside a
+// running server): every step that reads before it writes is one Lua script, which
+// Redis runs alone. One server, not Redis Cluster: the scripts name keys of
+// different hash slots.
+//
+// Redis must not lose what it acknowledged: run it with appendonly yes and
+// maxmemory-policy noeviction. An evicted or lost file entry breaks the reference
+// counts that keep GC from deleting live files.
+type Redis struct {
+	c    *redis.Client
+	opts RedisOptions
+	k    redisKeys
+}
+
+var _ Store = (*Redis)(nil)
+
+// redisKeys names the store's keys; see redis_scripts.go for what each holds.
+type redisKeys struct {
+	prefix              string
+	images, stats       string
+	std                 []string // the KEYS of the file and recipe scripts
+	files, zero, layers string   // std[0:3]
+	recipes             string   // std[3]
+	byState             []string // std[4:8], state 1..4
+	popPrefix           string
+}
+
+func newRedisKeys(prefix string) redisKeys {
+	k := redisKeys{
+		prefix: prefix,
+		images: prefix + "images", stats: prefix + "stats",
+		files: prefix + "files", zero: prefix + "zero", layers: prefix + "layerfiles",
+		recipes: prefix + "recipes", popPrefix: prefix + "pop:",
+	}
+	k.std = []string{k.files, k.zero, k.layers, k.recipes}
+	for _, st := range States {
+		k.std = append(k.std, prefix+"state:"+strconv.Itoa(int(st)))
+	}
+	k.byState = k.std[4:]
+	return k
+}
+
+func (k redisKeys) state(st LayerState) string { return k.byState[st-1] }
+
+func (k redisKeys) pop(lk []byte) string { return k.popPrefix + string(lk) }
+
+// client returns the keys of a client's layer hash, time index and counters.
+// The suffixes have one length, so no two clients' keys collide.
+func (k redisKeys) client(name string) []string {
+	base := k.prefix + "client:" + name
+	return []string{base + ":l", base + ":t", base + ":m"}
+}
+
+// OpenRedis connects to the Redis server at o.Addr and checks that it answers.
+func OpenRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
+	o = o.withDefaults()
+	if o.Addr == "" {
+		return nil, errors.New("meta: redis: no address")
+	}
+	c := redis.NewClient(&redis.Options{
+		Addr: o.Addr, Username: o.Username, Password: o.Password, DB: o.DB,
+		// A managed-cloud handshake that a plain server refuses: skip the round trip.
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	})
+	if err := c.Ping(ctx).Err(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("meta: redis at %s: %w", o.Addr, err)
+	}
+	// Eviction would drop reference counts, and GC would then delete live files:
+	// refuse a server that may evict any key. volatile-* policies evict only keys
+	// with a TTL (popularity counters). A server that hides its config (managed
+	// services, ACLs) is trusted.
+	if cfg, err := c.ConfigGet(ctx, "maxmemory-policy").Result(); err == nil {
+		if p := cfg["maxmemory-policy"]; strings.HasPrefix(p, "allkeys-") {
+			c.Close()
+			return nil, fmt.Errorf("meta: redis at %s: maxmemory-policy %s may evict the file index; set noeviction", o.Addr, p)
+		}
+	}
+	// Loaded now so pipelined EVALSHAs usually find them; runAll reloads a script
+	// a restarted server lost.
+	for _, s := range allScripts {
+		if err := s.Load(ctx, c).Err(); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("meta: redis at %s: load script: %w", o.Addr, err)
+		}
+	}
+	return &Redis{c: c, opts: o, k: newRedisKeys(o.Prefix)}, nil
+}
+
+// Close closes the connections.
+func (s *Redis) Close() error { return s.c.Close() }
+
+// run runs script as one atomic step.
+func (s *Redis) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return script.Run(ctx, s.c, keys, args...).Result()
+}
+
+// scriptCall is one script run of a pipeline.
+type scriptCall struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+}
+
+// runAll runs calls in one pipeline, in order, and returns their commands; each
+// call is atomic, the pipeline is not. A call whose script the server lacks
+// (restarted, or SCRIPT FLUSH) runs again alone, sending the script.
+func (s *Redis) runAll(ctx context.Context, calls []scriptCall) ([]*redis.Cmd, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	pipe := s.c.Pipeline()
+	cmds := make([]*redis.Cmd, len(calls))
+	for i, c := range calls {
+		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	_, _ = pipe.Exec(ctx) // each command keeps its own error
+	for i, cmd := range cmds {
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			cmds[i] = calls[i].script.Run(ctx, s.c, calls[i].keys, calls[i].args...)
+		}
+	}
+	return cmds, nil
+}
+
+// ints converts a script's array of integers.
+func ints(v any) ([]int64, error) {
+	arr, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("meta: redis: unexpected reply %T", v)
+	}
+	out := make([]int64, len(arr))
+	for i, e := range arr {
+		n, ok := e.(int64)
+		if !ok {
+			return nil, fmt.Errorf("meta: redis: unexpected reply element %T", e)
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
+// zpage lists up to limit members of a lexicographic sorted set after the key of
+// the digest `after`.
+func (s *Redis) zpage(ctx context.Context, key string, after digest.Digest, limit int) ([]digest.Digest, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	start := "-"
+	if after != "" {
+		k, err := keyOf(after)
+		if err != nil {
+			return nil, err
+		}
+		start = "(" + string(k)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	members, err := s.c.ZRangeByLex(ctx, key, &redis.ZRangeBy{Min: start, Max: "+", Count: int64(limit)}).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]digest.Digest, len(members))
+	for i, m := range members {
+		out[i] = digestOf([]byte(m))
+	}
+	return out, nil
+}
+
+// PutRecipe implements Recipes.
+func (s *Redis) PutRecipe(ctx context.Context, layer digest.Digest, recipe []byte, state LayerState) error {
+	if !state.Valid() {
+		return fmt.Errorf("%w: %d", ErrInvalidState, state)
+	}
+	k, err := keyOf(layer)
+	if err != nil {
+		return err
+	}
+	if _, err := s.run(ctx, scriptPutRecipe, s.k.std, k, int(state), recipeValue(state, recipe)); err != nil {
+		return fmt.Errorf("meta: put recipe %s: %w", layer, err)
+	}
+	return nil
+}
+
+// SetLayerState implements Recipes.
+func (s *Redis) SetLayerState(ctx context.Context, layer digest.Digest, state LayerState) error {
+	if !state.Valid() {
+		return fmt.Errorf("%w: %d", ErrInvalidState, state)
+	}
+	k, err := keyOf(layer)
+	if err != nil {
+		return err
+	}
+	v, err := s.run(ctx, scriptSetLayerState, s.k.std, k, int(state))
+	if err == nil && v == int64(0) {
+		err = ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("meta: set layer state %s: %w", layer, err)
+	}
+	return nil
+}
+
+// GetRecipe implements Recipes.
+func (s *Redis) GetRecipe(ctx context.Context, layer digest.Digest) ([]byte, LayerState, error) {
+	k, err := keyOf(layer)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err
+	}
+	v, err := s.c.HGet(ctx, s.k.recipes, string(k)).Bytes()
+	if errors.Is(err, redis.Nil) || err == nil && len(v) == 0 {
+		err = ErrNotFound
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("meta: get recipe %s: %w", layer, err)
+	}
+	var recipe []byte
+	if len(v) > 1 {
+		recipe = v[1:]
+	}
+	return recipe, LayerState(v[0]), nil
+}
+
+// DeleteRecipe implements Recipes.
+func (s *Redis) DeleteRecipe(ctx context.Context, layer digest.Digest) error {
+	k, err := keyOf(layer)
+	if err != nil {
+		return err
+	}
+	if _, err := s.run(ctx, scriptDeleteRecipe, s.k.std, k); err != nil {
+		return fmt.Errorf("meta: delete recipe %s: %w", layer, err)
+	}
+	return nil
+}
+
+// ListLayers implements Recipes.
+func (s *Redis) ListLayers(ctx context.Context, state LayerState, after digest.Digest, limit int) ([]digest.Digest, error) {
+	if !state.Valid() {
+		return nil, fmt.Errorf("%w: %d", ErrInvalidState, state)
+	}
+	out, err := s.zpage(ctx, s.k.state(state), after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("meta: list layers: %w", err)
+	}
+	return out, nil
+}
+
+// LayerCounts implements Recipes. The state sets are the counters: ZCARD is
+// constant time and cannot drift from the listings.
+func (s *Redis) LayerCounts(ctx context.Context) (map[LayerState]int64, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	cmds := make([]*redis.IntCmd, len(States))
+	_, err := s.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for i, st := range States {
+			cmds[i] = p.ZCard(ctx, s.k.state(st))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("meta: layer counts: %w", err)
+	}
+	out := make(map[LayerState]int64, len(States))
+	for i, st := range States {
+		out[st] = cmds[i].Val()
+	}
+	return out, nil
+}
+
+// SetImageLayers implements ImageMap.
+func (s *Redis) SetImageLayers(ctx context.Context, manifest digest.Digest, layers []digest.Digest) error {
+	k, err := keyOf(manifest)
+	if err != nil {
+		return err
+	}
+	var sb strings.Builder
+	for i, l := range layers {
+		if err := l.Validate(); err != nil {
+			return fmt.Errorf("%w: %q: %w", ErrInvalidDigest, l, err)
+		}
+		if i > 0 {
+			sb.WriteByte('\n')
+		}
+		sb.WriteString(string(l))
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.c.HSet(ctx, s.k.images, string(k), sb.String()).Err(); err != nil {
+		return fmt.Errorf("meta: set image layers %s: %w", manifest, err)
+	}
+	return nil
+}
+
+// ImageLayers implements ImageMap.
+func (s *Redis) ImageLayers(ctx context.Context, manifest digest.Digest) ([]digest.Digest, error) {
+	k, err := keyOf(manifest)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	v, err := s.c.HGet(ctx, s.k.images, string(k)).Result()
+	if errors.Is(err, redis.Nil) {
+		err = ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("meta: image layers %s: %w", manifest, err)
+	}
+	out := []digest.Digest{}
+	if v == "" {
+		return out, nil
+	}
+	for l := range strings.SplitSeq(v, "\n") {
+		out = append(out, digest.Digest(l))
+	}
+	return out, nil
+}
+
+// DeleteImage implements ImageMap.
+func (s *Redis) DeleteImage(ctx context.Context, manifest digest.Digest) error {
+	k, err := keyOf(manifest)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.c.HDel(ctx, s.k.images, string(k)).Err(); err != nil {
+		return fmt.Errorf("meta: delete image %s: %w", manifest, err)
+	}
+	return nil
+}
+
+// AddStat implements Stats.
+func (s *Redis) AddStat(ctx context.Context, name string, delta int64) error {
+	if name == "" {
+		return fmt.Errorf("meta: add stat: empty name")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.c.HIncrBy(ctx, s.k.stats, name, delta).Err(); err != nil {
+		return fmt.Errorf("meta: add stat %s: %w", name, err)
+	}
+	return nil
+}
+
+// Stats implements Stats.
+func (s *Redis) Stats(ctx context.Context) (map[string]int64, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m, err := s.c.HGetAll(ctx, s.k.stats).Result()
+	if err != nil {
+		return nil, fmt.Errorf("meta: stats: %w", err)
+	}
+	out := make(map[string]int64, len(m))
+	for name, v := range m {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("meta: stats: %s: %w", name, err)
+		}
+		out[name] = n
+	}
+	return out, nil
+}

@@ -1,0 +1,300 @@
+package meta_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/meta/metatest"
+	"github.com/opencontainers/go-digest"
+	"github.com/redis/go-redis/v9"
+)
+
+// redisAddr is the test server's address ($CAIRN_TEST_REDIS_ADDR, which
+// scripts/services/redis.sh exports). Without it the test skips, or fails in CI.
+func redisAddr(tb testing.TB) string {
+	tb.Helper()
+	addr := os.Getenv("CAIRN_TEST_REDIS_ADDR")
+	if addr == "" {
+		if os.Getenv("CI") == "true" {
+			tb.Fatal("CAIRN_TEST_REDIS_ADDR is not set (scripts/test.sh starts redis)")
+		}
+		tb.Skip("CAIRN_TEST_REDIS_ADDR is not set")
+	}
+	return addr
+}
+
+// testPrefix returns a fresh key prefix and deletes every key under it when tb
+// ends.
+func testPrefix(tb testing.TB, addr string) string {
+	tb.Helper()
+	prefix := "cairn-test:" + rand.Text() + ":"
+	tb.Cleanup(func() {
+		ctx := context.Background()
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		defer c.Close()
+		iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		var keys []string
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		if err := iter.Err(); err != nil {
+			tb.Errorf("scan %s*: %v", prefix, err)
+		}
+		for len(keys) > 0 {
+			n := min(len(keys), 1000)
+			if err := c.Del(ctx, keys[:n]...).Err(); err != nil {
+				tb.Errorf("delete %s*: %v", prefix, err)
+				return
+			}
+			keys = keys[n:]
+		}
+	})
+	return prefix
+}
+
+func openRedis(tb testing.TB, addr, prefix string) *meta.Redis {
+	tb.Helper()
+	s, err := meta.OpenRedis(context.Background(), meta.RedisOptions{
+		Addr:               addr,
+		Prefix:             prefix,
+		MaxLayersPerClient: metatest.MaxLayersPerClient,
+		PopularityBucket:   metatest.PopularityBucket,
+		PopularityBuckets:  metatest.PopularityBuckets,
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+func TestRedisConformance(t *testing.T) {
+	addr := redisAddr(t)
+	metatest.Run(t, func(t *testing.T) meta.Store {
+		return openRedis(t, addr, testPrefix(t, addr))
+	})
+}
+
+// TestRedisSharedNodes: two stores on one prefix, as two cairn nodes, see one
+// index and count each layer once however the adds race between them.
+func TestRedisSharedNodes(t *testing.T) {
+	ctx := context.Background()
+	addr := redisAddr(t)
+	prefix := testPrefix(t, addr)
+	a, b := openRedis(t, addr, prefix), openRedis(t, addr, prefix)
+	defer a.Close()
+	defer b.Close()
+	files := []digest.Digest{metatest.Digest("f1"), metatest.Digest("f2")}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	writes := 0
+	for i := range 16 {
+		node := []*meta.Redis{a, b}[i%2]
+		wg.Go(func() {
+			refs, err := node.AddLayerRefs(ctx, metatest.Digest(fmt.Sprintf("layer-%d", i/2)), files)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, r := range refs {
+				if r.Write {
+					writes++
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if writes != len(files) {
+		t.Fatalf("the nodes were told to write %d times, want %d", writes, len(files))
+	}
+	for _, node := range []*meta.Redis{a, b} {
+		fi, err := node.Files(ctx, files)
+		if err != nil || fi[0].Refs != 8 || fi[1].Refs != 8 {
+			t.Fatalf("Files = %+v, %v; want 8 refs each on both nodes", fi, err)
+		}
+	}
+	l := metatest.Digest("layer-0")
+	if err := a.PutRecipe(ctx, l, []byte("r"), meta.StateDeduplicated); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.ListLayers(ctx, meta.StateDeduplicated, "", 10); err != nil || !slices.Equal(got, []digest.Digest{l}) {
+		t.Fatalf("other node's ListLayers = %v, %v", got, err)
+	}
+	now := time.Unix(1_700_000_000, 0)
+	if _, err := a.RecordPull(ctx, "alice", l, now); err != nil {
+		t.Fatal(err)
+	}
+	if prev, err := b.RecordPull(ctx, "alice", l, now.Add(time.Second)); err != nil || prev != 1 {
+		t.Fatalf("pull on the other node: prev = %d, %v; want 1", prev, err)
+	}
+}
+
+// TestRedisScriptsReloaded: a server that lost its scripts (restart, SCRIPT FLUSH)
+// is sent them again, by single steps and by pipelined bulk steps.
+func TestRedisScriptsReloaded(t *testing.T) {
+	ctx := context.Background()
+	addr := redisAddr(t)
+	s := openRedis(t, addr, testPrefix(t, addr))
+	defer s.Close()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	f := metatest.Digest("f")
+	layers := []digest.Digest{metatest.Digest("l1"), metatest.Digest("l2")}
+	for _, l := range layers {
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.AddLayerRefs(ctx, l, []digest.Digest{f}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	zeroed, err := s.ReleaseLayers(ctx, layers)
+	if err != nil || !slices.Equal(zeroed, []digest.Digest{f}) {
+		t.Fatalf("ReleaseLayers after SCRIPT FLUSH = %v, %v; want [f]", zeroed, err)
+	}
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.TombstoneFiles(ctx, zeroed); err != nil || !slices.Equal(got, zeroed) {
+		t.Fatalf("TombstoneFiles after SCRIPT FLUSH = %v, %v", got, err)
+	}
+}
+
+// TestRedisReleaseLayersInconsistent: a layer whose release finds an inconsistent
+// index is left whole and named in the error; the layers beside it are released.
+func TestRedisReleaseLayersInconsistent(t *testing.T) {
+	ctx := context.Background()
+	addr := redisAddr(t)
+	prefix := testPrefix(t, addr)
+	s := openRedis(t, addr, prefix)
+	defer s.Close()
+	a, b, c := metatest.Digest("a"), metatest.Digest("b"), metatest.Digest("c")
+	l1, bad, l3 := metatest.Digest("l1"), metatest.Digest("bad"), metatest.Digest("l3")
+	for _, l := range []struct {
+		layer digest.Digest
+		files []digest.Digest
+	}{{l1, []digest.Digest{a}}, {bad, []digest.Digest{a, b}}, {l3, []digest.Digest{c}}} {
+		if _, err := s.AddLayerRefs(ctx, l.layer, l.files); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.PutRecipe(ctx, l.layer, nil, meta.StateDeduplicated); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Drop b's entry behind the store's back: a sha256 file's field is its raw hash.
+	raw, err := hex.DecodeString(b.Encoded())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := redis.NewClient(&redis.Options{Addr: addr})
+	defer rc.Close()
+	if n, err := rc.HDel(ctx, prefix+"files", string(raw)).Result(); err != nil || n != 1 {
+		t.Fatalf("HDEL b = %d, %v", n, err)
+	}
+	zeroed, err := s.ReleaseLayers(ctx, []digest.Digest{l1, bad, l3})
+	if !errors.Is(err, meta.ErrInvalidRelease) || !strings.Contains(err.Error(), bad.String()) {
+		t.Fatalf("err = %v, want ErrInvalidRelease naming %s", err, bad)
+	}
+	if !slices.Equal(zeroed, []digest.Digest{c}) {
+		t.Fatalf("zeroed %v, want [c]", zeroed)
+	}
+	if held, err := s.LayerFiles(ctx, bad); err != nil || len(held) != 2 {
+		t.Fatalf("the inconsistent layer holds %v, %v; want a and b", held, err)
+	}
+	if _, _, err := s.GetRecipe(ctx, bad); err != nil {
+		t.Fatalf("recipe of the inconsistent layer: %v", err)
+	}
+	if fi, err := s.Files(ctx, []digest.Digest{a}); err != nil || fi[0].Refs != 1 {
+		t.Fatalf("a after the release: %+v, %v; want 1 ref", fi, err)
+	}
+}
+
+// TestOpenRedisRefusesEviction: a server that may evict any key would lose
+// reference counts, so the store refuses it.
+func TestOpenRedisRefusesEviction(t *testing.T) {
+	ctx := context.Background()
+	addr := redisAddr(t)
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	old, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := c.ConfigSet(ctx, "maxmemory-policy", old["maxmemory-policy"]).Err(); err != nil {
+			t.Error(err)
+		}
+	}()
+	s, err := meta.OpenRedis(ctx, meta.RedisOptions{Addr: addr, Prefix: testPrefix(t, addr)})
+	if err == nil {
+		s.Close()
+		t.Fatal("OpenRedis of a server with maxmemory-policy allkeys-lru succeeded")
+	}
+	if !strings.Contains(err.Error(), "allkeys-lru") {
+		t.Fatalf("error %q does not name the policy", err)
+	}
+}
+
+func TestOpenRedisUnreachable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := meta.OpenRedis(ctx, meta.RedisOptions{Addr: addr})
+	if err == nil {
+		s.Close()
+		t.Fatalf("OpenRedis of a closed port succeeded")
+	}
+	if !strings.Contains(err.Error(), addr) {
+		t.Fatalf("error %q does not name the address %s", err, addr)
+	}
+}
+
+// BenchmarkRedisAddLayerRefs adds and releases one layer of 50k files, half of
+// them already known, per iteration.
+func BenchmarkRedisAddLayerRefs(b *testing.B) {
+	ctx := context.Background()
+	addr := redisAddr(b)
+	s := openRedis(b, addr, testPrefix(b, addr))
+	defer s.Close()
+	const n = 50_000
+	files := make([]digest.Digest, n)
+	for i := range files {
+		files[i] = metatest.Digest(fmt.Sprintf("bench-%d", i))
+	}
+	if _, err := s.AddLayerRefs(ctx, metatest.Digest("base"), files[:n/2]); err != nil {
+		b.Fatal(err)
+	}
+	layer := metatest.Digest("layer")
+	for b.Loop() {
+		if _, err := s.AddLayerRefs(ctx, layer, files); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.ReleaseLayerRefs(ctx, layer); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "files/s")
+}

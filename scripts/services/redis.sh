@@ -1,0 +1,133 @@
+# shellcheck shell=bash
+# scripts/services/redis.sh — a Redis server for the Redis metadata store's tests.
+# Sourced by scripts/test.sh (or by hand):
+#
+#   REPO=/work/main; source scripts/services/redis.sh
+#   start_redis && go test ./internal/meta/; stop_redis
+#
+#   start_redis  runs the Debian package's redis-server (apt-get install
+#                redis-server; test.sh installs it), after checking that its
+#                major version is $REDIS_MAJOR, on a free loopback port with no
+#                persistence and its working dir in a temp dir, waits until it
+#                answers PING and exports CAIRN_TEST_REDIS_ADDR (host:port).
+#   stop_redis   stops the PID start_redis started (never by name) and removes
+#                the temp dir.
+#
+# The pin is by major version: Debian's exact versions leave the mirrors with
+# each security update, and the store needs nothing newer than Redis 7.0.
+
+REDIS_MAJOR=7
+REDIS_PID=
+REDIS_DIR=
+
+_redis_log() { printf '==> redis: %s\n' "$*" >&2; }
+
+# _redis_alive PID — true while PID runs (a zombie does not count).
+_redis_alive() {
+	local st
+	st=$(ps -o stat= -p "$1" 2>/dev/null) && [[ $st != Z* ]]
+}
+
+# _redis_ping PORT — the server on PORT answers PING (bash's /dev/tcp, so no
+# redis-cli is needed).
+_redis_ping() {
+	(
+		exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+		printf 'PING\r\n' >&3
+		IFS= read -r -t 2 reply <&3 || exit 1
+		[[ $reply == +PONG* ]]
+	) 2>/dev/null
+}
+
+# _redis_free_port prints a loopback TCP port on which nothing listens now.
+_redis_free_port() {
+	local port i
+	for ((i = 0; i < 100; i++)); do
+		port=$((20000 + RANDOM % 40000))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+			echo "$port"
+			return 0
+		fi
+	done
+	_redis_log "no free port found"
+	return 1
+}
+
+# _redis_check_version prints the server's version when its major is REDIS_MAJOR.
+_redis_check_version() {
+	local out version
+	out=$(redis-server --version) || return 1
+	version=${out#*v=}
+	version=${version%% *}
+	if [[ ${version%%.*} != "$REDIS_MAJOR" ]]; then
+		_redis_log "redis-server is version '$version' ($(command -v redis-server)); the tests pin major version $REDIS_MAJOR.x"
+		return 1
+	fi
+	echo "$version"
+}
+
+start_redis() {
+	local version port log i attempt
+	if ! command -v redis-server >/dev/null; then
+		_redis_log "redis-server not found (apt-get install redis-server)"
+		return 1
+	fi
+	version=$(_redis_check_version) || return 1
+	REDIS_DIR=$(mktemp -d "${TMPDIR:-/tmp}/cairn-redis.XXXXXX") || return 1
+	log=${SERVER_LOGS:-$REDIS_DIR}/redis.log
+	# A port found free can be taken before redis binds it: then try another.
+	for ((attempt = 0; attempt < 3; attempt++)); do
+		port=$(_redis_free_port) || break
+		# --save "" and --appendonly no: nothing on disk; --dir: where it would go.
+		redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+			--dir "$REDIS_DIR" --daemonize no >"$log" 2>&1 &
+		REDIS_PID=$!
+		if declare -p SERVER_PIDS 2>/dev/null | grep -q '^declare -A'; then
+			SERVER_PIDS[redis]=$REDIS_PID
+		fi
+		for ((i = 0; i < 300; i++)); do
+			if _redis_ping "$port"; then
+				export CAIRN_TEST_REDIS_ADDR=127.0.0.1:$port
+				_redis_log "redis $version (pid $REDIS_PID) at $CAIRN_TEST_REDIS_ADDR"
+				return 0
+			fi
+			_redis_alive "$REDIS_PID" || break
+			sleep 0.1
+		done
+		if _redis_alive "$REDIS_PID"; then
+			_redis_log "no answer on 127.0.0.1:$port after 30 s:"
+			break
+		fi
+		wait "$REDIS_PID" 2>/dev/null || true
+		REDIS_PID=
+		grep -q 'Address already in use' "$log" || break
+	done
+	_redis_log "failed to start; log:"
+	tail -n 20 "$log" >&2 2>/dev/null || true
+	stop_redis
+	return 1
+}
+
+stop_redis() {
+	local i
+	if [[ -n $REDIS_PID ]]; then
+		kill -TERM "$REDIS_PID" 2>/dev/null || true
+		for ((i = 0; i < 100; i++)); do
+			_redis_alive "$REDIS_PID" || break
+			sleep 0.1
+		done
+		if _redis_alive "$REDIS_PID"; then
+			kill -KILL "$REDIS_PID" 2>/dev/null || true
+		fi
+		wait "$REDIS_PID" 2>/dev/null || true
+	fi
+	if declare -p SERVER_PIDS 2>/dev/null | grep -q '^declare -A'; then
+		unset 'SERVER_PIDS[redis]'
+	fi
+	REDIS_PID=
+	if [[ -n $REDIS_DIR ]]; then
+		rm -rf "$REDIS_DIR"
+	fi
+	REDIS_DIR=
+	unset CAIRN_TEST_REDIS_ADDR
+}

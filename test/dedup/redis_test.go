@@ -1,0 +1,70 @@
+package dedup
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/objstore"
+)
+
+// TestTwoNodesSharedRedis runs two serve nodes on one storage root with the
+// metadata in Redis (started by scripts/test.sh): a push to one node is
+// deduplicated, the other node serves it byte-exact, and the CLI (stats,
+// GC) works beside both.
+func TestTwoNodesSharedRedis(t *testing.T) {
+	addr := objstore.Need(t, "CAIRN_TEST_REDIS_ADDR")[0]
+	prefix := objstore.RandomName("cairn-test-") + ":"
+	cfg := filepath.Join(t.TempDir(), "config.yml")
+	yml := fmt.Sprintf(`version: 0.1
+log: {level: debug}
+storage:
+  filesystem: {rootdirectory: /unused}
+  dedup:
+    mode: full
+    workers: 1
+    metadata: {redis: {addr: %q, prefix: %q}}
+`, addr, prefix)
+	if err := os.WriteFile(cfg, []byte(yml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	a := cairnproc.Start(t, root, "--config", cfg)
+	b := cairnproc.Start(t, root, "--config", cfg)
+
+	keep, drop := allLayers(t)[:3], allLayers(t)[3:5]
+	push(t, a, "nodes/keep", keep)
+	push(t, a, "nodes/drop", drop)
+	waitState(t, root, append(append([]testLayer{}, keep...), drop...), false, 3*time.Minute)
+	pullAll(t, b, "nodes/keep", keep)
+	pullAll(t, a, "nodes/drop", drop)
+
+	st := stats(t, cfg, root)
+	if got := layerCount(st, "deduplicated"); got != len(keep)+len(drop) {
+		t.Fatalf("stats beside two running nodes: %d deduplicated, want %d", got, len(keep)+len(drop))
+	}
+
+	// GC from the CLI while both nodes serve: the dropped image's layers and
+	// their own files go, the kept image still pulls from either node.
+	req, _ := http.NewRequest(http.MethodDelete, b.URL+"/v2/nodes/drop/manifests/v1", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	before := countFiles(t, root)
+	out, err := exec.Command(cairnproc.Binary(t), "gc", "--config", cfg, "--root", root, "--delay", "0s", "--delete-untagged", "--quiet").CombinedOutput()
+	if err != nil {
+		t.Fatalf("cairn gc beside two nodes: %v\n%s", err, out)
+	}
+	if after := countFiles(t, root); after >= before {
+		t.Fatalf("gc deleted no unique files (%d before, %d after)", before, after)
+	}
+	pullAll(t, a, "nodes/keep", keep)
+	pullAll(t, b, "nodes/keep", keep)
+}
