@@ -60,25 +60,38 @@ func digestOf(b []byte) string {
 	return "sha256:" + hex.EncodeToString(s[:])
 }
 
-// push writes one image holding layers (their exact bytes) as repo:tag.
-func push(t *testing.T, srv *cairnproc.Server, repo string, layers []testLayer) v1.Image {
-	t.Helper()
+// image is an OCI image holding layers (their exact bytes).
+func image(layers []testLayer) (v1.Image, error) {
 	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
 	for _, l := range layers {
 		var err error
 		img, err = mutate.AppendLayers(img, static.NewLayer(l.blob, types.MediaType(l.mediaType)))
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
+	}
+	return img, nil
+}
+
+// pushErr writes the image of layers as repo:v1.
+func pushErr(srv *cairnproc.Server, repo string, layers []testLayer) error {
+	img, err := image(layers)
+	if err != nil {
+		return err
 	}
 	ref, err := name.ParseReference(srv.Addr+"/"+repo+":v1", name.Insecure)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	if err := remote.Write(ref, img); err != nil {
+	return remote.Write(ref, img)
+}
+
+// push writes one image holding layers as repo:v1.
+func push(t *testing.T, srv *cairnproc.Server, repo string, layers []testLayer) {
+	t.Helper()
+	if err := pushErr(srv, repo, layers); err != nil {
 		t.Fatalf("push %s: %v", repo, err)
 	}
-	return img
 }
 
 // blobDir is the storage directory of blob dg under root.
