@@ -69,8 +69,9 @@ type Engine struct {
 }
 
 type job struct {
-	layer digest.Digest
-	mode  Mode
+	layer   digest.Digest
+	mode    Mode
+	recheck bool // look for the recipe file in storage (see process)
 }
 
 // New returns an engine over d. store may be nil (restore only). Start runs
@@ -159,14 +160,17 @@ func (e *Engine) Close() error {
 
 // enqueue hands l to the workers unless it is already waiting; a full queue
 // leaves it pending for the periodic scan.
-func (e *Engine) enqueue(l digest.Digest, mode Mode) {
+func (e *Engine) enqueue(l digest.Digest, mode Mode) { e.enqueueJob(job{layer: l, mode: mode}) }
+
+func (e *Engine) enqueueJob(j job) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	l := j.layer
 	if e.queued[l] {
 		return
 	}
 	select {
-	case e.jobs <- job{l, mode}:
+	case e.jobs <- j:
 		e.queued[l] = true
 	default:
 	}
@@ -182,7 +186,7 @@ func (e *Engine) worker(ctx context.Context) {
 			delete(e.queued, j.layer)
 			e.mu.Unlock()
 			start := time.Now()
-			out, err := e.Process(ctx, j.layer, j.mode)
+			out, err := e.process(ctx, j.layer, j.mode, j.recheck)
 			if err != nil {
 				if ctx.Err() == nil {
 					e.log.Warn("dedup: layer failed, stays pending", "layer", j.layer, "err", err)
@@ -271,8 +275,13 @@ func (e *Engine) scanLoop(ctx context.Context) {
 			e.log.Warn("dedup: scan", "err", err)
 		}
 		if n%statsEvery == 0 {
-			if _, err := e.Stats(ctx); err != nil && ctx.Err() == nil {
+			_, gone, err := e.stats(ctx)
+			if err != nil && ctx.Err() == nil {
 				e.log.Warn("dedup: stats", "err", err)
+			}
+			for _, l := range gone {
+				// process releases what a deleted blob held.
+				e.enqueueJob(job{layer: l, mode: ModeIndex, recheck: true})
 			}
 		}
 		select {
@@ -424,7 +433,7 @@ func (e *Engine) RunAll(ctx context.Context, force Mode) (*RunStats, error) {
 		go func() {
 			defer wg.Done()
 			for l := range work {
-				out, err := e.Process(ctx, l, modes[l])
+				out, err := e.process(ctx, l, modes[l], true)
 				mu.Lock()
 				st.Layers++
 				if err != nil {

@@ -41,6 +41,12 @@ const (
 // verifies a layer not processed yet, and drops or restores the intact copy
 // of a processed one. It is idempotent and safe to re-run after a crash.
 func (e *Engine) Process(ctx context.Context, l digest.Digest, mode Mode) (outcome, error) {
+	return e.process(ctx, l, mode, false)
+}
+
+// process is Process; recheck also looks in storage for a processed
+// layer's recipe file (a Stat, so not on every pass of the scan).
+func (e *Engine) process(ctx context.Context, l digest.Digest, mode Mode, recheck bool) (outcome, error) {
 	if mode == ModeOff {
 		return outUnchanged, nil
 	}
@@ -55,6 +61,16 @@ func (e *Engine) Process(ctx context.Context, l digest.Digest, mode Mode) (outco
 		if sum.Mode.rank() < mode.rank() {
 			sum.Mode = mode
 		}
+		if recheck {
+			gone, err := e.recipeGone(ctx, l, sum)
+			if err != nil {
+				return "", err
+			}
+			if gone {
+				// GC deleted the blob but stopped before releasing its files.
+				return e.noData(ctx, l, sum)
+			}
+		}
 		if !sum.Revived {
 			return e.settle(ctx, l, sum, state)
 		}
@@ -64,6 +80,24 @@ func (e *Engine) Process(ctx context.Context, l digest.Digest, mode Mode) (outco
 		sum.Mode = mode
 	}
 	return e.disassemble(ctx, l, sum)
+}
+
+// recipeGone reports whether a layer recorded with a recipe has lost both
+// its recipe file and its data: its blob was deleted.
+func (e *Engine) recipeGone(ctx context.Context, l digest.Digest, sum summary) (bool, error) {
+	if sum.RecipeBytes == 0 {
+		return false, nil
+	}
+	// Stat, not the recipe cache: the file may be gone since it was cached.
+	if _, err := e.d.Stat(ctx, registry.BlobRecipePath(l)); !errors.Is(err, driver.ErrNotFound) {
+		return false, err
+	}
+	_, err := e.d.Stat(ctx, registry.BlobDataPath(l))
+	if errors.Is(err, driver.ErrNotFound) {
+		e.recipes.remove(l)
+		return true, nil
+	}
+	return false, err
 }
 
 // layerState reads l's summary and state; state 0 means unknown.

@@ -225,6 +225,12 @@ func (c *recipeCache) get(d digest.Digest) (*Recipe, bool) {
 	return c.arc.Get(string(d))
 }
 
+func (c *recipeCache) remove(d digest.Digest) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.arc.Remove(string(d))
+}
+
 func (c *recipeCache) add(d digest.Digest, r *Recipe, cost int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

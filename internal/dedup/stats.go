@@ -51,8 +51,17 @@ type FileStats struct {
 // of each recipe file (for file sizes and sharing), one listing of the file
 // store. Memory grows with the number of unique files.
 func (e *Engine) Stats(ctx context.Context) (*Stats, error) {
+	st, _, err := e.stats(ctx)
+	return st, err
+}
+
+// stats is Stats, also returning the layers recorded with a recipe whose
+// recipe file is gone (a GC that stopped between deleting a blob and
+// releasing its files leaves them): the worker rechecks those.
+func (e *Engine) stats(ctx context.Context) (*Stats, []digest.Digest, error) {
+	var gone []digest.Digest
 	if e.meta == nil {
-		return nil, errors.New("dedup: no metadata store")
+		return nil, nil, errors.New("dedup: no metadata store")
 	}
 	st := &Stats{Layers: make(map[string]int64), Encoders: make(map[string]int64)}
 	for _, s := range meta.States {
@@ -79,8 +88,12 @@ func (e *Engine) Stats(ctx context.Context) (*Stats, error) {
 				st.Encoders[enc]++
 			}
 			r, err := e.recipe(ctx, l)
+			if errors.Is(err, driver.ErrNotFound) {
+				gone = append(gone, l)
+				return
+			}
 			if err != nil {
-				if !errors.Is(err, driver.ErrNotFound) && ferr == nil {
+				if ferr == nil {
 					ferr = err
 				}
 				return
@@ -105,7 +118,7 @@ func (e *Engine) Stats(ctx context.Context) (*Stats, error) {
 			err = ferr
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	for _, u := range files {
@@ -122,7 +135,7 @@ func (e *Engine) Stats(ctx context.Context) (*Stats, error) {
 		return nil
 	})
 	if err != nil && !errors.Is(err, driver.ErrNotFound) {
-		return nil, err
+		return nil, nil, err
 	}
 	st.StoredBytes.Files = st.Files.StoredBytes
 	st.StoredBytes.Total = st.StoredBytes.Intact + st.StoredBytes.Files + st.StoredBytes.Recipes
@@ -133,5 +146,5 @@ func (e *Engine) Stats(ctx context.Context) (*Stats, error) {
 		st.FileLevelRatio = float64(st.LogicalBytes) / float64(plain)
 	}
 	e.metrics.SetDedupSavedBytes(st.LogicalBytes - st.StoredBytes.Total)
-	return st, nil
+	return st, gone, nil
 }
