@@ -81,6 +81,7 @@ func dedupOptions(cfg *config.Config) dedup.Options {
 		HotWindow:        c.Selective.Window,
 		PreconstructDir:  preconstructDir(cfg),
 		TempDir:          spoolDir(cfg),
+		SharedStore:      c.Metadata.Redis != nil,
 		PreconstructSize: pre,
 		PrefetchSize:     mem,
 		Predict:          c.Predictor.Enabled,

@@ -88,6 +88,10 @@ type Options struct {
 	QueueSize int
 	// TempDir holds spooled blobs while they are processed ("" = os default).
 	TempDir string
+	// SharedStore: other processes use the metadata store too (Redis), so
+	// layers are processed under a lease. A bolt store is one process's:
+	// a lease there could only be left by a killed predecessor.
+	SharedStore bool
 
 	// Selective mode: a layer pulled at least HotPulls times within
 	// HotWindow keeps (or gets back) its intact copy (defaults 3, 1h).

@@ -2,6 +2,7 @@ package dedup
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,6 +67,9 @@ type Engine struct {
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
 	predict chan predictJob
+	// holder names this engine in layer leases, so that nodes sharing a
+	// metadata store do not process one layer at the same time.
+	holder string
 }
 
 type job struct {
@@ -97,6 +101,7 @@ func New(d driver.Driver, store meta.Store, opts Options, log *slog.Logger, m Me
 		pulls:   make(chan pullJob, 4096),
 		predict: make(chan predictJob, 1024),
 		queued:  make(map[digest.Digest]bool),
+		holder:  holderID(),
 	}
 	if opts.TempDir != "" {
 		if err := os.MkdirAll(opts.TempDir, 0o755); err != nil {
@@ -186,7 +191,9 @@ func (e *Engine) worker(ctx context.Context) {
 			delete(e.queued, j.layer)
 			e.mu.Unlock()
 			start := time.Now()
-			out, err := e.process(ctx, j.layer, j.mode, j.recheck)
+			out, err := e.leased(ctx, j.layer, func(ctx context.Context) (outcome, error) {
+				return e.process(ctx, j.layer, j.mode, j.recheck)
+			})
 			if err != nil {
 				if ctx.Err() == nil {
 					e.log.Warn("dedup: layer failed, stays pending", "layer", j.layer, "err", err)
@@ -433,7 +440,9 @@ func (e *Engine) RunAll(ctx context.Context, force Mode) (*RunStats, error) {
 		go func() {
 			defer wg.Done()
 			for l := range work {
-				out, err := e.process(ctx, l, modes[l], true)
+				out, err := e.leased(ctx, l, func(ctx context.Context) (outcome, error) {
+					return e.process(ctx, l, modes[l], true)
+				})
 				mu.Lock()
 				st.Layers++
 				if err != nil {
@@ -458,6 +467,57 @@ func (e *Engine) RunAll(ctx context.Context, force Mode) (*RunStats, error) {
 	close(work)
 	wg.Wait()
 	return st, ctx.Err()
+}
+
+// leaseTTL bounds how long a layer stays claimed by a node that died while
+// processing it; a live node renews every third of it.
+const leaseTTL = 2 * time.Minute
+
+// leased runs fn for layer l under l's lease: another node holding it means
+// l is being processed there (outBusy). The lease only saves work; fn is
+// safe to run twice. A lost renewal cancels fn.
+func (e *Engine) leased(ctx context.Context, l digest.Digest, fn func(context.Context) (outcome, error)) (outcome, error) {
+	if !e.opts.SharedStore {
+		return fn(ctx)
+	}
+	name := "dedup:" + string(l)
+	ok, err := e.meta.TryLease(ctx, name, e.holder, leaseTTL)
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		return outBusy, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		t := time.NewTicker(leaseTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if ok, err := e.meta.TryLease(ctx, name, e.holder, leaseTTL); err == nil && !ok {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	out, err := fn(ctx)
+	if rerr := e.meta.ReleaseLease(context.WithoutCancel(ctx), name, e.holder); rerr != nil {
+		e.log.Debug("dedup: releasing lease", "layer", l, "err", rerr)
+	}
+	return out, err
+}
+
+// holderID names this process among the nodes sharing a metadata store.
+func holderID() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), rand.Text()[:8])
 }
 
 type nopMetrics struct{}

@@ -35,6 +35,7 @@ const (
 	outUnchanged      outcome = "unchanged" // already in its final state
 	outDeferred       outcome = "deferred"  // waits for a running GC
 	outGone           outcome = "gone"      // the blob is no longer stored
+	outBusy           outcome = "busy"      // another node is processing it
 )
 
 // Process brings layer l to the state mode asks for: it disassembles and

@@ -27,9 +27,10 @@ var (
 	bktClients    = []byte("clients")    // 'c' client -> bucket (see bolt_pulls.go)
 	bktPop        = []byte("pop")        // layer key -> ring of (slot(8) count(8))
 	bktStats      = []byte("stats")      // name -> int64
+	bktLeases     = []byte("leases")     // name -> expiry unix ms(8) holder
 )
 
-var allBuckets = [][]byte{bktFiles, bktZero, bktLayerFiles, bktRecipes, bktByState, bktLayerCount, bktImages, bktClients, bktPop, bktStats}
+var allBuckets = [][]byte{bktFiles, bktZero, bktLayerFiles, bktRecipes, bktByState, bktLayerCount, bktImages, bktClients, bktPop, bktStats, bktLeases}
 
 // Options tunes the bolt store; zero fields take the defaults.
 type Options struct {

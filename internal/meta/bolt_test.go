@@ -45,6 +45,7 @@ func TestBoltPersistence(t *testing.T) {
 		s.SetImageLayers(ctx, m, []digest.Digest{l}),
 		func() error { _, err := s.RecordPull(ctx, "alice", l, now); return err }(),
 		s.AddStat(ctx, "hits", 4),
+		func() error { _, err := s.TryLease(ctx, "job", "node-a", time.Hour); return err }(),
 	}
 	for i, err := range steps {
 		if err != nil {
@@ -83,6 +84,9 @@ func TestBoltPersistence(t *testing.T) {
 	}
 	if st, err := s.Stats(ctx); err != nil || st["hits"] != 4 {
 		t.Errorf("Stats after reopen = %v %v", st, err)
+	}
+	if ok, err := s.TryLease(ctx, "job", "node-b", time.Hour); err != nil || ok {
+		t.Errorf("TryLease by another holder after reopen = %v %v, want false (lease kept)", ok, err)
 	}
 }
 

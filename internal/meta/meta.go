@@ -35,6 +35,7 @@ import (
 	"context"
 	_ "crypto/sha512" // registers sha512 so such digests validate
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -51,6 +52,8 @@ var (
 	// ErrLayerFilesDiffer: AddLayerRefs for a layer that already holds references on
 	// a different set of files. ReleaseLayerRefs first to replace the set.
 	ErrLayerFilesDiffer = errors.New("meta: layer already holds a different set of files")
+	// ErrInvalidLease: an empty or too long lease name or holder, or a ttl <= 0.
+	ErrInvalidLease = errors.New("meta: invalid lease")
 )
 
 // FileRef is the outcome of adding one reference to a file.
@@ -221,6 +224,39 @@ type Stats interface {
 	Stats(ctx context.Context) (map[string]int64, error)
 }
 
+// MaxLeaseName is the longest lease name or holder, in bytes.
+const MaxLeaseName = 1024
+
+// Leases keep several nodes sharing a store from doing one long job (the dedup of
+// a layer) at the same time. A lease is advisory: a holder that stalls past its
+// ttl loses the lease without being told, and another may take it. So a lease
+// only saves work; what it guards must stay safe to run twice at once. A holder
+// working longer than its ttl renews with TryLease (every ttl/3, say) and stops
+// when that reports false. The store's clock decides expiry (bolt: the host's,
+// Redis: the server's), never the caller's; a ttl counts in whole milliseconds,
+// rounded up. Names and holders are non-empty and at most MaxLeaseName bytes.
+type Leases interface {
+	// TryLease takes the lease on name for holder until now+ttl if it is free,
+	// expired, or already held by holder (which renews it). It reports whether
+	// holder holds it now.
+	TryLease(ctx context.Context, name, holder string, ttl time.Duration) (bool, error)
+	// ReleaseLease gives up holder's lease on name (no-op if not held by holder).
+	ReleaseLease(ctx context.Context, name, holder string) error
+}
+
+// leaseMillis checks a lease's arguments and returns ttl in milliseconds,
+// rounded up: Redis's unit, so both stores expire a lease at the same instant.
+func leaseMillis(name, holder string, ttl time.Duration) (int64, error) {
+	if name == "" || holder == "" || len(name) > MaxLeaseName || len(holder) > MaxLeaseName || ttl <= 0 {
+		return 0, fmt.Errorf("%w: name %d bytes, holder %d bytes, ttl %v", ErrInvalidLease, len(name), len(holder), ttl)
+	}
+	ms := int64(ttl / time.Millisecond)
+	if ttl%time.Millisecond != 0 {
+		ms++
+	}
+	return ms, nil
+}
+
 // Store is the whole metadata store.
 type Store interface {
 	FileIndex
@@ -229,5 +265,6 @@ type Store interface {
 	ImageMap
 	Pulls
 	Stats
+	Leases
 	Close() error
 }

@@ -231,4 +231,5 @@ return prev
 var allScripts = []*redis.Script{
 	scriptAddLayerRefs, scriptRelease, scriptTombstone, scriptDeleteFiles,
 	scriptPutRecipe, scriptSetLayerState, scriptDeleteRecipe, scriptRecordPull,
+	scriptTryLease, scriptReleaseLease,
 }

@@ -141,6 +141,42 @@ func TestRedisSharedNodes(t *testing.T) {
 	}
 }
 
+// TestRedisSharedLease: two stores on one prefix, as two cairn nodes, see one
+// lease; a store on another prefix (another registry) has its own.
+func TestRedisSharedLease(t *testing.T) {
+	ctx := context.Background()
+	addr := redisAddr(t)
+	prefix := testPrefix(t, addr)
+	a, b := openRedis(t, addr, prefix), openRedis(t, addr, prefix)
+	defer a.Close()
+	defer b.Close()
+	other := openRedis(t, addr, testPrefix(t, addr))
+	defer other.Close()
+	try := func(s *meta.Redis, holder string) bool {
+		t.Helper()
+		ok, err := s.TryLease(ctx, "dedup:layer", holder, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if !try(a, "node-a") {
+		t.Fatal("node a did not get a free lease")
+	}
+	if try(b, "node-b") {
+		t.Fatal("node b took the lease node a holds")
+	}
+	if !try(other, "node-b") {
+		t.Fatal("a store on another prefix shares the lease")
+	}
+	if err := a.ReleaseLease(ctx, "dedup:layer", "node-a"); err != nil {
+		t.Fatal(err)
+	}
+	if !try(b, "node-b") {
+		t.Fatal("node b did not get the lease node a released")
+	}
+}
+
 // TestRedisScriptsReloaded: a server that lost its scripts (restart, SCRIPT FLUSH)
 // is sent them again, by single steps and by pipelined bulk steps.
 func TestRedisScriptsReloaded(t *testing.T) {

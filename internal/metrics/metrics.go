@@ -88,7 +88,7 @@ func New() *Metrics {
 	m.dedupSaved = f.gauge("dedup_saved_bytes",
 		"Bytes of storage deduplication saves, as the dedup worker last computed it.")
 	m.dedupLayers = f.counterVec("dedup_layers_total",
-		"Layers the dedup worker processed, by outcome (deduplicated, indexed, irreproducible, unchanged, deferred, gone, error).", "outcome")
+		"Layers the dedup worker processed, by outcome (deduplicated, indexed, irreproducible, unchanged, deferred, gone, busy: another node has it, error).", "outcome")
 	m.dedupPredicted = f.counterVec("dedup_predicted_total",
 		"Layers warmed ahead of a predicted pull, by cache (preconstruct: rebuilt to disk, prefetch: read into memory).", "cache")
 	m.cache = f.counterVec("cache_requests_total",

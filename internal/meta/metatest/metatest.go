@@ -51,6 +51,10 @@ func Run(t *testing.T, newStore func(t *testing.T) meta.Store) {
 		{"LayerPopularity", testLayerPopularity},
 		{"Stats", testStats},
 		{"InvalidInput", testInvalidInput},
+		{"LeaseLifecycle", testLeaseLifecycle},
+		{"LeaseExpiry", testLeaseExpiry},
+		{"LeaseRace", testLeaseRace},
+		{"LeaseInvalid", testLeaseInvalid},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
