@@ -3,7 +3,6 @@ package meta
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/opencontainers/go-digest"
 	bolt "go.etcd.io/bbolt"
@@ -184,18 +183,12 @@ func (s *Bolt) SetImageLayers(ctx context.Context, manifest digest.Digest, layer
 	if err != nil {
 		return err
 	}
-	var sb strings.Builder
-	for i, l := range layers {
-		if err := l.Validate(); err != nil {
-			return fmt.Errorf("%w: %q: %w", ErrInvalidDigest, l, err)
-		}
-		if i > 0 {
-			sb.WriteByte('\n')
-		}
-		sb.WriteString(string(l))
+	v, err := encodeImageLayers(layers)
+	if err != nil {
+		return err
 	}
 	err = s.update(ctx, func(tx *bolt.Tx) error {
-		return tx.Bucket(bktImages).Put(k, []byte(sb.String()))
+		return tx.Bucket(bktImages).Put(k, []byte(v))
 	})
 	if err != nil {
 		return fmt.Errorf("meta: set image layers %s: %w", manifest, err)
@@ -215,13 +208,7 @@ func (s *Bolt) ImageLayers(ctx context.Context, manifest digest.Digest) ([]diges
 		if v == nil {
 			return ErrNotFound
 		}
-		out = []digest.Digest{}
-		if len(v) == 0 {
-			return nil
-		}
-		for _, l := range strings.Split(string(v), "\n") {
-			out = append(out, digest.Digest(l))
-		}
+		out = decodeImageLayers(string(v))
 		return nil
 	})
 	if err != nil {

@@ -36,6 +36,7 @@ import (
 	_ "crypto/sha512" // registers sha512 so such digests validate
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -267,4 +268,33 @@ type Store interface {
 	Stats
 	Leases
 	Close() error
+}
+
+// encodeImageLayers is how both stores keep an image's layer list: the
+// digests, validated, one per line.
+func encodeImageLayers(layers []digest.Digest) (string, error) {
+	var sb strings.Builder
+	for i, l := range layers {
+		if err := l.Validate(); err != nil {
+			return "", fmt.Errorf("%w: %q: %w", ErrInvalidDigest, l, err)
+		}
+		if i > 0 {
+			sb.WriteByte('\n')
+		}
+		sb.WriteString(string(l))
+	}
+	return sb.String(), nil
+}
+
+// decodeImageLayers reverses encodeImageLayers; an empty list is empty,
+// not nil.
+func decodeImageLayers(v string) []digest.Digest {
+	out := []digest.Digest{}
+	if v == "" {
+		return out
+	}
+	for l := range strings.SplitSeq(v, "\n") {
+		out = append(out, digest.Digest(l))
+	}
+	return out
 }

@@ -326,20 +326,14 @@ func (s *Redis) SetImageLayers(ctx context.Context, manifest digest.Digest, laye
 	if err != nil {
 		return err
 	}
-	var sb strings.Builder
-	for i, l := range layers {
-		if err := l.Validate(); err != nil {
-			return fmt.Errorf("%w: %q: %w", ErrInvalidDigest, l, err)
-		}
-		if i > 0 {
-			sb.WriteByte('\n')
-		}
-		sb.WriteString(string(l))
+	v, err := encodeImageLayers(layers)
+	if err != nil {
+		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := s.c.HSet(ctx, s.k.images, string(k), sb.String()).Err(); err != nil {
+	if err := s.c.HSet(ctx, s.k.images, string(k), v).Err(); err != nil {
 		return fmt.Errorf("meta: set image layers %s: %w", manifest, err)
 	}
 	return nil
@@ -361,14 +355,7 @@ func (s *Redis) ImageLayers(ctx context.Context, manifest digest.Digest) ([]dige
 	if err != nil {
 		return nil, fmt.Errorf("meta: image layers %s: %w", manifest, err)
 	}
-	out := []digest.Digest{}
-	if v == "" {
-		return out, nil
-	}
-	for l := range strings.SplitSeq(v, "\n") {
-		out = append(out, digest.Digest(l))
-	}
-	return out, nil
+	return decodeImageLayers(v), nil
 }
 
 // DeleteImage implements ImageMap.
