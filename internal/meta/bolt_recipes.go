@@ -47,10 +47,7 @@ func oldState(b *bolt.Bucket, k []byte) (LayerState, []byte) {
 
 // PutRecipe implements Recipes.
 func (s *Bolt) PutRecipe(ctx context.Context, layer digest.Digest, recipe []byte, state LayerState) error {
-	if !state.Valid() {
-		return fmt.Errorf("%w: %d", ErrInvalidState, state)
-	}
-	k, err := keyOf(layer)
+	k, err := checkedLayerKey(layer, state)
 	if err != nil {
 		return err
 	}
@@ -70,10 +67,7 @@ func (s *Bolt) PutRecipe(ctx context.Context, layer digest.Digest, recipe []byte
 
 // SetLayerState implements Recipes.
 func (s *Bolt) SetLayerState(ctx context.Context, layer digest.Digest, state LayerState) error {
-	if !state.Valid() {
-		return fmt.Errorf("%w: %d", ErrInvalidState, state)
-	}
-	k, err := keyOf(layer)
+	k, err := checkedLayerKey(layer, state)
 	if err != nil {
 		return err
 	}

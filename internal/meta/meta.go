@@ -298,3 +298,11 @@ func decodeImageLayers(v string) []digest.Digest {
 	}
 	return out
 }
+
+// checkedLayerKey checks a layer state and returns the layer's key.
+func checkedLayerKey(layer digest.Digest, state LayerState) ([]byte, error) {
+	if !state.Valid() {
+		return nil, fmt.Errorf("%w: %d", ErrInvalidState, state)
+	}
+	return keyOf(layer)
+}

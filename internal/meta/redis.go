@@ -218,10 +218,7 @@ func (s *Redis) zpage(ctx context.Context, key string, after digest.Digest, limi
 
 // PutRecipe implements Recipes.
 func (s *Redis) PutRecipe(ctx context.Context, layer digest.Digest, recipe []byte, state LayerState) error {
-	if !state.Valid() {
-		return fmt.Errorf("%w: %d", ErrInvalidState, state)
-	}
-	k, err := keyOf(layer)
+	k, err := checkedLayerKey(layer, state)
 	if err != nil {
 		return err
 	}
@@ -233,10 +230,7 @@ func (s *Redis) PutRecipe(ctx context.Context, layer digest.Digest, recipe []byt
 
 // SetLayerState implements Recipes.
 func (s *Redis) SetLayerState(ctx context.Context, layer digest.Digest, state LayerState) error {
-	if !state.Valid() {
-		return fmt.Errorf("%w: %d", ErrInvalidState, state)
-	}
-	k, err := keyOf(layer)
+	k, err := checkedLayerKey(layer, state)
 	if err != nil {
 		return err
 	}
