@@ -326,7 +326,13 @@ func startDedup(ctx context.Context, cfg *config.Config, d driver.Driver, log *s
 	if err != nil {
 		return nil, nil, err
 	}
-	e, err := dedup.New(d, store, dedupOptions(cfg), log, m)
+	opts := dedupOptions(cfg)
+	if store == nil {
+		// Dedup never ran here: nothing to rebuild or spool, so no cache
+		// directories in the root (a recipe found anyway is still served).
+		opts.PreconstructDir, opts.TempDir = "", ""
+	}
+	e, err := dedup.New(d, store, opts, log, m)
 	if err != nil {
 		if store != nil {
 			store.Close()
