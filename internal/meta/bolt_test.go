@@ -2,7 +2,6 @@ package meta_test
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -90,31 +89,12 @@ func TestBoltPersistence(t *testing.T) {
 	}
 }
 
-// BenchmarkBoltAddLayerRefs adds and releases one layer of 50k files, half of them
-// already known, per iteration.
+// BenchmarkBoltAddLayerRefs: see metatest.BenchAddLayerRefs.
 func BenchmarkBoltAddLayerRefs(b *testing.B) {
-	ctx := context.Background()
 	s, err := meta.OpenWith(filepath.Join(b.TempDir(), "meta.db"), testOpts)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	const n = 50_000
-	files := make([]digest.Digest, n)
-	for i := range files {
-		files[i] = metatest.Digest(fmt.Sprintf("bench-%d", i))
-	}
-	if _, err := s.AddLayerRefs(ctx, metatest.Digest("base"), files[:n/2]); err != nil {
-		b.Fatal(err)
-	}
-	layer := metatest.Digest("layer")
-	for b.Loop() {
-		if _, err := s.AddLayerRefs(ctx, layer, files); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := s.ReleaseLayerRefs(ctx, layer); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "files/s")
+	metatest.BenchAddLayerRefs(b, s)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -211,53 +210,24 @@ func TestRedisScriptsReloaded(t *testing.T) {
 	}
 }
 
-// TestRedisReleaseLayersInconsistent: a layer whose release finds an inconsistent
-// index is left whole and named in the error; the layers beside it are released.
 func TestRedisReleaseLayersInconsistent(t *testing.T) {
 	ctx := context.Background()
 	addr := redisAddr(t)
 	prefix := testPrefix(t, addr)
 	s := openRedis(t, addr, prefix)
 	defer s.Close()
-	a, b, c := metatest.Digest("a"), metatest.Digest("b"), metatest.Digest("c")
-	l1, bad, l3 := metatest.Digest("l1"), metatest.Digest("bad"), metatest.Digest("l3")
-	for _, l := range []struct {
-		layer digest.Digest
-		files []digest.Digest
-	}{{l1, []digest.Digest{a}}, {bad, []digest.Digest{a, b}}, {l3, []digest.Digest{c}}} {
-		if _, err := s.AddLayerRefs(ctx, l.layer, l.files); err != nil {
+	metatest.ReleaseLayersInconsistent(t, s, func(t *testing.T, d digest.Digest) {
+		// A sha256 file's field is its raw hash.
+		raw, err := hex.DecodeString(d.Encoded())
+		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.PutRecipe(ctx, l.layer, nil, meta.StateDeduplicated); err != nil {
-			t.Fatal(err)
+		rc := redis.NewClient(&redis.Options{Addr: addr})
+		defer rc.Close()
+		if n, err := rc.HDel(ctx, prefix+"files", string(raw)).Result(); err != nil || n != 1 {
+			t.Fatalf("HDEL = %d, %v", n, err)
 		}
-	}
-	// Drop b's entry behind the store's back: a sha256 file's field is its raw hash.
-	raw, err := hex.DecodeString(b.Encoded())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc := redis.NewClient(&redis.Options{Addr: addr})
-	defer rc.Close()
-	if n, err := rc.HDel(ctx, prefix+"files", string(raw)).Result(); err != nil || n != 1 {
-		t.Fatalf("HDEL b = %d, %v", n, err)
-	}
-	zeroed, err := s.ReleaseLayers(ctx, []digest.Digest{l1, bad, l3})
-	if !errors.Is(err, meta.ErrInvalidRelease) || !strings.Contains(err.Error(), bad.String()) {
-		t.Fatalf("err = %v, want ErrInvalidRelease naming %s", err, bad)
-	}
-	if !slices.Equal(zeroed, []digest.Digest{c}) {
-		t.Fatalf("zeroed %v, want [c]", zeroed)
-	}
-	if held, err := s.LayerFiles(ctx, bad); err != nil || len(held) != 2 {
-		t.Fatalf("the inconsistent layer holds %v, %v; want a and b", held, err)
-	}
-	if _, _, err := s.GetRecipe(ctx, bad); err != nil {
-		t.Fatalf("recipe of the inconsistent layer: %v", err)
-	}
-	if fi, err := s.Files(ctx, []digest.Digest{a}); err != nil || fi[0].Refs != 1 {
-		t.Fatalf("a after the release: %+v, %v; want 1 ref", fi, err)
-	}
+	})
 }
 
 // TestOpenRedisRefusesEviction: a server that may evict any key would lose
@@ -308,29 +278,10 @@ func TestOpenRedisUnreachable(t *testing.T) {
 	}
 }
 
-// BenchmarkRedisAddLayerRefs adds and releases one layer of 50k files, half of
-// them already known, per iteration.
+// BenchmarkRedisAddLayerRefs: see metatest.BenchAddLayerRefs.
 func BenchmarkRedisAddLayerRefs(b *testing.B) {
-	ctx := context.Background()
 	addr := redisAddr(b)
 	s := openRedis(b, addr, testPrefix(b, addr))
 	defer s.Close()
-	const n = 50_000
-	files := make([]digest.Digest, n)
-	for i := range files {
-		files[i] = metatest.Digest(fmt.Sprintf("bench-%d", i))
-	}
-	if _, err := s.AddLayerRefs(ctx, metatest.Digest("base"), files[:n/2]); err != nil {
-		b.Fatal(err)
-	}
-	layer := metatest.Digest("layer")
-	for b.Loop() {
-		if _, err := s.AddLayerRefs(ctx, layer, files); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := s.ReleaseLayerRefs(ctx, layer); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "files/s")
+	metatest.BenchAddLayerRefs(b, s)
 }
