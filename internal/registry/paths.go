@@ -1,8 +1,6 @@
 package registry
 
 import (
-	"strconv"
-
 	"github.com/opencontainers/go-digest"
 )
 
@@ -66,10 +64,12 @@ func uploadsPath(repo string) string { return rootPath + "/repositories/" + repo
 
 func uploadPath(repo, id string) string { return uploadsPath(repo) + "/" + id }
 
-func uploadDataPath(repo, id string) string { return uploadPath(repo, id) + "/data" }
-
 func uploadStartedAtPath(repo, id string) string { return uploadPath(repo, id) + "/startedat" }
 
-func uploadHashStatePath(repo, id string, alg digest.Algorithm, offset int64) string {
-	return uploadPath(repo, id) + "/hashstates/" + string(alg) + "/" + strconv.FormatInt(offset, 10)
-}
+// uploadHeadPath names what an upload session holds (see uploads.go).
+func uploadHeadPath(repo, id string) string { return uploadPath(repo, id) + "/head" }
+
+func uploadChunksPath(repo, id string) string { return uploadPath(repo, id) + "/chunks" }
+
+// uploadChunkPath is a chunk object or record of an upload session.
+func uploadChunkPath(repo, id, name string) string { return uploadChunksPath(repo, id) + "/" + name }

@@ -42,18 +42,25 @@ type Options struct {
 	PlatformList   []ocispec.Platform
 	// Dedup, when set, serves blobs whose intact bytes dedup removed.
 	Dedup DedupSource
+	// MaxUploadChunks bounds the chunks of one upload session; 0 means
+	// DefaultMaxUploadChunks.
+	MaxUploadChunks int
 }
 
 // Registry serves repositories stored through one driver.
 type Registry struct {
-	d    driver.Driver
-	opts Options
+	d        driver.Driver
+	opts     Options
+	sessions sessionLocks
 }
 
 // New returns a Registry over d.
 func New(d driver.Driver, opts Options) *Registry {
 	if opts.MaxManifestSize <= 0 {
 		opts.MaxManifestSize = DefaultMaxManifestSize
+	}
+	if opts.MaxUploadChunks <= 0 {
+		opts.MaxUploadChunks = DefaultMaxUploadChunks
 	}
 	return &Registry{d: d, opts: opts}
 }

@@ -131,6 +131,8 @@ type route struct {
 	name string // repository
 	ref  string // tag, digest or upload id
 	user string // authenticated user, "" when anonymous
+	// grant is what the caller may do; nil when authentication is off.
+	grant *auth.Grant
 }
 
 // parseRoute matches a /v2/ path from its end, because repository names may
@@ -232,9 +234,7 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, rt route) stri
 			s.writeAuthError(w, r, err)
 			return user
 		}
-		if rt.kind == routeUploadStart {
-			dropUnauthorizedMount(r, g)
-		}
+		rt.grant = &g
 	}
 	if rt.kind == routeNone {
 		s.writeError(w, r, errUnsupportedRoute)
@@ -255,21 +255,41 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, rt route) stri
 	return user
 }
 
-// dropUnauthorizedMount turns a cross-repository mount from a repository
-// the caller may not pull into a plain upload, as distribution does: the
-// caller uploads the blob instead of learning whether the source holds it.
-func dropUnauthorizedMount(r *http.Request, g auth.Grant) {
+// mountSources decides where a mount (?mount=<digest>) may take its blob
+// from, as the repositories to try; nil with anywhere true means the whole
+// registry. A "from" repository the caller may not pull is dropped, as
+// distribution does; a mount without "from" searches only repositories the
+// caller may pull (with authentication on). Either way a refused mount
+// becomes a plain upload: the caller sends the bytes and learns nothing of
+// what it may not see, not even whether the digest exists.
+func mountSources(r *http.Request, g *auth.Grant) (from []string, anywhere bool) {
 	q := r.URL.Query()
-	from := q.Get("from")
-	if q.Get("mount") == "" || from == "" || g.Allows(auth.Access{Type: auth.TypeRepository, Name: from, Action: auth.ActionPull}) {
-		return
+	src := q.Get("from")
+	if g == nil {
+		if src == "" {
+			return nil, true
+		}
+		return []string{src}, false
 	}
-	q.Del("mount")
-	q.Del("from")
-	u := *r.URL
-	u.RawQuery = q.Encode()
-	r.URL = &u
+	if src != "" {
+		if g.Allows(auth.Access{Type: auth.TypeRepository, Name: src, Action: auth.ActionPull}) {
+			return []string{src}, false
+		}
+		return nil, false
+	}
+	all, names := g.PullableRepositories()
+	if all {
+		return nil, true
+	}
+	if len(names) > maxMountSources {
+		names = names[:maxMountSources]
+	}
+	return names, false
 }
+
+// maxMountSources bounds the repositories one mount without "from" tries:
+// each costs a stat, and a token rarely names more.
+const maxMountSources = 64
 
 // route calls the handler for rt and r.Method; false means the endpoint has
 // no such method.

@@ -347,5 +347,9 @@ func (r response) errorCode() string {
 }
 
 func (r response) String() string {
-	return fmt.Sprintf("%d %s %q", r.status, r.header.Get("WWW-Authenticate"), r.body)
+	b := r.body
+	if len(b) > 512 {
+		b = b[:512] + "..."
+	}
+	return fmt.Sprintf("%d %s %q", r.status, r.header.Get("WWW-Authenticate"), b)
 }

@@ -408,6 +408,53 @@ func TestTokenMount(t *testing.T) {
 	}
 }
 
+// TestTokenMountWithoutFrom (issue 10, item 2): a mount that names no source
+// repository searches only repositories the caller may pull. On the old
+// code a caller with push on its own repository mounted any blob or
+// manifest of the registry by digest and then read it, and 201 vs 202 told
+// it whether a digest existed.
+func TestTokenMountWithoutFrom(t *testing.T) {
+	t.Parallel()
+	ts := standardTokenServer(t)
+	srv := startConfig(t, ts.config())
+	img := newImage(t, 1)
+	pushImage(t, srv.Addr+"/team/app:v1", img, &authn.Basic{Username: "admin", Password: "admin-pw"})
+	m, err := img.img.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest, err := img.img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	own := ts.mint(t, "tester", []access{{"repository", "team/mine", []string{"pull", "push"}}}, now, 5*time.Minute, nil)
+	withApp := ts.mint(t, "tester", []access{
+		{"repository", "team/mine", []string{"pull", "push"}},
+		{"repository", "team/app", []string{"pull"}},
+	}, now, 5*time.Minute, nil)
+	hc := &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	defer hc.CloseIdleConnections()
+
+	for _, d := range []string{m.Layers[0].Digest.String(), m.Config.Digest.String(), manifest.String(), "sha256:" + strings.Repeat("0", 64)} {
+		r := do(t, hc, "POST", srv.URL+"/v2/team/mine/blobs/uploads/?mount="+d, nil, "Authorization", "Bearer "+own)
+		if r.status != http.StatusAccepted || !strings.Contains(r.header.Get("Location"), "/v2/team/mine/blobs/uploads/") {
+			t.Errorf("mount of %s without from, no pull on its repository: %v, want 202 and an upload session", d, r)
+		}
+		if r := do(t, hc, "GET", srv.URL+"/v2/team/mine/blobs/"+d, nil, "Authorization", "Bearer "+own); r.status != http.StatusNotFound {
+			t.Errorf("GET %s from team/mine after a refused mount: %v, want 404", d, r)
+		}
+	}
+	// With pull on the repository that holds it, the mount finds it.
+	layer := m.Layers[0].Digest.String()
+	if r := do(t, hc, "POST", srv.URL+"/v2/team/mine/blobs/uploads/?mount="+layer, nil, "Authorization", "Bearer "+withApp); r.status != http.StatusCreated {
+		t.Fatalf("mount without from, pull on team/app: %v, want 201", r)
+	}
+	if r := do(t, hc, "HEAD", srv.URL+"/v2/team/mine/blobs/"+layer, nil, "Authorization", "Bearer "+own); r.status != http.StatusOK {
+		t.Errorf("blob in team/mine after the mount: %v", r)
+	}
+}
+
 // TestTokenJWKS verifies tokens by kid against a JWKS file, with go-
 // containerregistry doing the token dance as a client would.
 func TestTokenJWKS(t *testing.T) {
