@@ -34,6 +34,9 @@ type countingDriver struct {
 
 func newCountingDriver(d driver.Driver) *countingDriver { return &countingDriver{Driver: d} }
 
+// Unwrap exposes the wrapped driver's optional interfaces (driver.As).
+func (d *countingDriver) Unwrap() driver.Driver { return d.Driver }
+
 func (d *countingDriver) counts() map[string]int64 {
 	m := make(map[string]int64)
 	for i := range d.n {

@@ -174,8 +174,9 @@ type Deleted struct {
 	// DedupFiles counts unique files deleted from cairn/files; in a dry
 	// run only those an earlier run left, as releases change nothing.
 	DedupFiles int64 `json:"dedup_files"`
-	// TmpFiles counts leftovers of interrupted dedup writes (cairn/tmp)
-	// older than the delay.
+	// TmpFiles counts leftovers of interrupted writes older than the
+	// delay: dedup's (cairn/tmp) and the driver's own temporary files
+	// (filesystem: link~<suffix> after a kill -9).
 	TmpFiles int64 `json:"tmp_files"`
 }
 
@@ -341,6 +342,9 @@ func (c *collector) run(ctx context.Context) (rep *Report, err error) {
 	}
 	if err := c.sweepTmp(ctx); err != nil {
 		return nil, fmt.Errorf("gc: sweep cairn/tmp: %w", err)
+	}
+	if err := c.sweepTemp(ctx); err != nil {
+		return nil, fmt.Errorf("gc: sweep temporary files: %w", err)
 	}
 	return nil, nil
 }

@@ -497,3 +497,18 @@ func flatten(err error) []error {
 	}
 	return []error{err}
 }
+
+// sweepTemp deletes the temporary files of interrupted driver writes
+// (filesystem: link~<suffix> after a kill -9) once older than the delay;
+// only the driver can find them (driver.TempSweeper).
+func (c *collector) sweepTemp(ctx context.Context) error {
+	ts, ok := driver.As[driver.TempSweeper](c.d)
+	if !ok {
+		return nil
+	}
+	n, err := ts.SweepTemp(ctx, registry.RootPath, time.Unix(0, c.cutoff), c.opts.DryRun)
+	c.mu.Lock()
+	c.rep.Deleted.TmpFiles += int64(n)
+	c.mu.Unlock()
+	return err
+}

@@ -92,6 +92,9 @@ type instrumented struct {
 
 func (i *instrumented) Name() string { return i.d.Name() }
 
+// Unwrap exposes the wrapped driver's optional interfaces (driver.As).
+func (i *instrumented) Unwrap() driver.Driver { return i.d }
+
 func (i *instrumented) GetContent(ctx context.Context, path string) ([]byte, error) {
 	start := time.Now()
 	b, err := i.d.GetContent(ctx, path)

@@ -87,6 +87,28 @@ func (r *Registry) OpenBlob(ctx context.Context, d digest.Digest, offset int64) 
 	return rc, err
 }
 
+// storedSize returns the size of blob d's bytes, from its data file or its
+// dedup recipe; ok is false when neither exists. The size is -1 when only a
+// recipe exists and no dedup source can read it.
+func (r *Registry) storedSize(ctx context.Context, d digest.Digest) (size int64, ok bool, err error) {
+	fi, err := r.d.Stat(ctx, blobDataPath(d))
+	if err == nil {
+		return fi.Size, true, nil
+	}
+	if !errors.Is(err, driver.ErrNotFound) {
+		return 0, false, err
+	}
+	if ok, err := r.exists(ctx, blobRecipePath(d)); err != nil || !ok {
+		return 0, false, err
+	}
+	if r.opts.Dedup != nil {
+		if size, err := r.opts.Dedup.BlobSize(ctx, d); err == nil {
+			return size, true, nil
+		}
+	}
+	return -1, true, nil
+}
+
 // blobExists reports whether blob d's bytes are stored, intact or as a dedup
 // recipe.
 func (r *Registry) blobExists(ctx context.Context, d digest.Digest) (bool, error) {

@@ -147,6 +147,10 @@ func detectMediaType(content []byte) string {
 	return ocispec.MediaTypeImageManifest
 }
 
+// MaxExtraTags bounds the tags one manifest PUT may set with ?tag=: each
+// costs a few synced writes, and 2000 of them held a request for seconds.
+const MaxExtraTags = 100
+
 // PutResult tells what a manifest push stored.
 type PutResult struct {
 	Digest  digest.Digest
@@ -165,6 +169,9 @@ func (r *Registry) PutManifest(ctx context.Context, repo, ref, contentType strin
 	tag, want, err := ParseReference(ref)
 	if err != nil {
 		return nil, err
+	}
+	if len(extraTags) > MaxExtraTags {
+		return nil, fmt.Errorf("%w: %d tags in one push, at most %d", ErrTagInvalid, len(extraTags), MaxExtraTags)
 	}
 	tags := make([]string, 0, 1+len(extraTags))
 	if tag != "" {
@@ -209,6 +216,18 @@ func (r *Registry) PutManifest(ctx context.Context, repo, ref, contentType strin
 	return res, nil
 }
 
+// storeRounds bounds how often storeManifest writes its links again after
+// a DELETE by digest removed the revision under it; each round needs
+// another DELETE to land in its window.
+const storeRounds = 4
+
+// storeManifest writes the manifest blob, then its revision link, referrer
+// link and tags. A DELETE of the same digest may run at the same time: it
+// untags, removes the revision, then untags again. So once the tags are
+// written, the revision is checked: if the DELETE removed it, the links
+// are written again (the PUT lands after the DELETE); if the DELETE comes
+// later, its second untagging removes the tags. Either way no tag is left
+// pointing at a missing revision.
 func (r *Registry) storeManifest(ctx context.Context, repo string, d digest.Digest, content []byte, m *manifestFields, tags []string) error {
 	have, err := r.exists(ctx, blobDataPath(d))
 	if err != nil {
@@ -219,6 +238,20 @@ func (r *Registry) storeManifest(ctx context.Context, repo string, d digest.Dige
 			return err
 		}
 	}
+	for range storeRounds {
+		if err := r.storeLinks(ctx, repo, d, m, tags); err != nil {
+			return err
+		}
+		ok, err := r.exists(ctx, revisionLinkPath(repo, d))
+		if err != nil || ok {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: %s was deleted while it was being pushed, %d times; push it again", ErrManifestUnknown, d, storeRounds)
+}
+
+// storeLinks writes manifest d's revision link, referrer link and tags.
+func (r *Registry) storeLinks(ctx context.Context, repo string, d digest.Digest, m *manifestFields, tags []string) error {
 	if err := r.writeLink(ctx, revisionLinkPath(repo, d), d); err != nil {
 		return err
 	}
@@ -287,7 +320,7 @@ func (r *Registry) validateManifest(ctx context.Context, repo, contentType strin
 			if err := validDescriptor(fmt.Sprintf("manifests[%d]", i), c); err != nil {
 				return nil, err
 			}
-			if err := r.requireChild(ctx, repo, c); err != nil {
+			if err := r.requireChild(ctx, repo, fmt.Sprintf("manifests[%d]", i), c); err != nil {
 				return nil, err
 			}
 		}
@@ -302,7 +335,7 @@ func (r *Registry) validateManifest(ctx context.Context, repo, contentType strin
 	if err := validDescriptor("config", *m.Config); err != nil {
 		return nil, err
 	}
-	if err := r.requireLinkedBlob(ctx, repo, m.Config.Digest); err != nil {
+	if err := r.requireLinkedBlob(ctx, repo, "config", *m.Config); err != nil {
 		return nil, err
 	}
 	for i, l := range m.Layers {
@@ -312,7 +345,7 @@ func (r *Registry) validateManifest(ctx context.Context, repo, contentType strin
 		if isNonDistributable(l.MediaType) {
 			continue
 		}
-		if err := r.requireLinkedBlob(ctx, repo, l.Digest); err != nil {
+		if err := r.requireLinkedBlob(ctx, repo, fmt.Sprintf("layers[%d]", i), l); err != nil {
 			return nil, err
 		}
 	}
@@ -344,37 +377,49 @@ func validDescriptor(field string, desc ocispec.Descriptor) error {
 
 // requireLinkedBlob is requireBlob for a config or layer, which sparse
 // manifests may name without pushing.
-func (r *Registry) requireLinkedBlob(ctx context.Context, repo string, d digest.Digest) error {
+func (r *Registry) requireLinkedBlob(ctx context.Context, repo, field string, desc ocispec.Descriptor) error {
 	if r.opts.SparseManifests {
 		return nil
 	}
-	return r.requireBlob(ctx, repo, d)
+	return r.requireBlob(ctx, repo, field, desc)
 }
 
-// requireBlob fails with ErrManifestBlobUnknown unless repo links blob d and
-// its data exists.
-func (r *Registry) requireBlob(ctx context.Context, repo string, d digest.Digest) error {
-	ok, err := r.linkedInRepo(ctx, repo, d)
-	if err == nil && ok {
-		ok, err = r.blobExists(ctx, d)
-	}
+// requireBlob fails with ErrManifestBlobUnknown unless repo links the blob
+// desc names and its bytes exist, and with ErrManifestInvalid when they are
+// not desc.Size bytes long: the image spec says content whose length does
+// not match its descriptor must not be trusted, so clients would refuse to
+// pull such a manifest's layer (containerd fails the pull; ggcr fails the
+// digest check). distribution does not check; cairn refuses at push time,
+// where the pusher can fix it.
+func (r *Registry) requireBlob(ctx context.Context, repo, field string, desc ocispec.Descriptor) error {
+	ok, err := r.linkedInRepo(ctx, repo, desc.Digest)
 	if err != nil {
 		return err
 	}
+	size := int64(-1)
+	if ok {
+		size, ok, err = r.storedSize(ctx, desc.Digest)
+		if err != nil {
+			return err
+		}
+	}
 	if !ok {
-		return fmt.Errorf("%w: %s", ErrManifestBlobUnknown, d)
+		return fmt.Errorf("%w: %s", ErrManifestBlobUnknown, desc.Digest)
+	}
+	if size >= 0 && size != desc.Size {
+		return fmt.Errorf("%w: %s: size %d, but blob %s is %d bytes", ErrManifestInvalid, field, desc.Size, desc.Digest, size)
 	}
 	return nil
 }
 
 // requireChild checks an index entry: a manifest must be a revision of repo,
 // anything else a blob of repo.
-func (r *Registry) requireChild(ctx context.Context, repo string, desc ocispec.Descriptor) error {
+func (r *Registry) requireChild(ctx context.Context, repo, field string, desc ocispec.Descriptor) error {
 	if !r.childRequired(desc.Platform) {
 		return nil
 	}
 	if desc.MediaType != "" && !IsManifestMediaType(desc.MediaType) {
-		return r.requireBlob(ctx, repo, desc.Digest)
+		return r.requireBlob(ctx, repo, field, desc)
 	}
 	ok, err := r.exists(ctx, revisionLinkPath(repo, desc.Digest))
 	if err != nil {
@@ -382,6 +427,16 @@ func (r *Registry) requireChild(ctx context.Context, repo string, desc ocispec.D
 	}
 	if !ok {
 		return fmt.Errorf("%w: manifest %s", ErrManifestBlobUnknown, desc.Digest)
+	}
+	fi, err := r.d.Stat(ctx, blobDataPath(desc.Digest))
+	if err != nil {
+		if errors.Is(err, driver.ErrNotFound) {
+			return fmt.Errorf("%w: manifest %s (revision without data)", ErrManifestBlobUnknown, desc.Digest)
+		}
+		return err
+	}
+	if fi.Size != desc.Size {
+		return fmt.Errorf("%w: %s: size %d, but manifest %s is %d bytes", ErrManifestInvalid, field, desc.Size, desc.Digest, fi.Size)
 	}
 	return nil
 }
@@ -447,10 +502,13 @@ func (r *Registry) DeleteManifest(ctx context.Context, repo, ref string) error {
 		}
 	}
 	err = r.d.Delete(ctx, revisionDir(repo, d))
-	if errors.Is(err, driver.ErrNotFound) {
-		return nil
+	if err != nil && !errors.Is(err, driver.ErrNotFound) {
+		return err
 	}
-	return err
+	// A PUT by tag racing this DELETE may have tagged d after the first
+	// untagging: untag again now that the revision is gone (see
+	// storeManifest for the PUT's side).
+	return r.untagDigest(ctx, repo, d)
 }
 
 // untagDigest deletes every tag of repo whose current link is d.

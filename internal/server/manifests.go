@@ -74,7 +74,10 @@ func (s *Server) putManifest(w http.ResponseWriter, r *http.Request, rt route) {
 func (s *Server) deleteManifest(w http.ResponseWriter, r *http.Request, rt route) {
 	if err := s.reg.DeleteManifest(r.Context(), rt.name, rt.ref); err != nil {
 		if errors.Is(err, registry.ErrTagInvalid) {
-			err = fmt.Errorf("%w: %w", registry.ErrManifestUnknown, err)
+			// No manifest has a name that is not a tag or digest. The
+			// cause is kept as text: wrapping it too would match
+			// TAG_INVALID first.
+			err = fmt.Errorf("%w: %v", registry.ErrManifestUnknown, err)
 		}
 		s.writeError(w, r, err)
 		return

@@ -55,6 +55,35 @@ type Driver interface {
 	DeleteFiles(ctx context.Context, paths []string) (int, error)
 }
 
+// TempSweeper is implemented by drivers whose writes go through temporary
+// files outside the namespace (filesystem: PutContent writes path~<suffix>
+// and renames it). A process killed mid-write leaves such files behind, and
+// nothing names them, so only the driver can find them; the garbage
+// collector calls SweepTemp after its sweep.
+type TempSweeper interface {
+	// SweepTemp deletes the temporary files below path last modified
+	// before olderThan (with dryRun, only counts them) and returns how
+	// many.
+	SweepTemp(ctx context.Context, path string, olderThan time.Time, dryRun bool) (int, error)
+}
+
+// As returns the first driver in the chain d, d.Unwrap(), ... that
+// implements T: wrappers (metrics, request counting) hide the optional
+// interfaces of the driver they wrap and expose it with Unwrap.
+func As[T any](d Driver) (T, bool) {
+	for {
+		if t, ok := d.(T); ok {
+			return t, true
+		}
+		u, ok := d.(interface{ Unwrap() Driver })
+		if !ok {
+			var zero T
+			return zero, false
+		}
+		d = u.Unwrap()
+	}
+}
+
 // FileWriter writes one file. Close without Commit or Cancel keeps what was
 // written so a later Writer(path, append=true) continues it (appending to a
 // missing file is a PathNotFoundError). Commit makes the content durable;
