@@ -162,12 +162,13 @@ func (l *sessionLocks) release(key string) {
 	l.mu.Unlock()
 }
 
-// claimUpload checks that session id exists and claims it for this request;
-// the caller must call the returned release. A session another request is
-// writing is refused with a busy *RangeError carrying the size it holds.
-func (r *Registry) claimUpload(ctx context.Context, repo, id string) (release func(), err error) {
+// claimUpload checks that session id exists, claims it for this request
+// and returns its head; the caller must call the returned release. A
+// session another request is writing is refused with a busy *RangeError
+// carrying the size it holds.
+func (r *Registry) claimUpload(ctx context.Context, repo, id string) (uploadHead, func(), error) {
 	if err := r.checkUpload(ctx, repo, id); err != nil {
-		return nil, err
+		return uploadHead{}, nil, err
 	}
 	key := repo + "/" + id
 	if !r.sessions.acquire(key) {
@@ -175,9 +176,15 @@ func (r *Registry) claimUpload(ctx context.Context, repo, id string) (release fu
 		if h, err := r.readHead(ctx, repo, id); err == nil {
 			size = h.Size
 		}
-		return nil, &RangeError{Size: size, Busy: true}
+		return uploadHead{}, nil, &RangeError{Size: size, Busy: true}
 	}
-	return func() { r.sessions.release(key) }, nil
+	release := func() { r.sessions.release(key) }
+	head, err := r.readHead(ctx, repo, id)
+	if err != nil {
+		release()
+		return uploadHead{}, nil, err
+	}
+	return head, release, nil
 }
 
 // StartUpload opens a new upload session in repo and returns its id.
@@ -249,15 +256,11 @@ func (r *Registry) UploadSize(ctx context.Context, repo, id string) (int64, erro
 // When the body fails part-way, the bytes that arrived stay in the session
 // and the error is returned.
 func (r *Registry) AppendUpload(ctx context.Context, repo, id string, body io.Reader, start int64) (int64, error) {
-	release, err := r.claimUpload(ctx, repo, id)
+	head, release, err := r.claimUpload(ctx, repo, id)
 	if err != nil {
 		return 0, err
 	}
 	defer release()
-	head, err := r.readHead(ctx, repo, id)
-	if err != nil {
-		return 0, err
-	}
 	c, err := r.writeChunk(ctx, repo, id, head, body, start)
 	if c.rec.name == "" {
 		return head.Size, err
@@ -347,15 +350,11 @@ func (r *Registry) publishChunk(ctx context.Context, repo, id string, head uploa
 // verifies the whole upload against d, moves it into the blob store and
 // links it into repo. A digest mismatch cancels the upload.
 func (r *Registry) FinishUpload(ctx context.Context, repo, id string, d digest.Digest, body io.Reader, start int64) (int64, error) {
-	release, err := r.claimUpload(ctx, repo, id)
+	head, release, err := r.claimUpload(ctx, repo, id)
 	if err != nil {
 		return 0, err
 	}
 	defer release()
-	head, err := r.readHead(ctx, repo, id)
-	if err != nil {
-		return 0, err
-	}
 	chain, err := r.sessionChain(ctx, repo, id, head)
 	if err != nil {
 		return 0, err
@@ -571,7 +570,7 @@ func (r *Registry) verifyChunks(ctx context.Context, repo, id string, d digest.D
 
 // CancelUpload deletes upload id and everything written to it.
 func (r *Registry) CancelUpload(ctx context.Context, repo, id string) error {
-	release, err := r.claimUpload(ctx, repo, id)
+	_, release, err := r.claimUpload(ctx, repo, id)
 	if err != nil {
 		return err
 	}

@@ -30,14 +30,7 @@ func startWithDebug(t *testing.T, storage string) (*env, string) {
 	if storage == "" {
 		return start(t, "--config", cfg), debug
 	}
-	srv := cairnproc.StartArgs(t, cairnproc.Binary(t), "--config", cfg)
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	t.Cleanup(tr.CloseIdleConnections)
-	return &env{t: t, srv: srv, tr: tr, hc: &http.Client{
-		Transport:     tr,
-		Timeout:       2 * time.Minute,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}}, debug
+	return newEnv(t, cairnproc.StartArgs(t, cairnproc.Binary(t), "--config", cfg)), debug
 }
 
 // gauge reads one unlabelled metric from the debug listener.
