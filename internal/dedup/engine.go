@@ -16,8 +16,8 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/dedup/cache"
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
-	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -388,19 +388,19 @@ func (e *Engine) RunAll(ctx context.Context, force Mode) (*RunStats, error) {
 	modes := make(map[digest.Digest]Mode)
 	var order []digest.Digest
 	st := &RunStats{Outcomes: make(map[string]int)}
-	err := e.d.Walk(ctx, registry.RepositoriesPath(), func(fi driver.FileInfo) error {
+	err := e.d.Walk(ctx, layout.RepositoriesDir, func(fi driver.FileInfo) error {
 		if fi.IsDir {
 			return nil
 		}
-		re := registry.ParseRepoPath(fi.Path)
-		if re.Kind != registry.EntryRevisionLink {
+		re := layout.ParseRepoPath(fi.Path)
+		if re.Kind != layout.EntryRevisionLink {
 			return nil
 		}
 		md := digest.NewDigestFromEncoded(digest.Algorithm(re.Alg), re.Hex)
 		if md.Validate() != nil {
 			return nil
 		}
-		content, err := e.d.GetContent(ctx, registry.BlobDataPath(md))
+		content, err := e.d.GetContent(ctx, layout.BlobData(md))
 		if errors.Is(err, driver.ErrNotFound) {
 			return nil
 		}

@@ -22,8 +22,8 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
-	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
 	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
@@ -266,7 +266,7 @@ func drivers(t *testing.T) map[string]func() driver.Driver {
 func (v *env) put(blob []byte) digest.Digest {
 	v.t.Helper()
 	d := digest.FromBytes(blob)
-	if err := v.d.PutContent(context.Background(), registry.BlobDataPath(d), blob); err != nil {
+	if err := v.d.PutContent(context.Background(), layout.BlobData(d), blob); err != nil {
 		v.t.Fatal(err)
 	}
 	return d
@@ -281,8 +281,8 @@ func (v *env) exists(p string) bool {
 	return err == nil
 }
 
-func (v *env) hasData(l digest.Digest) bool   { return v.exists(registry.BlobDataPath(l)) }
-func (v *env) hasRecipe(l digest.Digest) bool { return v.exists(registry.BlobRecipePath(l)) }
+func (v *env) hasData(l digest.Digest) bool   { return v.exists(layout.BlobData(l)) }
+func (v *env) hasRecipe(l digest.Digest) bool { return v.exists(layout.BlobRecipe(l)) }
 
 // state returns l's summary and state (0: unknown).
 func (v *env) state(l digest.Digest) (summary, meta.LayerState) {
@@ -348,7 +348,7 @@ func (v *env) wantBlob(blob []byte) {
 func (v *env) wantData(blob []byte) {
 	v.t.Helper()
 	l := digest.FromBytes(blob)
-	got, err := v.d.GetContent(context.Background(), registry.BlobDataPath(l))
+	got, err := v.d.GetContent(context.Background(), layout.BlobData(l))
 	if err != nil {
 		v.t.Fatalf("intact data of %s: %v", l.Encoded()[:12], err)
 	}
@@ -374,7 +374,7 @@ func (v *env) gcMarker() string {
 	for i := range rnd {
 		rnd[i] = byte(rand.Uint32())
 	}
-	p := registry.GCActivePath() + "/" + registry.GCRunPrefix + hex.EncodeToString(rnd[:])
+	p := layout.GCActiveDir + "/" + layout.GCRunPrefix + hex.EncodeToString(rnd[:])
 	if err := v.d.PutContent(context.Background(), p, []byte(`{"id":"test"}`)); err != nil {
 		v.t.Fatal(err)
 	}

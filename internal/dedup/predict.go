@@ -9,8 +9,8 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
-	"github.com/cairn-registry/cairn/internal/registry"
 )
 
 // Prediction (DupHunter §4.4): a client that GETs an image manifest is
@@ -151,7 +151,7 @@ func (e *Engine) predictTargets(ctx context.Context, j predictJob) ([]digest.Dig
 // layer, the intact bytes for others when a prefetch cache is configured.
 func (e *Engine) warm(ctx context.Context, l digest.Digest, sem chan struct{}) {
 	if r, err := e.recipe(ctx, l); err == nil {
-		if _, err := e.d.Stat(ctx, registry.BlobDataPath(l)); err != nil && e.disk != nil {
+		if _, err := e.d.Stat(ctx, layout.BlobData(l)); err != nil && e.disk != nil {
 			if !e.disk.Contains(string(l)) {
 				e.metrics.DedupPredicted(CachePreconstruct)
 				e.disk.Prefill(ctx, string(l), r.Size, func(ctx context.Context, w io.Writer) error {
@@ -167,7 +167,7 @@ func (e *Engine) warm(ctx context.Context, l digest.Digest, sem chan struct{}) {
 	if _, ok := e.mem.Get(string(l)); ok {
 		return
 	}
-	fi, err := e.d.Stat(ctx, registry.BlobDataPath(l))
+	fi, err := e.d.Stat(ctx, layout.BlobData(l))
 	if err != nil {
 		return
 	}
@@ -180,7 +180,7 @@ func (e *Engine) warm(ctx context.Context, l digest.Digest, sem chan struct{}) {
 	go func() {
 		defer func() { <-sem }()
 		err := e.mem.Fill(ctx, string(l), fi.Size, func(ctx context.Context, w io.Writer) error {
-			rc, err := e.d.Reader(ctx, registry.BlobDataPath(l), 0)
+			rc, err := e.d.Reader(ctx, layout.BlobData(l), 0)
 			if err != nil {
 				return err
 			}

@@ -17,8 +17,8 @@ import (
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
 	"github.com/cairn-registry/cairn/internal/dedup/recompress"
 	"github.com/cairn-registry/cairn/internal/gc"
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
-	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -90,10 +90,10 @@ func (e *Engine) recipeGone(ctx context.Context, l digest.Digest, sum summary) (
 		return false, nil
 	}
 	// Stat, not the recipe cache: the file may be gone since it was cached.
-	if _, err := e.d.Stat(ctx, registry.BlobRecipePath(l)); !errors.Is(err, driver.ErrNotFound) {
+	if _, err := e.d.Stat(ctx, layout.BlobRecipe(l)); !errors.Is(err, driver.ErrNotFound) {
 		return false, err
 	}
-	_, err := e.d.Stat(ctx, registry.BlobDataPath(l))
+	_, err := e.d.Stat(ctx, layout.BlobData(l))
 	if errors.Is(err, driver.ErrNotFound) {
 		e.recipes.remove(l)
 		return true, nil
@@ -226,7 +226,7 @@ func (e *Engine) disassemble(ctx context.Context, l digest.Digest, sum summary) 
 	if err != nil {
 		return "", err
 	}
-	if err := e.d.PutContent(ctx, registry.BlobRecipePath(l), b); err != nil {
+	if err := e.d.PutContent(ctx, layout.BlobRecipe(l), b); err != nil {
 		return "", err
 	}
 	sum.RecipeBytes = int64(len(b))
@@ -280,7 +280,7 @@ func (e *Engine) settle(ctx context.Context, l digest.Digest, sum summary, state
 	case keep:
 		// A crash between dropping the intact copy and recording it left
 		// "intact" without data: write the copy back.
-		if _, err := e.d.Stat(ctx, registry.BlobDataPath(l)); errors.Is(err, driver.ErrNotFound) {
+		if _, err := e.d.Stat(ctx, layout.BlobData(l)); errors.Is(err, driver.ErrNotFound) {
 			if err := e.promote(ctx, l); err != nil {
 				return "", err
 			}
@@ -316,7 +316,7 @@ func (e *Engine) settle(ctx context.Context, l digest.Digest, sum summary, state
 		sum.Revived = true
 		return e.disassemble(ctx, l, sum)
 	}
-	if err := e.d.Delete(ctx, registry.BlobDataPath(l)); err != nil && !errors.Is(err, driver.ErrNotFound) {
+	if err := e.d.Delete(ctx, layout.BlobData(l)); err != nil && !errors.Is(err, driver.ErrNotFound) {
 		return "", err
 	}
 	if err := e.putState(ctx, l, sum, meta.StateDeduplicated); err != nil {
@@ -351,7 +351,7 @@ func (e *Engine) noData(ctx context.Context, l digest.Digest, sum summary) (outc
 		// putState replaced that summary: describe l from its recipe.
 		sum.Size, sum.TarSize, sum.Files = r.Size, r.Tar.TarSize, len(distinctFiles(&r.Tar))
 		sum.Encoders = encoders(r.Compression)
-		if fi, err := e.d.Stat(ctx, registry.BlobRecipePath(l)); err == nil {
+		if fi, err := e.d.Stat(ctx, layout.BlobRecipe(l)); err == nil {
 			sum.RecipeBytes = fi.Size
 		}
 		return outUnchanged, e.putState(ctx, l, sum, meta.StateDeduplicated)
@@ -376,7 +376,7 @@ const spoolPattern = "cairn-dedup-*"
 
 // spool copies blob l to a temp file, checking its digest on the way.
 func (e *Engine) spool(ctx context.Context, l digest.Digest) (*os.File, int64, error) {
-	rc, err := e.d.Reader(ctx, registry.BlobDataPath(l), 0)
+	rc, err := e.d.Reader(ctx, layout.BlobData(l), 0)
 	if err != nil {
 		return nil, 0, err
 	}

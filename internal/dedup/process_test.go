@@ -10,8 +10,8 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
-	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -177,7 +177,7 @@ func TestSelectivePromote(t *testing.T) {
 			}
 			// No temp file of the promotion is left behind.
 			var left []string
-			v.d.Walk(ctx, registry.RootPath+"/cairn/tmp", func(fi driver.FileInfo) error {
+			v.d.Walk(ctx, layout.TmpDir, func(fi driver.FileInfo) error {
 				if !fi.IsDir {
 					left = append(left, fi.Path)
 				}
@@ -208,7 +208,7 @@ func TestSelectiveHotAfterCrash(t *testing.T) {
 	if err := v.eng.putState(ctx, d, sum, meta.StateIntact); err != nil {
 		t.Fatal(err)
 	}
-	if err := v.d.Delete(ctx, registry.BlobDataPath(d)); err != nil {
+	if err := v.d.Delete(ctx, layout.BlobData(d)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := v.store.RecordPull(ctx, "a", d, time.Now()); err != nil {
@@ -263,7 +263,7 @@ func TestCrashRecovery(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if err := v.d.Delete(ctx, registry.BlobRecipePath(d)); err != nil {
+			if err := v.d.Delete(ctx, layout.BlobRecipe(d)); err != nil {
 				t.Fatal(err)
 			}
 			v.eng.recipes = newRecipeCache(1 << 20) // a new process
@@ -285,7 +285,7 @@ func TestCrashRecovery(t *testing.T) {
 		name: "after the intact copy was deleted",
 		crash: func(t *testing.T, v *env, l tlayer, d digest.Digest) {
 			v.process(d, ModeIndex, outIndexed)
-			if err := v.d.Delete(ctx, registry.BlobDataPath(d)); err != nil {
+			if err := v.d.Delete(ctx, layout.BlobData(d)); err != nil {
 				t.Fatal(err)
 			}
 		},
@@ -295,7 +295,7 @@ func TestCrashRecovery(t *testing.T) {
 		name: "pending, data gone, recipe present",
 		crash: func(t *testing.T, v *env, l tlayer, d digest.Digest) {
 			v.process(d, ModeIndex, outIndexed)
-			if err := v.d.Delete(ctx, registry.BlobDataPath(d)); err != nil {
+			if err := v.d.Delete(ctx, layout.BlobData(d)); err != nil {
 				t.Fatal(err)
 			}
 			if err := v.store.SetLayerState(ctx, d, meta.StatePending); err != nil {
@@ -655,7 +655,7 @@ func TestCorruptBlob(t *testing.T) {
 	d := l.digest()
 	bad := append([]byte{}, l.blob...)
 	bad[len(bad)/3] ^= 1
-	if err := v.d.PutContent(ctx, registry.BlobDataPath(d), bad); err != nil {
+	if err := v.d.PutContent(ctx, layout.BlobData(d), bad); err != nil {
 		t.Fatal(err)
 	}
 	v.process(d, ModeFull, outIrreproducible)

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
-	"github.com/cairn-registry/cairn/internal/registry"
 )
 
 // TestReleaseAfterStoppedGC: a GC that deleted a deduplicated blob and
@@ -23,7 +23,7 @@ func TestReleaseAfterStoppedGC(t *testing.T) {
 	v.wantBlob(ls[0].blob) // caches the recipe: the recheck must not trust it
 
 	// GC's delete of the dead blob, then a crash.
-	if err := v.d.Delete(ctx, registry.BlobRecipePath(dead)); err != nil {
+	if err := v.d.Delete(ctx, layout.BlobRecipe(dead)); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := v.eng.process(ctx, dead, ModeIndex, true); err != nil || out != outGone {

@@ -2,6 +2,7 @@ package dedup
 
 import (
 	"github.com/cairn-registry/cairn/internal/iocount"
+	"github.com/cairn-registry/cairn/internal/layout"
 
 	"bytes"
 	"context"
@@ -17,7 +18,6 @@ import (
 	"github.com/cairn-registry/cairn/internal/dedup/cache"
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
 	"github.com/cairn-registry/cairn/internal/dedup/recompress"
-	"github.com/cairn-registry/cairn/internal/registry"
 )
 
 // ErrRebuildMismatch means a rebuild did not reproduce the blob: storage
@@ -31,7 +31,7 @@ func (e *Engine) recipe(ctx context.Context, d digest.Digest) (*Recipe, error) {
 	if r, ok := e.recipes.get(d); ok {
 		return r, nil
 	}
-	b, err := e.d.GetContent(ctx, registry.BlobRecipePath(d))
+	b, err := e.d.GetContent(ctx, layout.BlobRecipe(d))
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +156,7 @@ func (e *Engine) promote(ctx context.Context, l digest.Digest) error {
 	}
 	var rnd [8]byte
 	rand.Read(rnd[:])
-	tmp := registry.RootPath + "/cairn/tmp/promote/" + l.Encoded() + "-" + hex.EncodeToString(rnd[:])
+	tmp := layout.TmpPromote(l, hex.EncodeToString(rnd[:]))
 	fw, err := e.d.Writer(ctx, tmp, false)
 	if err != nil {
 		return err
@@ -172,7 +172,7 @@ func (e *Engine) promote(ctx context.Context, l digest.Digest) error {
 	if err := fw.Close(); err != nil {
 		return err
 	}
-	if err := e.d.Move(ctx, tmp, registry.BlobDataPath(l)); err != nil {
+	if err := e.d.Move(ctx, tmp, layout.BlobData(l)); err != nil {
 		e.d.Delete(ctx, tmp)
 		return err
 	}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/cairn-registry/cairn/internal/dedup/layer"
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -127,7 +127,7 @@ func (e *Engine) stats(ctx context.Context) (*Stats, []digest.Digest, error) {
 			st.Files.Shared++
 		}
 	}
-	err := e.d.Walk(ctx, layer.FilesRoot, func(fi driver.FileInfo) error {
+	err := e.d.Walk(ctx, layout.FilesDir, func(fi driver.FileInfo) error {
 		if !fi.IsDir {
 			st.Files.Unique++
 			st.Files.StoredBytes += fi.Size

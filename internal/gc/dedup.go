@@ -11,7 +11,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -62,20 +62,6 @@ type DedupReport struct {
 // ProblemBadDedupFile: a file digest from the dedup index that does not
 // parse; it is left alone.
 const ProblemBadDedupFile = "bad_dedup_file"
-
-// filesRoot is where dedup keeps unique files (layer.FilePath; a test
-// checks the two agree).
-const filesRoot = registry.RootPath + "/cairn/files/"
-
-// appendFilePath appends cairn/files/<alg>/<hex[0:2]>/<hex>.
-func appendFilePath(b []byte, alg, hex string) []byte {
-	b = append(b, filesRoot...)
-	b = append(b, alg...)
-	b = append(b, '/')
-	b = append(b, hex[:2]...)
-	b = append(b, '/')
-	return append(b, hex...)
-}
 
 // drainZeroFiles deletes the unreferenced files a stopped run left, page
 // by page, before this run adds its own.
@@ -214,7 +200,7 @@ func (c *collector) purgeBatch(ctx context.Context, files []digest.Digest) error
 	}
 
 	// One buffer and one string for the batch's paths, not one per path.
-	buf := make([]byte, 0, len(tomb)*(len(filesRoot)+2+len("sha256/xx/")+64))
+	buf := make([]byte, 0, len(tomb)*(len(layout.FilesDir)+3+len("sha256/xx/")+64))
 	ends := make([]int, 0, len(tomb))
 	keep := tomb[:0]
 	for _, d := range tomb {
@@ -223,7 +209,7 @@ func (c *collector) purgeBatch(ctx context.Context, files []digest.Digest) error
 			c.problem(ProblemBadDedupFile, string(d))
 			continue
 		}
-		buf = appendFilePath(buf, alg, hexs)
+		buf = layout.AppendFile(buf, alg, hexs)
 		ends = append(ends, len(buf))
 		keep = append(keep, d)
 	}
@@ -346,7 +332,7 @@ func (c *collector) sweepTmp(ctx context.Context) error {
 		batch = batch[:0]
 		return ctx.Err()
 	}
-	err := c.d.Walk(ctx, registry.RootPath+"/cairn/tmp", func(fi driver.FileInfo) error {
+	err := c.d.Walk(ctx, layout.TmpDir, func(fi driver.FileInfo) error {
 		if fi.IsDir || c.young(modNS(fi.ModTime)) {
 			return nil
 		}

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -59,7 +60,7 @@ func (c *collector) begin(ctx context.Context) error {
 	}
 	c.runID = newRunID()
 	c.rep.RunID = c.runID
-	c.journal.marker = registry.GCActivePath() + "/" + registry.GCRunPrefix + c.runID
+	c.journal.marker = layout.GCActiveDir + "/" + layout.GCRunPrefix + c.runID
 	host, _ := os.Hostname()
 	body, err := json.Marshal(markerContent{ID: c.runID, Host: host, PID: os.Getpid(), Started: c.start.UTC(),
 		DeleteUntagged: c.opts.DeleteUntagged, Delay: c.opts.Delay.String()})
@@ -152,17 +153,17 @@ func (c *collector) stalePaths(ctx context.Context) ([]string, error) {
 	now := time.Now()
 	others := false
 	var paths []string
-	err := c.d.Walk(ctx, registry.GCActivePath(), func(fi driver.FileInfo) error {
+	err := c.d.Walk(ctx, layout.GCActiveDir, func(fi driver.FileInfo) error {
 		if fi.IsDir || fi.Path == c.journal.marker || fi.Path == c.journal.fence {
 			return nil
 		}
 		name := fi.Path[strings.LastIndexByte(fi.Path, '/')+1:]
 		age := now.Sub(fi.ModTime)
 		switch {
-		case strings.HasPrefix(name, registry.GCRunPrefix) && age < staleRun:
+		case strings.HasPrefix(name, layout.GCRunPrefix) && age < staleRun:
 			others = true
-		case strings.HasPrefix(name, registry.GCRunPrefix) && !fi.ModTime.IsZero(),
-			strings.HasPrefix(name, registry.GCFencePrefix) && age > registry.GCFenceStale:
+		case strings.HasPrefix(name, layout.GCRunPrefix) && !fi.ModTime.IsZero(),
+			strings.HasPrefix(name, layout.GCFencePrefix) && age > registry.GCFenceStale:
 			paths = append(paths, fi.Path)
 		}
 		return nil
@@ -183,7 +184,7 @@ func (c *collector) stalePaths(ctx context.Context) ([]string, error) {
 
 func (c *collector) openFence(ctx context.Context) (string, error) {
 	c.journal.fences++
-	p := registry.GCActivePath() + "/" + registry.GCFencePrefix + c.runID + "-" + strconv.Itoa(c.journal.fences)
+	p := layout.GCActiveDir + "/" + layout.GCFencePrefix + c.runID + "-" + strconv.Itoa(c.journal.fences)
 	if err := c.d.PutContent(ctx, p, nil); err != nil {
 		return "", fmt.Errorf("gc: writing a fence: %w", err)
 	}
@@ -200,7 +201,7 @@ func (c *collector) closeFence(ctx context.Context, p string) {
 // readJournal applies the records not seen before. Records are written once
 // and never change, so each is judged once.
 func (c *collector) readJournal(ctx context.Context) error {
-	err := c.d.Walk(ctx, registry.GCJournalPath(), func(fi driver.FileInfo) error {
+	err := c.d.Walk(ctx, layout.GCJournalDir, func(fi driver.FileInfo) error {
 		if fi.IsDir {
 			return nil
 		}
@@ -208,7 +209,7 @@ func (c *collector) readJournal(ctx context.Context) error {
 			return nil
 		}
 		r := &record{mod: modNS(fi.ModTime)}
-		repo, manifest, alg, hexs, ok := registry.ParseJournalPath(fi.Path)
+		repo, manifest, alg, hexs, ok := layout.ParseJournalPath(fi.Path)
 		k, kok := c.keyFor(alg, hexs)
 		if !ok || !kok {
 			c.problem(ProblemBadJournal, fi.Path)
@@ -322,7 +323,7 @@ func (c *collector) revive(ctx context.Context, rs *repoState, i int) {
 	rs.nDelete--
 	c.markKey(r.key)
 	if r.flags&(fMissing|fBad) == 0 {
-		p := string(registry.AppendBlobDataPath(nil, r.key.alg(), c.hexOf(r.key)))
+		p := string(layout.AppendBlobData(nil, r.key.alg(), c.hexOf(r.key)))
 		b, err := c.getContent(ctx, p)
 		refs, _, perr := registry.ParseManifestRefs(b)
 		switch {
@@ -359,9 +360,9 @@ func newRunID() string {
 func Active(ctx context.Context, d driver.Driver) (bool, error) {
 	now := time.Now()
 	active := false
-	err := d.Walk(ctx, registry.GCActivePath(), func(fi driver.FileInfo) error {
+	err := d.Walk(ctx, layout.GCActiveDir, func(fi driver.FileInfo) error {
 		name := fi.Path[strings.LastIndexByte(fi.Path, '/')+1:]
-		if !fi.IsDir && strings.HasPrefix(name, registry.GCRunPrefix) && now.Sub(fi.ModTime) < staleRun {
+		if !fi.IsDir && strings.HasPrefix(name, layout.GCRunPrefix) && now.Sub(fi.ModTime) < staleRun {
 			active = true
 		}
 		return nil

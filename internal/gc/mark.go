@@ -12,6 +12,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -117,10 +118,10 @@ func (rs *repoState) sortRevs() {
 }
 
 // add records one listed file of the repository.
-func (rs *repoState) add(c *collector, e registry.RepoEntry, fi driver.FileInfo) {
+func (rs *repoState) add(c *collector, e layout.RepoEntry, fi driver.FileInfo) {
 	mod := modNS(fi.ModTime)
 	switch e.Kind {
-	case registry.EntryRevisionLink:
+	case layout.EntryRevisionLink:
 		k, ok := c.keyFor(e.Alg, e.Hex)
 		if !ok {
 			c.problem(ProblemBadPath, fi.Path)
@@ -131,10 +132,10 @@ func (rs *repoState) add(c *collector, e registry.RepoEntry, fi driver.FileInfo)
 			rs.uncertain = true
 		}
 		rs.revs = append(rs.revs, revision{key: k, subject: noSubject, mod: mod})
-	case registry.EntryTagCurrent:
+	case layout.EntryTagCurrent:
 		t := rs.tag(e.Tag)
 		t.hasCurrent, t.curMod = true, mod
-	case registry.EntryTagIndex:
+	case layout.EntryTagIndex:
 		k, ok := c.keyFor(e.Alg, e.Hex)
 		if !ok {
 			c.problem(ProblemBadPath, fi.Path)
@@ -153,7 +154,7 @@ func (rs *repoState) add(c *collector, e registry.RepoEntry, fi driver.FileInfo)
 		} else if !c.young(mod) {
 			t.stale = append(t.stale, k)
 		}
-	case registry.EntryLayerLink:
+	case layout.EntryLayerLink:
 		k, ok := c.keyFor(e.Alg, e.Hex)
 		if !ok {
 			c.problem(ProblemBadPath, fi.Path)
@@ -211,10 +212,10 @@ func (c *collector) listRepos(ctx context.Context, out chan<- *repoState) error 
 		cur = nil
 		return nil
 	}
-	err := c.d.Walk(ctx, registry.RepositoriesPath(), func(fi driver.FileInfo) error {
-		e := registry.ParseRepoPath(fi.Path)
+	err := c.d.Walk(ctx, layout.RepositoriesDir, func(fi driver.FileInfo) error {
+		e := layout.ParseRepoPath(fi.Path)
 		if fi.IsDir {
-			if e.Kind == registry.EntryUploads || e.Kind == registry.EntryReferrers {
+			if e.Kind == layout.EntryUploads || e.Kind == layout.EntryReferrers {
 				return driver.ErrSkipDir
 			}
 			return nil
@@ -347,7 +348,7 @@ func (c *collector) readTags(ctx context.Context, rs *repoState) error {
 		if !t.hasCurrent {
 			return
 		}
-		p := registry.TagCurrentLinkPath(rs.name, t.name)
+		p := layout.TagCurrentLink(rs.name, t.name)
 		b, err := c.getContent(ctx, p)
 		switch {
 		case errors.Is(err, driver.ErrNotFound):
@@ -394,7 +395,7 @@ func (c *collector) readManifests(ctx context.Context, rs *repoState) ([]manifes
 		r := &rs.revs[i]
 		info := &infos[i]
 		info.subject = noSubject
-		p := registry.AppendBlobDataPath(nil, r.key.alg(), c.hexOf(r.key))
+		p := layout.AppendBlobData(nil, r.key.alg(), c.hexOf(r.key))
 		b, err := c.getContent(ctx, string(p))
 		c.nMan.Add(1)
 		switch {

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/cairn-registry/cairn/internal/layout"
+
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/storage/driver"
@@ -15,11 +17,11 @@ import (
 // linkedInRepo reports whether repo links d as a layer or as a manifest
 // revision (clients may fetch a manifest through the blob endpoint).
 func (r *Registry) linkedInRepo(ctx context.Context, repo string, d digest.Digest) (bool, error) {
-	ok, err := r.exists(ctx, layerLinkPath(repo, d))
+	ok, err := r.exists(ctx, layout.LayerLink(repo, d))
 	if err != nil || ok {
 		return ok, err
 	}
-	return r.exists(ctx, revisionLinkPath(repo, d))
+	return r.exists(ctx, layout.RevisionLink(repo, d))
 }
 
 // BlobInfo describes a stored blob.
@@ -52,7 +54,7 @@ func (r *Registry) StatBlob(ctx context.Context, repo string, d digest.Digest) (
 	if !linked {
 		return BlobInfo{}, fmt.Errorf("%w: %s", ErrBlobUnknown, d)
 	}
-	fi, err := r.d.Stat(ctx, blobDataPath(d))
+	fi, err := r.d.Stat(ctx, layout.BlobData(d))
 	if err == nil {
 		return BlobInfo{Size: fi.Size}, nil
 	}
@@ -77,7 +79,7 @@ func (r *Registry) OpenBlob(ctx context.Context, d digest.Digest, offset int64) 
 			return rc, nil
 		}
 	}
-	rc, err := r.d.Reader(ctx, blobDataPath(d), offset)
+	rc, err := r.d.Reader(ctx, layout.BlobData(d), offset)
 	if errors.Is(err, driver.ErrNotFound) && r.opts.Dedup != nil {
 		rc, err = r.opts.Dedup.OpenBlob(ctx, d, offset)
 	}
@@ -91,14 +93,14 @@ func (r *Registry) OpenBlob(ctx context.Context, d digest.Digest, offset int64) 
 // dedup recipe; ok is false when neither exists. The size is -1 when only a
 // recipe exists and no dedup source can read it.
 func (r *Registry) storedSize(ctx context.Context, d digest.Digest) (size int64, ok bool, err error) {
-	fi, err := r.d.Stat(ctx, blobDataPath(d))
+	fi, err := r.d.Stat(ctx, layout.BlobData(d))
 	if err == nil {
 		return fi.Size, true, nil
 	}
 	if !errors.Is(err, driver.ErrNotFound) {
 		return 0, false, err
 	}
-	if ok, err := r.exists(ctx, blobRecipePath(d)); err != nil || !ok {
+	if ok, err := r.exists(ctx, layout.BlobRecipe(d)); err != nil || !ok {
 		return 0, false, err
 	}
 	if r.opts.Dedup != nil {
@@ -112,17 +114,17 @@ func (r *Registry) storedSize(ctx context.Context, d digest.Digest) (size int64,
 // blobExists reports whether blob d's bytes are stored, intact or as a dedup
 // recipe.
 func (r *Registry) blobExists(ctx context.Context, d digest.Digest) (bool, error) {
-	ok, err := r.exists(ctx, blobDataPath(d))
+	ok, err := r.exists(ctx, layout.BlobData(d))
 	if err != nil || ok {
 		return ok, err
 	}
-	return r.exists(ctx, blobRecipePath(d))
+	return r.exists(ctx, layout.BlobRecipe(d))
 }
 
 // BlobRedirectURL returns a URL the client may fetch blob d from directly, or
 // "" when cairn serves it.
 func (r *Registry) BlobRedirectURL(req *http.Request, d digest.Digest) (string, error) {
-	return r.d.RedirectURL(req, blobDataPath(d))
+	return r.d.RedirectURL(req, layout.BlobData(d))
 }
 
 // DeleteBlob unlinks blob d from repo. The data stays until garbage
@@ -131,7 +133,7 @@ func (r *Registry) DeleteBlob(ctx context.Context, repo string, d digest.Digest)
 	if !r.opts.DeleteEnabled {
 		return fmt.Errorf("%w: deletes are disabled", ErrUnsupported)
 	}
-	err := r.d.Delete(ctx, layerLinkDir(repo, d))
+	err := r.d.Delete(ctx, layout.LayerLinkDir(repo, d))
 	if errors.Is(err, driver.ErrNotFound) {
 		return fmt.Errorf("%w: %s", ErrBlobUnknown, d)
 	}
@@ -155,7 +157,7 @@ func (r *Registry) MountBlob(ctx context.Context, repo string, d digest.Digest, 
 	}
 	defer done()
 	if from != "" {
-		ok, err := r.exists(ctx, layerLinkPath(from, d))
+		ok, err := r.exists(ctx, layout.LayerLink(from, d))
 		if err != nil || !ok {
 			return false, err
 		}
@@ -164,7 +166,7 @@ func (r *Registry) MountBlob(ctx context.Context, repo string, d digest.Digest, 
 	if err != nil || !ok {
 		return false, err
 	}
-	if err := r.writeLink(ctx, layerLinkPath(repo, d), d); err != nil {
+	if err := r.writeLink(ctx, layout.LayerLink(repo, d), d); err != nil {
 		return false, err
 	}
 	return true, nil

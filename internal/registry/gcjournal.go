@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cairn-registry/cairn/internal/layout"
+
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/storage/driver"
@@ -30,19 +32,6 @@ import (
 // writer's existence checks. When the operation ends and no GC run is
 // active, the writer removes its record; otherwise GC removes it once it has
 // seen the operation's effects.
-
-// GCActivePath holds one marker per running GC (run-<id>) and one fence per
-// open sweep round (fence-<id>-<round>).
-func GCActivePath() string { return rootPath + "/cairn/gc/active" }
-
-// GCJournalPath holds the journal records of operations in progress.
-func GCJournalPath() string { return rootPath + "/cairn/gc/journal" }
-
-// GC marker and fence name prefixes within GCActivePath.
-const (
-	GCRunPrefix   = "run-"
-	GCFencePrefix = "fence-"
-)
 
 // GCFenceWait bounds how long a writer waits for a fence it saw to close. A
 // GC round stops deleting GCRoundMax after it began writing its fence, so
@@ -73,43 +62,6 @@ type journalContent struct {
 	Tags     []string        `json:"tags,omitempty"`
 	Blobs    []digest.Digest `json:"blobs,omitempty"`
 	Children []digest.Digest `json:"manifests,omitempty"`
-}
-
-// JournalRecordPath is the path of a record. nonce makes each operation's
-// record its own file, so that removing one never removes another's.
-func JournalRecordPath(rec *JournalRecord, nonce string) string {
-	kind := "/_blobs/"
-	if rec.Manifest {
-		kind = "/_manifests/"
-	}
-	return GCJournalPath() + "/" + rec.Repo + kind + string(rec.Digest.Algorithm()) + "/" + rec.Digest.Encoded() + "/" + nonce
-}
-
-// ParseJournalPath reads the repository, kind and digest parts of a record
-// path; the digest parts are not validated.
-func ParseJournalPath(p string) (repo string, manifest bool, alg, hex string, ok bool) {
-	rest, ok := strings.CutPrefix(p, GCJournalPath()+"/")
-	if !ok {
-		return "", false, "", "", false
-	}
-	i := strings.Index(rest, "/_")
-	if i <= 0 {
-		return "", false, "", "", false
-	}
-	repo, rest = rest[:i], rest[i+1:]
-	switch {
-	case strings.HasPrefix(rest, "_manifests/"):
-		manifest, rest = true, rest[len("_manifests/"):]
-	case strings.HasPrefix(rest, "_blobs/"):
-		rest = rest[len("_blobs/"):]
-	default:
-		return "", false, "", "", false
-	}
-	parts := strings.Split(rest, "/")
-	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
-		return "", false, "", "", false
-	}
-	return repo, manifest, parts[0], parts[1], true
 }
 
 // DecodeJournalContent fills rec's tags and references from a record body.
@@ -150,7 +102,7 @@ func (r *Registry) protectForGC(ctx context.Context, rec *JournalRecord) (done f
 	}
 	var nonce [8]byte
 	rand.Read(nonce[:])
-	p := JournalRecordPath(rec, hex.EncodeToString(nonce[:]))
+	p := layout.JournalRecord(rec.Repo, rec.Manifest, rec.Digest, hex.EncodeToString(nonce[:]))
 	if err := r.d.PutContent(ctx, p, body); err != nil {
 		return nil, fmt.Errorf("gc journal: %w", err)
 	}
@@ -207,15 +159,15 @@ func (r *Registry) waitFences(ctx context.Context) error {
 // fences that are not stale.
 func (r *Registry) gcActive(ctx context.Context) (runs bool, fences []string, err error) {
 	now := time.Now()
-	err = r.d.Walk(ctx, GCActivePath(), func(fi driver.FileInfo) error {
+	err = r.d.Walk(ctx, layout.GCActiveDir, func(fi driver.FileInfo) error {
 		if fi.IsDir {
 			return driver.ErrSkipDir
 		}
 		name := fi.Path[strings.LastIndexByte(fi.Path, '/')+1:]
 		switch {
-		case strings.HasPrefix(name, GCRunPrefix):
+		case strings.HasPrefix(name, layout.GCRunPrefix):
 			runs = true
-		case strings.HasPrefix(name, GCFencePrefix):
+		case strings.HasPrefix(name, layout.GCFencePrefix):
 			if fi.ModTime.IsZero() || now.Sub(fi.ModTime) < GCFenceStale {
 				fences = append(fences, fi.Path)
 			}

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cairn-registry/cairn/internal/layout"
+
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
@@ -81,7 +83,7 @@ func (r *Registry) resolve(ctx context.Context, repo, ref string) (digest.Digest
 		return "", err
 	}
 	if tag != "" {
-		d, err = r.readLink(ctx, tagCurrentLinkPath(repo, tag))
+		d, err = r.readLink(ctx, layout.TagCurrentLink(repo, tag))
 		if errors.Is(err, driver.ErrNotFound) {
 			return "", r.unknownManifest(ctx, repo, ref)
 		}
@@ -89,7 +91,7 @@ func (r *Registry) resolve(ctx context.Context, repo, ref string) (digest.Digest
 			return "", err
 		}
 	}
-	ok, err := r.exists(ctx, revisionLinkPath(repo, d))
+	ok, err := r.exists(ctx, layout.RevisionLink(repo, d))
 	if err != nil {
 		return "", err
 	}
@@ -114,7 +116,7 @@ func (r *Registry) GetManifest(ctx context.Context, repo, ref string) (*Manifest
 	if err != nil {
 		return nil, err
 	}
-	content, err := r.d.GetContent(ctx, blobDataPath(d))
+	content, err := r.d.GetContent(ctx, layout.BlobData(d))
 	if errors.Is(err, driver.ErrNotFound) {
 		return nil, fmt.Errorf("%w: %s (revision without data)", ErrManifestUnknown, ref)
 	}
@@ -229,12 +231,12 @@ const storeRounds = 4
 // later, its second untagging removes the tags. Either way no tag is left
 // pointing at a missing revision.
 func (r *Registry) storeManifest(ctx context.Context, repo string, d digest.Digest, content []byte, m *manifestFields, tags []string) error {
-	have, err := r.exists(ctx, blobDataPath(d))
+	have, err := r.exists(ctx, layout.BlobData(d))
 	if err != nil {
 		return err
 	}
 	if !have {
-		if err := r.d.PutContent(ctx, blobDataPath(d), content); err != nil {
+		if err := r.d.PutContent(ctx, layout.BlobData(d), content); err != nil {
 			return err
 		}
 	}
@@ -242,7 +244,7 @@ func (r *Registry) storeManifest(ctx context.Context, repo string, d digest.Dige
 		if err := r.storeLinks(ctx, repo, d, m, tags); err != nil {
 			return err
 		}
-		ok, err := r.exists(ctx, revisionLinkPath(repo, d))
+		ok, err := r.exists(ctx, layout.RevisionLink(repo, d))
 		if err != nil || ok {
 			return err
 		}
@@ -252,19 +254,19 @@ func (r *Registry) storeManifest(ctx context.Context, repo string, d digest.Dige
 
 // storeLinks writes manifest d's revision link, referrer link and tags.
 func (r *Registry) storeLinks(ctx context.Context, repo string, d digest.Digest, m *manifestFields, tags []string) error {
-	if err := r.writeLink(ctx, revisionLinkPath(repo, d), d); err != nil {
+	if err := r.writeLink(ctx, layout.RevisionLink(repo, d), d); err != nil {
 		return err
 	}
 	if m.Subject != nil {
-		if err := r.writeLink(ctx, referrerLinkPath(repo, m.Subject.Digest, d), d); err != nil {
+		if err := r.writeLink(ctx, layout.ReferrerLink(repo, m.Subject.Digest, d), d); err != nil {
 			return err
 		}
 	}
 	for _, t := range tags {
-		if err := r.writeLink(ctx, tagIndexLinkPath(repo, t, d), d); err != nil {
+		if err := r.writeLink(ctx, layout.TagIndexLink(repo, t, d), d); err != nil {
 			return err
 		}
-		if err := r.writeLink(ctx, tagCurrentLinkPath(repo, t), d); err != nil {
+		if err := r.writeLink(ctx, layout.TagCurrentLink(repo, t), d); err != nil {
 			return err
 		}
 	}
@@ -421,14 +423,14 @@ func (r *Registry) requireChild(ctx context.Context, repo, field string, desc oc
 	if desc.MediaType != "" && !IsManifestMediaType(desc.MediaType) {
 		return r.requireBlob(ctx, repo, field, desc)
 	}
-	ok, err := r.exists(ctx, revisionLinkPath(repo, desc.Digest))
+	ok, err := r.exists(ctx, layout.RevisionLink(repo, desc.Digest))
 	if err != nil {
 		return err
 	}
 	if !ok {
 		return fmt.Errorf("%w: manifest %s", ErrManifestBlobUnknown, desc.Digest)
 	}
-	fi, err := r.d.Stat(ctx, blobDataPath(desc.Digest))
+	fi, err := r.d.Stat(ctx, layout.BlobData(desc.Digest))
 	if err != nil {
 		if errors.Is(err, driver.ErrNotFound) {
 			return fmt.Errorf("%w: manifest %s (revision without data)", ErrManifestBlobUnknown, desc.Digest)
@@ -475,13 +477,13 @@ func (r *Registry) DeleteManifest(ctx context.Context, repo, ref string) error {
 		return err
 	}
 	if tag != "" {
-		err := r.d.Delete(ctx, tagPath(repo, tag))
+		err := r.d.Delete(ctx, layout.TagDir(repo, tag))
 		if errors.Is(err, driver.ErrNotFound) {
 			return r.unknownManifest(ctx, repo, ref)
 		}
 		return err
 	}
-	ok, err := r.exists(ctx, revisionLinkPath(repo, d))
+	ok, err := r.exists(ctx, layout.RevisionLink(repo, d))
 	if err != nil {
 		return err
 	}
@@ -492,16 +494,16 @@ func (r *Registry) DeleteManifest(ctx context.Context, repo, ref string) error {
 	if err := r.untagDigest(ctx, repo, d); err != nil {
 		return err
 	}
-	if content, err := r.d.GetContent(ctx, blobDataPath(d)); err == nil {
+	if content, err := r.d.GetContent(ctx, layout.BlobData(d)); err == nil {
 		var m manifestFields
 		if json.Unmarshal(content, &m) == nil && m.Subject != nil && m.Subject.Digest.Validate() == nil {
-			err := r.d.Delete(ctx, path.Dir(referrerLinkPath(repo, m.Subject.Digest, d)))
+			err := r.d.Delete(ctx, path.Dir(layout.ReferrerLink(repo, m.Subject.Digest, d)))
 			if err != nil && !errors.Is(err, driver.ErrNotFound) {
 				return err
 			}
 		}
 	}
-	err = r.d.Delete(ctx, revisionDir(repo, d))
+	err = r.d.Delete(ctx, layout.RevisionDir(repo, d))
 	if err != nil && !errors.Is(err, driver.ErrNotFound) {
 		return err
 	}
@@ -521,11 +523,11 @@ func (r *Registry) untagDigest(ctx context.Context, repo string, d digest.Digest
 		return err
 	}
 	for _, t := range tags {
-		cur, err := r.readLink(ctx, tagCurrentLinkPath(repo, t))
+		cur, err := r.readLink(ctx, layout.TagCurrentLink(repo, t))
 		if err != nil || cur != d {
 			continue
 		}
-		if err := r.d.Delete(ctx, tagPath(repo, t)); err != nil && !errors.Is(err, driver.ErrNotFound) {
+		if err := r.d.Delete(ctx, layout.TagDir(repo, t)); err != nil && !errors.Is(err, driver.ErrNotFound) {
 			return err
 		}
 	}
@@ -535,7 +537,7 @@ func (r *Registry) untagDigest(ctx context.Context, repo string, d digest.Digest
 // Tags returns repo's tags in lexical order. A repository that exists with
 // no tags has an empty list; one that does not exist is ErrNameUnknown.
 func (r *Registry) Tags(ctx context.Context, repo string) ([]string, error) {
-	entries, err := r.d.List(ctx, tagsPath(repo))
+	entries, err := r.d.List(ctx, layout.TagsDir(repo))
 	if errors.Is(err, driver.ErrNotFound) {
 		ok, err := r.RepositoryExists(ctx, repo)
 		if err != nil {

@@ -17,6 +17,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/cairn-registry/cairn/internal/layout"
+
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
@@ -104,5 +106,5 @@ func (r *Registry) exists(ctx context.Context, path string) (bool, error) {
 
 // RepositoryExists reports whether anything is stored for repo.
 func (r *Registry) RepositoryExists(ctx context.Context, repo string) (bool, error) {
-	return r.exists(ctx, repoPath(repo))
+	return r.exists(ctx, layout.Repo(repo))
 }

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairn-registry/cairn/internal/layout"
+
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/storage/driver"
@@ -191,7 +193,7 @@ func (r *Registry) claimUpload(ctx context.Context, repo, id string) (uploadHead
 func (r *Registry) StartUpload(ctx context.Context, repo string) (string, error) {
 	id := newUploadID()
 	started := time.Now().UTC().Format(time.RFC3339Nano)
-	if err := r.d.PutContent(ctx, uploadStartedAtPath(repo, id), []byte(started)); err != nil {
+	if err := r.d.PutContent(ctx, layout.UploadStartedAt(repo, id), []byte(started)); err != nil {
 		return "", err
 	}
 	return id, nil
@@ -202,7 +204,7 @@ func (r *Registry) checkUpload(ctx context.Context, repo, id string) error {
 	if !validUploadID(id) {
 		return fmt.Errorf("%w: %q", ErrUploadUnknown, id)
 	}
-	ok, err := r.exists(ctx, uploadStartedAtPath(repo, id))
+	ok, err := r.exists(ctx, layout.UploadStartedAt(repo, id))
 	if err != nil {
 		return err
 	}
@@ -215,7 +217,7 @@ func (r *Registry) checkUpload(ctx context.Context, repo, id string) error {
 // readHead returns the session's head; an empty head when no chunk has
 // joined yet.
 func (r *Registry) readHead(ctx context.Context, repo, id string) (uploadHead, error) {
-	b, err := r.d.GetContent(ctx, uploadHeadPath(repo, id))
+	b, err := r.d.GetContent(ctx, layout.UploadHead(repo, id))
 	if errors.Is(err, driver.ErrNotFound) {
 		return uploadHead{}, nil
 	}
@@ -294,7 +296,7 @@ func (r *Registry) writeChunk(ctx context.Context, repo, id string, head uploadH
 		return writtenChunk{}, err
 	}
 	name := newChunkName(head.Size)
-	p := uploadChunkPath(repo, id, name)
+	p := layout.UploadChunk(repo, id, name)
 	w, err := r.d.Writer(ctx, p, false)
 	if err != nil {
 		return writtenChunk{}, err
@@ -329,7 +331,7 @@ func (r *Registry) publishChunk(ctx context.Context, repo, id string, head uploa
 	if err != nil {
 		return err
 	}
-	if err := r.d.PutContent(ctx, uploadChunkPath(repo, id, c.rec.name), nil); err != nil {
+	if err := r.d.PutContent(ctx, layout.UploadChunk(repo, id, c.rec.name), nil); err != nil {
 		return err
 	}
 	next := uploadHead{
@@ -343,7 +345,7 @@ func (r *Registry) publishChunk(ctx context.Context, repo, id string, head uploa
 	if err != nil {
 		return err
 	}
-	return r.d.PutContent(ctx, uploadHeadPath(repo, id), b)
+	return r.d.PutContent(ctx, layout.UploadHead(repo, id), b)
 }
 
 // FinishUpload appends body (nil when the client sent no last chunk),
@@ -394,7 +396,7 @@ func (r *Registry) sessionChain(ctx context.Context, repo, id string, head uploa
 	if head.Size == 0 {
 		return nil, nil
 	}
-	names, err := r.d.List(ctx, uploadChunksPath(repo, id))
+	names, err := r.d.List(ctx, layout.UploadChunksDir(repo, id))
 	if err != nil {
 		return nil, fmt.Errorf("upload %s: list chunks: %w", id, err)
 	}
@@ -443,7 +445,7 @@ func (r *Registry) commitUpload(ctx context.Context, repo, id string, d digest.D
 		return err
 	}
 	defer done()
-	have, err := r.exists(ctx, blobDataPath(d))
+	have, err := r.exists(ctx, layout.BlobData(d))
 	if err != nil {
 		return err
 	}
@@ -457,7 +459,7 @@ func (r *Registry) commitUpload(ctx context.Context, repo, id string, d digest.D
 			return err
 		}
 	}
-	if err := r.writeLink(ctx, layerLinkPath(repo, d), d); err != nil {
+	if err := r.writeLink(ctx, layout.LayerLink(repo, d), d); err != nil {
 		return err
 	}
 	r.cancelUpload(ctx, repo, id)
@@ -467,7 +469,7 @@ func (r *Registry) commitUpload(ctx context.Context, repo, id string, d digest.D
 // placeBlob writes blob d's data from the chain: the one chunk is moved,
 // several are concatenated into a new object first.
 func (r *Registry) placeBlob(ctx context.Context, repo, id string, d digest.Digest, size int64, chain []chunkRecord) error {
-	dst := blobDataPath(d)
+	dst := layout.BlobData(d)
 	switch {
 	case size == 0:
 		if d.Algorithm() != uploadHashAlg && d.Algorithm().FromBytes(nil) != d {
@@ -476,9 +478,9 @@ func (r *Registry) placeBlob(ctx context.Context, repo, id string, d digest.Dige
 		}
 		return r.d.PutContent(ctx, dst, nil)
 	case len(chain) == 1 && d.Algorithm() == uploadHashAlg:
-		return r.moveIntoPlace(ctx, id, uploadChunkPath(repo, id, chain[0].dataName()), dst)
+		return r.moveIntoPlace(ctx, id, layout.UploadChunk(repo, id, chain[0].dataName()), dst)
 	}
-	tmp := uploadChunkPath(repo, id, "assembled-"+newChunkName(0))
+	tmp := layout.UploadChunk(repo, id, "assembled-"+newChunkName(0))
 	w, err := r.d.Writer(ctx, tmp, false)
 	if err != nil {
 		return err
@@ -536,7 +538,7 @@ func (r *Registry) copyChunks(ctx context.Context, repo, id string, w io.Writer,
 		w = io.MultiWriter(w, h)
 	}
 	for _, c := range chain {
-		rc, err := r.d.Reader(ctx, uploadChunkPath(repo, id, c.dataName()), 0)
+		rc, err := r.d.Reader(ctx, layout.UploadChunk(repo, id, c.dataName()), 0)
 		if errors.Is(err, driver.ErrNotFound) {
 			return fmt.Errorf("%w: session %s was committed or cancelled meanwhile", ErrUploadUnknown, id)
 		}
@@ -579,7 +581,7 @@ func (r *Registry) CancelUpload(ctx context.Context, repo, id string) error {
 }
 
 func (r *Registry) cancelUpload(ctx context.Context, repo, id string) error {
-	err := r.d.Delete(ctx, uploadPath(repo, id))
+	err := r.d.Delete(ctx, layout.UploadDir(repo, id))
 	if errors.Is(err, driver.ErrNotFound) {
 		return nil
 	}
@@ -592,7 +594,7 @@ func (r *Registry) cancelUpload(ctx context.Context, repo, id string) error {
 func (r *Registry) PurgeUploads(ctx context.Context, olderThan time.Time, dryRun bool) (int, error) {
 	purged := 0
 	var errs []error
-	err := r.d.Walk(ctx, repositoriesPath(), func(fi driver.FileInfo) error {
+	err := r.d.Walk(ctx, layout.RepositoriesDir, func(fi driver.FileInfo) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}

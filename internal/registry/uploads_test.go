@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/cairn-registry/cairn/internal/layout"
+
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/storage/driver"
@@ -38,7 +40,7 @@ func drivers(t *testing.T, f func(t *testing.T, d driver.Driver)) {
 // wantBlob checks that blob d is stored with exactly content.
 func wantBlob(t *testing.T, r *Registry, d digest.Digest, content []byte) {
 	t.Helper()
-	got, err := r.d.GetContent(context.Background(), blobDataPath(d))
+	got, err := r.d.GetContent(context.Background(), layout.BlobData(d))
 	if err != nil {
 		t.Fatalf("blob %s: %v", d, err)
 	}
@@ -121,7 +123,7 @@ func TestUploadChunksAndCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantBlob(t, r, digest.FromBytes(all), all)
-		if _, err := d.Stat(ctx, uploadPath("a", id)); !errors.Is(err, driver.ErrNotFound) {
+		if _, err := d.Stat(ctx, layout.UploadDir("a", id)); !errors.Is(err, driver.ErrNotFound) {
 			t.Fatalf("session left after commit: %v", err)
 		}
 
@@ -256,7 +258,7 @@ func TestUploadAcrossNodes(t *testing.T) {
 			if _, err := n1.FinishUpload(ctx, "a", id, digest.FromBytes(ab1), nil, -1); !errors.Is(err, ErrDigestInvalid) {
 				t.Fatalf("commit of the fork head does not name: %v", err)
 			}
-			if ok, _ := n1.exists(ctx, blobDataPath(digest.FromBytes(ab1))); ok {
+			if ok, _ := n1.exists(ctx, layout.BlobData(digest.FromBytes(ab1))); ok {
 				t.Fatal("the losing fork was stored")
 			}
 		})

@@ -11,7 +11,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/s3"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
@@ -69,7 +69,7 @@ func waitDriverState(t *testing.T, d driver.Driver, layers []testLayer, timeout 
 			if l.intact {
 				continue
 			}
-			if has(registry.BlobDataPath(dg)) || !has(registry.BlobRecipePath(dg)) {
+			if has(layout.BlobData(dg)) || !has(layout.BlobRecipe(dg)) {
 				done = false
 				break
 			}

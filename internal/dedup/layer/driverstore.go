@@ -12,17 +12,11 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
-// FilesRoot is the directory of the file store, for listings.
-const FilesRoot = "/docker/registry/v2/cairn/files"
-
 const (
-	filesRoot = FilesRoot + "/"
-	// filesTmp holds large payloads while they are written, so a partial
-	// file never sits at its final (content-addressed) path.
-	filesTmp = "/docker/registry/v2/cairn/tmp/files/"
 	// putContentMax is the largest payload compressed in memory and stored
 	// with one atomic PutContent; bigger ones stream through a Writer.
 	putContentMax = 4 << 20
@@ -54,8 +48,7 @@ func FilePath(d digest.Digest) (string, error) {
 	if err := d.Validate(); err != nil {
 		return "", fmt.Errorf("layer: %w", err)
 	}
-	h := d.Encoded()
-	return filesRoot + string(d.Algorithm()) + "/" + h[:2] + "/" + h, nil
+	return layout.File(d), nil
 }
 
 // Has implements FileStore.
@@ -93,18 +86,20 @@ func (s *DriverStore) Put(ctx context.Context, d digest.Digest, size int64, r io
 		}
 		return nil
 	}
-	if err := s.putLarge(ctx, p, size, r); err != nil {
+	if err := s.putLarge(ctx, d, p, size, r); err != nil {
 		return fmt.Errorf("layer: put %s: %w", d, err)
 	}
 	return nil
 }
 
-func (s *DriverStore) putLarge(ctx context.Context, p string, size int64, r io.Reader) error {
+func (s *DriverStore) putLarge(ctx context.Context, d digest.Digest, p string, size int64, r io.Reader) error {
 	var rnd [8]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return err
 	}
-	tmp := filesTmp + p[len(filesRoot):] + "-" + hex.EncodeToString(rnd[:])
+	// Large payloads are written under cairn/tmp, so a partial file never
+	// sits at its final (content-addressed) path.
+	tmp := layout.TmpFile(d, hex.EncodeToString(rnd[:]))
 	fw, err := s.d.Writer(ctx, tmp, false)
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
 )
@@ -36,7 +37,7 @@ func TestDriverStore(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := "/docker/registry/v2/cairn/files/sha256/" + dg.Encoded()[:2] + "/" + dg.Encoded(); p != want {
+		if want := layout.FilesDir + "/sha256/" + dg.Encoded()[:2] + "/" + dg.Encoded(); p != want {
 			t.Fatalf("FilePath = %s, want %s", p, want)
 		}
 		stored, err := d.GetContent(ctx, p)
@@ -74,7 +75,7 @@ func TestDriverStore(t *testing.T) {
 		}
 	})
 	t.Run("no temp files left", func(t *testing.T) {
-		err := d.Walk(ctx, "/docker/registry/v2/cairn/tmp", func(fi driver.FileInfo) error {
+		err := d.Walk(ctx, layout.TmpDir, func(fi driver.FileInfo) error {
 			if !fi.IsDir {
 				t.Errorf("temp file left behind: %s", fi.Path)
 			}
