@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cairn-registry/cairn/internal/config"
+	"github.com/cairn-registry/cairn/internal/fence"
 	"github.com/cairn-registry/cairn/internal/gc"
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/metrics"
@@ -263,7 +264,7 @@ func scheduleGC(ctx context.Context, log *slog.Logger, d driver.Driver, g config
 			return
 		case <-t.C:
 		}
-		if busy, err := gc.Active(ctx, d); err != nil || busy {
+		if busy, err := fence.Running(ctx, d); err != nil || busy {
 			if ctx.Err() == nil {
 				log.Info("gc skipped: another run is active, or the store could not be read", "err", err)
 			}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
 	"github.com/cairn-registry/cairn/internal/dedup/recompress"
-	"github.com/cairn-registry/cairn/internal/gc"
+	"github.com/cairn-registry/cairn/internal/fence"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
@@ -208,7 +208,7 @@ func (e *Engine) disassemble(ctx context.Context, l digest.Digest, sum summary) 
 	if sum.Revived {
 		// GC tombstoned some of these files and may still delete them: trust
 		// the recipe only once no GC run is active (checked by settle).
-		if active, err := gc.Active(ctx, e.d); err != nil || active {
+		if active, err := fence.Running(ctx, e.d); err != nil || active {
 			if err := e.putState(ctx, l, sum, meta.StateIntact); err != nil {
 				return "", err
 			}

@@ -43,42 +43,32 @@
 //
 // # Running while the registry serves
 //
-// The protocol holds across processes and nodes that share one store; it
-// uses only the store (no in-process lock), through paths under
-// cairn/gc/ (see registry.GCActivePath and registry.GCJournalPath):
+// Package fence tells the protocol the collector shares with the
+// registry's writers (run markers, journal records, round fences). The
+// collector's side:
 //
-//  1. A run writes its marker run-<id>; the marker's modification time, in
-//     the store's clock, is T0. Nothing whose modification time is at or
-//     after T0 - delay is deleted: not a young blob, link or tag entry, nor
-//     a blob that a young link names, nor a manifest that a young tag
-//     index entry names. With delay 0 this is "nothing written after the
-//     mark began".
-//  2. Registry writers that rely on stored content (a manifest PUT on the
-//     blobs, child manifests and revision it names; an upload or mount on
-//     an existing blob) first write a journal record, then wait until every
-//     open fence they saw has closed, then check that the content exists,
-//     then store. When they finish and no run marker exists, they remove
-//     their record.
-//  3. The sweep deletes in rounds. A round that deletes revision links,
-//     _layers links or blobs first writes a fence (fence-<id>-<n>), then
-//     reads the journal, then deletes, then removes the fence; it stops
-//     deleting registry.GCRoundMax after it began, and writers stop waiting
-//     for a fence after registry.GCFenceWait. A record is settled when the
-//     mark saw all of its operation's effects (the revision link and every
-//     tag link, or the _layers link, modified after the record); an
-//     unsettled record revives its manifest (with its children, referrers
-//     and their blobs and links) and protects the blob it names.
+//  1. The marker's modification time, in the store's clock, is T0.
+//     Nothing whose modification time is at or after T0 - delay is
+//     deleted: not a young blob, link or tag entry, nor a blob that a young
+//     link names, nor a manifest that a young tag index entry names. With
+//     delay 0 this is "nothing written after the mark began".
+//  2. Each sweep round that deletes revision links, _layers links or blobs
+//     runs under a fence and reads the journal first. A record is settled
+//     when the mark saw all of its operation's effects (the revision link
+//     and every tag link, or the _layers link, modified after the record);
+//     an unsettled record revives its manifest (with its children,
+//     referrers and their blobs and links) and protects the blob it names.
 //
-// So a writer either had its record read by every round that deletes after
-// its existence check, or its check ran after those deletions and failed
-// (the push then fails cleanly: MANIFEST_BLOB_UNKNOWN, or a re-upload). A
-// manifest PUT racing the sweep never ends up pointing at a deleted blob.
-// Tag index entries and referrers-index links are history that no read
-// depends on; they are deleted without a fence.
+// So a manifest PUT racing the sweep never ends up pointing at a deleted
+// blob: its record was read by every round that deletes after its
+// existence check, or its check ran after those deletions and failed
+// cleanly (MANIFEST_BLOB_UNKNOWN, or a re-upload). Tag index entries and
+// referrers-index links are history that no read depends on; they are
+// deleted without a fence.
 //
 // No lock is held at any time: the mark never blocks anyone, pulls never
 // wait, and a writer waits only when it arrives while a round deletes
-// (one wave of DeleteFiles calls, at most GCRoundMax). Two runs at once
+// (one wave of DeleteFiles calls, at most fence.RoundMax). Two runs at once
 // are safe, merely wasteful; scheduled runs skip their turn while another
 // run's marker is fresh.
 //
@@ -86,8 +76,8 @@
 // marker's, the listings'); a store that keeps them to the second (S3)
 // makes "after T0" mean "in T0's second or later", which only keeps more.
 // A writer bounds its wait by its own elapsed time, not by timestamps. Only
-// staleness (a fence older than GCFenceStale, a marker older than
-// staleRun) compares the local clock with the store's, with margins of
+// staleness (a fence older than fence.FenceStale, a marker older than
+// fence.StaleRun) compares the local clock with the store's, with margins of
 // minutes.
 //
 // Bad entries (malformed paths or links, revisions without data, manifests

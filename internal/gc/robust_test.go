@@ -8,6 +8,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/fence"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
@@ -186,7 +187,7 @@ func TestJournalRecordProtects(t *testing.T) {
 	f := newFixture(t)
 	w := buildWorld(f)
 	refs, _, _ := registry.ParseManifestRefs(mustGet(f, "a", w.moved.Digest))
-	rec := &registry.JournalRecord{Repo: "a", Manifest: true, Digest: w.moved.Digest, Tags: []string{"v9"}, Blobs: refs.Blobs}
+	rec := &fence.Record{Repo: "a", Manifest: true, Digest: w.moved.Digest, Tags: []string{"v9"}, Blobs: refs.Blobs}
 	recPath := layout.JournalRecord(rec.Repo, rec.Manifest, rec.Digest, "inflight")
 	f.write(recPath, `{"tags":["v9"],"blobs":["`+string(refs.Blobs[0])+`","`+string(refs.Blobs[1])+`","`+string(refs.Blobs[2])+`"]}`)
 	blobRec := layout.JournalRecord("a", false, w.orphan.Digest, "inflight")

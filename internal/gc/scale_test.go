@@ -42,6 +42,10 @@ func (d *countOnly) DeleteFiles(_ context.Context, paths []string) (int, error) 
 
 func (d *countOnly) PutContent(context.Context, string, []byte) error { return nil }
 
+func (d *countOnly) Stat(_ context.Context, p string) (driver.FileInfo, error) {
+	return driver.FileInfo{Path: p, ModTime: time.Now()}, nil
+}
+
 func (d *countOnly) Walk(_ context.Context, p string, _ driver.WalkFn) error {
 	return driver.PathNotFoundError{Path: p, Driver: "count"}
 }
@@ -77,8 +81,10 @@ func scalePlan(c *collector, manifests, tags int) {
 func runScale(manifests, tags int) (time.Duration, *countOnly, error) {
 	d := &countOnly{}
 	c := newCollector(d, Options{DeleteUntagged: true})
-	c.runID = "scale"
-	c.journal.seen = make(map[string]*record)
+	if err := c.begin(context.Background()); err != nil {
+		return 0, nil, err
+	}
+	defer c.journal.run.Stop()
 	scalePlan(c, manifests, tags)
 	start := time.Now()
 	err := c.sweep(context.Background())

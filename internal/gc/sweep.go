@@ -8,8 +8,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/cairn-registry/cairn/internal/fence"
 	"github.com/cairn-registry/cairn/internal/layout"
-	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -332,19 +332,20 @@ func (c *collector) runRound(ctx context.Context, s *sweeper, arena string) erro
 	rctx := ctx
 	if s.fenced && !c.opts.DryRun {
 		began := time.Now()
-		fence, err := c.openFence(ctx)
+		f, err := c.journal.run.OpenFence(ctx)
 		if err != nil {
 			return err
 		}
 		if s.last {
 			// Removed with the run marker: one request less.
-			c.journal.fence = fence
+			c.journal.fence = f
 		} else {
-			defer c.closeFence(ctx, fence)
+			defer c.journal.run.CloseFence(ctx, f)
 		}
 		var cancel context.CancelFunc
-		// Writers wait GCFenceWait for a fence they saw; stop well within.
-		rctx, cancel = context.WithDeadline(ctx, began.Add(registry.GCRoundMax))
+		// Writers wait fence.FenceWait for a fence they saw; stop well
+		// within.
+		rctx, cancel = context.WithDeadline(ctx, began.Add(fence.RoundMax))
 		defer cancel()
 		if err := c.readJournal(rctx); err != nil {
 			return err

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/cairn-registry/cairn/internal/fence"
 	"github.com/cairn-registry/cairn/internal/layout"
 
 	"github.com/opencontainers/go-digest"
@@ -150,8 +151,8 @@ func (r *Registry) MountBlob(ctx context.Context, repo string, d digest.Digest, 
 			return false, nil
 		}
 	}
-	// The blob may be one GC is about to delete (see layout.go).
-	done, err := r.protectForGC(ctx, &JournalRecord{Repo: repo, Digest: d})
+	// The blob may be one GC is about to delete (see package fence).
+	done, err := r.protectForGC(ctx, &fence.Record{Repo: repo, Digest: d})
 	if err != nil {
 		return false, err
 	}

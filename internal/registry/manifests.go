@@ -196,7 +196,7 @@ func (r *Registry) PutManifest(ctx context.Context, repo, ref, contentType strin
 		return nil, fmt.Errorf("%w: manifest content has digest %s, URL names %s", ErrDigestInvalid, d, want)
 	}
 	// GC may run while we serve: journal what this push relies on before
-	// validation checks that it exists (see layout.go).
+	// validation checks that it exists (see package fence).
 	if rec, ok := manifestRecord(repo, d, content, tags); ok {
 		done, err := r.protectForGC(ctx, rec)
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairn-registry/cairn/internal/fence"
 	"github.com/cairn-registry/cairn/internal/layout"
 
 	"github.com/opencontainers/go-digest"
@@ -439,8 +440,8 @@ func (r *Registry) sessionChain(ctx context.Context, repo, id string, head uploa
 // is already there, links it into repo, and removes the session. A digest
 // other than sha256 is verified here, while the chunks are read.
 func (r *Registry) commitUpload(ctx context.Context, repo, id string, d digest.Digest, size int64, chain []chunkRecord) error {
-	// An existing blob may be one GC is about to delete (see gcjournal.go).
-	done, err := r.protectForGC(ctx, &JournalRecord{Repo: repo, Digest: d})
+	// An existing blob may be one GC is about to delete (see package fence).
+	done, err := r.protectForGC(ctx, &fence.Record{Repo: repo, Digest: d})
 	if err != nil {
 		return err
 	}
