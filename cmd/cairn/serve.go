@@ -100,6 +100,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	}()
 	regOpts := registryOptions(cfg)
 	regOpts.Dedup = engine
+	if store != nil {
+		regOpts.Observer = engine
+	}
 	reg := registry.New(id, regOpts)
 	srvOpts := server.Options{
 		ReadOnly:        cfg.Storage.Maintenance.ReadOnly.Enabled,
@@ -107,9 +110,6 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		Auth:            authz,
 		Metrics:         m,
 		BodyIdleTimeout: bodyIdleTimeout,
-	}
-	if store != nil {
-		srvOpts.Pulls = engine
 	}
 	srv := server.New(reg, srvOpts)
 

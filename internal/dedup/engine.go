@@ -3,7 +3,6 @@ package dedup
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +17,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -214,20 +214,20 @@ type intakeJob struct {
 	mode     Mode
 }
 
-// ManifestPushed implements server.PullObserver: it records the image's
+// ManifestPushed implements registry.Observer: it records the image's
 // layers (ILmap) and queues them for dedup, without blocking the push.
-func (e *Engine) ManifestPushed(repo string, d digest.Digest, content []byte) {
+func (e *Engine) ManifestPushed(_ context.Context, repo string, m *registry.Manifest) {
 	if e.meta == nil {
 		return
 	}
-	layers, ok := imageLayers(content)
+	layers, ok := imageLayers(m)
 	if !ok {
 		return
 	}
 	select {
-	case e.intake <- intakeJob{manifest: d, layers: layers, mode: e.opts.ModeFor(repo)}:
+	case e.intake <- intakeJob{manifest: m.Digest, layers: layers, mode: e.opts.ModeFor(repo)}:
 	default:
-		e.log.Warn("dedup: intake full; run `cairn dedup run` to catch up", "manifest", d)
+		e.log.Warn("dedup: intake full; run `cairn dedup run` to catch up", "manifest", m.Digest)
 	}
 }
 
@@ -351,16 +351,7 @@ var layerTypes = map[string]bool{
 
 // imageLayers returns the dedupable layers an image manifest names; ok is
 // false for anything else (indexes, artifacts without such layers).
-func imageLayers(content []byte) ([]digest.Digest, bool) {
-	var m struct {
-		Layers []struct {
-			MediaType string        `json:"mediaType"`
-			Digest    digest.Digest `json:"digest"`
-		} `json:"layers"`
-	}
-	if json.Unmarshal(content, &m) != nil {
-		return nil, false
-	}
+func imageLayers(m *registry.Manifest) ([]digest.Digest, bool) {
 	var out []digest.Digest
 	for _, l := range m.Layers {
 		if layerTypes[l.MediaType] && l.Digest.Validate() == nil {
@@ -407,7 +398,11 @@ func (e *Engine) RunAll(ctx context.Context, force Mode) (*RunStats, error) {
 		if err != nil {
 			return err
 		}
-		layers, ok := imageLayers(content)
+		m, err := registry.ParseManifest(md, content)
+		if err != nil {
+			return nil
+		}
+		layers, ok := imageLayers(m)
 		if !ok {
 			return nil
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/registry"
 )
 
 func TestParseMode(t *testing.T) {
@@ -116,7 +117,11 @@ func TestImageLayers(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := imageLayers(tc.content)
+			var got []digest.Digest
+			ok := false
+			if m, err := registry.ParseManifest(digest.FromBytes(tc.content), tc.content); err == nil {
+				got, ok = imageLayers(m)
+			}
 			if ok != (len(tc.want) > 0) || !slices.Equal(got, tc.want) {
 				t.Fatalf("imageLayers = %v, %v; want %v", got, ok, tc.want)
 			}
@@ -149,16 +154,16 @@ func TestManifestPushed(t *testing.T) {
 	// done these were handled too.
 	index := []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"` + string(ls[0].digest()) + `","size":1}]}`)
 	indexDigest := digest.FromBytes(index)
-	v.eng.ManifestPushed("dedup/app", indexDigest, index)
+	v.eng.ManifestPushed(context.Background(), "dedup/app", parsed(t, indexDigest, index))
 	off := manifest(t, false, cfg, []tlayer{ls[2]})
-	v.eng.ManifestPushed("other/app", digest.FromBytes(off), off)
+	v.eng.ManifestPushed(context.Background(), "other/app", parsed(t, digest.FromBytes(off), off))
 	art := manifest(t, false, cfg, []tlayer{artifact})
-	v.eng.ManifestPushed("dedup/art", digest.FromBytes(art), art)
+	v.eng.ManifestPushed(context.Background(), "dedup/art", parsed(t, digest.FromBytes(art), art))
 
 	docker := manifest(t, true, cfg, []tlayer{ls[0]})
-	v.eng.ManifestPushed("dedup/app", digest.FromBytes(docker), docker)
+	v.eng.ManifestPushed(context.Background(), "dedup/app", parsed(t, digest.FromBytes(docker), docker))
 	oci := manifest(t, false, cfg, []tlayer{ls[1]})
-	v.eng.ManifestPushed("keep/app", digest.FromBytes(oci), oci)
+	v.eng.ManifestPushed(context.Background(), "keep/app", parsed(t, digest.FromBytes(oci), oci))
 
 	wait := func(l tlayer, want meta.LayerState) {
 		t.Helper()
@@ -194,7 +199,7 @@ func TestManifestPushed(t *testing.T) {
 	// The same image pushed to a full-mode repository: its index-mode
 	// layer gets the stronger mode.
 	again := manifest(t, false, cfg, []tlayer{ls[1]})
-	v.eng.ManifestPushed("dedup/other", digest.FromBytes(again), again)
+	v.eng.ManifestPushed(context.Background(), "dedup/other", parsed(t, digest.FromBytes(again), again))
 	wait(ls[1], meta.StateDeduplicated)
 	v.wantBlob(ls[1].blob)
 
@@ -217,7 +222,7 @@ func TestSelectivePromoteOnPulls(t *testing.T) {
 	d := v.put(l.blob)
 	v.eng.Start(ctx)
 	m := manifest(t, false, d, []tlayer{l})
-	v.eng.ManifestPushed("app", digest.FromBytes(m), m)
+	v.eng.ManifestPushed(context.Background(), "app", parsed(t, digest.FromBytes(m), m))
 	eventually(t, 10*time.Second, "deduplication", func() bool {
 		_, st := v.state(d)
 		return st == meta.StateDeduplicated

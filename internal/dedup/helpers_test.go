@@ -24,6 +24,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
 	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
@@ -420,4 +421,14 @@ func manifest(t testing.TB, docker bool, config digest.Digest, layers []tlayer) 
 		t.Fatal(err)
 	}
 	return b
+}
+
+// parsed parses manifest content as the registry hands it to the engine.
+func parsed(t testing.TB, d digest.Digest, content []byte) *registry.Manifest {
+	t.Helper()
+	m, err := registry.ParseManifest(d, content)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/registry"
 )
 
 // Prediction (DupHunter §4.4): a client that GETs an image manifest is
@@ -34,12 +35,13 @@ type predictJob struct {
 	layers   []digest.Digest
 }
 
-// ManifestPulled implements server.PullObserver.
-func (e *Engine) ManifestPulled(_ context.Context, client string, d digest.Digest, content []byte) {
+// ManifestPulled implements registry.Observer.
+func (e *Engine) ManifestPulled(_ context.Context, client string, m *registry.Manifest) {
 	if e.meta == nil {
 		return
 	}
-	layers, ok := imageLayers(content)
+	d := m.Digest
+	layers, ok := imageLayers(m)
 	if !ok {
 		return
 	}
@@ -53,7 +55,7 @@ func (e *Engine) ManifestPulled(_ context.Context, client string, d digest.Diges
 	}
 }
 
-// BlobPulled implements server.PullObserver: it records the pull (ULmap,
+// BlobPulled implements registry.Observer: it records the pull (ULmap,
 // popularity) off the request path, counts whether a predicted layer was
 // ready, and in selective mode turns a hot layer back to intact.
 func (e *Engine) BlobPulled(ctx context.Context, client string, d digest.Digest) {

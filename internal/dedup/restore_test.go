@@ -125,8 +125,8 @@ func TestRestoreOnly(t *testing.T) {
 	}
 	defer ro.Close()
 	ro.Start(context.Background())
-	ro.ManifestPushed("repo", d, manifest(t, false, d, []tlayer{l}))
-	ro.ManifestPulled(context.Background(), "c", d, manifest(t, false, d, []tlayer{l}))
+	ro.ManifestPushed(context.Background(), "repo", parsed(t, d, manifest(t, false, d, []tlayer{l})))
+	ro.ManifestPulled(context.Background(), "c", parsed(t, d, manifest(t, false, d, []tlayer{l})))
 	ro.BlobPulled(context.Background(), "c", d)
 	rc, err := ro.OpenBlob(context.Background(), d, 0)
 	if err != nil {

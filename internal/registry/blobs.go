@@ -73,8 +73,13 @@ func (r *Registry) StatBlob(ctx context.Context, repo string, d digest.Digest) (
 
 // OpenBlob streams blob d from offset: its intact bytes, or its rebuild when
 // dedup removed them (also when that happened since StatBlob). The caller
-// has checked the blob with StatBlob.
+// has checked the blob with StatBlob. A read from the start is a pull,
+// reported to the Observer.
 func (r *Registry) OpenBlob(ctx context.Context, d digest.Digest, offset int64) (io.ReadCloser, error) {
+	if offset == 0 && r.opts.Observer != nil {
+		// A read from the middle resumes a pull already counted.
+		r.opts.Observer.BlobPulled(ctx, ClientFrom(ctx), d)
+	}
 	if r.opts.Dedup != nil {
 		if rc := r.opts.Dedup.CachedBlob(d, offset); rc != nil {
 			return rc, nil

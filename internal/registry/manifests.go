@@ -1,9 +1,7 @@
 package registry
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"mime"
@@ -11,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cairn-registry/cairn/internal/fence"
 	"github.com/cairn-registry/cairn/internal/layout"
 
 	"github.com/opencontainers/go-digest"
@@ -27,28 +26,6 @@ const (
 	mediaTypeDockerSchema1JWS   = "application/vnd.docker.distribution.manifest.v1+prettyjws"
 	mediaTypeDockerForeign      = "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip"
 )
-
-// Manifest is a stored manifest.
-type Manifest struct {
-	Digest    digest.Digest
-	MediaType string
-	Content   []byte
-}
-
-// manifestFields is the union of the fields cairn reads from image manifests
-// and indexes of both OCI and Docker flavours.
-type manifestFields struct {
-	SchemaVersion *int                 `json:"schemaVersion"`
-	MediaType     string               `json:"mediaType"`
-	ArtifactType  string               `json:"artifactType"`
-	Config        *ocispec.Descriptor  `json:"config"`
-	Layers        []ocispec.Descriptor `json:"layers"`
-	Manifests     []ocispec.Descriptor `json:"manifests"`
-	Subject       *ocispec.Descriptor  `json:"subject"`
-	Annotations   map[string]string    `json:"annotations"`
-	FSLayers      []json.RawMessage    `json:"fsLayers"`
-	Signatures    []json.RawMessage    `json:"signatures"`
-}
 
 // IsManifestMediaType reports whether mt names a manifest or index type.
 func IsManifestMediaType(mt string) bool {
@@ -110,8 +87,18 @@ func (r *Registry) unknownManifest(ctx context.Context, repo, ref string) error 
 	return fmt.Errorf("%w: %s", ErrManifestUnknown, ref)
 }
 
-// GetManifest returns the manifest ref (a tag or digest) of repo.
+// GetManifest returns the manifest ref (a tag or digest) of repo, parsed,
+// and reports the pull to the Observer.
 func (r *Registry) GetManifest(ctx context.Context, repo, ref string) (*Manifest, error) {
+	m, err := r.StatManifest(ctx, repo, ref)
+	if err == nil && r.opts.Observer != nil {
+		r.opts.Observer.ManifestPulled(ctx, ClientFrom(ctx), m)
+	}
+	return m, err
+}
+
+// StatManifest is GetManifest without reporting a pull (HEAD).
+func (r *Registry) StatManifest(ctx context.Context, repo, ref string) (*Manifest, error) {
 	d, err := r.resolve(ctx, repo, ref)
 	if err != nil {
 		return nil, err
@@ -123,30 +110,12 @@ func (r *Registry) GetManifest(ctx context.Context, repo, ref string) (*Manifest
 	if err != nil {
 		return nil, err
 	}
-	return &Manifest{Digest: d, MediaType: detectMediaType(content), Content: content}, nil
-}
-
-// detectMediaType names a stored manifest's type from its content: its
-// mediaType field, else its shape (older OCI manifests omit the field).
-func detectMediaType(content []byte) string {
-	var m struct {
-		MediaType string          `json:"mediaType"`
-		Manifests json.RawMessage `json:"manifests"`
-		Config    json.RawMessage `json:"config"`
-		FSLayers  json.RawMessage `json:"fsLayers"`
+	m, err := ParseManifest(d, content)
+	if err != nil {
+		// Stored bytes that do not parse are served as they are.
+		return &Manifest{Digest: d, Content: content, MediaType: ocispec.MediaTypeImageManifest}, nil
 	}
-	if err := json.Unmarshal(content, &m); err != nil {
-		return ocispec.MediaTypeImageManifest
-	}
-	switch {
-	case m.MediaType != "":
-		return m.MediaType
-	case m.Manifests != nil:
-		return ocispec.MediaTypeImageIndex
-	case m.FSLayers != nil:
-		return mediaTypeDockerSchema1JWS
-	}
-	return ocispec.MediaTypeImageManifest
+	return m, nil
 }
 
 // MaxExtraTags bounds the tags one manifest PUT may set with ?tag=: each
@@ -195,21 +164,26 @@ func (r *Registry) PutManifest(ctx context.Context, repo, ref, contentType strin
 	if want != "" && d != want {
 		return nil, fmt.Errorf("%w: manifest content has digest %s, URL names %s", ErrDigestInvalid, d, want)
 	}
-	// GC may run while we serve: journal what this push relies on before
-	// validation checks that it exists (see package fence).
-	if rec, ok := manifestRecord(repo, d, content, tags); ok {
-		done, err := r.protectForGC(ctx, rec)
-		if err != nil {
-			return nil, err
-		}
-		defer done()
-	}
-	m, err := r.validateManifest(ctx, repo, contentType, content)
+	m, err := ParseManifest(d, content)
 	if err != nil {
 		return nil, err
 	}
-	if err := r.storeManifest(ctx, repo, d, content, m, tags); err != nil {
+	// GC may run while we serve: journal what this push relies on before
+	// validation checks that it exists (see package fence).
+	refs, _ := m.Refs()
+	done, err := r.protectForGC(ctx, &fence.Record{Repo: repo, Manifest: true, Digest: d, Tags: tags, Blobs: refs.Blobs, Children: refs.Manifests})
+	if err != nil {
 		return nil, err
+	}
+	defer done()
+	if err := r.validateManifest(ctx, repo, contentType, m); err != nil {
+		return nil, err
+	}
+	if err := r.storeManifest(ctx, repo, m, tags); err != nil {
+		return nil, err
+	}
+	if r.opts.Observer != nil {
+		r.opts.Observer.ManifestPushed(ctx, repo, m)
 	}
 	res := &PutResult{Digest: d, Tags: tags}
 	if m.Subject != nil {
@@ -230,13 +204,14 @@ const storeRounds = 4
 // are written again (the PUT lands after the DELETE); if the DELETE comes
 // later, its second untagging removes the tags. Either way no tag is left
 // pointing at a missing revision.
-func (r *Registry) storeManifest(ctx context.Context, repo string, d digest.Digest, content []byte, m *manifestFields, tags []string) error {
+func (r *Registry) storeManifest(ctx context.Context, repo string, m *Manifest, tags []string) error {
+	d := m.Digest
 	have, err := r.exists(ctx, layout.BlobData(d))
 	if err != nil {
 		return err
 	}
 	if !have {
-		if err := r.d.PutContent(ctx, layout.BlobData(d), content); err != nil {
+		if err := r.d.PutContent(ctx, layout.BlobData(d), m.Content); err != nil {
 			return err
 		}
 	}
@@ -253,7 +228,7 @@ func (r *Registry) storeManifest(ctx context.Context, repo string, d digest.Dige
 }
 
 // storeLinks writes manifest d's revision link, referrer link and tags.
-func (r *Registry) storeLinks(ctx context.Context, repo string, d digest.Digest, m *manifestFields, tags []string) error {
+func (r *Registry) storeLinks(ctx context.Context, repo string, d digest.Digest, m *Manifest, tags []string) error {
 	if err := r.writeLink(ctx, layout.RevisionLink(repo, d), d); err != nil {
 		return err
 	}
@@ -273,85 +248,77 @@ func (r *Registry) storeLinks(ctx context.Context, repo string, d digest.Digest,
 	return nil
 }
 
-// validateManifest parses content and checks it is a manifest cairn serves,
-// of the type the client says, naming only blobs and manifests repo has.
-func (r *Registry) validateManifest(ctx context.Context, repo, contentType string, content []byte) (*manifestFields, error) {
-	var m manifestFields
-	dec := json.NewDecoder(bytes.NewReader(content))
-	if err := dec.Decode(&m); err != nil {
-		return nil, fmt.Errorf("%w: not JSON: %v", ErrManifestInvalid, err)
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("%w: trailing data after the JSON document", ErrManifestInvalid)
-	}
+// validateManifest checks that m is a manifest cairn serves, of the type
+// the client says, naming only blobs and manifests repo has.
+func (r *Registry) validateManifest(ctx context.Context, repo, contentType string, m *Manifest) error {
 	ct := ""
 	if contentType != "" {
 		if parsed, _, err := mime.ParseMediaType(contentType); err == nil {
 			ct = parsed
 		}
 	}
-	mt := m.MediaType
+	mt := m.Declared
 	switch {
 	case mt != "" && ct != "" && !isGenericContentType(ct) && ct != mt:
-		return nil, fmt.Errorf("%w: mediaType %q does not match Content-Type %q", ErrManifestInvalid, mt, ct)
+		return fmt.Errorf("%w: mediaType %q does not match Content-Type %q", ErrManifestInvalid, mt, ct)
 	case mt == "" && ct != "" && !isGenericContentType(ct):
 		mt = ct
 	case mt == "":
-		mt = detectMediaType(content)
+		mt = m.MediaType
 	}
 	switch mt {
 	case mediaTypeDockerSchema1, mediaTypeDockerSchema1JWS:
-		return nil, fmt.Errorf("%w: Docker schema 1 manifests are not supported", ErrManifestInvalid)
+		return fmt.Errorf("%w: Docker schema 1 manifests are not supported", ErrManifestInvalid)
 	}
 	if !IsManifestMediaType(mt) {
-		return nil, fmt.Errorf("%w: unsupported manifest media type %q", ErrManifestInvalid, mt)
+		return fmt.Errorf("%w: unsupported manifest media type %q", ErrManifestInvalid, mt)
 	}
 	if m.SchemaVersion == nil || *m.SchemaVersion != 2 {
-		return nil, fmt.Errorf("%w: schemaVersion must be 2", ErrManifestInvalid)
+		return fmt.Errorf("%w: schemaVersion must be 2", ErrManifestInvalid)
 	}
 	if m.Subject != nil {
 		if err := validDescriptor("subject", *m.Subject); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if isIndexMediaType(mt) {
 		if m.Config != nil || m.Layers != nil {
-			return nil, fmt.Errorf("%w: an index has no config or layers", ErrManifestInvalid)
+			return fmt.Errorf("%w: an index has no config or layers", ErrManifestInvalid)
 		}
 		for i, c := range m.Manifests {
 			if err := validDescriptor(fmt.Sprintf("manifests[%d]", i), c); err != nil {
-				return nil, err
+				return err
 			}
 			if err := r.requireChild(ctx, repo, fmt.Sprintf("manifests[%d]", i), c); err != nil {
-				return nil, err
+				return err
 			}
 		}
-		return &m, nil
+		return nil
 	}
 	if m.Manifests != nil {
-		return nil, fmt.Errorf("%w: an image manifest has no manifests list", ErrManifestInvalid)
+		return fmt.Errorf("%w: an image manifest has no manifests list", ErrManifestInvalid)
 	}
 	if m.Config == nil {
-		return nil, fmt.Errorf("%w: config descriptor missing", ErrManifestInvalid)
+		return fmt.Errorf("%w: config descriptor missing", ErrManifestInvalid)
 	}
 	if err := validDescriptor("config", *m.Config); err != nil {
-		return nil, err
+		return err
 	}
 	if err := r.requireLinkedBlob(ctx, repo, "config", *m.Config); err != nil {
-		return nil, err
+		return err
 	}
 	for i, l := range m.Layers {
 		if err := validDescriptor(fmt.Sprintf("layers[%d]", i), l); err != nil {
-			return nil, err
+			return err
 		}
 		if isNonDistributable(l.MediaType) {
 			continue
 		}
 		if err := r.requireLinkedBlob(ctx, repo, fmt.Sprintf("layers[%d]", i), l); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return &m, nil
+	return nil
 }
 
 func isGenericContentType(ct string) bool {
@@ -495,8 +462,7 @@ func (r *Registry) DeleteManifest(ctx context.Context, repo, ref string) error {
 		return err
 	}
 	if content, err := r.d.GetContent(ctx, layout.BlobData(d)); err == nil {
-		var m manifestFields
-		if json.Unmarshal(content, &m) == nil && m.Subject != nil && m.Subject.Digest.Validate() == nil {
+		if m, err := ParseManifest(d, content); err == nil && m.Subject != nil && m.Subject.Digest.Validate() == nil {
 			err := r.d.Delete(ctx, path.Dir(layout.ReferrerLink(repo, m.Subject.Digest, d)))
 			if err != nil && !errors.Is(err, driver.ErrNotFound) {
 				return err

@@ -2,7 +2,6 @@ package registry
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"path"
 	"slices"
@@ -69,19 +68,9 @@ func (r *Registry) referrerDescriptor(ctx context.Context, repo string, d digest
 	if err != nil {
 		return ocispec.Descriptor{}, false, err
 	}
-	var m manifestFields
-	if err := json.Unmarshal(content, &m); err != nil {
+	m, err := ParseManifest(d, content)
+	if err != nil {
 		return ocispec.Descriptor{}, false, nil
 	}
-	desc := ocispec.Descriptor{
-		MediaType:    detectMediaType(content),
-		Digest:       d,
-		Size:         int64(len(content)),
-		ArtifactType: m.ArtifactType,
-		Annotations:  m.Annotations,
-	}
-	if desc.ArtifactType == "" && m.Config != nil {
-		desc.ArtifactType = m.Config.MediaType
-	}
-	return desc, true, nil
+	return m.Descriptor(), true, nil
 }

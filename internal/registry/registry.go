@@ -44,6 +44,8 @@ type Options struct {
 	PlatformList   []ocispec.Platform
 	// Dedup, when set, serves blobs whose intact bytes dedup removed.
 	Dedup DedupSource
+	// Observer, when set, learns about pushes and pulls.
+	Observer Observer
 	// MaxUploadChunks bounds the chunks of one upload session; 0 means
 	// DefaultMaxUploadChunks.
 	MaxUploadChunks int

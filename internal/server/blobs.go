@@ -58,10 +58,6 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, rt route) {
 		w.WriteHeader(status)
 		return
 	}
-	if s.opts.Pulls != nil && start == 0 {
-		// A ranged GET from the middle resumes a pull already counted.
-		s.opts.Pulls.BlobPulled(ctx, clientID(r, rt), d)
-	}
 	rc, err := s.reg.OpenBlob(ctx, d, start)
 	if err != nil {
 		s.writeError(w, r, err)

@@ -5,7 +5,6 @@
 package server
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"net"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/auth"
 	"github.com/cairn-registry/cairn/internal/registry"
-	"github.com/opencontainers/go-digest"
 )
 
 // Options tune a Server.
@@ -29,9 +27,6 @@ type Options struct {
 	Auth auth.Authorizer
 	// Metrics, when set, receives one observation per request.
 	Metrics Observer
-	// Pulls, when set, is told about manifest pushes and pulls and blob
-	// pulls.
-	Pulls PullObserver
 	// BodyIdleTimeout ends a request whose body delivers no byte for this
 	// long (0: no limit), so that a client trickling an upload cannot hold
 	// a connection forever. Whole-request timeouts cannot do this: a
@@ -39,17 +34,8 @@ type Options struct {
 	BodyIdleTimeout time.Duration
 }
 
-// PullObserver learns which manifests are pushed and what each client pulls
-// (dedup's worker and predictor implement it). Calls must return quickly:
-// they run on the request path.
-type PullObserver interface {
-	ManifestPushed(repo string, d digest.Digest, content []byte)
-	ManifestPulled(ctx context.Context, client string, d digest.Digest, content []byte)
-	BlobPulled(ctx context.Context, client string, d digest.Digest)
-}
-
-// clientID names the client of r for PullObserver: the authenticated user,
-// else the remote IP.
+// clientID names the client of r for the registry's pull records: the
+// authenticated user, else the remote IP.
 func clientID(r *http.Request, rt route) string {
 	if rt.user != "" {
 		return "user:" + rt.user
@@ -249,6 +235,7 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, rt route) stri
 		return user
 	}
 	rt.user = user
+	r = r.WithContext(registry.WithClient(r.Context(), clientID(r, rt)))
 	if !s.route(w, r, rt) {
 		s.writeError(w, r, errMethodNotAllowed)
 	}

@@ -41,7 +41,12 @@ func TestScheduledGC(t *testing.T) {
 	if err := n.pullImage(ctx, t, "sched/app", "latest", curDigest); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(n.srv.Logs(), "msg=gc ") {
-		t.Error("no gc run in the server's log")
+	// The run logs once it has ended, which may be after the deletion
+	// seen above.
+	for !strings.Contains(n.srv.Logs(), "msg=gc ") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no gc run in the server's log within 30s\n%s", n.srv.Logs())
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
