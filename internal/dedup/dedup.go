@@ -173,6 +173,11 @@ type Recipe struct {
 	Tar         layer.Recipe      `json:"tar"`
 }
 
+// DecodeRecipe parses the recipe file of blob d and checks that it
+// describes d, as a restore would before trusting it (cairn scrub reads
+// recipes this way to check the files they name).
+func DecodeRecipe(d digest.Digest, b []byte) (*Recipe, error) { return decodeRecipe(d, b) }
+
 func decodeRecipe(d digest.Digest, b []byte) (*Recipe, error) {
 	var r Recipe
 	if err := json.Unmarshal(b, &r); err != nil {
