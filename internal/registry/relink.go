@@ -2,12 +2,12 @@ package registry
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/fence"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -34,15 +34,15 @@ func (r *Registry) RelinkManifest(ctx context.Context, repo string, d digest.Dig
 	if got := d.Algorithm().FromBytes(content); got != d {
 		return false, fmt.Errorf("%w: stored manifest %s has digest %s", ErrDigestInvalid, d, got)
 	}
-	var m manifestFields
-	rec, ok := manifestRecord(repo, d, content, nil)
-	if !ok || json.Unmarshal(content, &m) != nil {
+	m, err := ParseManifest(d, content)
+	if err != nil {
 		return false, fmt.Errorf("%w: stored manifest %s is not JSON", ErrManifestInvalid, d)
 	}
 	if m.Subject != nil && m.Subject.Digest.Validate() != nil {
 		m.Subject = nil // a subject no push would have accepted links nothing
 	}
-	done, err := r.protectForGC(ctx, rec)
+	refs, _ := m.Refs()
+	done, err := r.protectForGC(ctx, &fence.Record{Repo: repo, Manifest: true, Digest: d, Blobs: refs.Blobs, Children: refs.Manifests})
 	if err != nil {
 		return false, err
 	}
@@ -51,7 +51,7 @@ func (r *Registry) RelinkManifest(ctx context.Context, repo string, d digest.Dig
 	if ok, err := r.exists(ctx, layout.BlobData(d)); err != nil || !ok {
 		return false, err
 	}
-	if err := r.storeLinks(ctx, repo, d, &m, nil); err != nil {
+	if err := r.storeLinks(ctx, repo, d, m, nil); err != nil {
 		return false, err
 	}
 	return true, nil
