@@ -311,7 +311,7 @@ func (r *Registry) validateManifest(ctx context.Context, repo, contentType strin
 		if err := validDescriptor(fmt.Sprintf("layers[%d]", i), l); err != nil {
 			return err
 		}
-		if isNonDistributable(l.MediaType) {
+		if IsNonDistributable(l.MediaType) {
 			continue
 		}
 		if err := r.requireLinkedBlob(ctx, repo, fmt.Sprintf("layers[%d]", i), l); err != nil {
@@ -325,9 +325,9 @@ func isGenericContentType(ct string) bool {
 	return ct == "application/json" || ct == "application/octet-stream" || ct == "text/plain"
 }
 
-// isNonDistributable reports layers that live outside the registry (Windows
+// IsNonDistributable reports layers that live outside the registry (Windows
 // foreign layers), which a manifest may name without pushing.
-func isNonDistributable(mt string) bool {
+func IsNonDistributable(mt string) bool {
 	return mt == mediaTypeDockerForeign || strings.Contains(mt, ".nondistributable.")
 }
 

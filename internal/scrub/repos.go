@@ -2,7 +2,6 @@ package scrub
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -358,25 +357,6 @@ func (s *scrubber) relink(ctx context.Context, rs *repoState, d digest.Digest) (
 	return true, "revision link written"
 }
 
-// descriptor is what scrub reads of a manifest's descriptors.
-type descriptor struct {
-	MediaType string        `json:"mediaType"`
-	Digest    digest.Digest `json:"digest"`
-}
-
-// manifestDoc is every manifest flavour a registry may hold, as far as
-// scrub follows it.
-type manifestDoc struct {
-	Config    *descriptor  `json:"config"`
-	Layers    []descriptor `json:"layers"`
-	Blobs     []descriptor `json:"blobs"` // OCI artifact manifest (draft 1.1)
-	Manifests []descriptor `json:"manifests"`
-	Subject   *descriptor  `json:"subject"`
-	FSLayers  []struct {
-		BlobSum digest.Digest `json:"blobSum"`
-	} `json:"fsLayers"`
-}
-
 // checkManifest reads revision k's manifest once and checks that what it
 // names is linked into the repository, as its push required.
 func (s *scrubber) checkManifest(ctx context.Context, rs *repoState, k key) {
@@ -395,9 +375,9 @@ func (s *scrubber) checkManifest(ctx context.Context, rs *repoState, k key) {
 	if d.Algorithm().FromBytes(b) != d {
 		return // the blobs pass reported it; what it names is not to be trusted
 	}
-	var m manifestDoc
-	if err := json.Unmarshal(b, &m); err != nil {
-		s.add(Finding{Kind: KindBadManifest, Path: dp, Digest: string(d), Detail: "not JSON: " + oneLine(err.Error())})
+	m, err := registry.ParseManifest(d, b)
+	if err != nil {
+		s.add(Finding{Kind: KindBadManifest, Path: dp, Digest: string(d), Detail: oneLine(err.Error())})
 		return
 	}
 	if !s.opts.Sparse {
@@ -406,13 +386,11 @@ func (s *scrubber) checkManifest(ctx context.Context, rs *repoState, k key) {
 			refs = append(refs, m.Config.Digest)
 		}
 		for _, l := range slices.Concat(m.Layers, m.Blobs) {
-			if !nonDistributable(l.MediaType) {
+			if !registry.IsNonDistributable(l.MediaType) {
 				refs = append(refs, l.Digest)
 			}
 		}
-		for _, l := range m.FSLayers {
-			refs = append(refs, l.BlobSum)
-		}
+		refs = append(refs, m.FSLayers...)
 		for _, c := range m.Manifests {
 			if s.opts.IndexChildrenOptional {
 				break
@@ -430,12 +408,6 @@ func (s *scrubber) checkManifest(ctx context.Context, rs *repoState, k key) {
 	if m.Subject != nil {
 		s.checkSubject(ctx, rs, d, m.Subject.Digest)
 	}
-}
-
-// nonDistributable reports layers stored outside the registry (Windows
-// foreign layers), which a manifest names without pushing them.
-func nonDistributable(mt string) bool {
-	return mt == "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip" || strings.Contains(mt, ".nondistributable.")
 }
 
 // badRef reports a descriptor digest that does not parse.
