@@ -7,7 +7,6 @@ import (
 	"io"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -51,7 +50,7 @@ func TestOpenBlobRanges(t *testing.T) {
 					return
 				}
 				if cached {
-					eventually(t, 5*time.Second, "the rebuild to be cached", func() bool { return v.eng.disk.Contains(string(d)) })
+					eventually(t, "the rebuild to be cached", func() bool { return v.eng.disk.Contains(string(d)) })
 				}
 				hits := v.m.lookup(CachePreconstruct + "/hit")
 				for _, off := range []int64{0, size / 2} {
@@ -90,7 +89,7 @@ func TestOpenBlobPartialRead(t *testing.T) {
 		t.Fatal("first bytes differ")
 	}
 	v.wantBlob(l.blob)
-	eventually(t, 5*time.Second, "the rebuild to be cached", func() bool { return v.eng.disk.Contains(string(d)) })
+	eventually(t, "the rebuild to be cached", func() bool { return v.eng.disk.Contains(string(d)) })
 	v.wantBlob(l.blob)
 }
 
