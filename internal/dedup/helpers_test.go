@@ -158,11 +158,12 @@ type fakeMetrics struct {
 	lookups   map[string]int // "<cache>/hit" and "<cache>/miss"
 	predicted map[string]int
 	processed map[string]int
+	failed    map[string]int
 	saved     int64
 }
 
 func newFakeMetrics() *fakeMetrics {
-	return &fakeMetrics{lookups: map[string]int{}, predicted: map[string]int{}, processed: map[string]int{}}
+	return &fakeMetrics{lookups: map[string]int{}, predicted: map[string]int{}, processed: map[string]int{}, failed: map[string]int{}}
 }
 
 func (m *fakeMetrics) CacheLookup(cache string, hit bool) {
@@ -193,6 +194,19 @@ func (m *fakeMetrics) DedupProcessed(outcome string) {
 	m.processed[outcome]++
 }
 
+func (m *fakeMetrics) DedupRebuildFailed(reason string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.failed[reason]++
+}
+
+// failures returns the rebuild failures counted for reason.
+func (m *fakeMetrics) failures(reason string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.failed[reason]
+}
+
 func (m *fakeMetrics) lookup(key string) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -210,6 +224,24 @@ func (m *fakeMetrics) predictions(cache string) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.predicted[cache]
+}
+
+// lockedBuffer collects log output written from several goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // env is an engine over a driver and a bolt store in a temp directory.
