@@ -27,6 +27,9 @@ type Metrics interface {
 	CacheLookup(cache string, hit bool)
 	DedupPredicted(cache string)
 	DedupProcessed(outcome string)
+	// DedupRebuildFailed counts a rebuild of a deduplicated layer, for a
+	// pull, a predicted pull or a promotion, that failed (restore.go).
+	DedupRebuildFailed(reason string)
 }
 
 // Cache names, as metrics label them.
@@ -517,7 +520,8 @@ func holderID() string {
 
 type nopMetrics struct{}
 
-func (nopMetrics) SetDedupSavedBytes(int64) {}
-func (nopMetrics) CacheLookup(string, bool) {}
-func (nopMetrics) DedupPredicted(string)    {}
-func (nopMetrics) DedupProcessed(string)    {}
+func (nopMetrics) SetDedupSavedBytes(int64)  {}
+func (nopMetrics) CacheLookup(string, bool)  {}
+func (nopMetrics) DedupPredicted(string)     {}
+func (nopMetrics) DedupProcessed(string)     {}
+func (nopMetrics) DedupRebuildFailed(string) {}

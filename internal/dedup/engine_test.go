@@ -5,7 +5,6 @@ import (
 	"errors"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/opencontainers/go-digest"
 
@@ -167,7 +166,7 @@ func TestManifestPushed(t *testing.T) {
 
 	wait := func(l tlayer, want meta.LayerState) {
 		t.Helper()
-		eventually(t, 10*time.Second, l.name+" to be "+want.String(), func() bool {
+		eventually(t, l.name+" to be "+want.String(), func() bool {
 			_, st := v.state(l.digest())
 			return st == want
 		})
@@ -203,7 +202,7 @@ func TestManifestPushed(t *testing.T) {
 	wait(ls[1], meta.StateDeduplicated)
 	v.wantBlob(ls[1].blob)
 
-	eventually(t, 5*time.Second, "processed metrics", func() bool {
+	eventually(t, "processed metrics", func() bool {
 		v.m.mu.Lock()
 		defer v.m.mu.Unlock()
 		return v.m.processed[string(outDeduplicated)] >= 2 && v.m.processed[string(outIndexed)] >= 1
@@ -223,14 +222,14 @@ func TestSelectivePromoteOnPulls(t *testing.T) {
 	v.eng.Start(ctx)
 	m := manifest(t, false, d, []tlayer{l})
 	v.eng.ManifestPushed(context.Background(), "app", parsed(t, digest.FromBytes(m), m))
-	eventually(t, 10*time.Second, "deduplication", func() bool {
+	eventually(t, "deduplication", func() bool {
 		_, st := v.state(d)
 		return st == meta.StateDeduplicated
 	})
 	for _, c := range []string{"a", "b", "c"} {
 		v.eng.BlobPulled(ctx, c, d)
 	}
-	eventually(t, 10*time.Second, "promotion", func() bool {
+	eventually(t, "promotion", func() bool {
 		_, st := v.state(d)
 		return st == meta.StateIntact
 	})

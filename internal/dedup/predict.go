@@ -157,7 +157,7 @@ func (e *Engine) warm(ctx context.Context, l digest.Digest, sem chan struct{}) {
 			if !e.disk.Contains(string(l)) {
 				e.metrics.DedupPredicted(CachePreconstruct)
 				e.disk.Prefill(ctx, string(l), r.Size, func(ctx context.Context, w io.Writer) error {
-					return e.rebuild(ctx, r, w)
+					return e.restore(ctx, r, w)
 				})
 			}
 			return

@@ -349,8 +349,7 @@ func TestNoPayloadLayer(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			v := newEnv(t, nil, Options{})
 			d := v.put(blob)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
+			ctx := t.Context()
 			out, err := v.eng.Process(ctx, d, ModeFull)
 			if err != nil {
 				t.Fatalf("Process: %v", err)
@@ -524,8 +523,7 @@ func TestRevivedFile(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
+			ctx := t.Context()
 			v := newEnv(t, nil, Options{})
 			old, l := sharedLayers(t)[0], sharedLayers(t)[1]
 			shared := payloadDigests(sharedFiles())

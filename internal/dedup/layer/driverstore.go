@@ -136,7 +136,9 @@ func (s *DriverStore) putLarge(ctx context.Context, d digest.Digest, p string, s
 	return nil
 }
 
-// Open implements FileStore.
+// Open implements FileStore. Bytes that do not decode (zstd checks its
+// frames and their checksums) fail with ErrCorruptFile; the driver's own
+// read errors are passed on as they are.
 func (s *DriverStore) Open(ctx context.Context, d digest.Digest) (io.ReadCloser, error) {
 	p, err := FilePath(d)
 	if err != nil {
@@ -153,16 +155,42 @@ func (s *DriverStore) Open(ctx context.Context, d digest.Digest) (io.ReadCloser,
 			return nil, fmt.Errorf("layer: open %s: %w", d, err)
 		}
 	}
-	if err := dec.Reset(rc); err != nil {
+	src := &srcReader{r: rc}
+	if err := dec.Reset(src); err != nil {
 		rc.Close()
-		return nil, fmt.Errorf("layer: open %s: %w", d, err)
+		return nil, fmt.Errorf("layer: open %s: %w", d, src.classify(err))
 	}
-	return &decReader{dec: dec, rc: rc, pool: &s.decs}, nil
+	return &decReader{dec: dec, src: src, rc: rc, pool: &s.decs}, nil
+}
+
+// srcReader remembers the driver's read error, so that a decoding failure
+// can be told apart: a failed read is the storage's, anything else means
+// the stored bytes are corrupt.
+type srcReader struct {
+	r   io.Reader
+	err error
+}
+
+func (s *srcReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && err != io.EOF {
+		s.err = err
+	}
+	return n, err
+}
+
+// classify marks a decoder error as corruption unless the driver failed.
+func (s *srcReader) classify(err error) error {
+	if err == nil || err == io.EOF || s.err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrCorruptFile, err)
 }
 
 // decReader returns its decoder to the pool on Close.
 type decReader struct {
 	dec  *zstd.Decoder
+	src  *srcReader
 	rc   io.ReadCloser
 	pool *sync.Pool
 }
@@ -171,7 +199,8 @@ func (r *decReader) Read(b []byte) (int, error) {
 	if r.dec == nil {
 		return 0, io.ErrClosedPipe
 	}
-	return r.dec.Read(b)
+	n, err := r.dec.Read(b)
+	return n, r.src.classify(err)
 }
 
 func (r *decReader) Close() error {
