@@ -315,10 +315,10 @@ func printStats(w io.Writer, st *dedup.Stats, asJSON bool) error {
 	return nil
 }
 
-// startDedup builds the engine serve uses: restores always (layers
+// openDedup builds the engine serve uses: restores always (layers
 // deduplicated earlier must stay pullable whatever the mode), background
-// work when a metadata store is open.
-func startDedup(ctx context.Context, cfg *config.Config, d driver.Driver, log *slog.Logger, m dedup.Metrics) (*dedup.Engine, meta.Store, error) {
+// work (Schedule) when a metadata store is open.
+func openDedup(ctx context.Context, cfg *config.Config, d driver.Driver, log *slog.Logger, m dedup.Metrics) (*dedup.Engine, meta.Store, error) {
 	store, err := openMeta(ctx, cfg, 5*time.Second)
 	if errors.Is(err, meta.ErrLocked) {
 		return nil, nil, errors.New("dedup: the metadata store is in use by another cairn process (cairn dedup run, or a second serve on the same root)")
@@ -338,9 +338,6 @@ func startDedup(ctx context.Context, cfg *config.Config, d driver.Driver, log *s
 			store.Close()
 		}
 		return nil, nil, err
-	}
-	if store != nil && !cfg.Storage.Maintenance.ReadOnly.Enabled {
-		e.Start(ctx)
 	}
 	return e, store, nil
 }

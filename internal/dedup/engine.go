@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -19,6 +20,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
+	"github.com/cairn-registry/cairn/internal/task"
 )
 
 // Metrics receives what the engine does (metrics.Metrics implements it).
@@ -62,14 +64,15 @@ type Engine struct {
 	recipes *recipeCache
 	clients *clientLayers
 
-	jobs    chan job
-	intake  chan intakeJob
-	pulls   chan pullJob
-	mu      sync.Mutex
-	queued  map[digest.Digest]bool
-	stop    context.CancelFunc
-	wg      sync.WaitGroup
-	predict chan predictJob
+	// runner runs the background work (Schedule); nil until then, and
+	// without a metadata store.
+	runner *task.Runner
+	stop   func() // ends the Runner Start made
+	mu     sync.Mutex
+	queued map[digest.Digest]bool
+	scans  atomic.Int64
+	// warming bounds prefetch fills running at once.
+	warming chan struct{}
 	// holder names this engine in layer leases, so that nodes sharing a
 	// metadata store do not process one layer at the same time.
 	holder string
@@ -99,11 +102,8 @@ func New(d driver.Driver, store meta.Store, opts Options, log *slog.Logger, m Me
 		d: d, meta: store, files: files, opts: opts, log: log, metrics: m,
 		recipes: newRecipeCache(64 << 20),
 		clients: newClientLayers(4096),
-		jobs:    make(chan job, opts.QueueSize),
-		intake:  make(chan intakeJob, 1024),
-		pulls:   make(chan pullJob, 4096),
-		predict: make(chan predictJob, 1024),
 		queued:  make(map[digest.Digest]bool),
+		warming: make(chan struct{}, 4),
 		holder:  holderID(),
 	}
 	if opts.TempDir != "" {
@@ -130,36 +130,43 @@ func New(d driver.Driver, store meta.Store, opts Options, log *slog.Logger, m Me
 	return e, nil
 }
 
-// Start runs the workers, the intake of pushed manifests, the pull recorder
-// and the periodic scan until ctx ends or Close is called.
+// Start runs the background work on a Runner of its own (for `cairn dedup`
+// and tests; serve shares its Runner through Schedule) until ctx ends or
+// Close is called.
 func (e *Engine) Start(ctx context.Context) {
 	if e.meta == nil {
 		return
 	}
-	ctx, e.stop = context.WithCancel(ctx)
-	run := func(f func(context.Context)) {
-		e.wg.Add(1)
-		go func() { defer e.wg.Done(); f(ctx) }()
-	}
-	for range e.opts.Workers {
-		run(e.worker)
-	}
-	run(e.intakeLoop)
-	// Several recorders let the store batch pull records into one commit.
-	for range 4 {
-		run(e.pullLoop)
-	}
-	run(e.predictLoop)
-	run(e.scanLoop)
+	r := task.New(e.opts.Workers+1, e.opts.QueueSize, e.log)
+	e.Schedule(r)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	e.stop = func() { cancel(); <-done }
 }
 
-// Close stops the background work (a layer being processed stays pending
-// and is resumed by the next start) and closes the caches.
+// Schedule puts the engine's background work on r, as tasks: each pushed
+// image's intake, each layer's processing and each pull record as queued
+// tasks (pull records first: they are tiny), predicted warm-ups at low
+// priority, and the periodic scan. Without a metadata store there is none.
+func (e *Engine) Schedule(r *task.Runner) {
+	if e.meta == nil {
+		return
+	}
+	e.runner = r
+	r.Every("dedup scan", 0, scanInterval, task.Normal, e.scanOnce)
+}
+
+// Workers is how many layers the engine means to process at once; a
+// shared Runner should have at least as many workers.
+func (e *Engine) Workers() int { return e.opts.Workers }
+
+// Close stops the background work of Start (a layer being processed stays
+// pending and is resumed by the next start) and closes the caches.
 func (e *Engine) Close() error {
 	if e.stop != nil {
 		e.stop()
 	}
-	e.wg.Wait()
 	if e.disk != nil {
 		return e.disk.Close()
 	}
@@ -171,43 +178,37 @@ func (e *Engine) Close() error {
 func (e *Engine) enqueue(l digest.Digest, mode Mode) { e.enqueueJob(job{layer: l, mode: mode}) }
 
 func (e *Engine) enqueueJob(j job) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	l := j.layer
-	if e.queued[l] {
+	if e.runner == nil {
 		return
 	}
-	select {
-	case e.jobs <- j:
-		e.queued[l] = true
-	default:
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.queued[j.layer] {
+		return
+	}
+	if e.runner.Submit("dedup layer", task.Normal, func(ctx context.Context) error { e.runJob(ctx, j); return nil }) {
+		e.queued[j.layer] = true
 	}
 }
 
-func (e *Engine) worker(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case j := <-e.jobs:
-			e.mu.Lock()
-			delete(e.queued, j.layer)
-			e.mu.Unlock()
-			start := time.Now()
-			out, err := e.leased(ctx, j.layer, func(ctx context.Context) (outcome, error) {
-				return e.process(ctx, j.layer, j.mode, j.recheck)
-			})
-			if err != nil {
-				if ctx.Err() == nil {
-					e.log.Warn("dedup: layer failed, stays pending", "layer", j.layer, "err", err)
-					e.metrics.DedupProcessed("error")
-				}
-				continue
-			}
-			e.metrics.DedupProcessed(string(out))
-			e.log.Debug("dedup: layer processed", "layer", j.layer, "outcome", out, "duration", time.Since(start))
+// runJob processes one layer under its lease.
+func (e *Engine) runJob(ctx context.Context, j job) {
+	e.mu.Lock()
+	delete(e.queued, j.layer)
+	e.mu.Unlock()
+	start := time.Now()
+	out, err := e.leased(ctx, j.layer, func(ctx context.Context) (outcome, error) {
+		return e.process(ctx, j.layer, j.mode, j.recheck)
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			e.log.Warn("dedup: layer failed, stays pending", "layer", j.layer, "err", err)
+			e.metrics.DedupProcessed("error")
 		}
+		return
 	}
+	e.metrics.DedupProcessed(string(out))
+	e.log.Debug("dedup: layer processed", "layer", j.layer, "outcome", out, "duration", time.Since(start))
 }
 
 // intakeJob is a pushed image manifest's layers.
@@ -220,30 +221,22 @@ type intakeJob struct {
 // ManifestPushed implements registry.Observer: it records the image's
 // layers (ILmap) and queues them for dedup, without blocking the push.
 func (e *Engine) ManifestPushed(_ context.Context, repo string, m *registry.Manifest) {
-	if e.meta == nil {
+	if e.meta == nil || e.runner == nil {
 		return
 	}
 	layers, ok := imageLayers(m)
 	if !ok {
 		return
 	}
-	select {
-	case e.intake <- intakeJob{manifest: m.Digest, layers: layers, mode: e.opts.ModeFor(repo)}:
-	default:
-		e.log.Warn("dedup: intake full; run `cairn dedup run` to catch up", "manifest", m.Digest)
-	}
-}
-
-func (e *Engine) intakeLoop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case j := <-e.intake:
-			if err := e.admit(ctx, j); err != nil && ctx.Err() == nil {
-				e.log.Warn("dedup: recording pushed manifest", "manifest", j.manifest, "err", err)
-			}
+	j := intakeJob{manifest: m.Digest, layers: layers, mode: e.opts.ModeFor(repo)}
+	ok = e.runner.Submit("dedup intake", task.Normal, func(ctx context.Context) error {
+		if err := e.admit(ctx, j); err != nil {
+			return fmt.Errorf("recording pushed manifest %s: %w", j.manifest, err)
 		}
+		return nil
+	})
+	if !ok {
+		e.log.Warn("dedup: intake full; run `cairn dedup run` to catch up", "manifest", m.Digest)
 	}
 }
 
@@ -275,31 +268,25 @@ func (e *Engine) admit(ctx context.Context, j intakeJob) error {
 	return nil
 }
 
-// scanLoop re-queues pending layers and, in selective mode, settles layers
-// whose popularity changed.
-func (e *Engine) scanLoop(ctx context.Context) {
-	t := time.NewTicker(scanInterval)
-	defer t.Stop()
-	for n := 0; ; n++ {
-		if err := e.scan(ctx); err != nil && ctx.Err() == nil {
-			e.log.Warn("dedup: scan", "err", err)
+// scanOnce re-queues pending layers and, in selective mode, settles layers
+// whose popularity changed; every statsEvery scans it also recomputes the
+// statistics and releases what layers whose blob GC deleted still hold.
+func (e *Engine) scanOnce(ctx context.Context) error {
+	n := e.scans.Add(1) - 1
+	if err := e.scan(ctx); err != nil {
+		return fmt.Errorf("dedup: scan: %w", err)
+	}
+	if n%statsEvery == 0 {
+		_, gone, err := e.stats(ctx)
+		if err != nil {
+			return fmt.Errorf("dedup: stats: %w", err)
 		}
-		if n%statsEvery == 0 {
-			_, gone, err := e.stats(ctx)
-			if err != nil && ctx.Err() == nil {
-				e.log.Warn("dedup: stats", "err", err)
-			}
-			for _, l := range gone {
-				// process releases what a deleted blob held.
-				e.enqueueJob(job{layer: l, mode: ModeIndex, recheck: true})
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+		for _, l := range gone {
+			// process releases what a deleted blob held.
+			e.enqueueJob(job{layer: l, mode: ModeIndex, recheck: true})
 		}
 	}
+	return nil
 }
 
 func (e *Engine) scan(ctx context.Context) error {

@@ -12,6 +12,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/cairn-registry/cairn/internal/task"
 )
 
 // Prediction (DupHunter §4.4): a client that GETs an image manifest is
@@ -46,13 +47,15 @@ func (e *Engine) ManifestPulled(_ context.Context, client string, m *registry.Ma
 		return
 	}
 	e.clients.expect(client, layers)
-	if !e.opts.Predict {
+	if !e.opts.Predict || e.runner == nil {
 		return
 	}
-	select {
-	case e.predict <- predictJob{client: client, manifest: d, layers: layers}:
-	default: // prediction is best effort
-	}
+	j := predictJob{client: client, manifest: d, layers: layers}
+	// Best effort, and never ahead of the work GETs wait for.
+	e.runner.Submit("dedup predict", task.Low, func(ctx context.Context) error {
+		e.predictOne(ctx, j)
+		return nil
+	})
 }
 
 // BlobPulled implements registry.Observer: it records the pull (ULmap,
@@ -75,51 +78,44 @@ func (e *Engine) BlobPulled(ctx context.Context, client string, d digest.Digest)
 			e.metrics.CacheLookup(CachePrefetch+"_predicted", hit)
 		}
 	}
-	select {
-	case e.pulls <- pullJob{client: client, layer: d, at: e.now()}:
-	default:
+	if e.runner == nil {
+		return
 	}
+	p := pullJob{client: client, layer: d, at: e.now()}
+	// Off the request path; tiny, so ahead of layer jobs. A full queue
+	// drops the record (popularity is an estimate).
+	e.runner.Submit("dedup pull", task.High, func(ctx context.Context) error {
+		e.recordPull(ctx, p)
+		return nil
+	})
 }
 
-func (e *Engine) pullLoop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case p := <-e.pulls:
-			if _, err := e.meta.RecordPull(ctx, p.client, p.layer, p.at); err != nil {
-				e.log.Debug("dedup: recording pull", "err", err)
-				continue
-			}
-			if sum, state, err := e.layerState(ctx, p.layer); err == nil && state == meta.StateDeduplicated && sum.Mode == ModeSelective {
-				if hot, err := e.hot(ctx, p.layer); err == nil && hot {
-					e.enqueue(p.layer, ModeSelective)
-				}
-			}
+// recordPull records a pull (ULmap, popularity) and, in selective mode,
+// turns a hot deduplicated layer back to intact.
+func (e *Engine) recordPull(ctx context.Context, p pullJob) {
+	if _, err := e.meta.RecordPull(ctx, p.client, p.layer, p.at); err != nil {
+		e.log.Debug("dedup: recording pull", "err", err)
+		return
+	}
+	if sum, state, err := e.layerState(ctx, p.layer); err == nil && state == meta.StateDeduplicated && sum.Mode == ModeSelective {
+		if hot, err := e.hot(ctx, p.layer); err == nil && hot {
+			e.enqueue(p.layer, ModeSelective)
 		}
 	}
 }
 
-// predictLoop warms caches for predicted pulls, a few layers at a time.
-func (e *Engine) predictLoop(ctx context.Context) {
-	sem := make(chan struct{}, 4)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case j := <-e.predict:
-			if err := e.meta.SetImageLayers(ctx, j.manifest, j.layers); err != nil {
-				e.log.Debug("dedup: recording image layers", "err", err)
-			}
-			targets, err := e.predictTargets(ctx, j)
-			if err != nil {
-				e.log.Debug("dedup: prediction", "err", err)
-				continue
-			}
-			for _, l := range targets {
-				e.warm(ctx, l, sem)
-			}
-		}
+// predictOne warms the caches for one predicted pull.
+func (e *Engine) predictOne(ctx context.Context, j predictJob) {
+	if err := e.meta.SetImageLayers(ctx, j.manifest, j.layers); err != nil {
+		e.log.Debug("dedup: recording image layers", "err", err)
+	}
+	targets, err := e.predictTargets(ctx, j)
+	if err != nil {
+		e.log.Debug("dedup: prediction", "err", err)
+		return
+	}
+	for _, l := range targets {
+		e.warm(ctx, l)
 	}
 }
 
@@ -151,7 +147,7 @@ func (e *Engine) predictTargets(ctx context.Context, j predictJob) ([]digest.Dig
 
 // warm starts filling a cache with layer l: the rebuild for a deduplicated
 // layer, the intact bytes for others when a prefetch cache is configured.
-func (e *Engine) warm(ctx context.Context, l digest.Digest, sem chan struct{}) {
+func (e *Engine) warm(ctx context.Context, l digest.Digest) {
 	if r, err := e.recipe(ctx, l); err == nil {
 		if _, err := e.d.Stat(ctx, layout.BlobData(l)); err != nil && e.disk != nil {
 			if !e.disk.Contains(string(l)) {
@@ -175,12 +171,12 @@ func (e *Engine) warm(ctx context.Context, l digest.Digest, sem chan struct{}) {
 	}
 	e.metrics.DedupPredicted(CachePrefetch)
 	select {
-	case sem <- struct{}{}:
+	case e.warming <- struct{}{}:
 	case <-ctx.Done():
 		return
 	}
 	go func() {
-		defer func() { <-sem }()
+		defer func() { <-e.warming }()
 		err := e.mem.Fill(ctx, string(l), fi.Size, func(ctx context.Context, w io.Writer) error {
 			rc, err := e.d.Reader(ctx, layout.BlobData(l), 0)
 			if err != nil {
