@@ -100,7 +100,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}()
 	regOpts := registryOptions(cfg)
-	regOpts.Dedup = engine
+	regOpts.Dedup = engine.Source
 	if store != nil {
 		regOpts.Observer = engine
 	}

@@ -320,7 +320,7 @@ func (v *env) hasRecipe(l digest.Digest) bool { return v.exists(layout.BlobRecip
 // state returns l's summary and state (0: unknown).
 func (v *env) state(l digest.Digest) (summary, meta.LayerState) {
 	v.t.Helper()
-	sum, st, err := v.eng.layerState(context.Background(), l)
+	sum, st, err := v.eng.Worker.layerState(context.Background(), l)
 	if err != nil {
 		v.t.Fatal(err)
 	}

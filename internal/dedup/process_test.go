@@ -205,7 +205,7 @@ func TestSelectiveHotAfterCrash(t *testing.T) {
 	v.process(d, ModeIndex, outIndexed) // recipe verified, state intact
 	sum, _ := v.state(d)
 	sum.Mode = ModeSelective
-	if err := v.eng.putState(ctx, d, sum, meta.StateIntact); err != nil {
+	if err := v.eng.Worker.putState(ctx, d, sum, meta.StateIntact); err != nil {
 		t.Fatal(err)
 	}
 	if err := v.d.Delete(ctx, layout.BlobData(d)); err != nil {
@@ -239,7 +239,7 @@ func TestCrashRecovery(t *testing.T) {
 		// for no write, so the verify step must find and repair the files.
 		name: "after AddLayerRefs",
 		crash: func(t *testing.T, v *env, l tlayer, d digest.Digest) {
-			if err := v.eng.putState(ctx, d, summary{Mode: ModeFull}, meta.StatePending); err != nil {
+			if err := v.eng.Worker.putState(ctx, d, summary{Mode: ModeFull}, meta.StatePending); err != nil {
 				t.Fatal(err)
 			}
 			refs, err := v.store.AddLayerRefs(ctx, d, payloadDigests(l.files))
@@ -267,7 +267,7 @@ func TestCrashRecovery(t *testing.T) {
 				t.Fatal(err)
 			}
 			v.eng.recipes = newRecipeCache(1 << 20) // a new process
-			if err := v.eng.putState(ctx, d, summary{Mode: ModeFull}, meta.StatePending); err != nil {
+			if err := v.eng.Worker.putState(ctx, d, summary{Mode: ModeFull}, meta.StatePending); err != nil {
 				t.Fatal(err)
 			}
 		},
@@ -556,7 +556,7 @@ func TestRevivedFile(t *testing.T) {
 					if err := v.d.Delete(ctx, filePath(t, f)); err != nil {
 						t.Fatal(err)
 					}
-					if revived, err := v.store.DeleteFile(ctx, f); err != nil || !revived {
+					if revived, err := v.store.DropFileEntry(ctx, f); err != nil || !revived {
 						t.Fatalf("DeleteFile = %v, %v; want revived", revived, err)
 					}
 				}
@@ -668,7 +668,7 @@ func TestGone(t *testing.T) {
 	ctx := context.Background()
 	v := newEnv(t, nil, Options{})
 	d := sharedLayers(t)[0].digest()
-	if err := v.eng.putState(ctx, d, summary{Mode: ModeFull}, meta.StatePending); err != nil {
+	if err := v.eng.Worker.putState(ctx, d, summary{Mode: ModeFull}, meta.StatePending); err != nil {
 		t.Fatal(err)
 	}
 	v.process(d, ModeFull, outGone)

@@ -32,7 +32,7 @@ func TestReleaseAfterStoppedGC(t *testing.T) {
 	if _, err := v.store.LayerFiles(ctx, dead); !errors.Is(err, meta.ErrNotFound) {
 		t.Fatalf("deleted layer still holds its files: %v", err)
 	}
-	if _, _, err := v.store.GetRecipe(ctx, dead); !errors.Is(err, meta.ErrNotFound) {
+	if _, _, err := v.store.GetLayer(ctx, dead); !errors.Is(err, meta.ErrNotFound) {
 		t.Fatalf("deleted layer still has a state: %v", err)
 	}
 	if out, err := v.eng.process(ctx, live, ModeIndex, true); err != nil || out != outUnchanged {

@@ -1,6 +1,8 @@
 package dedup
 
 import (
+	"time"
+
 	"github.com/cairn-registry/cairn/internal/iocount"
 	"github.com/cairn-registry/cairn/internal/layout"
 
@@ -28,11 +30,11 @@ var ErrRebuildMismatch = errors.New("dedup: rebuilt blob does not match its dige
 
 // recipe returns the parsed recipe file of blob d; an error wrapping
 // driver.ErrNotFound when d has none.
-func (e *Engine) recipe(ctx context.Context, d digest.Digest) (*Recipe, error) {
-	if r, ok := e.recipes.get(d); ok {
+func (s *Source) recipe(ctx context.Context, d digest.Digest) (*Recipe, error) {
+	if r, ok := s.recipes.get(d); ok {
 		return r, nil
 	}
-	b, err := e.d.GetContent(ctx, layout.BlobRecipe(d))
+	b, err := s.d.GetContent(ctx, layout.BlobRecipe(d))
 	if err != nil {
 		return nil, err
 	}
@@ -40,13 +42,13 @@ func (e *Engine) recipe(ctx context.Context, d digest.Digest) (*Recipe, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.recipes.add(d, r, int64(len(b)))
+	s.recipes.add(d, r, int64(len(b)))
 	return r, nil
 }
 
 // BlobSize implements registry.DedupSource.
-func (e *Engine) BlobSize(ctx context.Context, d digest.Digest) (int64, error) {
-	r, err := e.recipe(ctx, d)
+func (s *Source) BlobSize(ctx context.Context, d digest.Digest) (int64, error) {
+	r, err := s.recipe(ctx, d)
 	if err != nil {
 		return 0, err
 	}
@@ -59,17 +61,17 @@ func (e *Engine) BlobSize(ctx context.Context, d digest.Digest) (int64, error) {
 // rebuild to get there, or reads the cached copy. The last byte is held
 // back until the rebuild has matched the digest, so a failed rebuild never
 // reads as a complete blob.
-func (e *Engine) OpenBlob(ctx context.Context, d digest.Digest, offset int64) (io.ReadCloser, error) {
-	r, err := e.recipe(ctx, d)
+func (s *Source) OpenBlob(ctx context.Context, d digest.Digest, offset int64) (io.ReadCloser, error) {
+	r, err := s.recipe(ctx, d)
 	if err != nil {
 		return nil, err
 	}
-	if e.disk == nil {
+	if s.disk == nil {
 		// No cache directory: rebuild for this reader alone.
 		pr, pw := io.Pipe()
 		go func() {
 			w := &holdLast{w: &skipWriter{w: pw, skip: offset}, pass: r.Size - 1}
-			err := e.restore(ctx, r, w)
+			err := s.restore(ctx, r, w)
 			if err == nil {
 				err = w.flush()
 			}
@@ -79,24 +81,24 @@ func (e *Engine) OpenBlob(ctx context.Context, d digest.Digest, offset int64) (i
 	}
 	// A GET that joins a rebuild already under way (predicted, or another
 	// client's) counts as a hit: it does not start one.
-	warm := e.disk.Warm(string(d))
-	rc, hit, err := e.disk.Open(ctx, string(d), r.Size, offset, func(ctx context.Context, w io.Writer) error {
-		return e.restore(ctx, r, w)
+	warm := s.disk.Warm(string(d))
+	rc, hit, err := s.disk.Open(ctx, string(d), r.Size, offset, func(ctx context.Context, w io.Writer) error {
+		return s.restore(ctx, r, w)
 	})
 	if err != nil {
 		return nil, err
 	}
-	e.metrics.CacheLookup(CachePreconstruct, hit || warm)
+	s.metrics.CacheLookup(CachePreconstruct, hit || warm)
 	return rc, nil
 }
 
 // CachedBlob implements registry.DedupSource: intact blobs prefetched into
 // memory for a predicted pull.
-func (e *Engine) CachedBlob(d digest.Digest, offset int64) io.ReadCloser {
-	if e.mem == nil {
+func (s *Source) CachedBlob(d digest.Digest, offset int64) io.ReadCloser {
+	if s.mem == nil {
 		return nil
 	}
-	b, ok := e.mem.Get(string(d))
+	b, ok := s.mem.Get(string(d))
 	if !ok || offset > int64(len(b)) {
 		return nil
 	}
@@ -109,7 +111,7 @@ func (e *Engine) CachedBlob(d digest.Digest, offset int64) io.ReadCloser {
 // end; a mismatch returns ErrRebuildMismatch after the bytes were written,
 // so callers must not publish them (the preconstruct cache discards them).
 // It never writes more than r.Size bytes.
-func (e *Engine) rebuild(ctx context.Context, r *Recipe, w io.Writer) error {
+func (s *Source) rebuild(ctx context.Context, r *Recipe, w io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pr, pw := io.Pipe()
@@ -118,7 +120,7 @@ func (e *Engine) rebuild(ctx context.Context, r *Recipe, w io.Writer) error {
 	var asmErr error
 	go func() {
 		defer wg.Done()
-		asmErr = layer.Assemble(ctx, pw, &r.Tar, storeErrs{e.files})
+		asmErr = layer.Assemble(ctx, pw, &r.Tar, storeErrs{s.files})
 		pw.CloseWithError(asmErr)
 	}()
 	v := r.Digest.Verifier()
@@ -161,19 +163,19 @@ const (
 // short. So it is logged at ERROR, naming the layer and the file at fault,
 // and counted. A reader that went away or a stopping process is not a
 // failure of the layer, nor is an output that fails (a full cache disk).
-func (e *Engine) restore(ctx context.Context, r *Recipe, w io.Writer) error {
+func (s *Source) restore(ctx context.Context, r *Recipe, w io.Writer) error {
 	out := &watchedWriter{w: w}
-	err := e.rebuild(ctx, r, out)
+	err := s.rebuild(ctx, r, out)
 	if err == nil || out.err != nil || ctx.Err() != nil {
 		return err
 	}
 	reason, file := rebuildFailure(err)
-	e.metrics.DedupRebuildFailed(reason)
+	s.metrics.DedupRebuildFailed(reason)
 	attrs := []any{"layer", r.Digest, "reason", reason}
 	if file != "" {
 		attrs = append(attrs, "file", file)
 	}
-	e.log.Error("dedup: rebuild of a deduplicated layer failed", append(attrs, "err", err)...)
+	s.log.Error("dedup: rebuild of a deduplicated layer failed", append(attrs, "err", err)...)
 	return err
 }
 
@@ -272,19 +274,19 @@ func (s storeErrs) Open(ctx context.Context, d digest.Digest) (io.ReadCloser, er
 
 // promote writes the rebuilt blob back as intact data (selective mode, a
 // layer turned hot), through a temp path and an atomic move.
-func (e *Engine) promote(ctx context.Context, l digest.Digest) error {
-	r, err := e.recipe(ctx, l)
+func (w *Worker) promote(ctx context.Context, l digest.Digest) error {
+	r, err := w.recipe(ctx, l)
 	if err != nil {
 		return err
 	}
 	var rnd [8]byte
 	rand.Read(rnd[:])
 	tmp := layout.TmpPromote(l, hex.EncodeToString(rnd[:]))
-	fw, err := e.d.Writer(ctx, tmp, false)
+	fw, err := w.d.Writer(ctx, tmp, false)
 	if err != nil {
 		return err
 	}
-	if err := e.restore(ctx, r, fw); err != nil {
+	if err := w.restore(ctx, r, fw); err != nil {
 		fw.Cancel(ctx)
 		return err
 	}
@@ -295,8 +297,8 @@ func (e *Engine) promote(ctx context.Context, l digest.Digest) error {
 	if err := fw.Close(); err != nil {
 		return err
 	}
-	if err := e.d.Move(ctx, tmp, layout.BlobData(l)); err != nil {
-		e.d.Delete(ctx, tmp)
+	if err := w.d.Move(ctx, tmp, layout.BlobData(l)); err != nil {
+		w.d.Delete(ctx, tmp)
 		return err
 	}
 	return nil
@@ -304,12 +306,12 @@ func (e *Engine) promote(ctx context.Context, l digest.Digest) error {
 
 // hot reports whether l was pulled often enough lately to keep its intact
 // copy in selective mode.
-func (e *Engine) hot(ctx context.Context, l digest.Digest) (bool, error) {
-	n, err := e.meta.LayerPulls(ctx, l, e.now().Add(-e.opts.HotWindow))
+func (w *Worker) hot(ctx context.Context, l digest.Digest) (bool, error) {
+	n, err := w.meta.LayerPulls(ctx, l, time.Now().Add(-w.opts.HotWindow))
 	if err != nil {
 		return false, err
 	}
-	return n >= e.opts.HotPulls, nil
+	return n >= w.opts.HotPulls, nil
 }
 
 // skipWriter drops the first skip bytes (a Range start without a cache).

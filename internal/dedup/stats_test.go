@@ -51,7 +51,7 @@ func TestStats(t *testing.T) {
 		}
 	}
 	pending := digest.FromString("queued, not processed yet")
-	if err := v.eng.putState(ctx, pending, summary{Mode: ModeFull}, meta.StatePending); err != nil {
+	if err := v.eng.Worker.putState(ctx, pending, summary{Mode: ModeFull}, meta.StatePending); err != nil {
 		t.Fatal(err)
 	}
 	var fileBytes, storedFiles int64

@@ -33,10 +33,10 @@ type DedupIndex interface {
 	// those claimed; any other has references again (or no entry), and
 	// must not be deleted.
 	TombstoneFiles(ctx context.Context, files []digest.Digest) ([]digest.Digest, error)
-	// DeleteFiles drops tombstoned entries once their objects are deleted,
+	// DropFileEntries drops tombstoned entries once their objects are deleted,
 	// and returns the files referenced again meanwhile (meta marks them
 	// Missing, and dedup writes them anew).
-	DeleteFiles(ctx context.Context, files []digest.Digest) (revived []digest.Digest, err error)
+	DropFileEntries(ctx context.Context, files []digest.Digest) (revived []digest.Digest, err error)
 	// ZeroFiles pages through the files with no references, in key order
 	// after `after`: what a run that stopped left to delete.
 	ZeroFiles(ctx context.Context, after digest.Digest, limit int) ([]digest.Digest, error)
@@ -228,7 +228,7 @@ func (c *collector) purgeBatch(ctx context.Context, files []digest.Digest) error
 		c.deleteFailed(paths, n, err)
 		return nil
 	}
-	rev, err := c.opts.Dedup.DeleteFiles(ctx, tomb)
+	rev, err := c.opts.Dedup.DropFileEntries(ctx, tomb)
 	if err != nil {
 		// The entries it did not drop stay tombstoned: the next run deletes
 		// their objects again (a missing file counts as deleted).

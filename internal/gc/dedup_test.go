@@ -69,7 +69,7 @@ func (f *dedupFixture) dedup(l ocispec.Descriptor, full bool, names ...string) {
 	if _, err := f.idx.AddLayerRefs(ctx, l.Digest, files); err != nil {
 		f.t.Fatal(err)
 	}
-	if err := f.idx.PutRecipe(ctx, l.Digest, []byte("recipe"), meta.StateDeduplicated); err != nil {
+	if err := f.idx.PutLayer(ctx, l.Digest, []byte("recipe"), meta.StateDeduplicated); err != nil {
 		f.t.Fatal(err)
 	}
 	f.write(layout.BlobRecipe(l.Digest), "recipe of "+l.Digest.String())
@@ -97,7 +97,7 @@ func (f *dedupFixture) hasRecipe(l ocispec.Descriptor) bool {
 
 func (f *dedupFixture) hasRecipeEntry(l ocispec.Descriptor) bool {
 	f.t.Helper()
-	_, _, err := f.idx.GetRecipe(context.Background(), l.Digest)
+	_, _, err := f.idx.GetLayer(context.Background(), l.Digest)
 	if err != nil && !errors.Is(err, meta.ErrNotFound) {
 		f.t.Fatal(err)
 	}
@@ -549,9 +549,9 @@ func (c *countingIndex) TombstoneFiles(ctx context.Context, files []digest.Diges
 	return c.testIndex.TombstoneFiles(ctx, files)
 }
 
-func (c *countingIndex) DeleteFiles(ctx context.Context, files []digest.Digest) ([]digest.Digest, error) {
+func (c *countingIndex) DropFileEntries(ctx context.Context, files []digest.Digest) ([]digest.Digest, error) {
 	c.deletes.Add(1)
-	return c.testIndex.DeleteFiles(ctx, files)
+	return c.testIndex.DropFileEntries(ctx, files)
 }
 
 // TestDedupBulkCalls: GC releases layers and deletes file entries a batch
@@ -594,7 +594,7 @@ func TestDedupBulkCalls(t *testing.T) {
 				t.Errorf("%d ReleaseLayers calls for %d layers in batches of %d", n, layers, batch)
 			}
 			if n := idx.tombstones.Load(); n > layers*own/batch+rounds-1 || idx.deletes.Load() != n {
-				t.Errorf("%d TombstoneFiles and %d DeleteFiles calls for %d files in batches of %d",
+				t.Errorf("%d TombstoneFiles and %d DropFileEntries calls for %d files in batches of %d",
 					n, idx.deletes.Load(), layers*own, batch)
 			}
 		})
@@ -614,7 +614,7 @@ func (p perItem) ReleaseLayers(ctx context.Context, layers []digest.Digest) ([]d
 			return zero, err
 		}
 		zero = append(zero, z...)
-		if err := p.DeleteRecipe(ctx, l); err != nil {
+		if err := p.DeleteLayer(ctx, l); err != nil {
 			return zero, err
 		}
 	}
@@ -635,10 +635,10 @@ func (p perItem) TombstoneFiles(ctx context.Context, files []digest.Digest) ([]d
 	return out, nil
 }
 
-func (p perItem) DeleteFiles(ctx context.Context, files []digest.Digest) ([]digest.Digest, error) {
+func (p perItem) DropFileEntries(ctx context.Context, files []digest.Digest) ([]digest.Digest, error) {
 	var revived []digest.Digest
 	for _, d := range files {
-		rev, err := p.DeleteFile(ctx, d)
+		rev, err := p.DropFileEntry(ctx, d)
 		if errors.Is(err, meta.ErrNotTombstoned) {
 			rev, err = true, nil
 		}
@@ -711,7 +711,7 @@ func deadDedupWorld(b *testing.B, root string, n, perBlob int) (driver.Driver, *
 		if _, err := store.AddLayerRefs(ctx, l, files); err != nil {
 			b.Fatal(err)
 		}
-		if err := store.PutRecipe(ctx, l, []byte("recipe"), meta.StateDeduplicated); err != nil {
+		if err := store.PutLayer(ctx, l, []byte("recipe"), meta.StateDeduplicated); err != nil {
 			b.Fatal(err)
 		}
 	}
