@@ -3,7 +3,6 @@ package gc
 import (
 	"context"
 	"io"
-	"net/http"
 	"sync/atomic"
 
 	"github.com/cairn-registry/cairn/internal/storage/driver"
@@ -96,6 +95,6 @@ func (d *countingDriver) Move(ctx context.Context, src, dst string) error {
 	return d.Driver.Move(ctx, src, dst)
 }
 
-func (d *countingDriver) RedirectURL(r *http.Request, p string) (string, error) {
-	return d.Driver.RedirectURL(r, p)
+func (d *countingDriver) RedirectURL(ctx context.Context, method, p string) (string, error) {
+	return d.Driver.RedirectURL(ctx, method, p)
 }

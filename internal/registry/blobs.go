@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 
 	"github.com/cairn-registry/cairn/internal/fence"
 	"github.com/cairn-registry/cairn/internal/layout"
@@ -129,8 +128,8 @@ func (r *Registry) blobExists(ctx context.Context, d digest.Digest) (bool, error
 
 // BlobRedirectURL returns a URL the client may fetch blob d from directly, or
 // "" when cairn serves it.
-func (r *Registry) BlobRedirectURL(req *http.Request, d digest.Digest) (string, error) {
-	return r.d.RedirectURL(req, layout.BlobData(d))
+func (r *Registry) BlobRedirectURL(ctx context.Context, method string, d digest.Digest) (string, error) {
+	return r.d.RedirectURL(ctx, method, layout.BlobData(d))
 }
 
 // DeleteBlob unlinks blob d from repo. The data stays until garbage

@@ -12,7 +12,9 @@
 // must not be trusted until Verify has rebuilt the tar and matched the
 // original digest and size; a layer that fails stays intact.
 //
-// Compression is not this package's job: input and output are plain tar.
+// A layer's compression is not this package's job: input and output are
+// plain tar (package recompress rebuilds the compressed blob). DriverStore,
+// the FileStore over a storage driver, keeps each payload zstd-compressed.
 package layer
 
 import (

@@ -10,7 +10,6 @@ import (
 	"io"
 	"io/fs"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -481,7 +480,7 @@ func (d *Driver) SweepTemp(ctx context.Context, p string, olderThan time.Time, d
 }
 
 // RedirectURL implements driver.Driver: the registry serves files itself.
-func (d *Driver) RedirectURL(*http.Request, string) (string, error) { return "", nil }
+func (d *Driver) RedirectURL(context.Context, string, string) (string, error) { return "", nil }
 
 // DeleteFiles implements driver.Driver. Each file is unlinked without a stat,
 // then the directories its removal left empty are removed, upward until the
