@@ -14,24 +14,24 @@ import (
 
 const benchUsage = `usage: cairn bench registry [--url URL] [--sizes 1MiB,64MiB,512MiB] [--repeat N]
                             [--manifest-requests N] [--concurrency C] [--json]
-       cairn bench dedup [--profile small|full] ... (cairn bench dedup -h)`
+(dedup on images built from Debian packages: go run ./cmd/cairn-lab dedup)`
 
 // runBench runs `cairn bench <what> [flags]`. Errors are one line; mistakes
 // in the command line wrap errUsage.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: bench: missing subcommand (want: registry, dedup)", errUsage)
+		return fmt.Errorf("%w: bench: missing subcommand (want: registry)", errUsage)
 	}
 	switch args[0] {
 	case "registry":
 		return runBenchRegistry(ctx, args[1:], stdout, stderr)
 	case "dedup":
-		return runBenchDedup(ctx, args[1:], stdout, stderr)
+		return fmt.Errorf("%w: bench dedup moved out of the production binary: go run ./cmd/cairn-lab dedup", errUsage)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintln(stdout, benchUsage)
 		return nil
 	default:
-		return fmt.Errorf("%w: bench: unknown subcommand %q (want: registry, dedup)", errUsage, args[0])
+		return fmt.Errorf("%w: bench: unknown subcommand %q (want: registry)", errUsage, args[0])
 	}
 }
 
