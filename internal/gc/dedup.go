@@ -11,6 +11,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/digestkey"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -108,7 +109,7 @@ func (c *collector) releaseLayers(ctx context.Context, keys []dkey) error {
 		chunk := keys[b*bs : min(len(keys), (b+1)*bs)]
 		layers := make([]digest.Digest, len(chunk))
 		for i, k := range chunk {
-			layers[i] = digest.Digest(k.alg() + ":" + c.hexOf(k))
+			layers[i] = digest.Digest(k.Alg() + ":" + c.hexOf(k))
 		}
 		// Each layer's recipe entry goes with its references, in one step:
 		// an entry gone first would leave references nothing names.
@@ -205,7 +206,7 @@ func (c *collector) purgeBatch(ctx context.Context, files []digest.Digest) error
 	keep := tomb[:0]
 	for _, d := range tomb {
 		alg, hexs, _ := strings.Cut(string(d), ":")
-		if _, ok := parseKey(alg, hexs); !ok {
+		if _, ok := digestkey.Parse(alg, hexs); !ok {
 			c.problem(ProblemBadDedupFile, string(d))
 			continue
 		}

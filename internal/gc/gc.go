@@ -94,6 +94,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cairn-registry/cairn/internal/digestkey"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -235,7 +236,7 @@ func Run(ctx context.Context, d driver.Driver, opts Options) (*Report, error) {
 
 // collector is one run's state.
 type collector struct {
-	d      *countingDriver
+	d      *driver.Counting
 	opts   Options
 	rep    Report
 	start  time.Time
@@ -276,7 +277,7 @@ func newCollector(d driver.Driver, opts Options) *collector {
 		opts.Delay = 0
 	}
 	c := &collector{
-		d:         newCountingDriver(d),
+		d:         driver.NewCounting(d),
 		opts:      opts,
 		repoIndex: make(map[string]int),
 		marked:    make(map[dkey]struct{}),
@@ -304,7 +305,7 @@ func (c *collector) run(ctx context.Context) (rep *Report, err error) {
 		c.phase.Store("done")
 		stopProgress()
 		c.rep.Seconds = time.Since(c.start).Seconds()
-		c.rep.Requests = c.d.counts()
+		c.rep.Requests = c.d.Counts()
 		rep = &c.rep
 	}()
 
@@ -362,8 +363,8 @@ func (c *collector) isMarked(k dkey) bool { _, ok := c.marked[k]; return ok }
 // keyFor parses alg:hex found in a path, remembering the full spelling of
 // a long digest.
 func (c *collector) keyFor(alg, hexs string) (dkey, bool) {
-	k, ok := parseKey(alg, hexs)
-	if ok && !k.isShort() {
+	k, ok := digestkey.Parse(alg, hexs)
+	if ok && !k.Whole() {
 		c.longMu.Lock()
 		if _, have := c.long[k]; !have {
 			c.long[k] = hexs
@@ -375,8 +376,8 @@ func (c *collector) keyFor(alg, hexs string) (dkey, bool) {
 
 // hexOf returns the hex of k for building its paths.
 func (c *collector) hexOf(k dkey) string {
-	if k.isShort() {
-		return k.hexOfShort()
+	if k.Whole() {
+		return k.WholeHex()
 	}
 	c.longMu.Lock()
 	defer c.longMu.Unlock()

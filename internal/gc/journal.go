@@ -223,7 +223,7 @@ func (c *collector) revive(ctx context.Context, rs *repoState, i int) {
 	rs.nDelete--
 	c.markKey(r.key)
 	if r.flags&(fMissing|fBad) == 0 {
-		p := string(layout.AppendBlobData(nil, r.key.alg(), c.hexOf(r.key)))
+		p := string(layout.AppendBlobData(nil, r.key.Alg(), c.hexOf(r.key)))
 		b, err := c.getContent(ctx, p)
 		refs, _, perr := registry.ParseManifestRefs(b)
 		switch {

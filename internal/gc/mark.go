@@ -12,6 +12,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/digestkey"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
@@ -78,7 +79,7 @@ func modNS(t time.Time) int64 {
 }
 
 func (rs *repoState) findRev(k dkey) int {
-	i, ok := slices.BinarySearchFunc(rs.revs, k, func(r revision, k dkey) int { return compareKeys(r.key, k) })
+	i, ok := slices.BinarySearchFunc(rs.revs, k, func(r revision, k dkey) int { return digestkey.Compare(r.key, k) })
 	if !ok {
 		return -1
 	}
@@ -86,7 +87,7 @@ func (rs *repoState) findRev(k dkey) int {
 }
 
 func (rs *repoState) findLayer(k dkey) int {
-	i, ok := slices.BinarySearchFunc(rs.layers, k, func(l layerLink, k dkey) int { return compareKeys(l.key, k) })
+	i, ok := slices.BinarySearchFunc(rs.layers, k, func(l layerLink, k dkey) int { return digestkey.Compare(l.key, k) })
 	if !ok {
 		return -1
 	}
@@ -111,7 +112,7 @@ func (rs *repoState) tag(name string) *tagState {
 }
 
 func (rs *repoState) sortRevs() {
-	cmp := func(a, b revision) int { return compareKeys(a.key, b.key) }
+	cmp := func(a, b revision) int { return digestkey.Compare(a.key, b.key) }
 	if !slices.IsSortedFunc(rs.revs, cmp) {
 		slices.SortFunc(rs.revs, cmp)
 	}
@@ -261,7 +262,7 @@ type manifestInfo struct {
 func (c *collector) processRepo(ctx context.Context, rs *repoState) error {
 	c.nRepos.Add(1)
 	rs.sortRevs()
-	if cmp := func(a, b layerLink) int { return compareKeys(a.key, b.key) }; !slices.IsSortedFunc(rs.layers, cmp) {
+	if cmp := func(a, b layerLink) int { return digestkey.Compare(a.key, b.key) }; !slices.IsSortedFunc(rs.layers, cmp) {
 		slices.SortFunc(rs.layers, cmp)
 	}
 	if err := c.readTags(ctx, rs); err != nil {
@@ -361,7 +362,7 @@ func (c *collector) readTags(ctx context.Context, rs *repoState) error {
 			t.current = -2
 			return
 		}
-		k, ok := keyOf(digest.Digest(strings.TrimSpace(string(b))))
+		k, ok := digestkey.Of(digest.Digest(strings.TrimSpace(string(b))))
 		if !ok {
 			c.problem(ProblemBadLink, p)
 			t.current = -2
@@ -395,7 +396,7 @@ func (c *collector) readManifests(ctx context.Context, rs *repoState) ([]manifes
 		r := &rs.revs[i]
 		info := &infos[i]
 		info.subject = noSubject
-		p := layout.AppendBlobData(nil, r.key.alg(), c.hexOf(r.key))
+		p := layout.AppendBlobData(nil, r.key.Alg(), c.hexOf(r.key))
 		b, err := c.getContent(ctx, string(p))
 		c.nMan.Add(1)
 		switch {

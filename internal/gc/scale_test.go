@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-registry/cairn/internal/digestkey"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -58,8 +60,7 @@ func scalePlan(c *collector, manifests, tags int) {
 	for i := range rs.revs {
 		binary.LittleEndian.PutUint64(seed[:], uint64(i))
 		sum := sha256.Sum256(seed[:])
-		rs.revs[i].key[0] = algSHA256
-		copy(rs.revs[i].key[1:], sum[:])
+		rs.revs[i].key, _ = digestkey.Parse("sha256", hex.EncodeToString(sum[:]))
 		rs.revs[i].flags = fDelete
 		rs.revs[i].subject = noSubject
 	}

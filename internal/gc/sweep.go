@@ -126,7 +126,7 @@ func (s *sweeper) repoEntries(ctx context.Context, ri int32, rs *repoState) erro
 		if r.flags&fDelete == 0 {
 			continue
 		}
-		alg, hex := r.key.alg(), c.hexOf(r.key)
+		alg, hex := r.key.Alg(), c.hexOf(r.key)
 		s.links[i] = layout.DigestLink(alg, hex)
 		start := len(s.arena)
 		s.arena = layout.AppendRevisionLink(s.arena, rs.name, alg, hex)
@@ -143,7 +143,7 @@ func (s *sweeper) repoEntries(ctx context.Context, ri int32, rs *repoState) erro
 			continue
 		}
 		start = len(s.arena)
-		s.arena = layout.AppendReferrerLink(s.arena, rs.name, subj.alg(), c.hexOf(subj), alg, hex)
+		s.arena = layout.AppendReferrerLink(s.arena, rs.name, subj.Alg(), c.hexOf(subj), alg, hex)
 		if err := s.push(ctx, entry{kind: kReferrer, repo: ri, idx: int32(i)}, start); err != nil {
 			return err
 		}
@@ -154,7 +154,7 @@ func (s *sweeper) repoEntries(ctx context.Context, ri int32, rs *repoState) erro
 			continue
 		}
 		start := len(s.arena)
-		s.arena = layout.AppendLayerLink(s.arena, rs.name, l.key.alg(), c.hexOf(l.key))
+		s.arena = layout.AppendLayerLink(s.arena, rs.name, l.key.Alg(), c.hexOf(l.key))
 		if err := s.push(ctx, entry{kind: kLayer, repo: ri, idx: int32(j)}, start); err != nil {
 			return err
 		}
@@ -180,7 +180,7 @@ func (s *sweeper) repoEntries(ctx context.Context, ri int32, rs *repoState) erro
 		}
 		for _, k := range t.stale {
 			start := len(s.arena)
-			s.arena = layout.AppendTagIndexLink(s.arena, rs.name, t.name, k.alg(), c.hexOf(k))
+			s.arena = layout.AppendTagIndexLink(s.arena, rs.name, t.name, k.Alg(), c.hexOf(k))
 			if err := s.push(ctx, entry{kind: kStale, repo: ri, idx: -1}, start); err != nil {
 				return err
 			}

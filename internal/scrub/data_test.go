@@ -110,7 +110,7 @@ func TestCorruptFileRepairedFromIntactLayer(t *testing.T) {
 		if got := s.fileBytes(f0); digest.FromBytes(got) != f0 {
 			t.Fatalf("repaired file hashes to %s", digest.FromBytes(got))
 		}
-		if rep.Requests["delete"] != 0 {
+		if rep.Requests["delete"]+rep.Requests["delete_files"] != 0 {
 			t.Errorf("repair deleted: %v", rep.Requests)
 		}
 		want(t, scrub(t, d, Options{}))

@@ -5,6 +5,8 @@ import (
 	"unsafe"
 
 	"github.com/opencontainers/go-digest"
+
+	"github.com/cairn-registry/cairn/internal/digestkey"
 )
 
 // The sets of every blob and every file are what scrub's memory grows with.
@@ -21,7 +23,7 @@ func TestSetEntrySizes(t *testing.T) {
 func TestBlobSetMergesOutOfOrder(t *testing.T) {
 	t.Parallel()
 	k := func(s string) key {
-		k, ok := keyOf(digest.FromString(s))
+		k, ok := digestkey.Of(digest.FromString(s))
 		if !ok {
 			t.Fatal("key")
 		}
@@ -42,14 +44,14 @@ func TestBlobSetMergesOutOfOrder(t *testing.T) {
 		t.Error("a blob never added has flags")
 	}
 	long := digest.SHA512.FromString("long")
-	lk, ok := parseKey("sha512", long.Encoded())
-	if !ok || lk.short() {
+	lk, ok := digestkey.Parse("sha512", long.Encoded())
+	if !ok || lk.Whole() {
 		t.Fatal("sha512 key")
 	}
-	if _, ok := parseKey("sha256", long.Encoded()); ok {
+	if _, ok := digestkey.Parse("sha256", long.Encoded()); ok {
 		t.Error("a sha512 hex under sha256/ parsed")
 	}
-	if _, ok := parseKey("sha256", "ABCD"); ok {
+	if _, ok := digestkey.Parse("sha256", "ABCD"); ok {
 		t.Error("upper-case hex parsed")
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
+	"github.com/cairn-registry/cairn/internal/digestkey"
 	"github.com/cairn-registry/cairn/internal/layout"
 )
 
@@ -58,7 +59,7 @@ func (s *scrubber) badFiles() []*badFile {
 	for k := range s.bad {
 		keys = append(keys, k)
 	}
-	slices.SortFunc(keys, compareKeys)
+	slices.SortFunc(keys, digestkey.Compare)
 	out := make([]*badFile, len(keys))
 	for i, k := range keys {
 		out[i] = s.bad[k]
@@ -201,7 +202,7 @@ func (s *scrubber) repairBlobs(ctx context.Context) {
 		cs = append(cs, c)
 	}
 	s.mu.Unlock()
-	slices.SortFunc(cs, func(a, b corruptBlob) int { return compareKeys(a.k, b.k) })
+	slices.SortFunc(cs, func(a, b corruptBlob) int { return digestkey.Compare(a.k, b.k) })
 	parallel(ctx, len(cs), s.opts.Workers, func(i int) {
 		c := cs[i]
 		if s.blobs.flags(c.k)&bRecipe == 0 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/digestkey"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
@@ -18,10 +19,10 @@ import (
 type referrerLink struct{ subject, ref key }
 
 func compareReferrers(a, b referrerLink) int {
-	if c := compareKeys(a.subject, b.subject); c != 0 {
+	if c := digestkey.Compare(a.subject, b.subject); c != 0 {
 		return c
 	}
-	return compareKeys(a.ref, b.ref)
+	return digestkey.Compare(a.ref, b.ref)
 }
 
 // repoState is one repository's links as listed: compact sets, no paths.

@@ -89,6 +89,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/dedup"
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
+	"github.com/cairn-registry/cairn/internal/digestkey"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -282,7 +283,7 @@ func Run(ctx context.Context, d driver.Driver, opts Options) (*Report, error) {
 
 // scrubber is one run's state.
 type scrubber struct {
-	d     *countingDriver
+	d     *driver.Counting
 	opts  Options
 	files *layer.DriverStore
 	eng   *dedup.Engine // restore only: no metadata store
@@ -323,7 +324,7 @@ type corruptBlob struct {
 
 func newScrubber(d driver.Driver, opts Options) (*scrubber, error) {
 	opts = opts.withDefaults()
-	cd := newCountingDriver(d)
+	cd := driver.NewCounting(d)
 	files, err := layer.NewDriverStore(cd)
 	if err != nil {
 		return nil, err
@@ -398,7 +399,7 @@ func (s *scrubber) report() *Report {
 		ByKind:       make(map[Kind]int64, len(s.byKind)),
 		Dropped:      s.dropped,
 		Repaired:     s.repaired,
-		Requests:     s.d.counts(),
+		Requests:     s.d.Counts(),
 		PhaseSeconds: maps.Clone(s.phases),
 	}
 	if s.opts.Recipes == RecipesSample {
@@ -460,8 +461,8 @@ func (s *scrubber) repairedAt(i int, ok bool, how string) {
 // keyFor parses alg:hex found in a path, remembering the full spelling of
 // a long digest.
 func (s *scrubber) keyFor(alg, hexs string) (key, bool) {
-	k, ok := parseKey(alg, hexs)
-	if ok && !k.short() {
+	k, ok := digestkey.Parse(alg, hexs)
+	if ok && !k.Whole() {
 		s.longMu.Lock()
 		if _, have := s.long[k]; !have {
 			s.long[k] = hexs
@@ -472,8 +473,8 @@ func (s *scrubber) keyFor(alg, hexs string) (key, bool) {
 }
 
 func (s *scrubber) keyOfDigest(d digest.Digest) (key, bool) {
-	k, ok := keyOf(d)
-	if ok && !k.short() {
+	k, ok := digestkey.Of(d)
+	if ok && !k.Whole() {
 		s.keyFor(string(d.Algorithm()), d.Encoded())
 	}
 	return k, ok
@@ -481,12 +482,12 @@ func (s *scrubber) keyOfDigest(d digest.Digest) (key, bool) {
 
 // digestOf spells k out again.
 func (s *scrubber) digestOf(k key) digest.Digest {
-	if k.short() {
+	if k.Whole() {
 		return digest.NewDigestFromBytes(digest.SHA256, k[1:])
 	}
 	s.longMu.Lock()
 	defer s.longMu.Unlock()
-	return digest.Digest(k.alg() + ":" + s.long[k])
+	return digest.Digest(k.Alg() + ":" + s.long[k])
 }
 
 func (s *scrubber) reportProgress() (stop func()) {

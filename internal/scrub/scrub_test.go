@@ -26,7 +26,7 @@ func TestCleanStore(t *testing.T) {
 		if c.BlobBytes < int64(len(s.blobs[s.lIndex])) || c.FileBytes == 0 || c.RebuiltBytes == 0 {
 			t.Errorf("counts %+v: bytes not counted", c)
 		}
-		for _, k := range []string{"put", "writer", "move", "delete"} {
+		for _, k := range []string{"put", "writer", "move", "delete", "delete_files"} {
 			if rep.Requests[k] != 0 {
 				t.Errorf("a clean store got %d %s requests: %v", rep.Requests[k], k, rep.Requests)
 			}
