@@ -7,12 +7,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/digestkey"
 	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/parallel"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -283,30 +283,14 @@ func (c *collector) addDedup(fn func(r *DedupReport)) {
 // parallel calls fn(i) for every i < n, Concurrency at once, and returns
 // the first error; after one, no further call starts.
 func (c *collector) parallel(n int, fn func(i int) error) error {
-	var (
-		next   atomic.Int64
-		failed atomic.Bool
-		once   sync.Once
-		first  error
-		wg     sync.WaitGroup
-	)
-	for range min(n, c.opts.Concurrency) {
-		wg.Go(func() {
-			for !failed.Load() {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				if err := fn(i); err != nil {
-					once.Do(func() { first = err })
-					failed.Store(true)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return first
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	parallel.For(ctx, n, c.opts.Concurrency, func(i int) {
+		if err := fn(i); err != nil {
+			cancel(err)
+		}
+	})
+	return context.Cause(ctx)
 }
 
 // sweepTmp deletes what interrupted dedup writes left under cairn/tmp

@@ -95,6 +95,7 @@ import (
 	"time"
 
 	"github.com/cairn-registry/cairn/internal/digestkey"
+	"github.com/cairn-registry/cairn/internal/parallel"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -388,25 +389,7 @@ func (c *collector) reportProgress() (stop func()) {
 	if c.opts.Progress == nil {
 		return func() {}
 	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(c.opts.ProgressInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				c.opts.Progress(c.progress())
-			}
-		}
-	})
-	return func() {
-		close(done)
-		wg.Wait()
-		c.opts.Progress(c.progress())
-	}
+	return parallel.Report(c.opts.ProgressInterval, func() { c.opts.Progress(c.progress()) })
 }
 
 func (c *collector) progress() Progress {

@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/digestkey"
 	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/parallel"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -344,7 +343,7 @@ func (rs *repoState) plannedLinks() int64 {
 // does not hold a digest makes the repository uncertain: the manifest it
 // meant is unknown, so nothing here may be deleted.
 func (c *collector) readTags(ctx context.Context, rs *repoState) error {
-	parallel(ctx, len(rs.tags), c.readConcurrency(), func(i int) {
+	parallel.For(ctx, len(rs.tags), c.readConcurrency(), func(i int) {
 		t := &rs.tags[i]
 		if !t.hasCurrent {
 			return
@@ -392,7 +391,7 @@ func (c *collector) readTags(ctx context.Context, rs *repoState) error {
 // readManifests reads each revision's manifest once, in parallel.
 func (c *collector) readManifests(ctx context.Context, rs *repoState) ([]manifestInfo, error) {
 	infos := make([]manifestInfo, len(rs.revs))
-	parallel(ctx, len(rs.revs), c.readConcurrency(), func(i int) {
+	parallel.For(ctx, len(rs.revs), c.readConcurrency(), func(i int) {
 		r := &rs.revs[i]
 		info := &infos[i]
 		info.subject = noSubject
@@ -574,28 +573,4 @@ func (c *collector) getContent(ctx context.Context, p string) ([]byte, error) {
 		}
 	}
 	return nil, err
-}
-
-// parallel calls fn(0..n-1) from up to conc goroutines; it stops handing
-// out indexes once ctx is done.
-func parallel(ctx context.Context, n, conc int, fn func(i int)) {
-	if n == 0 {
-		return
-	}
-	var next atomic.Int64
-	work := func() {
-		for ctx.Err() == nil {
-			i := int(next.Add(1) - 1)
-			if i >= n {
-				return
-			}
-			fn(i)
-		}
-	}
-	var wg sync.WaitGroup
-	for range min(conc, n) - 1 {
-		wg.Go(work)
-	}
-	work()
-	wg.Wait()
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
 	"github.com/cairn-registry/cairn/internal/digestkey"
 	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/parallel"
 )
 
 // repairStore mends bad dedup files, then corrupt blobs (whose rebuild may
@@ -82,7 +83,7 @@ func (s *scrubber) repairFiles(ctx context.Context, bad []*badFile) {
 		}
 		bySource[bf.source] = append(bySource[bf.source], bf)
 	}
-	parallel(ctx, len(sources), s.opts.Workers, func(i int) {
+	parallel.For(ctx, len(sources), s.opts.Workers, func(i int) {
 		src := sources[i]
 		files := bySource[src]
 		stored, err := s.restoreFiles(ctx, src, files[0].sourceTar, files)
@@ -203,7 +204,7 @@ func (s *scrubber) repairBlobs(ctx context.Context) {
 	}
 	s.mu.Unlock()
 	slices.SortFunc(cs, func(a, b corruptBlob) int { return digestkey.Compare(a.k, b.k) })
-	parallel(ctx, len(cs), s.opts.Workers, func(i int) {
+	parallel.For(ctx, len(cs), s.opts.Workers, func(i int) {
 		c := cs[i]
 		if s.blobs.flags(c.k)&bRecipe == 0 {
 			s.repairedAt(c.finding, false, "no recipe to rebuild it from")

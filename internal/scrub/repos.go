@@ -12,6 +12,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/digestkey"
 	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/parallel"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -236,12 +237,12 @@ func (s *scrubber) checkRepo(ctx context.Context, rs *repoState) {
 			todo = append(todo, k)
 		}
 	}
-	parallel(ctx, len(rs.tags), conc, func(i int) { s.checkTag(ctx, rs, rs.tags[i]) })
+	parallel.For(ctx, len(rs.tags), conc, func(i int) { s.checkTag(ctx, rs, rs.tags[i]) })
 	todo = append(todo, rs.mergeAdded()...)
 	// Repairs may link more revisions (a tag's, an index's children):
 	// their manifests are read in the next round.
 	for round := 0; len(todo) > 0 && round < 8 && ctx.Err() == nil; round++ {
-		parallel(ctx, len(todo), conc, func(i int) { s.checkManifest(ctx, rs, todo[i]) })
+		parallel.For(ctx, len(todo), conc, func(i int) { s.checkManifest(ctx, rs, todo[i]) })
 		todo = rs.mergeAdded()
 	}
 	for _, r := range rs.referrers {

@@ -90,6 +90,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/dedup"
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
 	"github.com/cairn-registry/cairn/internal/digestkey"
+	"github.com/cairn-registry/cairn/internal/parallel"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -494,25 +495,7 @@ func (s *scrubber) reportProgress() (stop func()) {
 	if s.opts.Progress == nil {
 		return func() {}
 	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(s.opts.ProgressInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				s.opts.Progress(s.progress())
-			}
-		}
-	})
-	return func() {
-		close(done)
-		wg.Wait()
-		s.opts.Progress(s.progress())
-	}
+	return parallel.Report(s.opts.ProgressInterval, func() { s.opts.Progress(s.progress()) })
 }
 
 func (s *scrubber) progress() Progress {
@@ -620,28 +603,4 @@ func (p *pool[T]) send(ctx context.Context, j T) error {
 func (p *pool[T]) wait() {
 	close(p.ch)
 	p.wg.Wait()
-}
-
-// parallel calls fn(0..n-1) from up to conc goroutines; it stops handing
-// out indexes once ctx is done.
-func parallel(ctx context.Context, n, conc int, fn func(i int)) {
-	if n == 0 {
-		return
-	}
-	var next atomic.Int64
-	work := func() {
-		for ctx.Err() == nil {
-			i := int(next.Add(1) - 1)
-			if i >= n {
-				return
-			}
-			fn(i)
-		}
-	}
-	var wg sync.WaitGroup
-	for range min(conc, n) - 1 {
-		wg.Go(work)
-	}
-	work()
-	wg.Wait()
 }

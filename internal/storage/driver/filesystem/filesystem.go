@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cairn-registry/cairn/internal/parallel"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -490,34 +491,21 @@ func (d *Driver) RedirectURL(context.Context, string, string) (string, error) { 
 // once; errors are joined in the order of paths.
 func (d *Driver) DeleteFiles(ctx context.Context, paths []string) (int, error) {
 	var (
-		next, deleted atomic.Int64
-		mu            sync.Mutex
-		failed        []indexedError
+		deleted atomic.Int64
+		mu      sync.Mutex
+		failed  []indexedError
 	)
-	work := func() {
-		for ctx.Err() == nil {
-			i := int(next.Add(1) - 1)
-			if i >= len(paths) {
-				return
-			}
-			gone, err := d.deleteFile(paths[i])
-			if gone {
-				deleted.Add(1)
-			}
-			if err != nil {
-				mu.Lock()
-				failed = append(failed, indexedError{i, err})
-				mu.Unlock()
-			}
+	attempted := parallel.For(ctx, len(paths), deleteWorkers, func(i int) {
+		gone, err := d.deleteFile(paths[i])
+		if gone {
+			deleted.Add(1)
 		}
-	}
-	var wg sync.WaitGroup
-	for range min(deleteWorkers, len(paths)) - 1 {
-		wg.Go(work)
-	}
-	work()
-	wg.Wait()
-
+		if err != nil {
+			mu.Lock()
+			failed = append(failed, indexedError{i, err})
+			mu.Unlock()
+		}
+	})
 	slices.SortFunc(failed, func(a, b indexedError) int { return a.i - b.i })
 	errs := make([]error, 0, len(failed)+1)
 	for _, f := range failed {
@@ -525,7 +513,7 @@ func (d *Driver) DeleteFiles(ctx context.Context, paths []string) (int, error) {
 	}
 	// Workers stop claiming paths once ctx is done, so every claimed path
 	// was attempted.
-	if attempted := min(int(next.Load()), len(paths)); attempted < len(paths) {
+	if attempted < len(paths) {
 		errs = append(errs, fmt.Errorf("%s: delete files: %d of %d paths not attempted: %w",
 			driverName, len(paths)-attempted, len(paths), ctx.Err()))
 	}
