@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"github.com/cairn-registry/cairn/internal/bench"
 )
@@ -45,17 +43,8 @@ func runBenchRegistry(ctx context.Context, args []string, stdout, stderr io.Writ
 	requests := fs.Int("manifest-requests", 20000, "manifest GETs (and HEADs) in total")
 	conc := fs.Int("concurrency", 8, "concurrent manifest clients")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, benchUsage)
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return nil
-		}
-		return fmt.Errorf("%w: bench registry: %s", errUsage, strings.Join(strings.Fields(err.Error()), " "))
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: bench registry: unexpected argument %q", errUsage, fs.Arg(0))
+	if done, err := parseFlags(fs, args, "bench registry", benchUsage, stdout); done || err != nil {
+		return err
 	}
 	sz, err := bench.ParseSizes(*sizes)
 	if err != nil {

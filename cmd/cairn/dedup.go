@@ -160,17 +160,8 @@ func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if sub == "run" {
 		mode = fs.String("mode", "", "process every repository in this `mode` (index, full, selective)")
 	}
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, dedupUsage)
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return nil
-		}
-		return fmt.Errorf("%w: dedup %s: %s", errUsage, sub, oneLine(err.Error()))
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: dedup %s: unexpected argument %q", errUsage, sub, fs.Arg(0))
+	if done, err := parseFlags(fs, args[1:], "dedup "+sub, dedupUsage, stdout); done || err != nil {
+		return err
 	}
 	var force dedup.Mode
 	if mode != nil && *mode != "" {

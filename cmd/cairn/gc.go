@@ -44,17 +44,8 @@ func runGC(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	conc := fs.Int("concurrency", 0, "manifest reads and bulk deletes in flight (default storage.gc.concurrency, 8)")
 	asJSON := fs.Bool("json", false, "print the report as one JSON object")
 	quiet := fs.Bool("quiet", false, "print no progress, and no summary unless --json")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, gcUsage)
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return nil
-		}
-		return fmt.Errorf("%w: gc: %s", errUsage, oneLine(err.Error()))
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: gc: unexpected argument %q", errUsage, fs.Arg(0))
+	if done, err := parseFlags(fs, args, "gc", gcUsage, stdout); done || err != nil {
+		return err
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })

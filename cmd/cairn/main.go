@@ -104,3 +104,22 @@ func versionString() string {
 	}
 	return fmt.Sprintf("cairn %s%s %s %s/%s", version, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
+
+// parseFlags parses a command's flags. -h prints usage and the flags'
+// defaults to stdout and reports done; a bad flag or a stray argument is a
+// one-line error wrapping errUsage, naming the command.
+func parseFlags(fs *flag.FlagSet, args []string, name, usage string, stdout io.Writer) (done bool, err error) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stdout, usage)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return true, nil
+		}
+		return false, fmt.Errorf("%w: %s: %s", errUsage, name, oneLine(err.Error()))
+	}
+	if fs.NArg() > 0 {
+		return false, fmt.Errorf("%w: %s: unexpected argument %q", errUsage, name, fs.Arg(0))
+	}
+	return false, nil
+}

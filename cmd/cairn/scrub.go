@@ -63,17 +63,8 @@ func runScrub(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	workers := fs.Int("workers", scrub.DefaultWorkers, "objects verified in parallel (tags and manifests: four times as many small reads)")
 	readLinks := fs.Bool("read-links", false, "also read every link's content (one GET per link)")
 	quiet := fs.Bool("quiet", false, "print no progress")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, scrubUsage)
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return nil
-		}
-		return fmt.Errorf("%w: scrub: %s", errUsage, oneLine(err.Error()))
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: scrub: unexpected argument %q", errUsage, fs.Arg(0))
+	if done, err := parseFlags(fs, args, "scrub", scrubUsage, stdout); done || err != nil {
+		return err
 	}
 	mode, err := scrub.ParseRecipeMode(*recipes)
 	if err != nil {
