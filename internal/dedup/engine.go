@@ -18,6 +18,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/parallel"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/task"
@@ -562,23 +563,12 @@ func (w *Worker) leased(ctx context.Context, l digest.Digest, fn func(context.Co
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		t := time.NewTicker(leaseTTL / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				if ok, err := w.meta.TryLease(ctx, name, w.holder, leaseTTL); err == nil && !ok {
-					cancel()
-					return
-				}
-			}
+	stop := parallel.Every(leaseTTL/3, func() {
+		if ok, err := w.meta.TryLease(ctx, name, w.holder, leaseTTL); err == nil && !ok {
+			cancel()
 		}
-	}()
+	})
+	defer stop()
 	out, err := fn(ctx)
 	if rerr := w.meta.ReleaseLease(context.WithoutCancel(ctx), name, w.holder); rerr != nil {
 		w.log.Debug("dedup: releasing lease", "layer", l, "err", rerr)

@@ -39,12 +39,12 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/parallel"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -253,21 +253,7 @@ func Begin(ctx context.Context, d driver.Driver, m Marker) (*Run, error) {
 	if r.t0.IsZero() {
 		r.t0 = time.Now()
 	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(Heartbeat)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				_ = d.PutContent(ctx, r.marker, body)
-			}
-		}
-	})
-	r.stop = func() { close(done); wg.Wait() }
+	r.stop = parallel.Every(Heartbeat, func() { _ = d.PutContent(ctx, r.marker, body) })
 	return r, nil
 }
 

@@ -1,6 +1,7 @@
 // Package parallel runs a long operation's work on several goroutines with
-// bounded concurrency, and reports its progress while it runs; the garbage
-// collector, scrub and the filesystem driver's bulk delete share it.
+// bounded concurrency, and beside it the periodic calls it needs (progress
+// reports, heartbeats, lease renewals); the garbage collector, scrub, dedup,
+// the GC protocol and the filesystem driver's bulk delete share it.
 package parallel
 
 import (
@@ -37,9 +38,9 @@ func For(ctx context.Context, n, conc int, fn func(i int)) int {
 	return min(int(next.Load()), n)
 }
 
-// Report calls report every interval until stop is called, and once more
-// then, so that the last report has the final counts.
-func Report(interval time.Duration, report func()) (stop func()) {
+// Every calls fn every interval until stop is called; stop returns once a
+// call under way has ended.
+func Every(interval time.Duration, fn func()) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -50,13 +51,22 @@ func Report(interval time.Duration, report func()) (stop func()) {
 			case <-done:
 				return
 			case <-t.C:
-				report()
+				fn()
 			}
 		}
 	})
 	return func() {
 		close(done)
 		wg.Wait()
+	}
+}
+
+// Report is Every for a progress report: it reports once more at stop, so
+// that the last report has the final counts.
+func Report(interval time.Duration, report func()) (stop func()) {
+	stopEvery := Every(interval, report)
+	return func() {
+		stopEvery()
 		report()
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/iocount"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -96,13 +97,13 @@ func (s *scrubber) hashObject(ctx context.Context, p string, alg digest.Algorith
 			return err
 		}
 		defer rc.Close()
-		src := &storageReader{r: rc}
+		src := &iocount.ErrReader{R: rc}
 		var r io.Reader = src
 		if decode != nil {
 			dr, done, err := decode(src)
 			if err != nil {
-				if src.err != nil {
-					return src.err
+				if src.Err != nil {
+					return src.Err
 				}
 				return fmt.Errorf("%w: %v", errCorruptFile, err)
 			}
@@ -114,8 +115,8 @@ func (s *scrubber) hashObject(ctx context.Context, p string, alg digest.Algorith
 		defer s.bufs.Put(bp)
 		n, err = io.CopyBuffer(h, &progressReader{r: r, n: progress}, *bp)
 		if err != nil {
-			if src.err != nil {
-				return src.err // storage failed: try again
+			if src.Err != nil {
+				return src.Err // storage failed: try again
 			}
 			return fmt.Errorf("%w: %v", errCorruptFile, err)
 		}
@@ -123,21 +124,6 @@ func (s *scrubber) hashObject(ctx context.Context, p string, alg digest.Algorith
 		return nil
 	})
 	return got, n, err
-}
-
-// storageReader remembers the error the storage stream returned, so that a
-// decoder's failure can be told from the storage's.
-type storageReader struct {
-	r   io.Reader
-	err error
-}
-
-func (s *storageReader) Read(b []byte) (int, error) {
-	n, err := s.r.Read(b)
-	if err != nil && err != io.EOF {
-		s.err = err
-	}
-	return n, err
 }
 
 type progressReader struct {

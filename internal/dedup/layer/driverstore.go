@@ -12,6 +12,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/iocount"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -155,7 +156,7 @@ func (s *DriverStore) Open(ctx context.Context, d digest.Digest) (io.ReadCloser,
 			return nil, fmt.Errorf("layer: open %s: %w", d, err)
 		}
 	}
-	src := &srcReader{r: rc}
+	src := &srcReader{iocount.ErrReader{R: rc}}
 	if err := dec.Reset(src); err != nil {
 		rc.Close()
 		return nil, fmt.Errorf("layer: open %s: %w", d, src.classify(err))
@@ -166,22 +167,11 @@ func (s *DriverStore) Open(ctx context.Context, d digest.Digest) (io.ReadCloser,
 // srcReader remembers the driver's read error, so that a decoding failure
 // can be told apart: a failed read is the storage's, anything else means
 // the stored bytes are corrupt.
-type srcReader struct {
-	r   io.Reader
-	err error
-}
-
-func (s *srcReader) Read(p []byte) (int, error) {
-	n, err := s.r.Read(p)
-	if err != nil && err != io.EOF {
-		s.err = err
-	}
-	return n, err
-}
+type srcReader struct{ iocount.ErrReader }
 
 // classify marks a decoder error as corruption unless the driver failed.
 func (s *srcReader) classify(err error) error {
-	if err == nil || err == io.EOF || s.err != nil {
+	if err == nil || err == io.EOF || s.Err != nil {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrCorruptFile, err)
