@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -242,12 +241,11 @@ func (r *Registry) storeManifest(ctx context.Context, repo string, d digest.Dige
 // of the type the client says, naming only blobs and manifests repo has.
 func (r *Registry) validateManifest(ctx context.Context, repo, contentType string, content []byte) (*manifestFields, error) {
 	var m manifestFields
-	dec := json.NewDecoder(bytes.NewReader(content))
-	if err := dec.Decode(&m); err != nil {
+	// Parsed as GC parses it (ParseManifestRefs): a json.Decoder would let a
+	// stray '}' or ']' follow the document, and GC, unable to read such a
+	// manifest, would not mark the blobs it names.
+	if err := json.Unmarshal(content, &m); err != nil {
 		return nil, fmt.Errorf("%w: not JSON: %v", ErrManifestInvalid, err)
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("%w: trailing data after the JSON document", ErrManifestInvalid)
 	}
 	ct := ""
 	if contentType != "" {
