@@ -269,6 +269,13 @@ func (r *Registry) validateManifest(ctx context.Context, repo, contentType strin
 	if !IsManifestMediaType(mt) {
 		return nil, fmt.Errorf("%w: unsupported manifest media type %q", ErrManifestInvalid, mt)
 	}
+	if m.MediaType == "" {
+		// A GET names the type from the stored content alone: refuse
+		// content it would serve as another type than the one pushed.
+		if served := detectMediaType(content); served != mt {
+			return nil, fmt.Errorf("%w: no mediaType, and the content reads as %q, not %q", ErrManifestInvalid, served, mt)
+		}
+	}
 	if m.SchemaVersion == nil || *m.SchemaVersion != 2 {
 		return nil, fmt.Errorf("%w: schemaVersion must be 2", ErrManifestInvalid)
 	}
