@@ -2,36 +2,34 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"github.com/cairn-registry/cairn/internal/bench"
 )
 
 const benchUsage = `usage: cairn bench registry [--url URL] [--sizes 1MiB,64MiB,512MiB] [--repeat N]
                             [--manifest-requests N] [--concurrency C] [--json]
-       cairn bench dedup [--profile small|full] ... (cairn bench dedup -h)`
+(dedup on images built from Debian packages: go run ./cmd/cairn-lab dedup)`
 
 // runBench runs `cairn bench <what> [flags]`. Errors are one line; mistakes
 // in the command line wrap errUsage.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: bench: missing subcommand (want: registry, dedup)", errUsage)
+		return fmt.Errorf("%w: bench: missing subcommand (want: registry)", errUsage)
 	}
 	switch args[0] {
 	case "registry":
 		return runBenchRegistry(ctx, args[1:], stdout, stderr)
 	case "dedup":
-		return runBenchDedup(ctx, args[1:], stdout, stderr)
+		return fmt.Errorf("%w: bench dedup moved out of the production binary: go run ./cmd/cairn-lab dedup", errUsage)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintln(stdout, benchUsage)
 		return nil
 	default:
-		return fmt.Errorf("%w: bench: unknown subcommand %q (want: registry, dedup)", errUsage, args[0])
+		return fmt.Errorf("%w: bench: unknown subcommand %q (want: registry)", errUsage, args[0])
 	}
 }
 
@@ -45,17 +43,8 @@ func runBenchRegistry(ctx context.Context, args []string, stdout, stderr io.Writ
 	requests := fs.Int("manifest-requests", 20000, "manifest GETs (and HEADs) in total")
 	conc := fs.Int("concurrency", 8, "concurrent manifest clients")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, benchUsage)
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return nil
-		}
-		return fmt.Errorf("%w: bench registry: %s", errUsage, strings.Join(strings.Fields(err.Error()), " "))
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: bench registry: unexpected argument %q", errUsage, fs.Arg(0))
+	if done, err := parseFlags(fs, args, "bench registry", benchUsage, stdout); done || err != nil {
+		return err
 	}
 	sz, err := bench.ParseSizes(*sizes)
 	if err != nil {

@@ -160,17 +160,8 @@ func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if sub == "run" {
 		mode = fs.String("mode", "", "process every repository in this `mode` (index, full, selective)")
 	}
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, dedupUsage)
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return nil
-		}
-		return fmt.Errorf("%w: dedup %s: %s", errUsage, sub, oneLine(err.Error()))
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: dedup %s: unexpected argument %q", errUsage, sub, fs.Arg(0))
+	if done, err := parseFlags(fs, args[1:], "dedup "+sub, dedupUsage, stdout); done || err != nil {
+		return err
 	}
 	var force dedup.Mode
 	if mode != nil && *mode != "" {
@@ -315,10 +306,10 @@ func printStats(w io.Writer, st *dedup.Stats, asJSON bool) error {
 	return nil
 }
 
-// startDedup builds the engine serve uses: restores always (layers
+// openDedup builds the engine serve uses: restores always (layers
 // deduplicated earlier must stay pullable whatever the mode), background
-// work when a metadata store is open.
-func startDedup(ctx context.Context, cfg *config.Config, d driver.Driver, log *slog.Logger, m dedup.Metrics) (*dedup.Engine, meta.Store, error) {
+// work (Schedule) when a metadata store is open.
+func openDedup(ctx context.Context, cfg *config.Config, d driver.Driver, log *slog.Logger, m dedup.Metrics) (*dedup.Engine, meta.Store, error) {
 	store, err := openMeta(ctx, cfg, 5*time.Second)
 	if errors.Is(err, meta.ErrLocked) {
 		return nil, nil, errors.New("dedup: the metadata store is in use by another cairn process (cairn dedup run, or a second serve on the same root)")
@@ -338,9 +329,6 @@ func startDedup(ctx context.Context, cfg *config.Config, d driver.Driver, log *s
 			store.Close()
 		}
 		return nil, nil, err
-	}
-	if store != nil && !cfg.Storage.Maintenance.ReadOnly.Enabled {
-		e.Start(ctx)
 	}
 	return e, store, nil
 }

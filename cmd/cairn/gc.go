@@ -8,17 +8,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/cairn-registry/cairn/internal/config"
+	"github.com/cairn-registry/cairn/internal/fence"
 	"github.com/cairn-registry/cairn/internal/gc"
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/metrics"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
+	"github.com/cairn-registry/cairn/internal/task"
 )
 
 const gcUsage = `usage: cairn gc [--config FILE] [--root DIR] [--dry-run] [--delete-untagged] [--delay DURATION]
@@ -43,17 +44,8 @@ func runGC(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	conc := fs.Int("concurrency", 0, "manifest reads and bulk deletes in flight (default storage.gc.concurrency, 8)")
 	asJSON := fs.Bool("json", false, "print the report as one JSON object")
 	quiet := fs.Bool("quiet", false, "print no progress, and no summary unless --json")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, gcUsage)
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return nil
-		}
-		return fmt.Errorf("%w: gc: %s", errUsage, oneLine(err.Error()))
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: gc: unexpected argument %q", errUsage, fs.Arg(0))
+	if done, err := parseFlags(fs, args, "gc", gcUsage, stdout); done || err != nil {
+		return err
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -247,37 +239,27 @@ func (p *progressPrinter) finish() {
 	}
 }
 
-// scheduleGC runs a garbage collection every interval (with some jitter,
-// so that nodes sharing a store do not start together) until ctx ends. A
-// turn is skipped while another node's or process's run is active.
-func scheduleGC(ctx context.Context, log *slog.Logger, d driver.Driver, g config.GC, m *metrics.Metrics, store meta.Store) {
+// scheduledGC is the task of a scheduled garbage collection (the Runner
+// adds jitter, so that nodes sharing a store do not start together). A turn
+// is skipped while another node's or process's run is active.
+func scheduledGC(log *slog.Logger, d driver.Driver, g config.GC, m *metrics.Metrics, store meta.Store) task.Func {
 	opts := gcOptions(g)
 	opts.Dedup = store
-	log.Info("gc scheduled", "interval", g.Interval, "delay", g.Delay, "delete_untagged", g.DeleteUntagged)
-	for {
-		wait := g.Interval + time.Duration(rand.Int64N(int64(g.Interval)/10+1))
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		if busy, err := gc.Active(ctx, d); err != nil || busy {
+	return func(ctx context.Context) error {
+		if busy, err := fence.Running(ctx, d); err != nil || busy {
 			if ctx.Err() == nil {
 				log.Info("gc skipped: another run is active, or the store could not be read", "err", err)
 			}
-			continue
+			return nil
 		}
 		start := time.Now()
 		rep, err := gc.Run(ctx, d, opts)
 		if ctx.Err() != nil {
-			return
+			return nil
 		}
 		m.GCRun(err, time.Since(start))
 		if err != nil {
-			log.Warn("gc failed", "err", err)
-			continue
+			return fmt.Errorf("gc: %w", err)
 		}
 		m.GCDeleted("manifests", int(rep.Deleted.Manifests))
 		m.GCDeleted("tag_index_entries", int(rep.Deleted.TagIndexEntries))
@@ -296,5 +278,6 @@ func scheduleGC(ctx context.Context, log *slog.Logger, d driver.Driver, g config
 			"manifests", rep.Deleted.Manifests, "tag_index_entries", rep.Deleted.TagIndexEntries,
 			"layer_links", rep.Deleted.LayerLinks, "blobs", rep.Deleted.Blobs, "dedup_files", rep.Deleted.DedupFiles, "bytes_freed", rep.Deleted.BytesFreed,
 			"problems", problems, "delete_failures", rep.DeleteFailures, "blob_sweep", rep.BlobSweep)
+		return nil
 	}
 }

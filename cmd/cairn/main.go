@@ -23,6 +23,7 @@ commands:
   bench     run a benchmark (cairn bench registry -h)
   gc        delete what no manifest references (cairn gc -h)
   dedup     deduplicate stored layers, or show what dedup saves (cairn dedup -h)
+  scrub     check every blob, dedup file, recipe and link; repair (cairn scrub -h)
   version   print the version
 `
 
@@ -35,6 +36,16 @@ func main() {
 
 // errUsage marks errors in the command line itself (exit status 2).
 var errUsage = errors.New("usage")
+
+// exitError is an error with its own exit status, for commands whose
+// statuses mean more than failed or not (cairn scrub: 1 findings, 2 errors).
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e exitError) Error() string { return e.err.Error() }
+func (e exitError) Unwrap() error { return e.err }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -51,6 +62,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runGC(ctx, args[1:], stdout, stderr)
 	case "dedup":
 		err = runDedup(ctx, args[1:], stdout, stderr)
+	case "scrub":
+		err = runScrub(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, versionString())
 	case "help", "-h", "--help":
@@ -58,9 +71,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	default:
 		err = fmt.Errorf("%w: unknown command %q (see cairn help)", errUsage, args[0])
 	}
+	var ee exitError
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
+	case errors.As(err, &ee):
+		fmt.Fprintf(stderr, "cairn: %v\n", ee.err)
+		return ee.code
 	case errors.Is(err, errUsage):
 		fmt.Fprintf(stderr, "cairn: %v\n", err)
 		return 2
@@ -86,4 +103,23 @@ func versionString() string {
 		}
 	}
 	return fmt.Sprintf("cairn %s%s %s %s/%s", version, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// parseFlags parses a command's flags. -h prints usage and the flags'
+// defaults to stdout and reports done; a bad flag or a stray argument is a
+// one-line error wrapping errUsage, naming the command.
+func parseFlags(fs *flag.FlagSet, args []string, name, usage string, stdout io.Writer) (done bool, err error) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stdout, usage)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return true, nil
+		}
+		return false, fmt.Errorf("%w: %s: %s", errUsage, name, oneLine(err.Error()))
+	}
+	if fs.NArg() > 0 {
+		return false, fmt.Errorf("%w: %s: unexpected argument %q", errUsage, name, fs.Arg(0))
+	}
+	return false, nil
 }

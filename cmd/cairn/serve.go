@@ -28,6 +28,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/storage/driver/gcs"
 	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
 	"github.com/cairn-registry/cairn/internal/storage/driver/s3"
+	"github.com/cairn-registry/cairn/internal/task"
 )
 
 // shutdownTimeout bounds how long in-flight requests may run after SIGTERM.
@@ -88,7 +89,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	id := metrics.InstrumentDriver(d, m)
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
-	engine, store, err := startDedup(bg, cfg, id, log, m)
+	engine, store, err := openDedup(bg, cfg, id, log, m)
 	if err != nil {
 		return err
 	}
@@ -99,7 +100,10 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}()
 	regOpts := registryOptions(cfg)
-	regOpts.Dedup = engine
+	regOpts.Dedup = engine.Source
+	if store != nil {
+		regOpts.Observer = engine
+	}
 	reg := registry.New(id, regOpts)
 	srvOpts := server.Options{
 		ReadOnly:        cfg.Storage.Maintenance.ReadOnly.Enabled,
@@ -107,9 +111,6 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		Auth:            authz,
 		Metrics:         m,
 		BodyIdleTimeout: bodyIdleTimeout,
-	}
-	if store != nil {
-		srvOpts.Pulls = engine
 	}
 	srv := server.New(reg, srvOpts)
 
@@ -172,12 +173,22 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		"driver", d.Name(), "root", rootOf(cfg),
 		"delete", cfg.Storage.Delete.Enabled, "dedup", cfg.Storage.Dedup.Mode, "readonly", cfg.Storage.Maintenance.ReadOnly.Enabled, "version", versionString())
 
-	if p := cfg.Storage.Maintenance.UploadPurging; p.Enabled && !cfg.Storage.Maintenance.ReadOnly.Enabled {
-		go purgeUploads(bg, log, reg, p.Age, p.Interval, p.DryRun)
+	// Background work runs on one Runner: dedup's jobs, scheduled GC and
+	// upload purging.
+	runner := task.New(engine.Workers()+2, backgroundQueue, log)
+	if !cfg.Storage.Maintenance.ReadOnly.Enabled {
+		engine.Schedule(runner)
+		if p := cfg.Storage.Maintenance.UploadPurging; p.Enabled {
+			runner.Every("upload purge", time.Minute, p.Interval, task.High, purgeUploads(log, reg, p.Age, p.DryRun))
+		}
+		if g := cfg.Storage.GC; g.Enabled {
+			runner.Every("gc", g.Interval, g.Interval, task.High, scheduledGC(log, reg.Driver(), g, m, store))
+			log.Info("gc scheduled", "interval", g.Interval, "delay", g.Delay, "delete_untagged", g.DeleteUntagged)
+		}
 	}
-	if g := cfg.Storage.GC; g.Enabled && !cfg.Storage.Maintenance.ReadOnly.Enabled {
-		go scheduleGC(bg, log, reg.Driver(), g, m, store)
-	}
+	runnerDone := make(chan struct{})
+	go func() { runner.Run(bg); close(runnerDone) }()
+	defer func() { stopBG(); <-runnerDone }()
 
 	go func() {
 		if tlsConfig != nil {
@@ -295,17 +306,12 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl}))
 }
 
-// purgeUploads deletes abandoned upload sessions: once shortly after start,
-// then every interval, until ctx ends.
-func purgeUploads(ctx context.Context, log *slog.Logger, reg *registry.Registry, age, interval time.Duration, dryRun bool) {
-	timer := time.NewTimer(time.Minute)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		}
+// backgroundQueue bounds the background tasks waiting per priority.
+const backgroundQueue = 4096
+
+// purgeUploads is the task that deletes upload sessions older than age.
+func purgeUploads(log *slog.Logger, reg *registry.Registry, age time.Duration, dryRun bool) task.Func {
+	return func(ctx context.Context) error {
 		start := time.Now()
 		n, err := reg.PurgeUploads(ctx, start.Add(-age), dryRun)
 		if err != nil && ctx.Err() == nil {
@@ -313,7 +319,7 @@ func purgeUploads(ctx context.Context, log *slog.Logger, reg *registry.Registry,
 		} else {
 			log.Info("upload purge", "purged", n, "dry_run", dryRun, "duration", time.Since(start))
 		}
-		timer.Reset(interval)
+		return nil
 	}
 }
 

@@ -90,7 +90,7 @@ func waitForUploadData(t *testing.T, root string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		files, _ := filepath.Glob(filepath.Join(root, "docker/registry/v2/repositories/*/*/_uploads/*/data"))
+		files, _ := filepath.Glob(filepath.Join(root, "docker/registry/v2/repositories/*/*/_uploads/*/chunks/*"))
 		for _, f := range files {
 			if fi, err := os.Stat(f); err == nil && fi.Size() > 0 {
 				return

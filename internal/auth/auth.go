@@ -82,6 +82,22 @@ func (g Grant) Allows(a Access) bool {
 	return slices.Contains(actions, a.Action) || slices.Contains(actions, ActionAll)
 }
 
+// PullableRepositories says which repositories g may pull: every one (all),
+// or the named ones. A mount without a source repository searches only
+// these, so a caller can neither take nor probe content it may not pull.
+func (g Grant) PullableRepositories() (all bool, names []string) {
+	if g.all || g.anonymousPull {
+		return true, nil
+	}
+	for res, actions := range g.access {
+		if res.typ == TypeRepository && (slices.Contains(actions, ActionPull) || slices.Contains(actions, ActionAll)) {
+			names = append(names, res.name)
+		}
+	}
+	slices.Sort(names)
+	return false, names
+}
+
 // missing returns the accesses of need that g does not cover.
 func (g Grant) missing(need []Access) []Access {
 	var out []Access

@@ -2,6 +2,7 @@ package auth
 
 import (
 	"bufio"
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -10,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -23,10 +25,18 @@ type Htpasswd struct {
 	realm string
 	users map[string][]byte // user -> bcrypt hash
 	// dummy is compared when the user is unknown, so that an unknown user
-	// costs as much time as a wrong password and user names cannot be
-	// probed by timing.
+	// costs one comparison at the cost of a known user's wrong password
+	// and user names cannot be probed by timing (see dummyCost).
 	dummy []byte
 	cache *verifiedCache
+	// slots bounds the bcrypt comparisons running at once: each burns
+	// milliseconds of CPU by design, and a flood of bad logins must leave
+	// CPUs to the registry. Credentials that passed recently skip it
+	// through the cache, so authenticated clients do not queue behind a
+	// flood.
+	slots chan struct{}
+	// compare is bcrypt.CompareHashAndPassword; tests observe it.
+	compare func(hash, pass []byte) error
 }
 
 // LoadHtpasswd reads the htpasswd file at path. The file must exist and
@@ -45,15 +55,50 @@ func LoadHtpasswd(realm, path string) (*Htpasswd, error) {
 	return NewHtpasswd(realm, users)
 }
 
-// NewHtpasswd returns an Htpasswd over users (user -> bcrypt hash).
+// NewHtpasswd returns an Htpasswd over users (user -> bcrypt hash). At
+// most half the CPUs (at least one) compare passwords at once.
 func NewHtpasswd(realm string, users map[string][]byte) (*Htpasswd, error) {
-	secret := make([]byte, 32)
-	rand.Read(secret)
-	dummy, err := bcrypt.GenerateFromPassword(secret[:16], bcrypt.DefaultCost)
+	cost, err := dummyCost(users)
 	if err != nil {
 		return nil, err
 	}
-	return &Htpasswd{realm: realm, users: users, dummy: dummy, cache: newVerifiedCache(secret)}, nil
+	dummy, err := bcrypt.GenerateFromPassword([]byte(rand.Text()), cost)
+	if err != nil {
+		return nil, fmt.Errorf("dummy hash at cost %d: %w", cost, err)
+	}
+	secret := make([]byte, 32)
+	rand.Read(secret)
+	return &Htpasswd{
+		realm:   realm,
+		users:   users,
+		dummy:   dummy,
+		cache:   newVerifiedCache(secret),
+		slots:   make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2)),
+		compare: bcrypt.CompareHashAndPassword,
+	}, nil
+}
+
+// dummyCost returns the bcrypt cost for the dummy hash: the cost most
+// users' hashes have. bcrypt's time doubles with each step of cost, so a
+// dummy at another cost than a user's tells that user apart from unknown
+// names (a fixed cost 10 against the cost 5 of htpasswd -B made unknown
+// users ~22x slower). One cost cannot match every user of a mixed file;
+// the most common one hides the most users. A tie takes the higher cost,
+// the one files move to as passwords are reset at a raised cost.
+func dummyCost(users map[string][]byte) (int, error) {
+	count := make(map[int]int)
+	best := bcrypt.DefaultCost // no users: nobody to look like
+	for user, hash := range users {
+		c, err := bcrypt.Cost(hash)
+		if err != nil {
+			return 0, fmt.Errorf("user %q: %w", user, err)
+		}
+		count[c]++
+		if n, m := count[c], count[best]; n > m || n == m && c > best {
+			best = c
+		}
+	}
+	return best, nil
 }
 
 // ParseHtpasswd reads htpasswd lines "user:hash". Blank lines and lines
@@ -117,7 +162,15 @@ func (h *Htpasswd) Authorize(r *http.Request, need []Access) (Grant, error) {
 	if !ok {
 		return Grant{}, h.challenge(ErrNoCredentials, need)
 	}
-	if !h.verify(user, pass) {
+	ok, err := h.verify(r.Context(), user, pass)
+	if err != nil {
+		// The request ended while it waited for a comparison (the client
+		// left, or the server is stopping). Nothing was checked, so it is
+		// refused; the wait came before the user was looked up, so this
+		// refusal tells no more than a wrong password does.
+		return Grant{}, h.challenge(fmt.Errorf("%w: user %q: not checked: %w", ErrInvalidCredentials, user, err), need)
+	}
+	if !ok {
 		return Grant{}, h.challenge(fmt.Errorf("%w: user %q", ErrInvalidCredentials, user), need)
 	}
 	return Grant{Subject: user, all: true}, nil
@@ -127,20 +180,35 @@ func (h *Htpasswd) challenge(err error, need []Access) *Challenge {
 	return &Challenge{err: err, header: fmt.Sprintf("Basic realm=%q", h.realm), need: need}
 }
 
-func (h *Htpasswd) verify(user, pass string) bool {
+// verify reports whether pass is user's password. Credentials that passed
+// recently are answered from the cache; any others wait for a comparison
+// slot, or for ctx to end (the error), and then cost exactly one bcrypt
+// comparison, against the dummy hash when the user is unknown.
+func (h *Htpasswd) verify(ctx context.Context, user, pass string) (bool, error) {
 	key := h.cache.key(user, pass)
 	if h.cache.has(key) {
-		return true
+		return true, nil
+	}
+	select {
+	case h.slots <- struct{}{}:
+	case <-ctx.Done():
+		return false, context.Cause(ctx)
+	}
+	defer func() { <-h.slots }()
+	// Requests that queued with the same new credentials (a client's
+	// first parallel requests) pay for one comparison, not one each.
+	if h.cache.has(key) {
+		return true, nil
 	}
 	hash, known := h.users[user]
 	if !known {
 		hash = h.dummy
 	}
-	if bcrypt.CompareHashAndPassword(hash, []byte(pass)) != nil || !known {
-		return false
+	if h.compare(hash, []byte(pass)) != nil || !known {
+		return false, nil
 	}
 	h.cache.add(key)
-	return true
+	return true, nil
 }
 
 // verifiedCache remembers credentials that passed bcrypt recently, so that

@@ -1,13 +1,21 @@
 package auth
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"golang.org/x/crypto/bcrypt"
 )
@@ -121,6 +129,225 @@ func TestHtpasswdAuthorize(t *testing.T) {
 			if strings.Contains(ch.Message(), "mallory") || strings.Contains(ch.Message(), "alice") {
 				t.Errorf("message %q names the user", ch.Message())
 			}
+		})
+	}
+}
+
+// hashAt returns a bcrypt hash of pass at cost, with the $2y$ prefix that
+// htpasswd -B writes.
+func hashAt(t testing.TB, pass string, cost int) []byte {
+	t.Helper()
+	h, err := bcrypt.GenerateFromPassword([]byte(pass), cost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []byte("$2y$" + strings.TrimPrefix(string(h), "$2a$"))
+}
+
+// basicRequest is a GET /v2/ with Basic credentials and ctx.
+func basicRequest(ctx context.Context, user, pass string) *http.Request {
+	r := httptest.NewRequestWithContext(ctx, http.MethodGet, "/v2/", nil)
+	r.SetBasicAuth(user, pass)
+	return r
+}
+
+// TestHtpasswdComparesOnceAtTheFilesCost: an unknown user and a known
+// user's wrong password each cost exactly one bcrypt comparison, against
+// a hash of the cost most of the file's entries have: what the time of a
+// refusal depends on, so that it cannot tell unknown users from known.
+func TestHtpasswdComparesOnceAtTheFilesCost(t *testing.T) {
+	files := []struct {
+		name  string
+		costs []int // of users u0, u1, ...
+		want  int
+	}{
+		{"cost 5 (htpasswd -B)", []int{5, 5}, 5},
+		{"cost 10", []int{10}, 10},
+		{"mixed: the most common cost", []int{5, 10, 5, 4}, 5},
+		{"mixed: a tie takes the higher cost", []int{5, 10}, 10},
+	}
+	for _, f := range files {
+		t.Run(f.name, func(t *testing.T) {
+			users := make(map[string][]byte)
+			for i, c := range f.costs {
+				users[fmt.Sprint("u", i)] = hashAt(t, "right", c)
+			}
+			h, err := NewHtpasswd("r", users)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := bcrypt.Cost(h.dummy); got != f.want {
+				t.Errorf("dummy cost %d, want %d", got, f.want)
+			}
+			var costs []int
+			h.compare = func(hash, pass []byte) error {
+				c, _ := bcrypt.Cost(hash)
+				costs = append(costs, c)
+				return bcrypt.CompareHashAndPassword(hash, pass)
+			}
+			cases := []struct {
+				user, pass string
+				ok         bool
+				costs      []int // of the comparisons made
+			}{
+				{"mallory", "right", false, []int{f.want}},
+				{"mallory", "", false, []int{f.want}},
+				{"u0", "wrong", false, []int{f.costs[0]}},
+				{"u0", "right", true, []int{f.costs[0]}},
+				{"u0", "right", true, nil}, // from the cache
+			}
+			for _, c := range cases {
+				costs = nil
+				_, err := h.Authorize(basicRequest(t.Context(), c.user, c.pass), nil)
+				if (err == nil) != c.ok {
+					t.Errorf("%s:%s: err = %v", c.user, c.pass, err)
+				}
+				if !slices.Equal(costs, c.costs) {
+					t.Errorf("%s:%s: comparisons at costs %v, want %v", c.user, c.pass, costs, c.costs)
+				}
+			}
+		})
+	}
+	if _, err := NewHtpasswd("r", map[string][]byte{"u": []byte("$2y$xx$bad")}); err == nil || !strings.Contains(err.Error(), `user "u"`) {
+		t.Errorf("a malformed hash: err = %v, want one naming the user", err)
+	}
+}
+
+func TestHtpasswdDefaultBound(t *testing.T) {
+	h, err := NewHtpasswd("r", map[string][]byte{"u": hashAt(t, "p", bcrypt.MinCost)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cap(h.slots), max(1, runtime.GOMAXPROCS(0)/2); got != want {
+		t.Errorf("%d comparisons at once, want %d (half of GOMAXPROCS %d, at least 1)", got, want, runtime.GOMAXPROCS(0))
+	}
+}
+
+// TestHtpasswdBoundsConcurrentComparisons: a burst of bad logins runs at
+// most the bound's comparisons at once, and each still gets its answer.
+func TestHtpasswdBoundsConcurrentComparisons(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, err := NewHtpasswd("r", map[string][]byte{"alice": hashAt(t, "wonderland", bcrypt.MinCost)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const bound, logins = 3, 40
+		h.slots = make(chan struct{}, bound)
+		var running, peak, calls atomic.Int64
+		h.compare = func(hash, pass []byte) error {
+			calls.Add(1)
+			n := running.Add(1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			// The bubble's clock: every login is running or queued before
+			// the first comparison ends.
+			time.Sleep(time.Second)
+			running.Add(-1)
+			return bcrypt.ErrMismatchedHashAndPassword
+		}
+		var wg sync.WaitGroup
+		for i := range logins {
+			wg.Go(func() {
+				user := "alice"
+				if i%2 == 0 {
+					user = fmt.Sprint("unknown", i)
+				}
+				if _, err := h.Authorize(basicRequest(t.Context(), user, "guess"), nil); !errors.Is(err, ErrInvalidCredentials) {
+					t.Errorf("%s: err = %v, want invalid credentials", user, err)
+				}
+			})
+		}
+		wg.Wait()
+		if peak.Load() != bound || calls.Load() != logins {
+			t.Errorf("%d comparisons, at most %d at once; want %d, at most %d", calls.Load(), peak.Load(), logins, bound)
+		}
+	})
+}
+
+// TestHtpasswdWaitEndsWithTheRequest: a request waiting for a comparison
+// slot stops waiting when its context ends, and is refused like a wrong
+// password without any comparison.
+func TestHtpasswdWaitEndsWithTheRequest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, err := NewHtpasswd("r", map[string][]byte{"alice": hashAt(t, "wonderland", bcrypt.MinCost)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.slots = make(chan struct{}, 1)
+		release := make(chan struct{})
+		defer close(release)
+		var calls atomic.Int64
+		h.compare = func(hash, pass []byte) error {
+			calls.Add(1)
+			<-release
+			return bcrypt.ErrMismatchedHashAndPassword
+		}
+		go h.Authorize(basicRequest(t.Context(), "mallory", "x"), nil) // holds the only slot
+		synctest.Wait()
+
+		for _, user := range []string{"alice", "nobody"} {
+			ctx, cancel := context.WithCancel(t.Context())
+			done := make(chan error, 1)
+			go func() {
+				_, err := h.Authorize(basicRequest(ctx, user, "wonderland"), nil)
+				done <- err
+			}()
+			synctest.Wait()
+			select {
+			case err := <-done:
+				t.Fatalf("%s: answered (%v) while the only slot was taken", user, err)
+			default:
+			}
+			cancel()
+			synctest.Wait()
+			select {
+			case err := <-done:
+				var ch *Challenge
+				if !errors.As(err, &ch) || !errors.Is(err, ErrInvalidCredentials) || !errors.Is(err, context.Canceled) {
+					t.Errorf("%s: err = %v, want an invalid-credentials challenge wrapping context.Canceled", user, err)
+				} else if ch.Status() != http.StatusUnauthorized || strings.Contains(ch.Message(), "cancel") {
+					t.Errorf("%s: status %d message %q, want 401 saying no more than a wrong password", user, ch.Status(), ch.Message())
+				}
+			default:
+				t.Fatalf("%s: still waiting after its request was cancelled", user)
+			}
+		}
+		if n := calls.Load(); n != 1 {
+			t.Errorf("%d comparisons, want 1 (the slot holder's)", n)
+		}
+	})
+}
+
+// BenchmarkHtpasswdUnknownVsKnown times a refusal of an unknown user
+// against a known user's wrong password, alternately, for files written at
+// cost 5 (as htpasswd -B does) and 10. The metric unknown/known, a ratio
+// of medians (which a busy machine disturbs less than means), should be
+// about 1: the further from 1, the more timing tells about user names.
+func BenchmarkHtpasswdUnknownVsKnown(b *testing.B) {
+	for _, cost := range []int{5, 10} {
+		b.Run(fmt.Sprint("cost=", cost), func(b *testing.B) {
+			h, err := NewHtpasswd("r", map[string][]byte{"alice": hashAt(b, "wonderland", cost)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			unknown, known := basicRequest(b.Context(), "mallory", "guess"), basicRequest(b.Context(), "alice", "guess")
+			var tu, tk []time.Duration
+			for b.Loop() {
+				start := time.Now()
+				h.Authorize(unknown, nil)
+				mid := time.Now()
+				h.Authorize(known, nil)
+				tu = append(tu, mid.Sub(start))
+				tk = append(tk, time.Since(mid))
+			}
+			median := func(d []time.Duration) float64 {
+				slices.Sort(d)
+				return float64(d[len(d)/2].Nanoseconds())
+			}
+			mu, mk := median(tu), median(tk)
+			b.ReportMetric(mu, "median-ns/unknown")
+			b.ReportMetric(mk, "median-ns/known")
+			b.ReportMetric(mu/mk, "unknown/known")
 		})
 	}
 }

@@ -1,9 +1,11 @@
 // Package dedup runs cairn's file-level layer deduplication (DESIGN.md,
-// "Deduplication"): a background worker splits the layers pushed manifests
-// name into their files (package layer) and a byte-exact compression recipe
-// (package recompress), and the registry serves a layer whose intact copy
-// was dropped by rebuilding it (restore.go), with caches and a predictor
-// driven by what clients pull (predict.go).
+// "Deduplication"): a Worker splits the layers pushed manifests name into
+// their files (package layer) and a byte-exact compression recipe (package
+// recompress); a Source serves a layer whose intact copy was dropped by
+// rebuilding it (restore.go), with caches; a Predictor, driven by what
+// clients pull, warms them ahead of the pulls it expects (predict.go); and
+// Statistics reports what dedup saves. Engine wires them together; its
+// background work runs as tasks on a task.Runner.
 //
 // Storage holds the truth: unique files under cairn/files, and each
 // processed layer's recipe at blobs/<alg>/<xx>/<hex>/recipe, beside the
@@ -172,6 +174,11 @@ type Recipe struct {
 	Compression recompress.Recipe `json:"compression"`
 	Tar         layer.Recipe      `json:"tar"`
 }
+
+// DecodeRecipe parses the recipe file of blob d and checks that it
+// describes d, as a restore would before trusting it (cairn scrub reads
+// recipes this way to check the files they name).
+func DecodeRecipe(d digest.Digest, b []byte) (*Recipe, error) { return decodeRecipe(d, b) }
 
 func decodeRecipe(d digest.Digest, b []byte) (*Recipe, error) {
 	var r Recipe

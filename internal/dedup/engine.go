@@ -3,22 +3,24 @@ package dedup
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/dedup/cache"
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
+	"github.com/cairn-registry/cairn/internal/task"
 )
 
 // Metrics receives what the engine does (metrics.Metrics implements it).
@@ -27,6 +29,9 @@ type Metrics interface {
 	CacheLookup(cache string, hit bool)
 	DedupPredicted(cache string)
 	DedupProcessed(outcome string)
+	// DedupRebuildFailed counts a rebuild of a deduplicated layer, for a
+	// pull, a predicted pull or a promotion, that failed (restore.go).
+	DedupRebuildFailed(reason string)
 }
 
 // Cache names, as metrics label them.
@@ -44,32 +49,107 @@ const (
 	statsEvery   = 60
 )
 
-// Engine deduplicates layers in the background and serves rebuilt ones.
-// Without a metadata store it only serves (restore.go).
+// Engine is dedup's parts wired together, each with one job and only the
+// store methods it uses:
+//   - Source serves deduplicated layers by rebuilding them (restore.go);
+//     it needs storage only.
+//   - Worker deduplicates pushed layers in the background: intake, layer
+//     processing, the periodic scan, `cairn dedup run` (engine.go,
+//     process.go).
+//   - Predictor records pulls and warms caches ahead of predicted ones
+//     (predict.go).
+//   - Statistics reports what dedup saves (stats.go).
+//
+// Without a metadata store only the Source works.
 type Engine struct {
+	*Source
+	*Worker
+	*Predictor
+	*Statistics
+
+	stop func() // ends the Runner Start made
+}
+
+// Source serves blobs whose intact copy dedup removed (registry.DedupSource).
+type Source struct {
 	d       driver.Driver
-	meta    meta.Store
 	files   *layer.DriverStore
-	opts    Options
 	log     *slog.Logger
 	metrics Metrics
-
 	disk    *cache.Disk
 	mem     *cache.Memory
 	recipes *recipeCache
-	clients *clientLayers
+}
 
-	jobs    chan job
-	intake  chan intakeJob
-	pulls   chan pullJob
-	mu      sync.Mutex
-	queued  map[digest.Digest]bool
-	stop    context.CancelFunc
-	wg      sync.WaitGroup
-	predict chan predictJob
+// summaryStore is what reads and writes layers' summaries and states.
+type summaryStore interface {
+	GetLayer(ctx context.Context, layer digest.Digest) ([]byte, meta.LayerState, error)
+	PutLayer(ctx context.Context, layer digest.Digest, recipe []byte, state meta.LayerState) error
+	ListLayers(ctx context.Context, state meta.LayerState, after digest.Digest, limit int) ([]digest.Digest, error)
+}
+
+// summaries reads and writes layers' summaries and states.
+type summaries struct{ meta summaryStore }
+
+// workerStore is what the Worker needs of the metadata store.
+type workerStore interface {
+	summaryStore
+	AddLayerRefs(ctx context.Context, layer digest.Digest, files []digest.Digest) ([]meta.FileRef, error)
+	ReleaseLayerRefs(ctx context.Context, layer digest.Digest) ([]digest.Digest, error)
+	LayerFiles(ctx context.Context, layer digest.Digest) ([]digest.Digest, error)
+	Files(ctx context.Context, digests []digest.Digest) ([]meta.FileInfo, error)
+	DeleteLayer(ctx context.Context, layer digest.Digest) error
+	SetImageLayers(ctx context.Context, manifest digest.Digest, layers []digest.Digest) error
+	LayerPulls(ctx context.Context, layer digest.Digest, since time.Time) (int64, error)
+	TryLease(ctx context.Context, name, holder string, ttl time.Duration) (bool, error)
+	ReleaseLease(ctx context.Context, name, holder string) error
+}
+
+// Worker deduplicates layers in the background (see process for a
+// layer's lifecycle).
+type Worker struct {
+	*Source
+	summaries
+	meta       workerStore // nil without a metadata store
+	opts       Options
+	statistics *Statistics
+	runner     *task.Runner // set by Schedule
+	mu         sync.Mutex
+	queued     map[digest.Digest]bool
+	scans      atomic.Int64
 	// holder names this engine in layer leases, so that nodes sharing a
 	// metadata store do not process one layer at the same time.
 	holder string
+}
+
+// predictorStore is what the Predictor needs of the metadata store.
+type predictorStore interface {
+	summaryStore
+	SetImageLayers(ctx context.Context, manifest digest.Digest, layers []digest.Digest) error
+	RecordPull(ctx context.Context, client string, layer digest.Digest, now time.Time) (int64, error)
+	ClientLayers(ctx context.Context, client string) ([]meta.LayerPull, error)
+	RepullRatio(ctx context.Context, client string) (float64, error)
+}
+
+// Predictor records what clients pull and warms the caches for the layers
+// a client is about to pull.
+type Predictor struct {
+	*Source
+	summaries
+	meta    predictorStore // nil without a metadata store
+	opts    Options
+	runner  *task.Runner
+	clients *clientLayers
+	// warming bounds prefetch fills running at once.
+	warming chan struct{}
+	// pulled tells the Worker of a recorded pull (selective promotion).
+	pulled func(ctx context.Context, l digest.Digest)
+}
+
+// Statistics computes what dedup stores and saves.
+type Statistics struct {
+	*Source
+	summaries
 }
 
 type job struct {
@@ -78,8 +158,8 @@ type job struct {
 	recheck bool // look for the recipe file in storage (see process)
 }
 
-// New returns an engine over d. store may be nil (restore only). Start runs
-// the background work; Close ends it.
+// New returns an engine over d. store may be nil (restore only). Start or
+// Schedule runs the background work; Close ends it.
 func New(d driver.Driver, store meta.Store, opts Options, log *slog.Logger, m Metrics) (*Engine, error) {
 	opts = opts.withDefaults()
 	if log == nil {
@@ -92,17 +172,7 @@ func New(d driver.Driver, store meta.Store, opts Options, log *slog.Logger, m Me
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{
-		d: d, meta: store, files: files, opts: opts, log: log, metrics: m,
-		recipes: newRecipeCache(64 << 20),
-		clients: newClientLayers(4096),
-		jobs:    make(chan job, opts.QueueSize),
-		intake:  make(chan intakeJob, 1024),
-		pulls:   make(chan pullJob, 4096),
-		predict: make(chan predictJob, 1024),
-		queued:  make(map[digest.Digest]bool),
-		holder:  holderID(),
-	}
+	src := &Source{d: d, files: files, log: log, metrics: m, recipes: newRecipeCache(64 << 20)}
 	if opts.TempDir != "" {
 		if err := os.MkdirAll(opts.TempDir, 0o755); err != nil {
 			return nil, fmt.Errorf("dedup: spool directory: %w", err)
@@ -117,94 +187,115 @@ func New(d driver.Driver, store meta.Store, opts Options, log *slog.Logger, m Me
 		}
 	}
 	if opts.PreconstructDir != "" {
-		if e.disk, err = cache.OpenDisk(opts.PreconstructDir, opts.PreconstructSize); err != nil {
+		if src.disk, err = cache.OpenDisk(opts.PreconstructDir, opts.PreconstructSize); err != nil {
 			return nil, fmt.Errorf("dedup: preconstruct cache: %w", err)
 		}
 	}
 	if opts.PrefetchSize > 0 {
-		e.mem = cache.NewMemory(opts.PrefetchSize)
+		src.mem = cache.NewMemory(opts.PrefetchSize)
 	}
-	return e, nil
+	var sums summaries
+	w := &Worker{Source: src, opts: opts, queued: make(map[digest.Digest]bool), holder: holderID()}
+	p := &Predictor{Source: src, opts: opts, clients: newClientLayers(4096), warming: make(chan struct{}, 4), pulled: w.pulled}
+	if store != nil {
+		sums = summaries{meta: store}
+		w.meta, p.meta = store, store
+	}
+	st := &Statistics{Source: src, summaries: sums}
+	w.summaries, p.summaries, w.statistics = sums, sums, st
+	return &Engine{Source: src, Worker: w, Predictor: p, Statistics: st}, nil
 }
 
-// Start runs the workers, the intake of pushed manifests, the pull recorder
-// and the periodic scan until ctx ends or Close is called.
+// Start runs the background work on a Runner of its own (for `cairn dedup`
+// and tests; serve shares its Runner through Schedule) until ctx ends or
+// Close is called.
 func (e *Engine) Start(ctx context.Context) {
-	if e.meta == nil {
+	if e.Worker.meta == nil {
 		return
 	}
-	ctx, e.stop = context.WithCancel(ctx)
-	run := func(f func(context.Context)) {
-		e.wg.Add(1)
-		go func() { defer e.wg.Done(); f(ctx) }()
-	}
-	for range e.opts.Workers {
-		run(e.worker)
-	}
-	run(e.intakeLoop)
-	// Several recorders let the store batch pull records into one commit.
-	for range 4 {
-		run(e.pullLoop)
-	}
-	run(e.predictLoop)
-	run(e.scanLoop)
+	r := task.New(e.Worker.opts.Workers+1, e.Worker.opts.QueueSize, e.Source.log)
+	e.Schedule(r)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	e.stop = func() { cancel(); <-done }
 }
 
-// Close stops the background work (a layer being processed stays pending
-// and is resumed by the next start) and closes the caches.
+// Schedule puts the engine's background work on r, as tasks: each pushed
+// image's intake, each layer's processing and each pull record as queued
+// tasks (pull records first: they are tiny), predicted warm-ups at low
+// priority, and the Worker's periodic scan. Without a metadata store there
+// is none.
+func (e *Engine) Schedule(r *task.Runner) {
+	if e.Worker.meta == nil {
+		return
+	}
+	e.Worker.runner, e.Predictor.runner = r, r
+	r.Every("dedup scan", 0, scanInterval, task.Normal, e.Worker.scanOnce)
+}
+
+// Workers is how many layers the engine means to process at once; a
+// shared Runner should have at least as many workers.
+func (e *Engine) Workers() int { return e.Worker.opts.Workers }
+
+// Close stops the background work of Start (a layer being processed stays
+// pending and is resumed by the next start) and closes the caches.
 func (e *Engine) Close() error {
 	if e.stop != nil {
 		e.stop()
 	}
-	e.wg.Wait()
 	if e.disk != nil {
 		return e.disk.Close()
 	}
 	return nil
 }
 
-// enqueue hands l to the workers unless it is already waiting; a full queue
-// leaves it pending for the periodic scan.
-func (e *Engine) enqueue(l digest.Digest, mode Mode) { e.enqueueJob(job{layer: l, mode: mode}) }
-
-func (e *Engine) enqueueJob(j job) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	l := j.layer
-	if e.queued[l] {
-		return
-	}
-	select {
-	case e.jobs <- j:
-		e.queued[l] = true
-	default:
+// pulled turns a hot deduplicated layer back to intact in selective mode,
+// after a recorded pull.
+func (w *Worker) pulled(ctx context.Context, l digest.Digest) {
+	if sum, state, err := w.layerState(ctx, l); err == nil && state == meta.StateDeduplicated && sum.Mode == ModeSelective {
+		if hot, err := w.hot(ctx, l); err == nil && hot {
+			w.enqueue(l, ModeSelective)
+		}
 	}
 }
 
-func (e *Engine) worker(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case j := <-e.jobs:
-			e.mu.Lock()
-			delete(e.queued, j.layer)
-			e.mu.Unlock()
-			start := time.Now()
-			out, err := e.leased(ctx, j.layer, func(ctx context.Context) (outcome, error) {
-				return e.process(ctx, j.layer, j.mode, j.recheck)
-			})
-			if err != nil {
-				if ctx.Err() == nil {
-					e.log.Warn("dedup: layer failed, stays pending", "layer", j.layer, "err", err)
-					e.metrics.DedupProcessed("error")
-				}
-				continue
-			}
-			e.metrics.DedupProcessed(string(out))
-			e.log.Debug("dedup: layer processed", "layer", j.layer, "outcome", out, "duration", time.Since(start))
-		}
+// enqueue hands l to the workers unless it is already waiting; a full queue
+// leaves it pending for the periodic scan.
+func (w *Worker) enqueue(l digest.Digest, mode Mode) { w.enqueueJob(job{layer: l, mode: mode}) }
+
+func (w *Worker) enqueueJob(j job) {
+	if w.runner == nil {
+		return
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.queued[j.layer] {
+		return
+	}
+	if w.runner.Submit("dedup layer", task.Normal, func(ctx context.Context) error { w.runJob(ctx, j); return nil }) {
+		w.queued[j.layer] = true
+	}
+}
+
+// runJob processes one layer under its lease.
+func (w *Worker) runJob(ctx context.Context, j job) {
+	w.mu.Lock()
+	delete(w.queued, j.layer)
+	w.mu.Unlock()
+	start := time.Now()
+	out, err := w.leased(ctx, j.layer, func(ctx context.Context) (outcome, error) {
+		return w.process(ctx, j.layer, j.mode, j.recheck)
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("dedup: layer failed, stays pending", "layer", j.layer, "err", err)
+			w.metrics.DedupProcessed("error")
+		}
+		return
+	}
+	w.metrics.DedupProcessed(string(out))
+	w.log.Debug("dedup: layer processed", "layer", j.layer, "outcome", out, "duration", time.Since(start))
 }
 
 // intakeJob is a pushed image manifest's layers.
@@ -214,47 +305,39 @@ type intakeJob struct {
 	mode     Mode
 }
 
-// ManifestPushed implements server.PullObserver: it records the image's
+// ManifestPushed implements registry.Observer: it records the image's
 // layers (ILmap) and queues them for dedup, without blocking the push.
-func (e *Engine) ManifestPushed(repo string, d digest.Digest, content []byte) {
-	if e.meta == nil {
+func (w *Worker) ManifestPushed(_ context.Context, repo string, m *registry.Manifest) {
+	if w.meta == nil || w.runner == nil {
 		return
 	}
-	layers, ok := imageLayers(content)
+	layers, ok := imageLayers(m)
 	if !ok {
 		return
 	}
-	select {
-	case e.intake <- intakeJob{manifest: d, layers: layers, mode: e.opts.ModeFor(repo)}:
-	default:
-		e.log.Warn("dedup: intake full; run `cairn dedup run` to catch up", "manifest", d)
-	}
-}
-
-func (e *Engine) intakeLoop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case j := <-e.intake:
-			if err := e.admit(ctx, j); err != nil && ctx.Err() == nil {
-				e.log.Warn("dedup: recording pushed manifest", "manifest", j.manifest, "err", err)
-			}
+	j := intakeJob{manifest: m.Digest, layers: layers, mode: w.opts.ModeFor(repo)}
+	ok = w.runner.Submit("dedup intake", task.Normal, func(ctx context.Context) error {
+		if err := w.admit(ctx, j); err != nil {
+			return fmt.Errorf("recording pushed manifest %s: %w", j.manifest, err)
 		}
+		return nil
+	})
+	if !ok {
+		w.log.Warn("dedup: intake full; run `cairn dedup run` to catch up", "manifest", m.Digest)
 	}
 }
 
 // admit records an image's layers and marks new ones pending before
 // queueing them, so a restart or a full queue does not lose them.
-func (e *Engine) admit(ctx context.Context, j intakeJob) error {
-	if err := e.meta.SetImageLayers(ctx, j.manifest, j.layers); err != nil {
+func (w *Worker) admit(ctx context.Context, j intakeJob) error {
+	if err := w.meta.SetImageLayers(ctx, j.manifest, j.layers); err != nil {
 		return err
 	}
 	if j.mode == ModeOff {
 		return nil
 	}
 	for _, l := range j.layers {
-		sum, state, err := e.layerState(ctx, l)
+		sum, state, err := w.layerState(ctx, l)
 		if err != nil {
 			return err
 		}
@@ -263,51 +346,45 @@ func (e *Engine) admit(ctx context.Context, j intakeJob) error {
 		}
 		if state == 0 {
 			sum.Mode = j.mode
-			if err := e.putState(ctx, l, sum, meta.StatePending); err != nil {
+			if err := w.putState(ctx, l, sum, meta.StatePending); err != nil {
 				return err
 			}
 		}
-		e.enqueue(l, j.mode)
+		w.enqueue(l, j.mode)
 	}
 	return nil
 }
 
-// scanLoop re-queues pending layers and, in selective mode, settles layers
-// whose popularity changed.
-func (e *Engine) scanLoop(ctx context.Context) {
-	t := time.NewTicker(scanInterval)
-	defer t.Stop()
-	for n := 0; ; n++ {
-		if err := e.scan(ctx); err != nil && ctx.Err() == nil {
-			e.log.Warn("dedup: scan", "err", err)
+// scanOnce re-queues pending layers and, in selective mode, settles layers
+// whose popularity changed; every statsEvery scans it also recomputes the
+// statistics and releases what layers whose blob GC deleted still hold.
+func (w *Worker) scanOnce(ctx context.Context) error {
+	n := w.scans.Add(1) - 1
+	if err := w.scan(ctx); err != nil {
+		return fmt.Errorf("dedup: scan: %w", err)
+	}
+	if n%statsEvery == 0 {
+		_, gone, err := w.statistics.stats(ctx)
+		if err != nil {
+			return fmt.Errorf("dedup: stats: %w", err)
 		}
-		if n%statsEvery == 0 {
-			_, gone, err := e.stats(ctx)
-			if err != nil && ctx.Err() == nil {
-				e.log.Warn("dedup: stats", "err", err)
-			}
-			for _, l := range gone {
-				// process releases what a deleted blob held.
-				e.enqueueJob(job{layer: l, mode: ModeIndex, recheck: true})
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+		for _, l := range gone {
+			// process releases what a deleted blob held.
+			w.enqueueJob(job{layer: l, mode: ModeIndex, recheck: true})
 		}
 	}
+	return nil
 }
 
-func (e *Engine) scan(ctx context.Context) error {
+func (w *Worker) scan(ctx context.Context) error {
 	for _, st := range []meta.LayerState{meta.StatePending, meta.StateIntact, meta.StateDeduplicated} {
-		err := e.eachLayer(ctx, st, func(l digest.Digest, sum summary) {
+		err := w.eachLayer(ctx, st, func(l digest.Digest, sum summary) {
 			switch {
 			case st == meta.StatePending,
 				sum.Revived,
 				sum.Mode == ModeSelective,
 				st == meta.StateIntact && sum.Mode == ModeFull:
-				e.enqueue(l, sum.Mode)
+				w.enqueue(l, sum.Mode)
 			}
 		})
 		if err != nil {
@@ -318,15 +395,15 @@ func (e *Engine) scan(ctx context.Context) error {
 }
 
 // eachLayer calls fn for every layer in state, paging through the store.
-func (e *Engine) eachLayer(ctx context.Context, state meta.LayerState, fn func(digest.Digest, summary)) error {
+func (s summaries) eachLayer(ctx context.Context, state meta.LayerState, fn func(digest.Digest, summary)) error {
 	var after digest.Digest
 	for {
-		page, err := e.meta.ListLayers(ctx, state, after, 500)
+		page, err := s.meta.ListLayers(ctx, state, after, 500)
 		if err != nil || len(page) == 0 {
 			return err
 		}
 		for _, l := range page {
-			sum, st, err := e.layerState(ctx, l)
+			sum, st, err := s.layerState(ctx, l)
 			if err != nil {
 				return err
 			}
@@ -351,16 +428,7 @@ var layerTypes = map[string]bool{
 
 // imageLayers returns the dedupable layers an image manifest names; ok is
 // false for anything else (indexes, artifacts without such layers).
-func imageLayers(content []byte) ([]digest.Digest, bool) {
-	var m struct {
-		Layers []struct {
-			MediaType string        `json:"mediaType"`
-			Digest    digest.Digest `json:"digest"`
-		} `json:"layers"`
-	}
-	if json.Unmarshal(content, &m) != nil {
-		return nil, false
-	}
+func imageLayers(m *registry.Manifest) ([]digest.Digest, bool) {
 	var out []digest.Digest
 	for _, l := range m.Layers {
 		if layerTypes[l.MediaType] && l.Digest.Validate() == nil {
@@ -381,43 +449,47 @@ type RunStats struct {
 // RunAll processes every layer named by a manifest stored in any
 // repository, in each repository's mode (forced to force when not ""),
 // with the configured number of workers. It is `cairn dedup run`.
-func (e *Engine) RunAll(ctx context.Context, force Mode) (*RunStats, error) {
-	if e.meta == nil {
+func (w *Worker) RunAll(ctx context.Context, force Mode) (*RunStats, error) {
+	if w.meta == nil {
 		return nil, errors.New("dedup: no metadata store")
 	}
 	modes := make(map[digest.Digest]Mode)
 	var order []digest.Digest
 	st := &RunStats{Outcomes: make(map[string]int)}
-	err := e.d.Walk(ctx, registry.RepositoriesPath(), func(fi driver.FileInfo) error {
+	err := w.d.Walk(ctx, layout.RepositoriesDir, func(fi driver.FileInfo) error {
 		if fi.IsDir {
 			return nil
 		}
-		re := registry.ParseRepoPath(fi.Path)
-		if re.Kind != registry.EntryRevisionLink {
+		re := layout.ParseRepoPath(fi.Path)
+		if re.Kind != layout.EntryRevisionLink {
 			return nil
 		}
 		md := digest.NewDigestFromEncoded(digest.Algorithm(re.Alg), re.Hex)
 		if md.Validate() != nil {
 			return nil
 		}
-		content, err := e.d.GetContent(ctx, registry.BlobDataPath(md))
+		content, err := w.d.GetContent(ctx, layout.BlobData(md))
 		if errors.Is(err, driver.ErrNotFound) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		layers, ok := imageLayers(content)
+		m, err := registry.ParseManifest(md, content)
+		if err != nil {
+			return nil
+		}
+		layers, ok := imageLayers(m)
 		if !ok {
 			return nil
 		}
 		st.Manifests++
-		if err := e.meta.SetImageLayers(ctx, md, layers); err != nil {
+		if err := w.meta.SetImageLayers(ctx, md, layers); err != nil {
 			return err
 		}
 		mode := force
 		if mode == "" {
-			mode = e.opts.ModeFor(re.Repo)
+			mode = w.opts.ModeFor(re.Repo)
 		}
 		for _, l := range layers {
 			if _, seen := modes[l]; !seen {
@@ -435,19 +507,19 @@ func (e *Engine) RunAll(ctx context.Context, force Mode) (*RunStats, error) {
 	var mu sync.Mutex
 	work := make(chan digest.Digest)
 	var wg sync.WaitGroup
-	for range e.opts.Workers {
+	for range w.opts.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for l := range work {
-				out, err := e.leased(ctx, l, func(ctx context.Context) (outcome, error) {
-					return e.process(ctx, l, modes[l], true)
+				out, err := w.leased(ctx, l, func(ctx context.Context) (outcome, error) {
+					return w.process(ctx, l, modes[l], true)
 				})
 				mu.Lock()
 				st.Layers++
 				if err != nil {
 					st.Errors++
-					e.log.Warn("dedup: layer failed", "layer", l, "err", err)
+					w.log.Warn("dedup: layer failed", "layer", l, "err", err)
 				} else {
 					st.Outcomes[string(out)]++
 				}
@@ -476,12 +548,12 @@ const leaseTTL = 2 * time.Minute
 // leased runs fn for layer l under l's lease: another node holding it means
 // l is being processed there (outBusy). The lease only saves work; fn is
 // safe to run twice. A lost renewal cancels fn.
-func (e *Engine) leased(ctx context.Context, l digest.Digest, fn func(context.Context) (outcome, error)) (outcome, error) {
-	if !e.opts.SharedStore {
+func (w *Worker) leased(ctx context.Context, l digest.Digest, fn func(context.Context) (outcome, error)) (outcome, error) {
+	if !w.opts.SharedStore {
 		return fn(ctx)
 	}
 	name := "dedup:" + string(l)
-	ok, err := e.meta.TryLease(ctx, name, e.holder, leaseTTL)
+	ok, err := w.meta.TryLease(ctx, name, w.holder, leaseTTL)
 	if err != nil {
 		return "", err
 	}
@@ -500,7 +572,7 @@ func (e *Engine) leased(ctx context.Context, l digest.Digest, fn func(context.Co
 			case <-done:
 				return
 			case <-t.C:
-				if ok, err := e.meta.TryLease(ctx, name, e.holder, leaseTTL); err == nil && !ok {
+				if ok, err := w.meta.TryLease(ctx, name, w.holder, leaseTTL); err == nil && !ok {
 					cancel()
 					return
 				}
@@ -508,8 +580,8 @@ func (e *Engine) leased(ctx context.Context, l digest.Digest, fn func(context.Co
 		}
 	}()
 	out, err := fn(ctx)
-	if rerr := e.meta.ReleaseLease(context.WithoutCancel(ctx), name, e.holder); rerr != nil {
-		e.log.Debug("dedup: releasing lease", "layer", l, "err", rerr)
+	if rerr := w.meta.ReleaseLease(context.WithoutCancel(ctx), name, w.holder); rerr != nil {
+		w.log.Debug("dedup: releasing lease", "layer", l, "err", rerr)
 	}
 	return out, err
 }
@@ -522,7 +594,8 @@ func holderID() string {
 
 type nopMetrics struct{}
 
-func (nopMetrics) SetDedupSavedBytes(int64) {}
-func (nopMetrics) CacheLookup(string, bool) {}
-func (nopMetrics) DedupPredicted(string)    {}
-func (nopMetrics) DedupProcessed(string)    {}
+func (nopMetrics) SetDedupSavedBytes(int64)  {}
+func (nopMetrics) CacheLookup(string, bool)  {}
+func (nopMetrics) DedupPredicted(string)     {}
+func (nopMetrics) DedupProcessed(string)     {}
+func (nopMetrics) DedupRebuildFailed(string) {}

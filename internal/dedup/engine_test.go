@@ -5,11 +5,11 @@ import (
 	"errors"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/registry"
 )
 
 func TestParseMode(t *testing.T) {
@@ -116,7 +116,11 @@ func TestImageLayers(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := imageLayers(tc.content)
+			var got []digest.Digest
+			ok := false
+			if m, err := registry.ParseManifest(digest.FromBytes(tc.content), tc.content); err == nil {
+				got, ok = imageLayers(m)
+			}
 			if ok != (len(tc.want) > 0) || !slices.Equal(got, tc.want) {
 				t.Fatalf("imageLayers = %v, %v; want %v", got, ok, tc.want)
 			}
@@ -149,20 +153,20 @@ func TestManifestPushed(t *testing.T) {
 	// done these were handled too.
 	index := []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"` + string(ls[0].digest()) + `","size":1}]}`)
 	indexDigest := digest.FromBytes(index)
-	v.eng.ManifestPushed("dedup/app", indexDigest, index)
+	v.eng.ManifestPushed(context.Background(), "dedup/app", parsed(t, indexDigest, index))
 	off := manifest(t, false, cfg, []tlayer{ls[2]})
-	v.eng.ManifestPushed("other/app", digest.FromBytes(off), off)
+	v.eng.ManifestPushed(context.Background(), "other/app", parsed(t, digest.FromBytes(off), off))
 	art := manifest(t, false, cfg, []tlayer{artifact})
-	v.eng.ManifestPushed("dedup/art", digest.FromBytes(art), art)
+	v.eng.ManifestPushed(context.Background(), "dedup/art", parsed(t, digest.FromBytes(art), art))
 
 	docker := manifest(t, true, cfg, []tlayer{ls[0]})
-	v.eng.ManifestPushed("dedup/app", digest.FromBytes(docker), docker)
+	v.eng.ManifestPushed(context.Background(), "dedup/app", parsed(t, digest.FromBytes(docker), docker))
 	oci := manifest(t, false, cfg, []tlayer{ls[1]})
-	v.eng.ManifestPushed("keep/app", digest.FromBytes(oci), oci)
+	v.eng.ManifestPushed(context.Background(), "keep/app", parsed(t, digest.FromBytes(oci), oci))
 
 	wait := func(l tlayer, want meta.LayerState) {
 		t.Helper()
-		eventually(t, 10*time.Second, l.name+" to be "+want.String(), func() bool {
+		eventually(t, l.name+" to be "+want.String(), func() bool {
 			_, st := v.state(l.digest())
 			return st == want
 		})
@@ -194,11 +198,11 @@ func TestManifestPushed(t *testing.T) {
 	// The same image pushed to a full-mode repository: its index-mode
 	// layer gets the stronger mode.
 	again := manifest(t, false, cfg, []tlayer{ls[1]})
-	v.eng.ManifestPushed("dedup/other", digest.FromBytes(again), again)
+	v.eng.ManifestPushed(context.Background(), "dedup/other", parsed(t, digest.FromBytes(again), again))
 	wait(ls[1], meta.StateDeduplicated)
 	v.wantBlob(ls[1].blob)
 
-	eventually(t, 5*time.Second, "processed metrics", func() bool {
+	eventually(t, "processed metrics", func() bool {
 		v.m.mu.Lock()
 		defer v.m.mu.Unlock()
 		return v.m.processed[string(outDeduplicated)] >= 2 && v.m.processed[string(outIndexed)] >= 1
@@ -217,15 +221,15 @@ func TestSelectivePromoteOnPulls(t *testing.T) {
 	d := v.put(l.blob)
 	v.eng.Start(ctx)
 	m := manifest(t, false, d, []tlayer{l})
-	v.eng.ManifestPushed("app", digest.FromBytes(m), m)
-	eventually(t, 10*time.Second, "deduplication", func() bool {
+	v.eng.ManifestPushed(context.Background(), "app", parsed(t, digest.FromBytes(m), m))
+	eventually(t, "deduplication", func() bool {
 		_, st := v.state(d)
 		return st == meta.StateDeduplicated
 	})
 	for _, c := range []string{"a", "b", "c"} {
 		v.eng.BlobPulled(ctx, c, d)
 	}
-	eventually(t, 10*time.Second, "promotion", func() bool {
+	eventually(t, "promotion", func() bool {
 		_, st := v.state(d)
 		return st == meta.StateIntact
 	})

@@ -22,6 +22,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
@@ -158,11 +159,12 @@ type fakeMetrics struct {
 	lookups   map[string]int // "<cache>/hit" and "<cache>/miss"
 	predicted map[string]int
 	processed map[string]int
+	failed    map[string]int
 	saved     int64
 }
 
 func newFakeMetrics() *fakeMetrics {
-	return &fakeMetrics{lookups: map[string]int{}, predicted: map[string]int{}, processed: map[string]int{}}
+	return &fakeMetrics{lookups: map[string]int{}, predicted: map[string]int{}, processed: map[string]int{}, failed: map[string]int{}}
 }
 
 func (m *fakeMetrics) CacheLookup(cache string, hit bool) {
@@ -193,6 +195,19 @@ func (m *fakeMetrics) DedupProcessed(outcome string) {
 	m.processed[outcome]++
 }
 
+func (m *fakeMetrics) DedupRebuildFailed(reason string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.failed[reason]++
+}
+
+// failures returns the rebuild failures counted for reason.
+func (m *fakeMetrics) failures(reason string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.failed[reason]
+}
+
 func (m *fakeMetrics) lookup(key string) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -210,6 +225,24 @@ func (m *fakeMetrics) predictions(cache string) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.predicted[cache]
+}
+
+// lockedBuffer collects log output written from several goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // env is an engine over a driver and a bolt store in a temp directory.
@@ -266,7 +299,7 @@ func drivers(t *testing.T) map[string]func() driver.Driver {
 func (v *env) put(blob []byte) digest.Digest {
 	v.t.Helper()
 	d := digest.FromBytes(blob)
-	if err := v.d.PutContent(context.Background(), registry.BlobDataPath(d), blob); err != nil {
+	if err := v.d.PutContent(context.Background(), layout.BlobData(d), blob); err != nil {
 		v.t.Fatal(err)
 	}
 	return d
@@ -281,13 +314,13 @@ func (v *env) exists(p string) bool {
 	return err == nil
 }
 
-func (v *env) hasData(l digest.Digest) bool   { return v.exists(registry.BlobDataPath(l)) }
-func (v *env) hasRecipe(l digest.Digest) bool { return v.exists(registry.BlobRecipePath(l)) }
+func (v *env) hasData(l digest.Digest) bool   { return v.exists(layout.BlobData(l)) }
+func (v *env) hasRecipe(l digest.Digest) bool { return v.exists(layout.BlobRecipe(l)) }
 
 // state returns l's summary and state (0: unknown).
 func (v *env) state(l digest.Digest) (summary, meta.LayerState) {
 	v.t.Helper()
-	sum, st, err := v.eng.layerState(context.Background(), l)
+	sum, st, err := v.eng.Worker.layerState(context.Background(), l)
 	if err != nil {
 		v.t.Fatal(err)
 	}
@@ -304,9 +337,7 @@ func (v *env) wantState(l digest.Digest, want meta.LayerState) {
 // process runs Process and fails the test on an error or another outcome.
 func (v *env) process(l digest.Digest, mode Mode, want outcome) {
 	v.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	got, err := v.eng.Process(ctx, l, mode)
+	got, err := v.eng.Process(v.t.Context(), l, mode)
 	if err != nil {
 		v.t.Fatalf("Process(%s, %s): %v", l.Encoded()[:12], mode, err)
 	}
@@ -317,9 +348,7 @@ func (v *env) process(l digest.Digest, mode Mode, want outcome) {
 
 // read reads blob l through OpenBlob from offset.
 func (v *env) read(l digest.Digest, offset int64) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	rc, err := v.eng.OpenBlob(ctx, l, offset)
+	rc, err := v.eng.OpenBlob(v.t.Context(), l, offset)
 	if err != nil {
 		return nil, err
 	}
@@ -348,7 +377,7 @@ func (v *env) wantBlob(blob []byte) {
 func (v *env) wantData(blob []byte) {
 	v.t.Helper()
 	l := digest.FromBytes(blob)
-	got, err := v.d.GetContent(context.Background(), registry.BlobDataPath(l))
+	got, err := v.d.GetContent(context.Background(), layout.BlobData(l))
 	if err != nil {
 		v.t.Fatalf("intact data of %s: %v", l.Encoded()[:12], err)
 	}
@@ -374,24 +403,31 @@ func (v *env) gcMarker() string {
 	for i := range rnd {
 		rnd[i] = byte(rand.Uint32())
 	}
-	p := registry.GCActivePath() + "/" + registry.GCRunPrefix + hex.EncodeToString(rnd[:])
+	p := layout.GCActiveDir + "/" + layout.GCRunPrefix + hex.EncodeToString(rnd[:])
 	if err := v.d.PutContent(context.Background(), p, []byte(`{"id":"test"}`)); err != nil {
 		v.t.Fatal(err)
 	}
 	return p
 }
 
-// eventually polls cond until it holds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+// eventually polls cond until it holds. It sets no deadline of its own: a
+// busy machine is slow, not wrong. A wait that never ends is stopped by the
+// test binary's -timeout; shortly before that, this fails naming what it
+// waited for.
+func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	deadline, ok := t.Deadline()
 	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		if ok && time.Until(deadline) < hangMargin {
+			t.Fatalf("still waiting for %s as the test binary's -timeout nears", what)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// hangMargin is how long before the test binary's -timeout a wait gives up
+// with a message, rather than let the binary panic with every stack.
+const hangMargin = 10 * time.Second
 
 // manifest returns an image manifest naming config and layers.
 func manifest(t testing.TB, docker bool, config digest.Digest, layers []tlayer) []byte {
@@ -420,4 +456,14 @@ func manifest(t testing.TB, docker bool, config digest.Digest, layers []tlayer) 
 		t.Fatal(err)
 	}
 	return b
+}
+
+// parsed parses manifest content as the registry hands it to the engine.
+func parsed(t testing.TB, d digest.Digest, content []byte) *registry.Manifest {
+	t.Helper()
+	m, err := registry.ParseManifest(d, content)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

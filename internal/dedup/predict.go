@@ -9,8 +9,10 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/cairn-registry/cairn/internal/task"
 )
 
 // Prediction (DupHunter §4.4): a client that GETs an image manifest is
@@ -20,7 +22,7 @@ import (
 // client that mostly re-pulls what it has (repull ratio above the
 // threshold, e.g. a CI runner without a layer cache) gets all of them.
 
-func (e *Engine) now() time.Time { return time.Now() }
+func (p *Predictor) now() time.Time { return time.Now() }
 
 type pullJob struct {
 	client string
@@ -34,103 +36,97 @@ type predictJob struct {
 	layers   []digest.Digest
 }
 
-// ManifestPulled implements server.PullObserver.
-func (e *Engine) ManifestPulled(_ context.Context, client string, d digest.Digest, content []byte) {
-	if e.meta == nil {
+// ManifestPulled implements registry.Observer.
+func (p *Predictor) ManifestPulled(_ context.Context, client string, m *registry.Manifest) {
+	if p.meta == nil {
 		return
 	}
-	layers, ok := imageLayers(content)
+	d := m.Digest
+	layers, ok := imageLayers(m)
 	if !ok {
 		return
 	}
-	e.clients.expect(client, layers)
-	if !e.opts.Predict {
+	p.clients.expect(client, layers)
+	if !p.opts.Predict || p.runner == nil {
 		return
 	}
-	select {
-	case e.predict <- predictJob{client: client, manifest: d, layers: layers}:
-	default: // prediction is best effort
-	}
+	j := predictJob{client: client, manifest: d, layers: layers}
+	// Best effort, and never ahead of the work GETs wait for.
+	p.runner.Submit("dedup predict", task.Low, func(ctx context.Context) error {
+		p.predictOne(ctx, j)
+		return nil
+	})
 }
 
-// BlobPulled implements server.PullObserver: it records the pull (ULmap,
+// BlobPulled implements registry.Observer: it records the pull (ULmap,
 // popularity) off the request path, counts whether a predicted layer was
 // ready, and in selective mode turns a hot layer back to intact.
-func (e *Engine) BlobPulled(ctx context.Context, client string, d digest.Digest) {
-	if e.meta == nil {
+func (p *Predictor) BlobPulled(ctx context.Context, client string, d digest.Digest) {
+	if p.meta == nil {
 		return
 	}
-	if e.clients.expected(client, d) {
-		_, state, _ := e.layerState(ctx, d)
-		rebuilt := e.disk != nil && state == meta.StateDeduplicated
+	if p.clients.expected(client, d) {
+		_, state, _ := p.layerState(ctx, d)
+		rebuilt := p.disk != nil && state == meta.StateDeduplicated
 		switch {
 		case rebuilt:
 			// A rebuild the prediction started counts even if unfinished:
 			// the GET waits only for what is left of it.
-			e.metrics.CacheLookup(CachePreconstruct+"_predicted", e.disk.Warm(string(d)))
-		case e.mem != nil:
-			_, hit := e.mem.Get(string(d))
-			e.metrics.CacheLookup(CachePrefetch+"_predicted", hit)
+			p.metrics.CacheLookup(CachePreconstruct+"_predicted", p.disk.Warm(string(d)))
+		case p.mem != nil:
+			_, hit := p.mem.Get(string(d))
+			p.metrics.CacheLookup(CachePrefetch+"_predicted", hit)
 		}
 	}
-	select {
-	case e.pulls <- pullJob{client: client, layer: d, at: e.now()}:
-	default:
+	if p.runner == nil {
+		return
+	}
+	pj := pullJob{client: client, layer: d, at: p.now()}
+	// Off the request path; tiny, so ahead of layer jobs. A full queue
+	// drops the record (popularity is an estimate).
+	p.runner.Submit("dedup pull", task.High, func(ctx context.Context) error {
+		p.recordPull(ctx, pj)
+		return nil
+	})
+}
+
+// recordPull records a pull (ULmap, popularity) and tells the worker,
+// which turns a hot deduplicated layer back to intact in selective mode.
+func (p *Predictor) recordPull(ctx context.Context, pj pullJob) {
+	if _, err := p.meta.RecordPull(ctx, pj.client, pj.layer, pj.at); err != nil {
+		p.log.Debug("dedup: recording pull", "err", err)
+		return
+	}
+	if p.pulled != nil {
+		p.pulled(ctx, pj.layer)
 	}
 }
 
-func (e *Engine) pullLoop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case p := <-e.pulls:
-			if _, err := e.meta.RecordPull(ctx, p.client, p.layer, p.at); err != nil {
-				e.log.Debug("dedup: recording pull", "err", err)
-				continue
-			}
-			if sum, state, err := e.layerState(ctx, p.layer); err == nil && state == meta.StateDeduplicated && sum.Mode == ModeSelective {
-				if hot, err := e.hot(ctx, p.layer); err == nil && hot {
-					e.enqueue(p.layer, ModeSelective)
-				}
-			}
-		}
+// predictOne warms the caches for one predicted pull.
+func (p *Predictor) predictOne(ctx context.Context, j predictJob) {
+	if err := p.meta.SetImageLayers(ctx, j.manifest, j.layers); err != nil {
+		p.log.Debug("dedup: recording image layers", "err", err)
 	}
-}
-
-// predictLoop warms caches for predicted pulls, a few layers at a time.
-func (e *Engine) predictLoop(ctx context.Context) {
-	sem := make(chan struct{}, 4)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case j := <-e.predict:
-			if err := e.meta.SetImageLayers(ctx, j.manifest, j.layers); err != nil {
-				e.log.Debug("dedup: recording image layers", "err", err)
-			}
-			targets, err := e.predictTargets(ctx, j)
-			if err != nil {
-				e.log.Debug("dedup: prediction", "err", err)
-				continue
-			}
-			for _, l := range targets {
-				e.warm(ctx, l, sem)
-			}
-		}
+	targets, err := p.predictTargets(ctx, j)
+	if err != nil {
+		p.log.Debug("dedup: prediction", "err", err)
+		return
+	}
+	for _, l := range targets {
+		p.warm(ctx, l)
 	}
 }
 
 // predictTargets returns the layers of j to warm for its client.
-func (e *Engine) predictTargets(ctx context.Context, j predictJob) ([]digest.Digest, error) {
-	ratio, err := e.meta.RepullRatio(ctx, j.client)
+func (p *Predictor) predictTargets(ctx context.Context, j predictJob) ([]digest.Digest, error) {
+	ratio, err := p.meta.RepullRatio(ctx, j.client)
 	if err != nil {
 		return nil, err
 	}
-	if ratio > e.opts.RepullRatio {
+	if ratio > p.opts.RepullRatio {
 		return j.layers, nil
 	}
-	pulled, err := e.meta.ClientLayers(ctx, j.client)
+	pulled, err := p.meta.ClientLayers(ctx, j.client)
 	if err != nil {
 		return nil, err
 	}
@@ -149,38 +145,38 @@ func (e *Engine) predictTargets(ctx context.Context, j predictJob) ([]digest.Dig
 
 // warm starts filling a cache with layer l: the rebuild for a deduplicated
 // layer, the intact bytes for others when a prefetch cache is configured.
-func (e *Engine) warm(ctx context.Context, l digest.Digest, sem chan struct{}) {
-	if r, err := e.recipe(ctx, l); err == nil {
-		if _, err := e.d.Stat(ctx, registry.BlobDataPath(l)); err != nil && e.disk != nil {
-			if !e.disk.Contains(string(l)) {
-				e.metrics.DedupPredicted(CachePreconstruct)
-				e.disk.Prefill(ctx, string(l), r.Size, func(ctx context.Context, w io.Writer) error {
-					return e.rebuild(ctx, r, w)
+func (p *Predictor) warm(ctx context.Context, l digest.Digest) {
+	if r, err := p.recipe(ctx, l); err == nil {
+		if _, err := p.d.Stat(ctx, layout.BlobData(l)); err != nil && p.disk != nil {
+			if !p.disk.Contains(string(l)) {
+				p.metrics.DedupPredicted(CachePreconstruct)
+				p.disk.Prefill(ctx, string(l), r.Size, func(ctx context.Context, w io.Writer) error {
+					return p.restore(ctx, r, w)
 				})
 			}
 			return
 		}
 	}
-	if e.mem == nil {
+	if p.mem == nil {
 		return
 	}
-	if _, ok := e.mem.Get(string(l)); ok {
+	if _, ok := p.mem.Get(string(l)); ok {
 		return
 	}
-	fi, err := e.d.Stat(ctx, registry.BlobDataPath(l))
+	fi, err := p.d.Stat(ctx, layout.BlobData(l))
 	if err != nil {
 		return
 	}
-	e.metrics.DedupPredicted(CachePrefetch)
+	p.metrics.DedupPredicted(CachePrefetch)
 	select {
-	case sem <- struct{}{}:
+	case p.warming <- struct{}{}:
 	case <-ctx.Done():
 		return
 	}
 	go func() {
-		defer func() { <-sem }()
-		err := e.mem.Fill(ctx, string(l), fi.Size, func(ctx context.Context, w io.Writer) error {
-			rc, err := e.d.Reader(ctx, registry.BlobDataPath(l), 0)
+		defer func() { <-p.warming }()
+		err := p.mem.Fill(ctx, string(l), fi.Size, func(ctx context.Context, w io.Writer) error {
+			rc, err := p.d.Reader(ctx, layout.BlobData(l), 0)
 			if err != nil {
 				return err
 			}
@@ -189,7 +185,7 @@ func (e *Engine) warm(ctx context.Context, l digest.Digest, sem chan struct{}) {
 			return err
 		})
 		if err != nil {
-			e.log.Debug("dedup: prefetch", "layer", l, "err", err)
+			p.log.Debug("dedup: prefetch", "layer", l, "err", err)
 		}
 	}()
 }

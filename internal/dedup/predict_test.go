@@ -30,8 +30,8 @@ func TestPredictWarmsCaches(t *testing.T) {
 	v.eng.Start(ctx)
 
 	m := manifest(t, false, dd, ls[:2])
-	v.eng.ManifestPulled(ctx, "10.0.0.1", digest.FromBytes(m), m)
-	eventually(t, 10*time.Second, "prediction", func() bool {
+	v.eng.ManifestPulled(ctx, "10.0.0.1", parsed(t, digest.FromBytes(m), m))
+	eventually(t, "prediction", func() bool {
 		return v.eng.disk.Contains(string(dd)) && v.eng.CachedBlob(intact, 0) != nil
 	})
 	if p, q := v.m.predictions(CachePreconstruct), v.m.predictions(CachePrefetch); p != 1 || q != 1 {
@@ -65,7 +65,7 @@ func TestPredictWarmsCaches(t *testing.T) {
 		t.Fatalf("GET after prediction: lookups %v, want one preconstruct hit", v.m.snapshot())
 	}
 	// The pulls were recorded for the client (ULmap).
-	eventually(t, 5*time.Second, "pulls recorded", func() bool {
+	eventually(t, "pulls recorded", func() bool {
 		pulled, err := v.store.ClientLayers(ctx, "10.0.0.1")
 		return err == nil && len(pulled) == 2
 	})
@@ -108,12 +108,12 @@ func TestPredictTargets(t *testing.T) {
 			// Targets are warmed in manifest order: once the second layer is
 			// cached, the first one was warmed or skipped.
 			m := manifest(t, false, first, []tlayer{ls[0], ls[2]})
-			v.eng.ManifestPulled(ctx, "ci", digest.FromBytes(m), m)
-			eventually(t, 10*time.Second, "the second layer warmed", func() bool { return v.eng.disk.Contains(string(second)) })
+			v.eng.ManifestPulled(ctx, "ci", parsed(t, digest.FromBytes(m), m))
+			eventually(t, "the second layer warmed", func() bool { return v.eng.disk.Contains(string(second)) })
 			want := 1
 			if tc.wantFirst {
 				want = 2
-				eventually(t, 10*time.Second, "the first layer warmed", func() bool { return v.eng.disk.Contains(string(first)) })
+				eventually(t, "the first layer warmed", func() bool { return v.eng.disk.Contains(string(first)) })
 			} else if v.eng.disk.Contains(string(first)) {
 				t.Fatal("a layer the client has was warmed")
 			}
@@ -138,7 +138,7 @@ func TestPredictOff(t *testing.T) {
 	v.process(d, ModeFull, outDeduplicated)
 	v.eng.Start(ctx)
 	m := manifest(t, false, d, []tlayer{l})
-	v.eng.ManifestPulled(ctx, "c", digest.FromBytes(m), m)
+	v.eng.ManifestPulled(ctx, "c", parsed(t, digest.FromBytes(m), m))
 	v.eng.BlobPulled(ctx, "c", d)
 	if v.m.lookup(CachePreconstruct+"_predicted/miss") != 1 {
 		t.Fatalf("lookups %v, want one predicted miss", v.m.snapshot())

@@ -16,9 +16,9 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
 	"github.com/cairn-registry/cairn/internal/dedup/recompress"
-	"github.com/cairn-registry/cairn/internal/gc"
+	"github.com/cairn-registry/cairn/internal/fence"
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
-	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -41,17 +41,17 @@ const (
 // Process brings layer l to the state mode asks for: it disassembles and
 // verifies a layer not processed yet, and drops or restores the intact copy
 // of a processed one. It is idempotent and safe to re-run after a crash.
-func (e *Engine) Process(ctx context.Context, l digest.Digest, mode Mode) (outcome, error) {
-	return e.process(ctx, l, mode, false)
+func (w *Worker) Process(ctx context.Context, l digest.Digest, mode Mode) (outcome, error) {
+	return w.process(ctx, l, mode, false)
 }
 
 // process is Process; recheck also looks in storage for a processed
 // layer's recipe file (a Stat, so not on every pass of the scan).
-func (e *Engine) process(ctx context.Context, l digest.Digest, mode Mode, recheck bool) (outcome, error) {
+func (w *Worker) process(ctx context.Context, l digest.Digest, mode Mode, recheck bool) (outcome, error) {
 	if mode == ModeOff {
 		return outUnchanged, nil
 	}
-	sum, state, err := e.layerState(ctx, l)
+	sum, state, err := w.layerState(ctx, l)
 	if err != nil {
 		return "", err
 	}
@@ -63,47 +63,47 @@ func (e *Engine) process(ctx context.Context, l digest.Digest, mode Mode, rechec
 			sum.Mode = mode
 		}
 		if recheck {
-			gone, err := e.recipeGone(ctx, l, sum)
+			gone, err := w.recipeGone(ctx, l, sum)
 			if err != nil {
 				return "", err
 			}
 			if gone {
 				// GC deleted the blob but stopped before releasing its files.
-				return e.noData(ctx, l, sum)
+				return w.noData(ctx, l, sum)
 			}
 		}
 		if !sum.Revived {
-			return e.settle(ctx, l, sum, state)
+			return w.settle(ctx, l, sum, state)
 		}
 		// A file of this layer was taken back from GC: redo the checks.
 	}
 	if sum.Mode.rank() < mode.rank() {
 		sum.Mode = mode
 	}
-	return e.disassemble(ctx, l, sum)
+	return w.disassemble(ctx, l, sum)
 }
 
 // recipeGone reports whether a layer recorded with a recipe has lost both
 // its recipe file and its data: its blob was deleted.
-func (e *Engine) recipeGone(ctx context.Context, l digest.Digest, sum summary) (bool, error) {
+func (w *Worker) recipeGone(ctx context.Context, l digest.Digest, sum summary) (bool, error) {
 	if sum.RecipeBytes == 0 {
 		return false, nil
 	}
 	// Stat, not the recipe cache: the file may be gone since it was cached.
-	if _, err := e.d.Stat(ctx, registry.BlobRecipePath(l)); !errors.Is(err, driver.ErrNotFound) {
+	if _, err := w.d.Stat(ctx, layout.BlobRecipe(l)); !errors.Is(err, driver.ErrNotFound) {
 		return false, err
 	}
-	_, err := e.d.Stat(ctx, registry.BlobDataPath(l))
+	_, err := w.d.Stat(ctx, layout.BlobData(l))
 	if errors.Is(err, driver.ErrNotFound) {
-		e.recipes.remove(l)
+		w.recipes.remove(l)
 		return true, nil
 	}
 	return false, err
 }
 
 // layerState reads l's summary and state; state 0 means unknown.
-func (e *Engine) layerState(ctx context.Context, l digest.Digest) (summary, meta.LayerState, error) {
-	b, state, err := e.meta.GetRecipe(ctx, l)
+func (ss summaries) layerState(ctx context.Context, l digest.Digest) (summary, meta.LayerState, error) {
+	b, state, err := ss.meta.GetLayer(ctx, l)
 	if errors.Is(err, meta.ErrNotFound) {
 		return summary{}, 0, nil
 	}
@@ -119,25 +119,25 @@ func (e *Engine) layerState(ctx context.Context, l digest.Digest) (summary, meta
 	return s, state, nil
 }
 
-func (e *Engine) putState(ctx context.Context, l digest.Digest, s summary, state meta.LayerState) error {
+func (ss summaries) putState(ctx context.Context, l digest.Digest, s summary, state meta.LayerState) error {
 	b, err := json.Marshal(s)
 	if err != nil {
 		return err
 	}
-	return e.meta.PutRecipe(ctx, l, b, state)
+	return ss.meta.PutLayer(ctx, l, b, state)
 }
 
 // disassemble runs the whole pipeline for a layer without a trusted recipe.
-func (e *Engine) disassemble(ctx context.Context, l digest.Digest, sum summary) (outcome, error) {
-	if err := e.putState(ctx, l, sum, meta.StatePending); err != nil {
+func (w *Worker) disassemble(ctx context.Context, l digest.Digest, sum summary) (outcome, error) {
+	if err := w.putState(ctx, l, sum, meta.StatePending); err != nil {
 		return "", err
 	}
-	f, size, err := e.spool(ctx, l)
+	f, size, err := w.spool(ctx, l)
 	if errors.Is(err, driver.ErrNotFound) {
-		return e.noData(ctx, l, sum)
+		return w.noData(ctx, l, sum)
 	}
 	if errors.Is(err, ErrBlobCorrupt) {
-		return e.irreproducible(ctx, l, sum, size, err)
+		return w.irreproducible(ctx, l, sum, size, err)
 	}
 	if err != nil {
 		return "", err
@@ -153,7 +153,7 @@ func (e *Engine) disassemble(ctx context.Context, l digest.Digest, sum summary) 
 		if ctx.Err() != nil {
 			return "", ctx.Err()
 		}
-		return e.irreproducible(ctx, l, sum, size, err)
+		return w.irreproducible(ctx, l, sum, size, err)
 	}
 	// Pass 1 only hashes: references are taken before anything is written,
 	// so GC can never delete a file between our write and our reference.
@@ -162,16 +162,16 @@ func (e *Engine) disassemble(ctx context.Context, l digest.Digest, sum summary) 
 		if ctx.Err() != nil || isStorageErr(err) {
 			return "", err
 		}
-		return e.irreproducible(ctx, l, sum, size, err)
+		return w.irreproducible(ctx, l, sum, size, err)
 	}
 	rec := &Recipe{Version: recipeVersion, Digest: l, Size: size, Compression: comp, Tar: *tr}
 	files := distinctFiles(tr)
-	refs, err := e.meta.AddLayerRefs(ctx, l, files)
+	refs, err := w.meta.AddLayerRefs(ctx, l, files)
 	if errors.Is(err, meta.ErrLayerFilesDiffer) {
 		// A recipe from an earlier attempt named other files (a different
 		// build of the disassembler): replace the set.
-		if _, err = e.meta.ReleaseLayerRefs(ctx, l); err == nil {
-			refs, err = e.meta.AddLayerRefs(ctx, l, files)
+		if _, err = w.meta.ReleaseLayerRefs(ctx, l); err == nil {
+			refs, err = w.meta.AddLayerRefs(ctx, l, files)
 		}
 	}
 	if err != nil {
@@ -180,11 +180,11 @@ func (e *Engine) disassemble(ctx context.Context, l digest.Digest, sum summary) 
 	// A retried add only reports a Missing file; the add of a new holder
 	// hands its write out and clears the flag (meta package doc, point 3).
 	// Take the references anew, or settle would find it Missing forever.
-	if missing, err := e.anyMissing(ctx, files); err != nil {
+	if missing, err := w.anyMissing(ctx, files); err != nil {
 		return "", err
 	} else if missing {
-		if _, err = e.meta.ReleaseLayerRefs(ctx, l); err == nil {
-			refs, err = e.meta.AddLayerRefs(ctx, l, files)
+		if _, err = w.meta.ReleaseLayerRefs(ctx, l); err == nil {
+			refs, err = w.meta.AddLayerRefs(ctx, l, files)
 		}
 		if err != nil {
 			return "", err
@@ -200,7 +200,7 @@ func (e *Engine) disassemble(ctx context.Context, l digest.Digest, sum summary) 
 			sum.Revived = true
 		}
 	}
-	if err := e.writeFiles(ctx, open, need); err != nil {
+	if err := w.writeFiles(ctx, open, need); err != nil {
 		return "", err
 	}
 	sum.Size, sum.TarSize, sum.Files = size, tr.TarSize, len(files)
@@ -208,45 +208,45 @@ func (e *Engine) disassemble(ctx context.Context, l digest.Digest, sum summary) 
 	if sum.Revived {
 		// GC tombstoned some of these files and may still delete them: trust
 		// the recipe only once no GC run is active (checked by settle).
-		if active, err := gc.Active(ctx, e.d); err != nil || active {
-			if err := e.putState(ctx, l, sum, meta.StateIntact); err != nil {
+		if active, err := fence.Running(ctx, w.d); err != nil || active {
+			if err := w.putState(ctx, l, sum, meta.StateIntact); err != nil {
 				return "", err
 			}
 			return outDeferred, err
 		}
 		sum.Revived = false
 	}
-	if err := e.verify(ctx, rec, open); err != nil {
+	if err := w.verify(ctx, rec, open); err != nil {
 		if ctx.Err() != nil || isStorageErr(err) {
 			return "", err
 		}
-		return e.irreproducible(ctx, l, sum, size, err)
+		return w.irreproducible(ctx, l, sum, size, err)
 	}
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return "", err
 	}
-	if err := e.d.PutContent(ctx, registry.BlobRecipePath(l), b); err != nil {
+	if err := w.d.PutContent(ctx, layout.BlobRecipe(l), b); err != nil {
 		return "", err
 	}
 	sum.RecipeBytes = int64(len(b))
-	if err := e.putState(ctx, l, sum, meta.StateIntact); err != nil {
+	if err := w.putState(ctx, l, sum, meta.StateIntact); err != nil {
 		return "", err
 	}
-	return e.settle(ctx, l, sum, meta.StateIntact)
+	return w.settle(ctx, l, sum, meta.StateIntact)
 }
 
 // verify rebuilds the blob from stored pieces. A file missing from the store
 // (a crashed earlier attempt, a racing GC) is written again from the blob and
 // the rebuild retried once.
-func (e *Engine) verify(ctx context.Context, rec *Recipe, open func() io.Reader) error {
-	err := e.rebuild(ctx, rec, io.Discard)
+func (w *Worker) verify(ctx context.Context, rec *Recipe, open func() io.Reader) error {
+	err := w.rebuild(ctx, rec, io.Discard)
 	if err == nil || !errors.Is(err, driver.ErrNotFound) {
 		return err
 	}
 	need := make(map[digest.Digest]bool)
 	for _, d := range distinctFiles(&rec.Tar) {
-		has, err := e.files.Has(ctx, d)
+		has, err := w.files.Has(ctx, d)
 		if err != nil {
 			return err
 		}
@@ -254,18 +254,18 @@ func (e *Engine) verify(ctx context.Context, rec *Recipe, open func() io.Reader)
 			need[d] = true
 		}
 	}
-	if err := e.writeFiles(ctx, open, need); err != nil {
+	if err := w.writeFiles(ctx, open, need); err != nil {
 		return err
 	}
-	return e.rebuild(ctx, rec, io.Discard)
+	return w.rebuild(ctx, rec, io.Discard)
 }
 
 // settle makes a layer with a verified recipe match its mode: the intact copy
 // is dropped (full, cold in selective) or restored (hot in selective).
-func (e *Engine) settle(ctx context.Context, l digest.Digest, sum summary, state meta.LayerState) (outcome, error) {
+func (w *Worker) settle(ctx context.Context, l digest.Digest, sum summary, state meta.LayerState) (outcome, error) {
 	keep := sum.Mode == ModeIndex
 	if sum.Mode == ModeSelective {
-		hot, err := e.hot(ctx, l)
+		hot, err := w.hot(ctx, l)
 		if err != nil {
 			return "", err
 		}
@@ -273,21 +273,21 @@ func (e *Engine) settle(ctx context.Context, l digest.Digest, sum summary, state
 	}
 	switch {
 	case keep && state == meta.StateDeduplicated:
-		if err := e.promote(ctx, l); err != nil {
+		if err := w.promote(ctx, l); err != nil {
 			return "", err
 		}
-		return outIndexed, e.putState(ctx, l, sum, meta.StateIntact)
+		return outIndexed, w.putState(ctx, l, sum, meta.StateIntact)
 	case keep:
 		// A crash between dropping the intact copy and recording it left
 		// "intact" without data: write the copy back.
-		if _, err := e.d.Stat(ctx, registry.BlobDataPath(l)); errors.Is(err, driver.ErrNotFound) {
-			if err := e.promote(ctx, l); err != nil {
+		if _, err := w.d.Stat(ctx, layout.BlobData(l)); errors.Is(err, driver.ErrNotFound) {
+			if err := w.promote(ctx, l); err != nil {
 				return "", err
 			}
 		} else if err != nil {
 			return "", err
 		}
-		return outIndexed, e.putState(ctx, l, sum, meta.StateIntact)
+		return outIndexed, w.putState(ctx, l, sum, meta.StateIntact)
 	case state == meta.StateDeduplicated:
 		return outUnchanged, nil
 	}
@@ -295,31 +295,31 @@ func (e *Engine) settle(ctx context.Context, l digest.Digest, sum summary, state
 	// No references at all: a layer without file payloads (a WORKDIR
 	// step), or a crash between disassemble's release and re-add; the
 	// recipe tells which.
-	files, err := e.meta.LayerFiles(ctx, l)
+	files, err := w.meta.LayerFiles(ctx, l)
 	if errors.Is(err, meta.ErrNotFound) {
-		r, rerr := e.recipe(ctx, l)
+		r, rerr := w.recipe(ctx, l)
 		if rerr != nil {
 			return "", rerr
 		}
 		if len(r.Tar.Files) > 0 {
 			sum.Revived = true
-			return e.disassemble(ctx, l, sum)
+			return w.disassemble(ctx, l, sum)
 		}
 		files, err = nil, nil
 	}
 	if err != nil {
 		return "", err
 	}
-	if missing, err := e.anyMissing(ctx, files); err != nil {
+	if missing, err := w.anyMissing(ctx, files); err != nil {
 		return "", err
 	} else if missing {
 		sum.Revived = true
-		return e.disassemble(ctx, l, sum)
+		return w.disassemble(ctx, l, sum)
 	}
-	if err := e.d.Delete(ctx, registry.BlobDataPath(l)); err != nil && !errors.Is(err, driver.ErrNotFound) {
+	if err := w.d.Delete(ctx, layout.BlobData(l)); err != nil && !errors.Is(err, driver.ErrNotFound) {
 		return "", err
 	}
-	if err := e.putState(ctx, l, sum, meta.StateDeduplicated); err != nil {
+	if err := w.putState(ctx, l, sum, meta.StateDeduplicated); err != nil {
 		return "", err
 	}
 	return outDeduplicated, nil
@@ -327,11 +327,11 @@ func (e *Engine) settle(ctx context.Context, l digest.Digest, sum summary, state
 
 // anyMissing reports whether a file of files is marked Missing or has no
 // entry: its object may be gone.
-func (e *Engine) anyMissing(ctx context.Context, files []digest.Digest) (bool, error) {
+func (w *Worker) anyMissing(ctx context.Context, files []digest.Digest) (bool, error) {
 	if len(files) == 0 {
 		return false, nil
 	}
-	infos, err := e.meta.Files(ctx, files)
+	infos, err := w.meta.Files(ctx, files)
 	if err != nil {
 		return false, err
 	}
@@ -345,43 +345,43 @@ func (e *Engine) anyMissing(ctx context.Context, files []digest.Digest) (bool, e
 
 // noData handles a layer whose intact bytes are gone: deduplicated already
 // (its recipe file serves it) or deleted.
-func (e *Engine) noData(ctx context.Context, l digest.Digest, sum summary) (outcome, error) {
-	if r, err := e.recipe(ctx, l); err == nil {
+func (w *Worker) noData(ctx context.Context, l digest.Digest, sum summary) (outcome, error) {
+	if r, err := w.recipe(ctx, l); err == nil {
 		// Another worker finished l meanwhile, and this one's first
 		// putState replaced that summary: describe l from its recipe.
 		sum.Size, sum.TarSize, sum.Files = r.Size, r.Tar.TarSize, len(distinctFiles(&r.Tar))
 		sum.Encoders = encoders(r.Compression)
-		if fi, err := e.d.Stat(ctx, registry.BlobRecipePath(l)); err == nil {
+		if fi, err := w.d.Stat(ctx, layout.BlobRecipe(l)); err == nil {
 			sum.RecipeBytes = fi.Size
 		}
-		return outUnchanged, e.putState(ctx, l, sum, meta.StateDeduplicated)
+		return outUnchanged, w.putState(ctx, l, sum, meta.StateDeduplicated)
 	}
-	if _, err := e.meta.ReleaseLayerRefs(ctx, l); err != nil {
+	if _, err := w.meta.ReleaseLayerRefs(ctx, l); err != nil {
 		return "", err
 	}
-	return outGone, e.meta.DeleteRecipe(ctx, l)
+	return outGone, w.meta.DeleteLayer(ctx, l)
 }
 
-func (e *Engine) irreproducible(ctx context.Context, l digest.Digest, sum summary, size int64, cause error) (outcome, error) {
+func (w *Worker) irreproducible(ctx context.Context, l digest.Digest, sum summary, size int64, cause error) (outcome, error) {
 	// Files this attempt referenced are garbage now; GC drains zero counts.
-	if _, err := e.meta.ReleaseLayerRefs(ctx, l); err != nil {
+	if _, err := w.meta.ReleaseLayerRefs(ctx, l); err != nil {
 		return "", err
 	}
 	sum.Size, sum.Reason, sum.Revived = size, cause.Error(), false
-	return outIrreproducible, e.putState(ctx, l, sum, meta.StateIrreproducible)
+	return outIrreproducible, w.putState(ctx, l, sum, meta.StateIrreproducible)
 }
 
 // spoolPattern names spooled blobs in Options.TempDir.
 const spoolPattern = "cairn-dedup-*"
 
 // spool copies blob l to a temp file, checking its digest on the way.
-func (e *Engine) spool(ctx context.Context, l digest.Digest) (*os.File, int64, error) {
-	rc, err := e.d.Reader(ctx, registry.BlobDataPath(l), 0)
+func (w *Worker) spool(ctx context.Context, l digest.Digest) (*os.File, int64, error) {
+	rc, err := w.d.Reader(ctx, layout.BlobData(l), 0)
 	if err != nil {
 		return nil, 0, err
 	}
 	defer rc.Close()
-	f, err := os.CreateTemp(e.opts.TempDir, spoolPattern)
+	f, err := os.CreateTemp(w.opts.TempDir, spoolPattern)
 	if err != nil {
 		return nil, 0, fmt.Errorf("dedup: %w", err)
 	}
@@ -399,9 +399,10 @@ func (e *Engine) spool(ctx context.Context, l digest.Digest) (*os.File, int64, e
 }
 
 // uncompressed returns a function opening the blob's uncompressed stream
-// from its start, by the container's magic bytes.
+// from its start, by the container's magic bytes. Every stream it opens
+// fails with ErrExpansion past expansionBudget(size) bytes.
 func uncompressed(f *os.File, size int64) func() io.Reader {
-	limit := max(maxExpansion*size, minExpansionLimit)
+	limit := expansionBudget(size)
 	return func() io.Reader {
 		sr := io.NewSectionReader(f, 0, size)
 		var magic [4]byte
@@ -424,14 +425,32 @@ func uncompressed(f *os.File, size int64) func() io.Reader {
 	}
 }
 
-// A layer expanding more than maxExpansion times (and past
-// minExpansionLimit) is treated as a decompression bomb: it stays intact
-// rather than keep a worker busy for hours. Real layers stay well below
-// (the Debian dataset: 2-4x; a file of zeros: about 1000x).
+// A layer whose uncompressed stream is longer than
+// expansionAllowance + expansionFactor*compressed is treated as a
+// decompression bomb: it stays intact (irreproducible) after reading at
+// most that much, instead of keeping a worker busy and making every cold
+// pull recompress it. The bound must be absolute, not a ratio alone:
+// deflate cannot expand more than about 1032x, so a ratio bound above that
+// never stops a gzip layer (a 2 MB gzip of 2 GiB of zeros cost 45 s of
+// dedup CPU and 9 s per cold pull under the former 2048x).
+//
+// The allowance lets any layer up to 256 MiB uncompressed through,
+// whatever its ratio (small layers of zeros or text are common and cheap).
+// The factor covers large layers: real ones expand 2-5x (the Debian
+// dataset 2-4x), text-heavy ones rarely past 10x, so 16x leaves them ample
+// room while a layer of hundreds of MB is never refused for its size. The
+// 2 MB bomb above now stops after 288 MiB. A refused layer only loses its
+// savings: it keeps serving its intact copy.
 const (
-	maxExpansion      = 2048
-	minExpansionLimit = 1 << 30
+	expansionAllowance = 256 << 20
+	expansionFactor    = 16
 )
+
+// expansionBudget is how many uncompressed bytes a blob of size compressed
+// bytes may yield.
+func expansionBudget(size int64) int64 {
+	return expansionAllowance + expansionFactor*size
+}
 
 // ErrExpansion marks a layer whose uncompressed stream exceeds the bound.
 var ErrExpansion = errors.New("dedup: layer expands beyond the decompression bound")
@@ -488,11 +507,11 @@ func disassembleWith(ctx context.Context, open func() io.Reader, fs layer.FileSt
 }
 
 // writeFiles stores the files in need from a second pass over the layer.
-func (e *Engine) writeFiles(ctx context.Context, open func() io.Reader, need map[digest.Digest]bool) error {
+func (w *Worker) writeFiles(ctx context.Context, open func() io.Reader, need map[digest.Digest]bool) error {
 	if len(need) == 0 {
 		return nil
 	}
-	_, err := disassembleWith(ctx, open, &needStore{need: need, FileStore: e.files})
+	_, err := disassembleWith(ctx, open, &needStore{need: need, FileStore: w.files})
 	if err != nil {
 		return fmt.Errorf("dedup: writing files: %w", err)
 	}

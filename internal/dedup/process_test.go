@@ -10,8 +10,8 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
-	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -177,7 +177,7 @@ func TestSelectivePromote(t *testing.T) {
 			}
 			// No temp file of the promotion is left behind.
 			var left []string
-			v.d.Walk(ctx, registry.RootPath+"/cairn/tmp", func(fi driver.FileInfo) error {
+			v.d.Walk(ctx, layout.TmpDir, func(fi driver.FileInfo) error {
 				if !fi.IsDir {
 					left = append(left, fi.Path)
 				}
@@ -205,10 +205,10 @@ func TestSelectiveHotAfterCrash(t *testing.T) {
 	v.process(d, ModeIndex, outIndexed) // recipe verified, state intact
 	sum, _ := v.state(d)
 	sum.Mode = ModeSelective
-	if err := v.eng.putState(ctx, d, sum, meta.StateIntact); err != nil {
+	if err := v.eng.Worker.putState(ctx, d, sum, meta.StateIntact); err != nil {
 		t.Fatal(err)
 	}
-	if err := v.d.Delete(ctx, registry.BlobDataPath(d)); err != nil {
+	if err := v.d.Delete(ctx, layout.BlobData(d)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := v.store.RecordPull(ctx, "a", d, time.Now()); err != nil {
@@ -239,7 +239,7 @@ func TestCrashRecovery(t *testing.T) {
 		// for no write, so the verify step must find and repair the files.
 		name: "after AddLayerRefs",
 		crash: func(t *testing.T, v *env, l tlayer, d digest.Digest) {
-			if err := v.eng.putState(ctx, d, summary{Mode: ModeFull}, meta.StatePending); err != nil {
+			if err := v.eng.Worker.putState(ctx, d, summary{Mode: ModeFull}, meta.StatePending); err != nil {
 				t.Fatal(err)
 			}
 			refs, err := v.store.AddLayerRefs(ctx, d, payloadDigests(l.files))
@@ -263,11 +263,11 @@ func TestCrashRecovery(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if err := v.d.Delete(ctx, registry.BlobRecipePath(d)); err != nil {
+			if err := v.d.Delete(ctx, layout.BlobRecipe(d)); err != nil {
 				t.Fatal(err)
 			}
 			v.eng.recipes = newRecipeCache(1 << 20) // a new process
-			if err := v.eng.putState(ctx, d, summary{Mode: ModeFull}, meta.StatePending); err != nil {
+			if err := v.eng.Worker.putState(ctx, d, summary{Mode: ModeFull}, meta.StatePending); err != nil {
 				t.Fatal(err)
 			}
 		},
@@ -285,7 +285,7 @@ func TestCrashRecovery(t *testing.T) {
 		name: "after the intact copy was deleted",
 		crash: func(t *testing.T, v *env, l tlayer, d digest.Digest) {
 			v.process(d, ModeIndex, outIndexed)
-			if err := v.d.Delete(ctx, registry.BlobDataPath(d)); err != nil {
+			if err := v.d.Delete(ctx, layout.BlobData(d)); err != nil {
 				t.Fatal(err)
 			}
 		},
@@ -295,7 +295,7 @@ func TestCrashRecovery(t *testing.T) {
 		name: "pending, data gone, recipe present",
 		crash: func(t *testing.T, v *env, l tlayer, d digest.Digest) {
 			v.process(d, ModeIndex, outIndexed)
-			if err := v.d.Delete(ctx, registry.BlobDataPath(d)); err != nil {
+			if err := v.d.Delete(ctx, layout.BlobData(d)); err != nil {
 				t.Fatal(err)
 			}
 			if err := v.store.SetLayerState(ctx, d, meta.StatePending); err != nil {
@@ -349,8 +349,7 @@ func TestNoPayloadLayer(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			v := newEnv(t, nil, Options{})
 			d := v.put(blob)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
+			ctx := t.Context()
 			out, err := v.eng.Process(ctx, d, ModeFull)
 			if err != nil {
 				t.Fatalf("Process: %v", err)
@@ -524,8 +523,7 @@ func TestRevivedFile(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
+			ctx := t.Context()
 			v := newEnv(t, nil, Options{})
 			old, l := sharedLayers(t)[0], sharedLayers(t)[1]
 			shared := payloadDigests(sharedFiles())
@@ -558,7 +556,7 @@ func TestRevivedFile(t *testing.T) {
 					if err := v.d.Delete(ctx, filePath(t, f)); err != nil {
 						t.Fatal(err)
 					}
-					if revived, err := v.store.DeleteFile(ctx, f); err != nil || !revived {
+					if revived, err := v.store.DropFileEntry(ctx, f); err != nil || !revived {
 						t.Fatalf("DeleteFile = %v, %v; want revived", revived, err)
 					}
 				}
@@ -655,7 +653,7 @@ func TestCorruptBlob(t *testing.T) {
 	d := l.digest()
 	bad := append([]byte{}, l.blob...)
 	bad[len(bad)/3] ^= 1
-	if err := v.d.PutContent(ctx, registry.BlobDataPath(d), bad); err != nil {
+	if err := v.d.PutContent(ctx, layout.BlobData(d), bad); err != nil {
 		t.Fatal(err)
 	}
 	v.process(d, ModeFull, outIrreproducible)
@@ -670,7 +668,7 @@ func TestGone(t *testing.T) {
 	ctx := context.Background()
 	v := newEnv(t, nil, Options{})
 	d := sharedLayers(t)[0].digest()
-	if err := v.eng.putState(ctx, d, summary{Mode: ModeFull}, meta.StatePending); err != nil {
+	if err := v.eng.Worker.putState(ctx, d, summary{Mode: ModeFull}, meta.StatePending); err != nil {
 		t.Fatal(err)
 	}
 	v.process(d, ModeFull, outGone)

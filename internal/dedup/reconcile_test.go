@@ -5,8 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
-	"github.com/cairn-registry/cairn/internal/registry"
 )
 
 // TestReleaseAfterStoppedGC: a GC that deleted a deduplicated blob and
@@ -23,7 +23,7 @@ func TestReleaseAfterStoppedGC(t *testing.T) {
 	v.wantBlob(ls[0].blob) // caches the recipe: the recheck must not trust it
 
 	// GC's delete of the dead blob, then a crash.
-	if err := v.d.Delete(ctx, registry.BlobRecipePath(dead)); err != nil {
+	if err := v.d.Delete(ctx, layout.BlobRecipe(dead)); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := v.eng.process(ctx, dead, ModeIndex, true); err != nil || out != outGone {
@@ -32,7 +32,7 @@ func TestReleaseAfterStoppedGC(t *testing.T) {
 	if _, err := v.store.LayerFiles(ctx, dead); !errors.Is(err, meta.ErrNotFound) {
 		t.Fatalf("deleted layer still holds its files: %v", err)
 	}
-	if _, _, err := v.store.GetRecipe(ctx, dead); !errors.Is(err, meta.ErrNotFound) {
+	if _, _, err := v.store.GetLayer(ctx, dead); !errors.Is(err, meta.ErrNotFound) {
 		t.Fatalf("deleted layer still has a state: %v", err)
 	}
 	if out, err := v.eng.process(ctx, live, ModeIndex, true); err != nil || out != outUnchanged {

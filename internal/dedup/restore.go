@@ -1,7 +1,10 @@
 package dedup
 
 import (
+	"time"
+
 	"github.com/cairn-registry/cairn/internal/iocount"
+	"github.com/cairn-registry/cairn/internal/layout"
 
 	"bytes"
 	"context"
@@ -17,7 +20,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/dedup/cache"
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
 	"github.com/cairn-registry/cairn/internal/dedup/recompress"
-	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
 // ErrRebuildMismatch means a rebuild did not reproduce the blob: storage
@@ -27,11 +30,11 @@ var ErrRebuildMismatch = errors.New("dedup: rebuilt blob does not match its dige
 
 // recipe returns the parsed recipe file of blob d; an error wrapping
 // driver.ErrNotFound when d has none.
-func (e *Engine) recipe(ctx context.Context, d digest.Digest) (*Recipe, error) {
-	if r, ok := e.recipes.get(d); ok {
+func (s *Source) recipe(ctx context.Context, d digest.Digest) (*Recipe, error) {
+	if r, ok := s.recipes.get(d); ok {
 		return r, nil
 	}
-	b, err := e.d.GetContent(ctx, registry.BlobRecipePath(d))
+	b, err := s.d.GetContent(ctx, layout.BlobRecipe(d))
 	if err != nil {
 		return nil, err
 	}
@@ -39,13 +42,13 @@ func (e *Engine) recipe(ctx context.Context, d digest.Digest) (*Recipe, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.recipes.add(d, r, int64(len(b)))
+	s.recipes.add(d, r, int64(len(b)))
 	return r, nil
 }
 
 // BlobSize implements registry.DedupSource.
-func (e *Engine) BlobSize(ctx context.Context, d digest.Digest) (int64, error) {
-	r, err := e.recipe(ctx, d)
+func (s *Source) BlobSize(ctx context.Context, d digest.Digest) (int64, error) {
+	r, err := s.recipe(ctx, d)
 	if err != nil {
 		return 0, err
 	}
@@ -55,38 +58,47 @@ func (e *Engine) BlobSize(ctx context.Context, d digest.Digest) (int64, error) {
 // OpenBlob implements registry.DedupSource: it streams the rebuilt blob
 // from offset. Concurrent GETs of one layer share one rebuild, which also
 // fills the preconstruct cache; a Range from the middle waits for the
-// rebuild to get there, or reads the cached copy.
-func (e *Engine) OpenBlob(ctx context.Context, d digest.Digest, offset int64) (io.ReadCloser, error) {
-	r, err := e.recipe(ctx, d)
+// rebuild to get there, or reads the cached copy. The last byte is held
+// back until the rebuild has matched the digest, so a failed rebuild never
+// reads as a complete blob.
+func (s *Source) OpenBlob(ctx context.Context, d digest.Digest, offset int64) (io.ReadCloser, error) {
+	r, err := s.recipe(ctx, d)
 	if err != nil {
 		return nil, err
 	}
-	if e.disk == nil {
+	if s.disk == nil {
 		// No cache directory: rebuild for this reader alone.
 		pr, pw := io.Pipe()
-		go func() { pw.CloseWithError(e.rebuild(ctx, r, &skipWriter{w: pw, skip: offset})) }()
+		go func() {
+			w := &holdLast{w: &skipWriter{w: pw, skip: offset}, pass: r.Size - 1}
+			err := s.restore(ctx, r, w)
+			if err == nil {
+				err = w.flush()
+			}
+			pw.CloseWithError(err)
+		}()
 		return pr, nil
 	}
 	// A GET that joins a rebuild already under way (predicted, or another
 	// client's) counts as a hit: it does not start one.
-	warm := e.disk.Warm(string(d))
-	rc, hit, err := e.disk.Open(ctx, string(d), r.Size, offset, func(ctx context.Context, w io.Writer) error {
-		return e.rebuild(ctx, r, w)
+	warm := s.disk.Warm(string(d))
+	rc, hit, err := s.disk.Open(ctx, string(d), r.Size, offset, func(ctx context.Context, w io.Writer) error {
+		return s.restore(ctx, r, w)
 	})
 	if err != nil {
 		return nil, err
 	}
-	e.metrics.CacheLookup(CachePreconstruct, hit || warm)
+	s.metrics.CacheLookup(CachePreconstruct, hit || warm)
 	return rc, nil
 }
 
 // CachedBlob implements registry.DedupSource: intact blobs prefetched into
 // memory for a predicted pull.
-func (e *Engine) CachedBlob(d digest.Digest, offset int64) io.ReadCloser {
-	if e.mem == nil {
+func (s *Source) CachedBlob(d digest.Digest, offset int64) io.ReadCloser {
+	if s.mem == nil {
 		return nil
 	}
-	b, ok := e.mem.Get(string(d))
+	b, ok := s.mem.Get(string(d))
 	if !ok || offset > int64(len(b)) {
 		return nil
 	}
@@ -98,7 +110,8 @@ func (e *Engine) CachedBlob(d digest.Digest, offset int64) io.ReadCloser {
 // recompressor runs in this one. The digest and size are checked at the
 // end; a mismatch returns ErrRebuildMismatch after the bytes were written,
 // so callers must not publish them (the preconstruct cache discards them).
-func (e *Engine) rebuild(ctx context.Context, r *Recipe, w io.Writer) error {
+// It never writes more than r.Size bytes.
+func (s *Source) rebuild(ctx context.Context, r *Recipe, w io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pr, pw := io.Pipe()
@@ -107,11 +120,11 @@ func (e *Engine) rebuild(ctx context.Context, r *Recipe, w io.Writer) error {
 	var asmErr error
 	go func() {
 		defer wg.Done()
-		asmErr = layer.Assemble(ctx, pw, &r.Tar, storeErrs{e.files})
+		asmErr = layer.Assemble(ctx, pw, &r.Tar, storeErrs{s.files})
 		pw.CloseWithError(asmErr)
 	}()
 	v := r.Digest.Verifier()
-	cw := &iocount.Writer{W: io.MultiWriter(w, v)}
+	cw := &iocount.Writer{W: io.MultiWriter(&sizeCap{w: w, left: r.Size}, v)}
 	err := recompress.Rebuild(cw, r.Compression, pr)
 	if err == nil {
 		// The tar must end exactly where the recipe's members do.
@@ -135,33 +148,145 @@ func (e *Engine) rebuild(ctx context.Context, r *Recipe, w io.Writer) error {
 	return nil
 }
 
+// Reasons a restore failed, as the rebuild failures metric labels them.
+const (
+	failMissingFile = "missing_file" // a unique file is not in the store
+	failCorruptFile = "corrupt_file" // a unique file does not match its digest
+	failMismatch    = "mismatch"     // the recipe does not reproduce the blob
+	failStorage     = "storage"      // the store could not be read
+	failOther       = "other"
+)
+
+// restore is rebuild for a layer served from its recipe (a GET, a
+// predicted pull, a promotion): with the intact copy gone, a failure is a
+// layer that cannot be served, and the client only sees a response cut
+// short. So it is logged at ERROR, naming the layer and the file at fault,
+// and counted. A reader that went away or a stopping process is not a
+// failure of the layer, nor is an output that fails (a full cache disk).
+func (s *Source) restore(ctx context.Context, r *Recipe, w io.Writer) error {
+	out := &watchedWriter{w: w}
+	err := s.rebuild(ctx, r, out)
+	if err == nil || out.err != nil || ctx.Err() != nil {
+		return err
+	}
+	reason, file := rebuildFailure(err)
+	s.metrics.DedupRebuildFailed(reason)
+	attrs := []any{"layer", r.Digest, "reason", reason}
+	if file != "" {
+		attrs = append(attrs, "file", file)
+	}
+	s.log.Error("dedup: rebuild of a deduplicated layer failed", append(attrs, "err", err)...)
+	return err
+}
+
+// rebuildFailure tells why a rebuild failed and which file, if one is at
+// fault.
+func rebuildFailure(err error) (reason string, file digest.Digest) {
+	var fe *layer.FileError
+	if errors.As(err, &fe) {
+		file = fe.Digest
+	}
+	switch {
+	case errors.Is(err, layer.ErrCorruptFile):
+		return failCorruptFile, file
+	case file != "" && errors.Is(err, driver.ErrNotFound):
+		return failMissingFile, file
+	case errors.Is(err, ErrRebuildMismatch), errors.Is(err, layer.ErrMismatch), errors.Is(err, recompress.ErrMismatch):
+		return failMismatch, file
+	case file != "" || isStorageErr(err):
+		return failStorage, file
+	}
+	return failOther, file
+}
+
+// watchedWriter remembers whether writing to w failed.
+type watchedWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (o *watchedWriter) Write(p []byte) (int, error) {
+	n, err := o.w.Write(p)
+	if err != nil {
+		o.err = err
+	}
+	return n, err
+}
+
+// sizeCap fails a rebuild that runs past the blob's size before the extra
+// bytes reach w.
+type sizeCap struct {
+	w    io.Writer
+	left int64
+}
+
+func (c *sizeCap) Write(p []byte) (int, error) {
+	if int64(len(p)) > c.left {
+		return 0, fmt.Errorf("%w: rebuild runs past the blob's size", ErrRebuildMismatch)
+	}
+	c.left -= int64(len(p))
+	return c.w.Write(p)
+}
+
+// holdLast passes the first pass bytes to w and keeps the rest (one byte
+// of a rebuild, which sizeCap bounds) until flush: a reader never gets the
+// whole blob before the rebuild verified it.
+type holdLast struct {
+	w    io.Writer
+	pass int64
+	held []byte
+}
+
+func (h *holdLast) Write(p []byte) (int, error) {
+	k := min(int64(len(p)), max(h.pass, 0))
+	if k > 0 {
+		if _, err := h.w.Write(p[:k]); err != nil {
+			return 0, err
+		}
+		h.pass -= k
+	}
+	h.held = append(h.held, p[k:]...)
+	return len(p), nil
+}
+
+func (h *holdLast) flush() error {
+	if len(h.held) == 0 {
+		return nil
+	}
+	_, err := h.w.Write(h.held)
+	h.held = nil
+	return err
+}
+
 // storeErrs marks file store failures as storage errors, so that a layer
-// whose files cannot be read right now is retried rather than given up.
+// whose files cannot be read right now is retried rather than given up. A
+// corrupt file is no passing failure: it is left unmarked, as when its
+// corruption shows while it is read.
 type storeErrs struct{ layer.FileStore }
 
 func (s storeErrs) Open(ctx context.Context, d digest.Digest) (io.ReadCloser, error) {
 	rc, err := s.FileStore.Open(ctx, d)
-	if err != nil {
+	if err != nil && !errors.Is(err, layer.ErrCorruptFile) {
 		return nil, storageErr{err}
 	}
-	return rc, nil
+	return rc, err
 }
 
 // promote writes the rebuilt blob back as intact data (selective mode, a
 // layer turned hot), through a temp path and an atomic move.
-func (e *Engine) promote(ctx context.Context, l digest.Digest) error {
-	r, err := e.recipe(ctx, l)
+func (w *Worker) promote(ctx context.Context, l digest.Digest) error {
+	r, err := w.recipe(ctx, l)
 	if err != nil {
 		return err
 	}
 	var rnd [8]byte
 	rand.Read(rnd[:])
-	tmp := registry.RootPath + "/cairn/tmp/promote/" + l.Encoded() + "-" + hex.EncodeToString(rnd[:])
-	fw, err := e.d.Writer(ctx, tmp, false)
+	tmp := layout.TmpPromote(l, hex.EncodeToString(rnd[:]))
+	fw, err := w.d.Writer(ctx, tmp, false)
 	if err != nil {
 		return err
 	}
-	if err := e.rebuild(ctx, r, fw); err != nil {
+	if err := w.restore(ctx, r, fw); err != nil {
 		fw.Cancel(ctx)
 		return err
 	}
@@ -172,8 +297,8 @@ func (e *Engine) promote(ctx context.Context, l digest.Digest) error {
 	if err := fw.Close(); err != nil {
 		return err
 	}
-	if err := e.d.Move(ctx, tmp, registry.BlobDataPath(l)); err != nil {
-		e.d.Delete(ctx, tmp)
+	if err := w.d.Move(ctx, tmp, layout.BlobData(l)); err != nil {
+		w.d.Delete(ctx, tmp)
 		return err
 	}
 	return nil
@@ -181,12 +306,12 @@ func (e *Engine) promote(ctx context.Context, l digest.Digest) error {
 
 // hot reports whether l was pulled often enough lately to keep its intact
 // copy in selective mode.
-func (e *Engine) hot(ctx context.Context, l digest.Digest) (bool, error) {
-	n, err := e.meta.LayerPulls(ctx, l, e.now().Add(-e.opts.HotWindow))
+func (w *Worker) hot(ctx context.Context, l digest.Digest) (bool, error) {
+	n, err := w.meta.LayerPulls(ctx, l, time.Now().Add(-w.opts.HotWindow))
 	if err != nil {
 		return false, err
 	}
-	return n >= e.opts.HotPulls, nil
+	return n >= w.opts.HotPulls, nil
 }
 
 // skipWriter drops the first skip bytes (a Range start without a cache).

@@ -5,9 +5,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
-	"time"
+
+	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -51,7 +54,7 @@ func TestOpenBlobRanges(t *testing.T) {
 					return
 				}
 				if cached {
-					eventually(t, 5*time.Second, "the rebuild to be cached", func() bool { return v.eng.disk.Contains(string(d)) })
+					eventually(t, "the rebuild to be cached", func() bool { return v.eng.disk.Contains(string(d)) })
 				}
 				hits := v.m.lookup(CachePreconstruct + "/hit")
 				for _, off := range []int64{0, size / 2} {
@@ -90,7 +93,7 @@ func TestOpenBlobPartialRead(t *testing.T) {
 		t.Fatal("first bytes differ")
 	}
 	v.wantBlob(l.blob)
-	eventually(t, 5*time.Second, "the rebuild to be cached", func() bool { return v.eng.disk.Contains(string(d)) })
+	eventually(t, "the rebuild to be cached", func() bool { return v.eng.disk.Contains(string(d)) })
 	v.wantBlob(l.blob)
 }
 
@@ -125,8 +128,8 @@ func TestRestoreOnly(t *testing.T) {
 	}
 	defer ro.Close()
 	ro.Start(context.Background())
-	ro.ManifestPushed("repo", d, manifest(t, false, d, []tlayer{l}))
-	ro.ManifestPulled(context.Background(), "c", d, manifest(t, false, d, []tlayer{l}))
+	ro.ManifestPushed(context.Background(), "repo", parsed(t, d, manifest(t, false, d, []tlayer{l})))
+	ro.ManifestPulled(context.Background(), "c", parsed(t, d, manifest(t, false, d, []tlayer{l})))
 	ro.BlobPulled(context.Background(), "c", d)
 	rc, err := ro.OpenBlob(context.Background(), d, 0)
 	if err != nil {
@@ -140,4 +143,147 @@ func TestRestoreOnly(t *testing.T) {
 	if _, err := ro.Stats(context.Background()); err == nil {
 		t.Fatal("Stats without a metadata store succeeded")
 	}
+}
+
+// TestRestoreFailure: a deduplicated layer whose rebuild fails (a unique
+// file missing or corrupt in the store, a recipe that no longer reproduces
+// the blob) never reads as a complete blob, with or without the
+// preconstruct cache; the failure is logged at ERROR naming the layer and
+// the file at fault, and counted by reason.
+func TestRestoreFailure(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cases := []struct {
+		name   string
+		reason string
+		damage func(v *env, l digest.Digest, file digest.Digest)
+	}{
+		{"missing file", failMissingFile, func(v *env, _, f digest.Digest) {
+			if err := v.d.Delete(ctx, filePath(v.t, f)); err != nil {
+				v.t.Fatal(err)
+			}
+		}},
+		{"corrupt file", failCorruptFile, func(v *env, _, f digest.Digest) {
+			p := filePath(v.t, f)
+			b, err := v.d.GetContent(ctx, p)
+			if err != nil {
+				v.t.Fatal(err)
+			}
+			b[len(b)/2] ^= 0x01
+			if err := v.d.PutContent(ctx, p, b); err != nil {
+				v.t.Fatal(err)
+			}
+		}},
+		{"recipe mismatch", failMismatch, func(v *env, l, _ digest.Digest) {
+			// Another gzip header mtime: every byte is rebuilt, but the
+			// digest does not match.
+			r, err := v.eng.recipe(ctx, l)
+			if err != nil {
+				v.t.Fatal(err)
+			}
+			r.Compression.Members[0].Header[4] ^= 0x01
+		}},
+	}
+	for _, l := range sharedLayers(t) {
+		for _, cached := range []bool{false, true} {
+			for _, tc := range cases {
+				if tc.reason == failMismatch && l.mediaType != mtOCIGzip {
+					continue
+				}
+				name := l.name + "/" + map[bool]string{false: "no-cache", true: "preconstruct"}[cached] + "/" + tc.name
+				t.Run(name, func(t *testing.T) {
+					t.Parallel()
+					opts := Options{}
+					if cached {
+						opts.PreconstructDir, opts.PreconstructSize = t.TempDir(), 64<<20
+					}
+					v := newEnv(t, nil, opts)
+					var logs lockedBuffer
+					v.eng.log = slog.New(slog.NewTextHandler(&logs, nil))
+					d := v.put(l.blob)
+					v.process(d, ModeFull, outDeduplicated)
+					file := payloadDigests(l.files)[0]
+					tc.damage(v, d, file)
+
+					rc, err := v.eng.OpenBlob(ctx, d, 0)
+					if err != nil {
+						t.Fatal(err)
+					}
+					// A client reads exactly the blob's length (as an HTTP
+					// response body does): it must not get that far.
+					n, err := io.ReadFull(rc, make([]byte, len(l.blob)))
+					rc.Close()
+					if err == nil {
+						t.Fatalf("read the whole %d-byte blob from a failed rebuild", n)
+					}
+					if got := v.m.failures(tc.reason); got != 1 {
+						t.Fatalf("rebuild failures %q = %d, want 1 (%v)", tc.reason, got, err)
+					}
+					want := []string{"level=ERROR", "layer=" + string(d), "reason=" + tc.reason}
+					if tc.reason != failMismatch {
+						want = append(want, "file="+string(file))
+					}
+					line := ""
+					for _, ln := range strings.Split(logs.String(), "\n") {
+						if strings.Contains(ln, "level=ERROR") {
+							line = ln
+						}
+					}
+					for _, w := range want {
+						if !strings.Contains(line, w) {
+							t.Fatalf("ERROR line lacks %q:\n%s", w, logs.String())
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestRestoreReaderGone: a rebuild that stops because its output failed
+// (a reader that went away, a full cache disk) or its context ended is no
+// failure of the layer: not logged at ERROR, not counted.
+func TestRestoreReaderGone(t *testing.T) {
+	t.Parallel()
+	v := newEnv(t, nil, Options{})
+	var logs lockedBuffer
+	v.eng.log = slog.New(slog.NewTextHandler(&logs, nil))
+	l := sharedLayers(t)[0]
+	d := v.put(l.blob)
+	v.process(d, ModeFull, outDeduplicated)
+	r, err := v.eng.recipe(t.Context(), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.eng.restore(t.Context(), r, &failAfter{n: 100}); err == nil {
+		t.Fatal("restore into a failing writer succeeded")
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	if err := v.eng.restore(ctx, r, &failAfter{n: 100, then: cancel}); err == nil {
+		t.Fatal("restore with a cancelled context succeeded")
+	}
+	v.m.mu.Lock()
+	defer v.m.mu.Unlock()
+	if len(v.m.failed) != 0 || strings.Contains(logs.String(), "level=ERROR") {
+		t.Fatalf("counted %v, logged:\n%s", v.m.failed, logs.String())
+	}
+}
+
+// failAfter accepts n bytes, then calls then (if set) and fails.
+type failAfter struct {
+	n    int
+	then func()
+}
+
+func (f *failAfter) Write(p []byte) (int, error) {
+	if len(p) <= f.n {
+		f.n -= len(p)
+		return len(p), nil
+	}
+	if f.then != nil {
+		f.then()
+		f.n = 1 << 30 // the context ends the rebuild, not this writer
+		return len(p), nil
+	}
+	return 0, io.ErrClosedPipe
 }

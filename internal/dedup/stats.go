@@ -6,7 +6,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/cairn-registry/cairn/internal/dedup/layer"
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -50,17 +50,17 @@ type FileStats struct {
 // Stats computes the statistics: one pass over the layer states, one read
 // of each recipe file (for file sizes and sharing), one listing of the file
 // store. Memory grows with the number of unique files.
-func (e *Engine) Stats(ctx context.Context) (*Stats, error) {
-	st, _, err := e.stats(ctx)
+func (sc *Statistics) Stats(ctx context.Context) (*Stats, error) {
+	st, _, err := sc.stats(ctx)
 	return st, err
 }
 
 // stats is Stats, also returning the layers recorded with a recipe whose
 // recipe file is gone (a GC that stopped between deleting a blob and
 // releasing its files leaves them): the worker rechecks those.
-func (e *Engine) stats(ctx context.Context) (*Stats, []digest.Digest, error) {
+func (sc *Statistics) stats(ctx context.Context) (*Stats, []digest.Digest, error) {
 	var gone []digest.Digest
-	if e.meta == nil {
+	if sc.meta == nil {
 		return nil, nil, errors.New("dedup: no metadata store")
 	}
 	st := &Stats{Layers: make(map[string]int64), Encoders: make(map[string]int64)}
@@ -74,7 +74,7 @@ func (e *Engine) stats(ctx context.Context) (*Stats, []digest.Digest, error) {
 	files := make(map[digest.Digest]*fileUse)
 	for _, state := range meta.States {
 		var ferr error
-		err := e.eachLayer(ctx, state, func(l digest.Digest, sum summary) {
+		err := sc.eachLayer(ctx, state, func(l digest.Digest, sum summary) {
 			st.Layers[state.String()]++
 			st.LogicalBytes += sum.Size
 			if state != meta.StateDeduplicated {
@@ -87,7 +87,7 @@ func (e *Engine) stats(ctx context.Context) (*Stats, []digest.Digest, error) {
 			for _, enc := range sum.Encoders {
 				st.Encoders[enc]++
 			}
-			r, err := e.recipe(ctx, l)
+			r, err := sc.recipe(ctx, l)
 			if errors.Is(err, driver.ErrNotFound) {
 				gone = append(gone, l)
 				return
@@ -127,7 +127,7 @@ func (e *Engine) stats(ctx context.Context) (*Stats, []digest.Digest, error) {
 			st.Files.Shared++
 		}
 	}
-	err := e.d.Walk(ctx, layer.FilesRoot, func(fi driver.FileInfo) error {
+	err := sc.d.Walk(ctx, layout.FilesDir, func(fi driver.FileInfo) error {
 		if !fi.IsDir {
 			st.Files.Unique++
 			st.Files.StoredBytes += fi.Size
@@ -145,6 +145,6 @@ func (e *Engine) stats(ctx context.Context) (*Stats, []digest.Digest, error) {
 	if plain := st.StoredBytes.Intact + st.Files.Bytes + st.StoredBytes.Recipes; plain > 0 {
 		st.FileLevelRatio = float64(st.LogicalBytes) / float64(plain)
 	}
-	e.metrics.SetDedupSavedBytes(st.LogicalBytes - st.StoredBytes.Total)
+	sc.metrics.SetDedupSavedBytes(st.LogicalBytes - st.StoredBytes.Total)
 	return st, gone, nil
 }

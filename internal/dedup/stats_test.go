@@ -8,8 +8,8 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
-	"github.com/cairn-registry/cairn/internal/registry"
 )
 
 // TestStats counts layers by state, logical and stored bytes, shared files
@@ -41,7 +41,7 @@ func TestStats(t *testing.T) {
 	v.process(v.put(notTar), ModeFull, outIrreproducible)
 	logical += int64(len(indexed.blob)) + int64(len(notTar))
 	for _, l := range append(full, indexed) {
-		fi, err := v.d.Stat(ctx, registry.BlobRecipePath(l.digest()))
+		fi, err := v.d.Stat(ctx, layout.BlobRecipe(l.digest()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,7 +51,7 @@ func TestStats(t *testing.T) {
 		}
 	}
 	pending := digest.FromString("queued, not processed yet")
-	if err := v.eng.putState(ctx, pending, summary{Mode: ModeFull}, meta.StatePending); err != nil {
+	if err := v.eng.Worker.putState(ctx, pending, summary{Mode: ModeFull}, meta.StatePending); err != nil {
 		t.Fatal(err)
 	}
 	var fileBytes, storedFiles int64

@@ -7,11 +7,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/cairn-registry/cairn/internal/digestkey"
+	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/parallel"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -33,10 +34,10 @@ type DedupIndex interface {
 	// those claimed; any other has references again (or no entry), and
 	// must not be deleted.
 	TombstoneFiles(ctx context.Context, files []digest.Digest) ([]digest.Digest, error)
-	// DeleteFiles drops tombstoned entries once their objects are deleted,
+	// DropFileEntries drops tombstoned entries once their objects are deleted,
 	// and returns the files referenced again meanwhile (meta marks them
 	// Missing, and dedup writes them anew).
-	DeleteFiles(ctx context.Context, files []digest.Digest) (revived []digest.Digest, err error)
+	DropFileEntries(ctx context.Context, files []digest.Digest) (revived []digest.Digest, err error)
 	// ZeroFiles pages through the files with no references, in key order
 	// after `after`: what a run that stopped left to delete.
 	ZeroFiles(ctx context.Context, after digest.Digest, limit int) ([]digest.Digest, error)
@@ -62,20 +63,6 @@ type DedupReport struct {
 // ProblemBadDedupFile: a file digest from the dedup index that does not
 // parse; it is left alone.
 const ProblemBadDedupFile = "bad_dedup_file"
-
-// filesRoot is where dedup keeps unique files (layer.FilePath; a test
-// checks the two agree).
-const filesRoot = registry.RootPath + "/cairn/files/"
-
-// appendFilePath appends cairn/files/<alg>/<hex[0:2]>/<hex>.
-func appendFilePath(b []byte, alg, hex string) []byte {
-	b = append(b, filesRoot...)
-	b = append(b, alg...)
-	b = append(b, '/')
-	b = append(b, hex[:2]...)
-	b = append(b, '/')
-	return append(b, hex...)
-}
 
 // drainZeroFiles deletes the unreferenced files a stopped run left, page
 // by page, before this run adds its own.
@@ -122,7 +109,7 @@ func (c *collector) releaseLayers(ctx context.Context, keys []dkey) error {
 		chunk := keys[b*bs : min(len(keys), (b+1)*bs)]
 		layers := make([]digest.Digest, len(chunk))
 		for i, k := range chunk {
-			layers[i] = digest.Digest(k.alg() + ":" + c.hexOf(k))
+			layers[i] = digest.Digest(k.Alg() + ":" + c.hexOf(k))
 		}
 		// Each layer's recipe entry goes with its references, in one step:
 		// an entry gone first would leave references nothing names.
@@ -214,16 +201,16 @@ func (c *collector) purgeBatch(ctx context.Context, files []digest.Digest) error
 	}
 
 	// One buffer and one string for the batch's paths, not one per path.
-	buf := make([]byte, 0, len(tomb)*(len(filesRoot)+2+len("sha256/xx/")+64))
+	buf := make([]byte, 0, len(tomb)*(len(layout.FilesDir)+3+len("sha256/xx/")+64))
 	ends := make([]int, 0, len(tomb))
 	keep := tomb[:0]
 	for _, d := range tomb {
 		alg, hexs, _ := strings.Cut(string(d), ":")
-		if _, ok := parseKey(alg, hexs); !ok {
+		if _, ok := digestkey.Parse(alg, hexs); !ok {
 			c.problem(ProblemBadDedupFile, string(d))
 			continue
 		}
-		buf = appendFilePath(buf, alg, hexs)
+		buf = layout.AppendFile(buf, alg, hexs)
 		ends = append(ends, len(buf))
 		keep = append(keep, d)
 	}
@@ -242,7 +229,7 @@ func (c *collector) purgeBatch(ctx context.Context, files []digest.Digest) error
 		c.deleteFailed(paths, n, err)
 		return nil
 	}
-	rev, err := c.opts.Dedup.DeleteFiles(ctx, tomb)
+	rev, err := c.opts.Dedup.DropFileEntries(ctx, tomb)
 	if err != nil {
 		// The entries it did not drop stay tombstoned: the next run deletes
 		// their objects again (a missing file counts as deleted).
@@ -296,30 +283,14 @@ func (c *collector) addDedup(fn func(r *DedupReport)) {
 // parallel calls fn(i) for every i < n, Concurrency at once, and returns
 // the first error; after one, no further call starts.
 func (c *collector) parallel(n int, fn func(i int) error) error {
-	var (
-		next   atomic.Int64
-		failed atomic.Bool
-		once   sync.Once
-		first  error
-		wg     sync.WaitGroup
-	)
-	for range min(n, c.opts.Concurrency) {
-		wg.Go(func() {
-			for !failed.Load() {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				if err := fn(i); err != nil {
-					once.Do(func() { first = err })
-					failed.Store(true)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return first
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	parallel.For(ctx, n, c.opts.Concurrency, func(i int) {
+		if err := fn(i); err != nil {
+			cancel(err)
+		}
+	})
+	return context.Cause(ctx)
 }
 
 // sweepTmp deletes what interrupted dedup writes left under cairn/tmp
@@ -346,7 +317,7 @@ func (c *collector) sweepTmp(ctx context.Context) error {
 		batch = batch[:0]
 		return ctx.Err()
 	}
-	err := c.d.Walk(ctx, registry.RootPath+"/cairn/tmp", func(fi driver.FileInfo) error {
+	err := c.d.Walk(ctx, layout.TmpDir, func(fi driver.FileInfo) error {
 		if fi.IsDir || c.young(modNS(fi.ModTime)) {
 			return nil
 		}

@@ -21,8 +21,8 @@ type testIndex interface {
 	DedupIndex
 	AddLayerRefs(ctx context.Context, layer digest.Digest, files []digest.Digest) ([]meta.FileRef, error)
 	Files(ctx context.Context, digests []digest.Digest) ([]meta.FileInfo, error)
-	PutRecipe(ctx context.Context, layer digest.Digest, recipe []byte, state meta.LayerState) error
-	GetRecipe(ctx context.Context, layer digest.Digest) ([]byte, meta.LayerState, error)
+	PutLayer(ctx context.Context, layer digest.Digest, recipe []byte, state meta.LayerState) error
+	GetLayer(ctx context.Context, layer digest.Digest) ([]byte, meta.LayerState, error)
 }
 
 // indexes are the implementations every dedup test runs against: the
@@ -185,14 +185,14 @@ func (x *fakeIndex) Files(_ context.Context, digests []digest.Digest) ([]meta.Fi
 	return out, nil
 }
 
-func (x *fakeIndex) PutRecipe(_ context.Context, layer digest.Digest, _ []byte, st meta.LayerState) error {
+func (x *fakeIndex) PutLayer(_ context.Context, layer digest.Digest, _ []byte, st meta.LayerState) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.recipes[layer] = st
 	return nil
 }
 
-func (x *fakeIndex) GetRecipe(_ context.Context, layer digest.Digest) ([]byte, meta.LayerState, error) {
+func (x *fakeIndex) GetLayer(_ context.Context, layer digest.Digest) ([]byte, meta.LayerState, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	st, ok := x.recipes[layer]
@@ -202,7 +202,7 @@ func (x *fakeIndex) GetRecipe(_ context.Context, layer digest.Digest) ([]byte, m
 	return nil, st, nil
 }
 
-func (x *fakeIndex) DeleteRecipe(_ context.Context, layer digest.Digest) error {
+func (x *fakeIndex) DeleteLayer(_ context.Context, layer digest.Digest) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	delete(x.recipes, layer)
@@ -234,7 +234,7 @@ func (x *fakeIndex) ReleaseLayers(ctx context.Context, layers []digest.Digest) (
 			return zero, err
 		}
 		zero = append(zero, z...)
-		if err := x.DeleteRecipe(ctx, l); err != nil {
+		if err := x.DeleteLayer(ctx, l); err != nil {
 			return zero, err
 		}
 	}
@@ -255,9 +255,9 @@ func (x *fakeIndex) TombstoneFiles(ctx context.Context, files []digest.Digest) (
 	return out, nil
 }
 
-// DeleteFiles marks an entry neither tombstoned nor revived Missing, as
+// DropFileEntries marks an entry neither tombstoned nor revived Missing, as
 // meta.Bulk does, where DeleteFile fails.
-func (x *fakeIndex) DeleteFiles(_ context.Context, files []digest.Digest) ([]digest.Digest, error) {
+func (x *fakeIndex) DropFileEntries(_ context.Context, files []digest.Digest) ([]digest.Digest, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	var revived []digest.Digest

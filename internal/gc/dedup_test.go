@@ -17,8 +17,8 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
-	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
 )
@@ -69,12 +69,12 @@ func (f *dedupFixture) dedup(l ocispec.Descriptor, full bool, names ...string) {
 	if _, err := f.idx.AddLayerRefs(ctx, l.Digest, files); err != nil {
 		f.t.Fatal(err)
 	}
-	if err := f.idx.PutRecipe(ctx, l.Digest, []byte("recipe"), meta.StateDeduplicated); err != nil {
+	if err := f.idx.PutLayer(ctx, l.Digest, []byte("recipe"), meta.StateDeduplicated); err != nil {
 		f.t.Fatal(err)
 	}
-	f.write(registry.BlobRecipePath(l.Digest), "recipe of "+l.Digest.String())
+	f.write(layout.BlobRecipe(l.Digest), "recipe of "+l.Digest.String())
 	if full {
-		if _, err := f.d.DeleteFiles(ctx, []string{registry.BlobDataPath(l.Digest)}); err != nil {
+		if _, err := f.d.DeleteFiles(ctx, []string{layout.BlobData(l.Digest)}); err != nil {
 			f.t.Fatal(err)
 		}
 	}
@@ -92,12 +92,12 @@ func (f *dedupFixture) file(name string) meta.FileInfo {
 func (f *dedupFixture) hasFile(name string) bool { return f.exists(filePath(f.t, fileOf(name))) }
 
 func (f *dedupFixture) hasRecipe(l ocispec.Descriptor) bool {
-	return f.exists(registry.BlobRecipePath(l.Digest))
+	return f.exists(layout.BlobRecipe(l.Digest))
 }
 
 func (f *dedupFixture) hasRecipeEntry(l ocispec.Descriptor) bool {
 	f.t.Helper()
-	_, _, err := f.idx.GetRecipe(context.Background(), l.Digest)
+	_, _, err := f.idx.GetLayer(context.Background(), l.Digest)
 	if err != nil && !errors.Is(err, meta.ErrNotFound) {
 		f.t.Fatal(err)
 	}
@@ -115,11 +115,11 @@ func (f *dedupFixture) gcWith(opts Options) *Report {
 func (f *dedupFixture) blobDirs(dead ...ocispec.Descriptor) (n int, deadBytes int64) {
 	f.t.Helper()
 	seen := map[string]bool{}
-	err := f.d.Walk(context.Background(), registry.BlobsPath(), func(fi driver.FileInfo) error {
+	err := f.d.Walk(context.Background(), layout.BlobsDir, func(fi driver.FileInfo) error {
 		if fi.IsDir {
 			return nil
 		}
-		alg, hex, _, ok := registry.ParseBlobPath(fi.Path)
+		alg, hex, _, ok := layout.ParseBlobPath(fi.Path)
 		if !ok {
 			f.t.Fatalf("stray %s", fi.Path)
 		}
@@ -275,7 +275,7 @@ func TestDedupResume(t *testing.T) {
 			ctx := context.Background()
 			l := f.layer("a") // its blob is gone already: only the index remembers it
 			f.dedup(l, fullMode, "a", "b", "c", "d", "e", "keep")
-			if _, err := f.d.DeleteFiles(ctx, []string{registry.BlobRecipePath(l.Digest)}); err != nil {
+			if _, err := f.d.DeleteFiles(ctx, []string{layout.BlobRecipe(l.Digest)}); err != nil {
 				t.Fatal(err)
 			}
 			other := f.layer("a")
@@ -398,7 +398,7 @@ func TestDedupJournalKeepsLayer(t *testing.T) {
 			f := newDedupFixture(t, ix.new, nil)
 			l := f.layer("a")
 			f.dedup(l, indexMode, "own")
-			f.write(registry.JournalRecordPath(&registry.JournalRecord{Repo: "a", Digest: l.Digest}, "inflight"), "")
+			f.write(layout.JournalRecord("a", false, l.Digest, "inflight"), "")
 			rep := f.gcWith(Options{})
 			if !f.hasBlob(l.Digest) || !f.hasRecipe(l) || !f.hasFile("own") || f.file("own").Refs != 1 {
 				t.Error("a blob an operation in flight names lost its data, recipe or files")
@@ -470,7 +470,7 @@ func TestDedupYoungRecipe(t *testing.T) {
 	f.dedup(young, indexMode, "y")
 	f.dedup(old, indexMode, "o")
 	backdate(t, dir)
-	f.write(registry.BlobRecipePath(young.Digest), "recipe rewritten")
+	f.write(layout.BlobRecipe(young.Digest), "recipe rewritten")
 	rep := f.gcWith(Options{Delay: time.Hour})
 	if !f.hasBlob(young.Digest) || !f.hasRecipe(young) || !f.hasFile("y") {
 		t.Error("a blob with a young recipe lost its data, recipe or files")
@@ -498,17 +498,6 @@ func backdate(t testing.TB, dir string) {
 	}
 }
 
-// TestFilePathMatchesLayer: GC builds file paths where package dedup
-// stores them.
-func TestFilePathMatchesLayer(t *testing.T) {
-	for _, d := range []digest.Digest{fileOf("x"), digest.SHA512.FromString("x")} {
-		want := filePath(t, d)
-		if got := string(appendFilePath(nil, string(d.Algorithm()), d.Encoded())); got != want {
-			t.Errorf("gc builds %s, dedup stores at %s", got, want)
-		}
-	}
-}
-
 // TestTmpLeftoversSwept: files an interrupted dedup write left under
 // cairn/tmp go once older than the delay; fresh ones stay.
 func TestTmpLeftoversSwept(t *testing.T) {
@@ -518,8 +507,8 @@ func TestTmpLeftoversSwept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := registry.RootPath + "/cairn/tmp/files/abc-123"
-	fresh := registry.RootPath + "/cairn/tmp/promote/def-456"
+	old := layout.TmpDir + "/files/abc-123"
+	fresh := layout.TmpDir + "/promote/def-456"
 	for _, p := range []string{old, fresh} {
 		if err := d.PutContent(ctx, p, []byte("partial")); err != nil {
 			t.Fatal(err)
@@ -560,9 +549,9 @@ func (c *countingIndex) TombstoneFiles(ctx context.Context, files []digest.Diges
 	return c.testIndex.TombstoneFiles(ctx, files)
 }
 
-func (c *countingIndex) DeleteFiles(ctx context.Context, files []digest.Digest) ([]digest.Digest, error) {
+func (c *countingIndex) DropFileEntries(ctx context.Context, files []digest.Digest) ([]digest.Digest, error) {
 	c.deletes.Add(1)
-	return c.testIndex.DeleteFiles(ctx, files)
+	return c.testIndex.DropFileEntries(ctx, files)
 }
 
 // TestDedupBulkCalls: GC releases layers and deletes file entries a batch
@@ -605,7 +594,7 @@ func TestDedupBulkCalls(t *testing.T) {
 				t.Errorf("%d ReleaseLayers calls for %d layers in batches of %d", n, layers, batch)
 			}
 			if n := idx.tombstones.Load(); n > layers*own/batch+rounds-1 || idx.deletes.Load() != n {
-				t.Errorf("%d TombstoneFiles and %d DeleteFiles calls for %d files in batches of %d",
+				t.Errorf("%d TombstoneFiles and %d DropFileEntries calls for %d files in batches of %d",
 					n, idx.deletes.Load(), layers*own, batch)
 			}
 		})
@@ -625,7 +614,7 @@ func (p perItem) ReleaseLayers(ctx context.Context, layers []digest.Digest) ([]d
 			return zero, err
 		}
 		zero = append(zero, z...)
-		if err := p.DeleteRecipe(ctx, l); err != nil {
+		if err := p.DeleteLayer(ctx, l); err != nil {
 			return zero, err
 		}
 	}
@@ -646,10 +635,10 @@ func (p perItem) TombstoneFiles(ctx context.Context, files []digest.Digest) ([]d
 	return out, nil
 }
 
-func (p perItem) DeleteFiles(ctx context.Context, files []digest.Digest) ([]digest.Digest, error) {
+func (p perItem) DropFileEntries(ctx context.Context, files []digest.Digest) ([]digest.Digest, error) {
 	var revived []digest.Digest
 	for _, d := range files {
-		rev, err := p.DeleteFile(ctx, d)
+		rev, err := p.DropFileEntry(ctx, d)
 		if errors.Is(err, meta.ErrNotTombstoned) {
 			rev, err = true, nil
 		}
@@ -710,8 +699,8 @@ func deadDedupWorld(b *testing.B, root string, n, perBlob int) (driver.Driver, *
 	}
 	for i := range n {
 		l := digest.FromString(fmt.Sprintf("dead layer %d", i))
-		write(registry.BlobDataPath(l))
-		write(registry.BlobRecipePath(l))
+		write(layout.BlobData(l))
+		write(layout.BlobRecipe(l))
 		files := make([]digest.Digest, 0, perBlob)
 		for j := range own {
 			files = append(files, fileAt(fmt.Sprintf("own-%d-%d", i, j)))
@@ -722,7 +711,7 @@ func deadDedupWorld(b *testing.B, root string, n, perBlob int) (driver.Driver, *
 		if _, err := store.AddLayerRefs(ctx, l, files); err != nil {
 			b.Fatal(err)
 		}
-		if err := store.PutRecipe(ctx, l, []byte("recipe"), meta.StateDeduplicated); err != nil {
+		if err := store.PutLayer(ctx, l, []byte("recipe"), meta.StateDeduplicated); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -43,42 +43,32 @@
 //
 // # Running while the registry serves
 //
-// The protocol holds across processes and nodes that share one store; it
-// uses only the store (no in-process lock), through paths under
-// cairn/gc/ (see registry.GCActivePath and registry.GCJournalPath):
+// Package fence tells the protocol the collector shares with the
+// registry's writers (run markers, journal records, round fences). The
+// collector's side:
 //
-//  1. A run writes its marker run-<id>; the marker's modification time, in
-//     the store's clock, is T0. Nothing whose modification time is at or
-//     after T0 - delay is deleted: not a young blob, link or tag entry, nor
-//     a blob that a young link names, nor a manifest that a young tag
-//     index entry names. With delay 0 this is "nothing written after the
-//     mark began".
-//  2. Registry writers that rely on stored content (a manifest PUT on the
-//     blobs, child manifests and revision it names; an upload or mount on
-//     an existing blob) first write a journal record, then wait until every
-//     open fence they saw has closed, then check that the content exists,
-//     then store. When they finish and no run marker exists, they remove
-//     their record.
-//  3. The sweep deletes in rounds. A round that deletes revision links,
-//     _layers links or blobs first writes a fence (fence-<id>-<n>), then
-//     reads the journal, then deletes, then removes the fence; it stops
-//     deleting registry.GCRoundMax after it began, and writers stop waiting
-//     for a fence after registry.GCFenceWait. A record is settled when the
-//     mark saw all of its operation's effects (the revision link and every
-//     tag link, or the _layers link, modified after the record); an
-//     unsettled record revives its manifest (with its children, referrers
-//     and their blobs and links) and protects the blob it names.
+//  1. The marker's modification time, in the store's clock, is T0.
+//     Nothing whose modification time is at or after T0 - delay is
+//     deleted: not a young blob, link or tag entry, nor a blob that a young
+//     link names, nor a manifest that a young tag index entry names. With
+//     delay 0 this is "nothing written after the mark began".
+//  2. Each sweep round that deletes revision links, _layers links or blobs
+//     runs under a fence and reads the journal first. A record is settled
+//     when the mark saw all of its operation's effects (the revision link
+//     and every tag link, or the _layers link, modified after the record);
+//     an unsettled record revives its manifest (with its children,
+//     referrers and their blobs and links) and protects the blob it names.
 //
-// So a writer either had its record read by every round that deletes after
-// its existence check, or its check ran after those deletions and failed
-// (the push then fails cleanly: MANIFEST_BLOB_UNKNOWN, or a re-upload). A
-// manifest PUT racing the sweep never ends up pointing at a deleted blob.
-// Tag index entries and referrers-index links are history that no read
-// depends on; they are deleted without a fence.
+// So a manifest PUT racing the sweep never ends up pointing at a deleted
+// blob: its record was read by every round that deletes after its
+// existence check, or its check ran after those deletions and failed
+// cleanly (MANIFEST_BLOB_UNKNOWN, or a re-upload). Tag index entries and
+// referrers-index links are history that no read depends on; they are
+// deleted without a fence.
 //
 // No lock is held at any time: the mark never blocks anyone, pulls never
 // wait, and a writer waits only when it arrives while a round deletes
-// (one wave of DeleteFiles calls, at most GCRoundMax). Two runs at once
+// (one wave of DeleteFiles calls, at most fence.RoundMax). Two runs at once
 // are safe, merely wasteful; scheduled runs skip their turn while another
 // run's marker is fresh.
 //
@@ -86,8 +76,8 @@
 // marker's, the listings'); a store that keeps them to the second (S3)
 // makes "after T0" mean "in T0's second or later", which only keeps more.
 // A writer bounds its wait by its own elapsed time, not by timestamps. Only
-// staleness (a fence older than GCFenceStale, a marker older than
-// staleRun) compares the local clock with the store's, with margins of
+// staleness (a fence older than fence.FenceStale, a marker older than
+// fence.StaleRun) compares the local clock with the store's, with margins of
 // minutes.
 //
 // Bad entries (malformed paths or links, revisions without data, manifests
@@ -104,6 +94,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cairn-registry/cairn/internal/digestkey"
+	"github.com/cairn-registry/cairn/internal/parallel"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -174,8 +166,9 @@ type Deleted struct {
 	// DedupFiles counts unique files deleted from cairn/files; in a dry
 	// run only those an earlier run left, as releases change nothing.
 	DedupFiles int64 `json:"dedup_files"`
-	// TmpFiles counts leftovers of interrupted dedup writes (cairn/tmp)
-	// older than the delay.
+	// TmpFiles counts leftovers of interrupted writes older than the
+	// delay: dedup's (cairn/tmp) and the driver's own temporary files
+	// (filesystem: link~<suffix> after a kill -9).
 	TmpFiles int64 `json:"tmp_files"`
 }
 
@@ -244,7 +237,7 @@ func Run(ctx context.Context, d driver.Driver, opts Options) (*Report, error) {
 
 // collector is one run's state.
 type collector struct {
-	d      *countingDriver
+	d      *driver.Counting
 	opts   Options
 	rep    Report
 	start  time.Time
@@ -285,7 +278,7 @@ func newCollector(d driver.Driver, opts Options) *collector {
 		opts.Delay = 0
 	}
 	c := &collector{
-		d:         newCountingDriver(d),
+		d:         driver.NewCounting(d),
 		opts:      opts,
 		repoIndex: make(map[string]int),
 		marked:    make(map[dkey]struct{}),
@@ -313,7 +306,7 @@ func (c *collector) run(ctx context.Context) (rep *Report, err error) {
 		c.phase.Store("done")
 		stopProgress()
 		c.rep.Seconds = time.Since(c.start).Seconds()
-		c.rep.Requests = c.d.counts()
+		c.rep.Requests = c.d.Counts()
 		rep = &c.rep
 	}()
 
@@ -342,6 +335,9 @@ func (c *collector) run(ctx context.Context) (rep *Report, err error) {
 	if err := c.sweepTmp(ctx); err != nil {
 		return nil, fmt.Errorf("gc: sweep cairn/tmp: %w", err)
 	}
+	if err := c.sweepTemp(ctx); err != nil {
+		return nil, fmt.Errorf("gc: sweep temporary files: %w", err)
+	}
 	return nil, nil
 }
 
@@ -368,8 +364,8 @@ func (c *collector) isMarked(k dkey) bool { _, ok := c.marked[k]; return ok }
 // keyFor parses alg:hex found in a path, remembering the full spelling of
 // a long digest.
 func (c *collector) keyFor(alg, hexs string) (dkey, bool) {
-	k, ok := parseKey(alg, hexs)
-	if ok && !k.isShort() {
+	k, ok := digestkey.Parse(alg, hexs)
+	if ok && !k.Whole() {
 		c.longMu.Lock()
 		if _, have := c.long[k]; !have {
 			c.long[k] = hexs
@@ -381,8 +377,8 @@ func (c *collector) keyFor(alg, hexs string) (dkey, bool) {
 
 // hexOf returns the hex of k for building its paths.
 func (c *collector) hexOf(k dkey) string {
-	if k.isShort() {
-		return k.hexOfShort()
+	if k.Whole() {
+		return k.WholeHex()
 	}
 	c.longMu.Lock()
 	defer c.longMu.Unlock()
@@ -393,25 +389,7 @@ func (c *collector) reportProgress() (stop func()) {
 	if c.opts.Progress == nil {
 		return func() {}
 	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(c.opts.ProgressInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				c.opts.Progress(c.progress())
-			}
-		}
-	})
-	return func() {
-		close(done)
-		wg.Wait()
-		c.opts.Progress(c.progress())
-	}
+	return parallel.Report(c.opts.ProgressInterval, func() { c.opts.Progress(c.progress()) })
 }
 
 func (c *collector) progress() Progress {

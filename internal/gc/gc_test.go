@@ -9,7 +9,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/cairn-registry/cairn/internal/layout"
 )
 
 // world is a small registry: a shared layer in two repositories, a
@@ -77,7 +77,7 @@ func TestDeleteUntagged(t *testing.T) {
 	if !f.hasBlob(w.shared.Digest) || !f.hasLayerLink("b", w.shared.Digest) {
 		t.Error("shared layer lost")
 	}
-	if f.exists(string(registry.AppendReferrerLinkPath(nil, "a", "sha256", w.moved.Digest.Encoded(), "sha256", w.sigGone.Digest.Encoded()))) {
+	if f.exists(string(layout.AppendReferrerLink(nil, "a", "sha256", w.moved.Digest.Encoded(), "sha256", w.sigGone.Digest.Encoded()))) {
 		t.Error("referrers-index link of the deleted artifact survived")
 	}
 	d := rep.Deleted
@@ -94,10 +94,10 @@ func TestDeleteUntagged(t *testing.T) {
 	if again := f.gc(Options{DeleteUntagged: true}); again.Deleted != (Deleted{}) {
 		t.Errorf("second run deleted %+v", again.Deleted)
 	}
-	if j := f.files(registry.GCJournalPath()); len(j) != 0 {
+	if j := f.files(layout.GCJournalDir); len(j) != 0 {
 		t.Errorf("journal left behind: %v", j)
 	}
-	if a := f.files(registry.GCActivePath()); len(a) != 0 {
+	if a := f.files(layout.GCActiveDir); len(a) != 0 {
 		t.Errorf("markers or fences left behind: %v", a)
 	}
 }
@@ -219,7 +219,7 @@ func mustGet(f *fixture, repo string, d digest.Digest) []byte {
 func TestWritersLeaveNoJournal(t *testing.T) {
 	f := newFixture(t)
 	buildWorld(f)
-	if j := f.files(registry.GCJournalPath()); len(j) != 0 {
+	if j := f.files(layout.GCJournalDir); len(j) != 0 {
 		t.Errorf("pushes with no GC running left journal records: %v", j)
 	}
 }

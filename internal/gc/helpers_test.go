@@ -13,6 +13,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
@@ -141,18 +142,18 @@ func (f *fixture) exists(p string) bool {
 	return err == nil
 }
 
-func (f *fixture) hasBlob(d digest.Digest) bool { return f.exists(registry.BlobDataPath(d)) }
+func (f *fixture) hasBlob(d digest.Digest) bool { return f.exists(layout.BlobData(d)) }
 
 func (f *fixture) hasRevision(repo string, d digest.Digest) bool {
-	return f.exists(string(registry.AppendRevisionLinkPath(nil, repo, string(d.Algorithm()), d.Encoded())))
+	return f.exists(string(layout.AppendRevisionLink(nil, repo, string(d.Algorithm()), d.Encoded())))
 }
 
 func (f *fixture) hasLayerLink(repo string, d digest.Digest) bool {
-	return f.exists(string(registry.AppendLayerLinkPath(nil, repo, string(d.Algorithm()), d.Encoded())))
+	return f.exists(string(layout.AppendLayerLink(nil, repo, string(d.Algorithm()), d.Encoded())))
 }
 
 func (f *fixture) hasTagIndex(repo, tag string, d digest.Digest) bool {
-	return f.exists(string(registry.AppendTagIndexLinkPath(nil, repo, tag, string(d.Algorithm()), d.Encoded())))
+	return f.exists(string(layout.AppendTagIndexLink(nil, repo, tag, string(d.Algorithm()), d.Encoded())))
 }
 
 // files lists every file below dir.
@@ -174,8 +175,8 @@ func (f *fixture) files(dir string) []string {
 // blobs returns the digests stored in blobs/.
 func (f *fixture) blobs() []digest.Digest {
 	var out []digest.Digest
-	for _, p := range f.files(registry.BlobsPath()) {
-		alg, hex, ok := registry.ParseBlobDataPath(p)
+	for _, p := range f.files(layout.BlobsDir) {
+		alg, hex, ok := layout.ParseBlobDataPath(p)
 		if !ok {
 			f.t.Fatalf("stray file %s", p)
 		}

@@ -2,35 +2,20 @@ package gc
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
-	"sync"
 	"time"
 
+	"github.com/cairn-registry/cairn/internal/fence"
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
-// A run marker is rewritten every heartbeat; one unchanged for staleRun
-// belongs to a run that died. Stale markers only delay journal cleanup and
-// make scheduled runs wait, so the bound is generous.
-const (
-	heartbeat = 30 * time.Second
-	staleRun  = 15 * time.Minute
-)
-
 type journalState struct {
-	marker string
-	fence  string // the last round's fence, removed with the marker
-	fences int
-	seen   map[string]*record
-	stop   func()
+	run   *fence.Run
+	fence string // the last round's fence, removed with the marker
+	seen  map[string]*record
 }
 
 // record is a journal record as this run judged it.
@@ -39,17 +24,8 @@ type record struct {
 	settled bool // the mark saw everything its operation wrote
 }
 
-type markerContent struct {
-	ID             string    `json:"id"`
-	Host           string    `json:"host"`
-	PID            int       `json:"pid"`
-	Started        time.Time `json:"started"`
-	DeleteUntagged bool      `json:"delete_untagged"`
-	Delay          string    `json:"delay"`
-}
-
-// begin writes the run marker and takes T0 from it: the store's clock, the
-// one every modification time the run compares is in.
+// begin starts the run's side of the protocol (fence.Begin) and takes T0
+// from its marker.
 func (c *collector) begin(ctx context.Context) error {
 	c.journal.seen = make(map[string]*record)
 	if c.opts.DryRun {
@@ -57,44 +33,15 @@ func (c *collector) begin(ctx context.Context) error {
 		c.cutoff = c.t0.Add(-c.opts.Delay).UnixNano()
 		return nil
 	}
-	c.runID = newRunID()
-	c.rep.RunID = c.runID
-	c.journal.marker = registry.GCActivePath() + "/" + registry.GCRunPrefix + c.runID
-	host, _ := os.Hostname()
-	body, err := json.Marshal(markerContent{ID: c.runID, Host: host, PID: os.Getpid(), Started: c.start.UTC(),
-		DeleteUntagged: c.opts.DeleteUntagged, Delay: c.opts.Delay.String()})
+	run, err := fence.Begin(ctx, c.d, fence.Marker{Started: c.start.UTC(), DeleteUntagged: c.opts.DeleteUntagged, Delay: c.opts.Delay.String()})
 	if err != nil {
 		return err
 	}
-	if err := c.d.PutContent(ctx, c.journal.marker, body); err != nil {
-		return fmt.Errorf("gc: writing the run marker: %w", err)
-	}
-	fi, err := c.d.Stat(ctx, c.journal.marker)
-	if err != nil {
-		c.removeMarker()
-		return fmt.Errorf("gc: reading the run marker: %w", err)
-	}
-	c.t0 = fi.ModTime
-	if c.t0.IsZero() {
-		c.t0 = time.Now()
-	}
+	c.journal.run = run
+	c.runID = run.ID()
+	c.rep.RunID = c.runID
+	c.t0 = run.T0()
 	c.cutoff = c.t0.Add(-c.opts.Delay).UnixNano()
-
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(heartbeat)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				_ = c.d.PutContent(ctx, c.journal.marker, body)
-			}
-		}
-	})
-	c.journal.stop = func() { close(done); wg.Wait() }
 	return nil
 }
 
@@ -105,7 +52,8 @@ func (c *collector) end(ctx context.Context, completed bool) error {
 	if c.opts.DryRun {
 		return nil
 	}
-	c.journal.stop()
+	run := c.journal.run
+	run.Stop()
 	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
 	var paths []string
@@ -114,7 +62,7 @@ func (c *collector) end(ctx context.Context, completed bool) error {
 		// completed. A round has read every record that was there before
 		// the run; those written since are not settled, nor expired.
 		var err error
-		if c.journal.fences == 0 {
+		if run.Rounds() == 0 {
 			err = c.readJournal(bg)
 		}
 		if err == nil {
@@ -127,7 +75,7 @@ func (c *collector) end(ctx context.Context, completed bool) error {
 	if c.journal.fence != "" {
 		paths = append(paths, c.journal.fence)
 	}
-	paths = append(paths, c.journal.marker)
+	paths = append(paths, run.Marker())
 	for len(paths) > 0 {
 		n := min(len(paths), c.opts.BatchSize)
 		if _, err := c.d.DeleteFiles(bg, paths[:n]); err != nil {
@@ -138,37 +86,14 @@ func (c *collector) end(ctx context.Context, completed bool) error {
 	return nil
 }
 
-func (c *collector) removeMarker() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_, _ = c.d.DeleteFiles(ctx, []string{c.journal.marker})
-}
-
 // stalePaths lists the records no run needs any more: those this run
 // settled, and unsettled ones older than journalTTL before T0. Another live
 // run may still need a record this one settled, so then it lists none. It
 // also lists markers and fences of runs that died.
 func (c *collector) stalePaths(ctx context.Context) ([]string, error) {
-	now := time.Now()
-	others := false
-	var paths []string
-	err := c.d.Walk(ctx, registry.GCActivePath(), func(fi driver.FileInfo) error {
-		if fi.IsDir || fi.Path == c.journal.marker || fi.Path == c.journal.fence {
-			return nil
-		}
-		name := fi.Path[strings.LastIndexByte(fi.Path, '/')+1:]
-		age := now.Sub(fi.ModTime)
-		switch {
-		case strings.HasPrefix(name, registry.GCRunPrefix) && age < staleRun:
-			others = true
-		case strings.HasPrefix(name, registry.GCRunPrefix) && !fi.ModTime.IsZero(),
-			strings.HasPrefix(name, registry.GCFencePrefix) && age > registry.GCFenceStale:
-			paths = append(paths, fi.Path)
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, driver.ErrNotFound) {
-		return nil, fmt.Errorf("gc: listing runs: %w", err)
+	paths, others, err := c.journal.run.Leftovers(ctx)
+	if err != nil {
+		return nil, err
 	}
 	if !others {
 		expired := c.t0.Add(-journalTTL).UnixNano()
@@ -181,50 +106,26 @@ func (c *collector) stalePaths(ctx context.Context) ([]string, error) {
 	return paths, nil
 }
 
-func (c *collector) openFence(ctx context.Context) (string, error) {
-	c.journal.fences++
-	p := registry.GCActivePath() + "/" + registry.GCFencePrefix + c.runID + "-" + strconv.Itoa(c.journal.fences)
-	if err := c.d.PutContent(ctx, p, nil); err != nil {
-		return "", fmt.Errorf("gc: writing a fence: %w", err)
-	}
-	return p, nil
-}
-
-// closeFence removes a fence, also when the run is being stopped.
-func (c *collector) closeFence(ctx context.Context, p string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	_, _ = c.d.DeleteFiles(ctx, []string{p})
-}
-
 // readJournal applies the records not seen before. Records are written once
 // and never change, so each is judged once.
 func (c *collector) readJournal(ctx context.Context) error {
-	err := c.d.Walk(ctx, registry.GCJournalPath(), func(fi driver.FileInfo) error {
-		if fi.IsDir {
+	return fence.WalkJournal(ctx, c.d, func(p string, mod time.Time, rec fence.Record, ok bool) error {
+		if _, seen := c.journal.seen[p]; seen {
 			return nil
 		}
-		if _, ok := c.journal.seen[fi.Path]; ok {
-			return nil
-		}
-		r := &record{mod: modNS(fi.ModTime)}
-		repo, manifest, alg, hexs, ok := registry.ParseJournalPath(fi.Path)
-		k, kok := c.keyFor(alg, hexs)
+		r := &record{mod: modNS(mod)}
+		k, kok := c.digestKey(rec.Digest)
 		if !ok || !kok {
-			c.problem(ProblemBadJournal, fi.Path)
-			c.journal.seen[fi.Path] = r
+			c.problem(ProblemBadJournal, p)
+			c.journal.seen[p] = r
 			return nil
 		}
-		if err := c.applyRecord(ctx, r, fi.Path, repo, manifest, k); err != nil {
+		if err := c.applyRecord(ctx, r, p, rec.Repo, rec.Manifest, k); err != nil {
 			return err
 		}
-		c.journal.seen[fi.Path] = r
+		c.journal.seen[p] = r
 		return nil
 	})
-	if errors.Is(err, driver.ErrNotFound) {
-		return nil
-	}
-	return err
 }
 
 // applyRecord settles a record, or protects what it names.
@@ -251,8 +152,8 @@ func (c *collector) applyRecord(ctx context.Context, r *record, p, repo string, 
 	if err != nil {
 		return fmt.Errorf("reading journal record %s: %w", p, err)
 	}
-	rec := registry.JournalRecord{Repo: repo, Manifest: true}
-	if err := registry.DecodeJournalContent(&rec, b); err != nil {
+	rec := fence.Record{Repo: repo, Manifest: true}
+	if err := fence.DecodeBody(&rec, b); err != nil {
 		c.problem(ProblemBadJournal, p)
 		if c.blobSweepOff == "" {
 			c.blobSweepOff = "a journal record could not be read"
@@ -322,7 +223,7 @@ func (c *collector) revive(ctx context.Context, rs *repoState, i int) {
 	rs.nDelete--
 	c.markKey(r.key)
 	if r.flags&(fMissing|fBad) == 0 {
-		p := string(registry.AppendBlobDataPath(nil, r.key.alg(), c.hexOf(r.key)))
+		p := string(layout.AppendBlobData(nil, r.key.Alg(), c.hexOf(r.key)))
 		b, err := c.getContent(ctx, p)
 		refs, _, perr := registry.ParseManifestRefs(b)
 		switch {
@@ -346,28 +247,4 @@ func (c *collector) revive(ctx context.Context, rs *repoState, i int) {
 			c.revive(ctx, rs, j)
 		}
 	}
-}
-
-func newRunID() string {
-	var b [4]byte
-	rand.Read(b[:])
-	return time.Now().UTC().Format("20060102T150405Z") + "-" + hex.EncodeToString(b[:])
-}
-
-// Active reports whether another GC run's marker is fresh: a scheduled run
-// skips its turn then.
-func Active(ctx context.Context, d driver.Driver) (bool, error) {
-	now := time.Now()
-	active := false
-	err := d.Walk(ctx, registry.GCActivePath(), func(fi driver.FileInfo) error {
-		name := fi.Path[strings.LastIndexByte(fi.Path, '/')+1:]
-		if !fi.IsDir && strings.HasPrefix(name, registry.GCRunPrefix) && now.Sub(fi.ModTime) < staleRun {
-			active = true
-		}
-		return nil
-	})
-	if errors.Is(err, driver.ErrNotFound) {
-		err = nil
-	}
-	return active, err
 }

@@ -1,95 +1,15 @@
 package gc
 
 import (
-	"encoding/hex"
 	"math/bits"
-	"strings"
 
-	"github.com/opencontainers/go-digest"
+	"github.com/cairn-registry/cairn/internal/digestkey"
 )
 
-// dkey is a digest in fixed size: an algorithm code and the first 32 bytes
-// of the sum (all of a sha256 sum). Two sha384 or sha512 digests that share
-// their first 256 bits do not exist in practice; their full spelling is kept
-// aside (collector.long) for building paths. Sets of dkeys are what keeps
-// the marked set small: 33 bytes a blob, no strings, no pointers.
-type dkey [33]byte
-
-// Algorithm codes; their order is the algorithms' lexical order, so keys
-// sort like the paths a listing returns them in.
-const (
-	algSHA256 = 1
-	algSHA384 = 2
-	algSHA512 = 3
-)
-
-// hexLen is the hex length of each algorithm's digests, by code.
-var hexLen = [4]int{0, 64, 96, 128}
-
-// algName is each code's algorithm name.
-var algName = [4]string{"", "sha256", "sha384", "sha512"}
-
-func algCode(alg string) byte {
-	switch alg {
-	case "sha256":
-		return algSHA256
-	case "sha384":
-		return algSHA384
-	case "sha512":
-		return algSHA512
-	}
-	return 0
-}
-
-// parseKey turns the parts of a digest found in a path into a key. It
-// refuses unknown algorithms, wrong lengths and anything but lower-case hex
-// (a sha256 hex under sha512/ is refused, as are upper-case spellings).
-func parseKey(alg, hexs string) (dkey, bool) {
-	var k dkey
-	c := algCode(alg)
-	if c == 0 || len(hexs) != hexLen[c] {
-		return k, false
-	}
-	for i := 0; i < len(hexs); i++ {
-		if b := hexs[i]; !(b >= '0' && b <= '9' || b >= 'a' && b <= 'f') {
-			return k, false
-		}
-	}
-	k[0] = c
-	if _, err := hex.Decode(k[1:], []byte(hexs[:64])); err != nil {
-		return k, false
-	}
-	return k, true
-}
-
-// keyOf is parseKey for a digest value.
-func keyOf(d digest.Digest) (dkey, bool) {
-	alg, hexs, ok := strings.Cut(string(d), ":")
-	if !ok {
-		return dkey{}, false
-	}
-	return parseKey(alg, hexs)
-}
-
-func (k dkey) alg() string { return algName[k[0]] }
-
-// isShort reports whether the key holds the whole digest (sha256).
-func (k dkey) isShort() bool { return k[0] == algSHA256 }
-
-// hexOfShort is the hex of a sha256 key.
-func (k dkey) hexOfShort() string { return hex.EncodeToString(k[1:]) }
-
-func compareKeys(a, b dkey) int {
-	for i := range a {
-		if a[i] != b[i] {
-			if a[i] < b[i] {
-				return -1
-			}
-			return 1
-		}
-	}
-	return 0
-}
+// dkey is a digest in fixed size (package digestkey): sets of dkeys are
+// what keeps the marked set small, 33 bytes a blob. The full spelling of
+// longer digests is kept aside (collector.long) for building paths.
+type dkey = digestkey.Key
 
 // idxSet is a set of revision indexes of one repository, as a sorted list
 // while it is sparse and as a bitmap once that is smaller: a tag whose index

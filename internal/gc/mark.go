@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/digestkey"
+	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/parallel"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -77,7 +78,7 @@ func modNS(t time.Time) int64 {
 }
 
 func (rs *repoState) findRev(k dkey) int {
-	i, ok := slices.BinarySearchFunc(rs.revs, k, func(r revision, k dkey) int { return compareKeys(r.key, k) })
+	i, ok := slices.BinarySearchFunc(rs.revs, k, func(r revision, k dkey) int { return digestkey.Compare(r.key, k) })
 	if !ok {
 		return -1
 	}
@@ -85,7 +86,7 @@ func (rs *repoState) findRev(k dkey) int {
 }
 
 func (rs *repoState) findLayer(k dkey) int {
-	i, ok := slices.BinarySearchFunc(rs.layers, k, func(l layerLink, k dkey) int { return compareKeys(l.key, k) })
+	i, ok := slices.BinarySearchFunc(rs.layers, k, func(l layerLink, k dkey) int { return digestkey.Compare(l.key, k) })
 	if !ok {
 		return -1
 	}
@@ -110,17 +111,17 @@ func (rs *repoState) tag(name string) *tagState {
 }
 
 func (rs *repoState) sortRevs() {
-	cmp := func(a, b revision) int { return compareKeys(a.key, b.key) }
+	cmp := func(a, b revision) int { return digestkey.Compare(a.key, b.key) }
 	if !slices.IsSortedFunc(rs.revs, cmp) {
 		slices.SortFunc(rs.revs, cmp)
 	}
 }
 
 // add records one listed file of the repository.
-func (rs *repoState) add(c *collector, e registry.RepoEntry, fi driver.FileInfo) {
+func (rs *repoState) add(c *collector, e layout.RepoEntry, fi driver.FileInfo) {
 	mod := modNS(fi.ModTime)
 	switch e.Kind {
-	case registry.EntryRevisionLink:
+	case layout.EntryRevisionLink:
 		k, ok := c.keyFor(e.Alg, e.Hex)
 		if !ok {
 			c.problem(ProblemBadPath, fi.Path)
@@ -131,10 +132,10 @@ func (rs *repoState) add(c *collector, e registry.RepoEntry, fi driver.FileInfo)
 			rs.uncertain = true
 		}
 		rs.revs = append(rs.revs, revision{key: k, subject: noSubject, mod: mod})
-	case registry.EntryTagCurrent:
+	case layout.EntryTagCurrent:
 		t := rs.tag(e.Tag)
 		t.hasCurrent, t.curMod = true, mod
-	case registry.EntryTagIndex:
+	case layout.EntryTagIndex:
 		k, ok := c.keyFor(e.Alg, e.Hex)
 		if !ok {
 			c.problem(ProblemBadPath, fi.Path)
@@ -153,7 +154,7 @@ func (rs *repoState) add(c *collector, e registry.RepoEntry, fi driver.FileInfo)
 		} else if !c.young(mod) {
 			t.stale = append(t.stale, k)
 		}
-	case registry.EntryLayerLink:
+	case layout.EntryLayerLink:
 		k, ok := c.keyFor(e.Alg, e.Hex)
 		if !ok {
 			c.problem(ProblemBadPath, fi.Path)
@@ -211,10 +212,10 @@ func (c *collector) listRepos(ctx context.Context, out chan<- *repoState) error 
 		cur = nil
 		return nil
 	}
-	err := c.d.Walk(ctx, registry.RepositoriesPath(), func(fi driver.FileInfo) error {
-		e := registry.ParseRepoPath(fi.Path)
+	err := c.d.Walk(ctx, layout.RepositoriesDir, func(fi driver.FileInfo) error {
+		e := layout.ParseRepoPath(fi.Path)
 		if fi.IsDir {
-			if e.Kind == registry.EntryUploads || e.Kind == registry.EntryReferrers {
+			if e.Kind == layout.EntryUploads || e.Kind == layout.EntryReferrers {
 				return driver.ErrSkipDir
 			}
 			return nil
@@ -260,7 +261,7 @@ type manifestInfo struct {
 func (c *collector) processRepo(ctx context.Context, rs *repoState) error {
 	c.nRepos.Add(1)
 	rs.sortRevs()
-	if cmp := func(a, b layerLink) int { return compareKeys(a.key, b.key) }; !slices.IsSortedFunc(rs.layers, cmp) {
+	if cmp := func(a, b layerLink) int { return digestkey.Compare(a.key, b.key) }; !slices.IsSortedFunc(rs.layers, cmp) {
 		slices.SortFunc(rs.layers, cmp)
 	}
 	if err := c.readTags(ctx, rs); err != nil {
@@ -342,12 +343,12 @@ func (rs *repoState) plannedLinks() int64 {
 // does not hold a digest makes the repository uncertain: the manifest it
 // meant is unknown, so nothing here may be deleted.
 func (c *collector) readTags(ctx context.Context, rs *repoState) error {
-	parallel(ctx, len(rs.tags), c.readConcurrency(), func(i int) {
+	parallel.For(ctx, len(rs.tags), c.readConcurrency(), func(i int) {
 		t := &rs.tags[i]
 		if !t.hasCurrent {
 			return
 		}
-		p := registry.TagCurrentLinkPath(rs.name, t.name)
+		p := layout.TagCurrentLink(rs.name, t.name)
 		b, err := c.getContent(ctx, p)
 		switch {
 		case errors.Is(err, driver.ErrNotFound):
@@ -360,7 +361,7 @@ func (c *collector) readTags(ctx context.Context, rs *repoState) error {
 			t.current = -2
 			return
 		}
-		k, ok := keyOf(digest.Digest(strings.TrimSpace(string(b))))
+		k, ok := digestkey.Of(digest.Digest(strings.TrimSpace(string(b))))
 		if !ok {
 			c.problem(ProblemBadLink, p)
 			t.current = -2
@@ -390,11 +391,11 @@ func (c *collector) readTags(ctx context.Context, rs *repoState) error {
 // readManifests reads each revision's manifest once, in parallel.
 func (c *collector) readManifests(ctx context.Context, rs *repoState) ([]manifestInfo, error) {
 	infos := make([]manifestInfo, len(rs.revs))
-	parallel(ctx, len(rs.revs), c.readConcurrency(), func(i int) {
+	parallel.For(ctx, len(rs.revs), c.readConcurrency(), func(i int) {
 		r := &rs.revs[i]
 		info := &infos[i]
 		info.subject = noSubject
-		p := registry.AppendBlobDataPath(nil, r.key.alg(), c.hexOf(r.key))
+		p := layout.AppendBlobData(nil, r.key.Alg(), c.hexOf(r.key))
 		b, err := c.getContent(ctx, string(p))
 		c.nMan.Add(1)
 		switch {
@@ -572,28 +573,4 @@ func (c *collector) getContent(ctx context.Context, p string) ([]byte, error) {
 		}
 	}
 	return nil, err
-}
-
-// parallel calls fn(0..n-1) from up to conc goroutines; it stops handing
-// out indexes once ctx is done.
-func parallel(ctx context.Context, n, conc int, fn func(i int)) {
-	if n == 0 {
-		return
-	}
-	var next atomic.Int64
-	work := func() {
-		for ctx.Err() == nil {
-			i := int(next.Add(1) - 1)
-			if i >= n {
-				return
-			}
-			fn(i)
-		}
-	}
-	var wg sync.WaitGroup
-	for range min(conc, n) - 1 {
-		wg.Go(work)
-	}
-	work()
-	wg.Wait()
 }

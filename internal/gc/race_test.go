@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -81,7 +82,7 @@ func retagDuringRound(t *testing.T, place func(hd *hookDriver, start func())) (*
 func TestPushSeenByRound(t *testing.T) {
 	f, w, err := retagDuringRound(t, func(hd *hookDriver, start func()) {
 		hd.afterPut = func(p string) {
-			if !strings.Contains(p, "/"+registry.GCFencePrefix) {
+			if !strings.Contains(p, "/"+layout.GCFencePrefix) {
 				return
 			}
 			start()
@@ -109,7 +110,7 @@ func TestPushSeenByRound(t *testing.T) {
 func TestPushAfterJournalRead(t *testing.T) {
 	f, _, err := retagDuringRound(t, func(hd *hookDriver, start func()) {
 		hd.afterWalk = func(p string) {
-			if p != registry.GCJournalPath() {
+			if p != layout.GCJournalDir {
 				return
 			}
 			start()
@@ -134,7 +135,7 @@ func TestPushAfterJournalRead(t *testing.T) {
 
 func journalFiles(d driver.Driver) []string {
 	var out []string
-	_ = d.Walk(context.Background(), registry.GCJournalPath(), func(fi driver.FileInfo) error {
+	_ = d.Walk(context.Background(), layout.GCJournalDir, func(fi driver.FileInfo) error {
 		if !fi.IsDir {
 			out = append(out, fi.Path)
 		}

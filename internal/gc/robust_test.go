@@ -8,6 +8,8 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/fence"
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
@@ -33,35 +35,35 @@ func (f *fixture) write(p, content string) {
 func TestBadEntries(t *testing.T) {
 	f := newFSFixture(t)
 	w := buildWorld(f)
-	root := registry.RepositoriesPath()
+	root := layout.RepositoriesDir
 	sha256Hex := w.moved.Digest.Encoded()
 
 	// A link under sha512 naming a sha256 digest.
 	f.write(root+"/a/_manifests/revisions/sha512/"+sha256Hex+"/link", string(w.moved.Digest))
 	f.write(root+"/a/_layers/sha256/NOT-HEX/link", "sha256:nothex")
-	f.write(registry.BlobsPath()+"/sha256/zz/"+strings.Repeat("a", 64)+"/data", "misplaced")
+	f.write(layout.BlobsDir+"/sha256/zz/"+strings.Repeat("a", 64)+"/data", "misplaced")
 	// A tag index entry naming no revision: deleted as stale.
 	stale := digest.FromString("never pushed")
-	f.write(string(registry.AppendTagIndexLinkPath(nil, "a", "v1", "sha256", stale.Encoded())), string(stale))
+	f.write(string(layout.AppendTagIndexLink(nil, "a", "v1", "sha256", stale.Encoded())), string(stale))
 	// A repository whose tag link is garbage: nothing in it is deleted.
 	cImg := f.put("c", "x", f.image("c", f.layer("c")))
 	cUntagged := f.put("c", "", f.image("c", f.layer("c")))
-	f.write(registry.TagCurrentLinkPath("c", "x"), "garbage")
+	f.write(layout.TagCurrentLink("c", "x"), "garbage")
 	// A tagged revision whose manifest blob is missing, and an untagged one.
 	dTagged := f.put("d", "t", f.image("d"))
 	dUntagged := f.put("d", "", f.image("d"))
 	for _, d := range []digest.Digest{dTagged.Digest, dUntagged.Digest} {
-		if _, err := f.d.DeleteFiles(context.Background(), []string{registry.BlobDataPath(d)}); err != nil {
+		if _, err := f.d.DeleteFiles(context.Background(), []string{layout.BlobData(d)}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// A manifest that does not parse.
 	garbage := digest.FromString("not json")
-	f.write(registry.BlobDataPath(garbage), "not json")
-	f.write(string(registry.AppendRevisionLinkPath(nil, "e", "sha256", garbage.Encoded())), string(garbage))
-	f.write(registry.TagCurrentLinkPath("e", "bad"), string(garbage))
+	f.write(layout.BlobData(garbage), "not json")
+	f.write(string(layout.AppendRevisionLink(nil, "e", "sha256", garbage.Encoded())), string(garbage))
+	f.write(layout.TagCurrentLink("e", "bad"), string(garbage))
 	// A journal record whose path means nothing.
-	f.write(registry.GCJournalPath()+"/nothing-here", "")
+	f.write(layout.GCJournalDir+"/nothing-here", "")
 
 	rep := f.gc(Options{DeleteUntagged: true})
 	want := map[string]int64{
@@ -117,7 +119,7 @@ func (d *failingDriver) GetContent(ctx context.Context, p string) ([]byte, error
 func TestUnreadableManifestStopsBlobSweep(t *testing.T) {
 	f := newFixture(t)
 	w := buildWorld(f)
-	rep, err := Run(context.Background(), &failingDriver{Driver: f.d, fail: registry.BlobDataPath(w.keep.Digest)}, Options{DeleteUntagged: true})
+	rep, err := Run(context.Background(), &failingDriver{Driver: f.d, fail: layout.BlobData(w.keep.Digest)}, Options{DeleteUntagged: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +141,7 @@ func TestDistributionTree(t *testing.T) {
 	f := newFSFixture(t)
 	put := func(content string) digest.Digest {
 		d := digest.FromString(content)
-		f.write(registry.BlobDataPath(d), content)
+		f.write(layout.BlobData(d), content)
 		return d
 	}
 	link := func(p string, d digest.Digest) { f.write(p, string(d)) }
@@ -149,12 +151,12 @@ func TestDistributionTree(t *testing.T) {
 		`"history":[{"v1Compatibility":"{}"},{"v1Compatibility":"{}"}],"signatures":[]}`)
 	repo := "lib/old"
 	for _, d := range []digest.Digest{l1, l2, orphan} {
-		link(string(registry.AppendLayerLinkPath(nil, repo, "sha256", d.Encoded())), d)
+		link(string(layout.AppendLayerLink(nil, repo, "sha256", d.Encoded())), d)
 	}
-	link(string(registry.AppendRevisionLinkPath(nil, repo, "sha256", s1.Encoded())), s1)
-	link(registry.TagCurrentLinkPath(repo, "1"), s1)
-	link(string(registry.AppendTagIndexLinkPath(nil, repo, "1", "sha256", s1.Encoded())), s1)
-	upload := registry.RepositoriesPath() + "/" + repo + "/_uploads/0f5e4b3c-1111-2222-3333-444455556666"
+	link(string(layout.AppendRevisionLink(nil, repo, "sha256", s1.Encoded())), s1)
+	link(layout.TagCurrentLink(repo, "1"), s1)
+	link(string(layout.AppendTagIndexLink(nil, repo, "1", "sha256", s1.Encoded())), s1)
+	upload := layout.RepositoriesDir + "/" + repo + "/_uploads/0f5e4b3c-1111-2222-3333-444455556666"
 	f.write(upload+"/startedat", "2024-01-01T00:00:00Z")
 	f.write(upload+"/data", "partial")
 	f.write(upload+"/hashstates/sha256/7", "state")
@@ -185,10 +187,10 @@ func TestJournalRecordProtects(t *testing.T) {
 	f := newFixture(t)
 	w := buildWorld(f)
 	refs, _, _ := registry.ParseManifestRefs(mustGet(f, "a", w.moved.Digest))
-	rec := &registry.JournalRecord{Repo: "a", Manifest: true, Digest: w.moved.Digest, Tags: []string{"v9"}, Blobs: refs.Blobs}
-	recPath := registry.JournalRecordPath(rec, "inflight")
+	rec := &fence.Record{Repo: "a", Manifest: true, Digest: w.moved.Digest, Tags: []string{"v9"}, Blobs: refs.Blobs}
+	recPath := layout.JournalRecord(rec.Repo, rec.Manifest, rec.Digest, "inflight")
 	f.write(recPath, `{"tags":["v9"],"blobs":["`+string(refs.Blobs[0])+`","`+string(refs.Blobs[1])+`","`+string(refs.Blobs[2])+`"]}`)
-	blobRec := registry.JournalRecordPath(&registry.JournalRecord{Repo: "a", Digest: w.orphan.Digest}, "inflight")
+	blobRec := layout.JournalRecord("a", false, w.orphan.Digest, "inflight")
 	f.write(blobRec, "")
 
 	rep := f.gc(Options{DeleteUntagged: true})
@@ -220,9 +222,9 @@ func TestSettledRecordRemoved(t *testing.T) {
 	orphan := f.layer("a")
 	img := f.image("a", keep)
 	// The record first, then the push it belongs to.
-	recPath := registry.JournalRecordPath(&registry.JournalRecord{Repo: "a", Manifest: true, Digest: digest.FromBytes(img)}, "done")
+	recPath := layout.JournalRecord("a", true, digest.FromBytes(img), "done")
 	f.write(recPath, `{"tags":["t"]}`)
-	blobRec := registry.JournalRecordPath(&registry.JournalRecord{Repo: "a", Digest: orphan.Digest}, "done")
+	blobRec := layout.JournalRecord("a", false, orphan.Digest, "done")
 	f.write(blobRec, "")
 	f.put("a", "t", img)
 	if _, err := f.reg.MountBlob(context.Background(), "a", orphan.Digest, ""); err != nil {

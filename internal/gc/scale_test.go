@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-registry/cairn/internal/digestkey"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -42,6 +44,10 @@ func (d *countOnly) DeleteFiles(_ context.Context, paths []string) (int, error) 
 
 func (d *countOnly) PutContent(context.Context, string, []byte) error { return nil }
 
+func (d *countOnly) Stat(_ context.Context, p string) (driver.FileInfo, error) {
+	return driver.FileInfo{Path: p, ModTime: time.Now()}, nil
+}
+
 func (d *countOnly) Walk(_ context.Context, p string, _ driver.WalkFn) error {
 	return driver.PathNotFoundError{Path: p, Driver: "count"}
 }
@@ -54,8 +60,7 @@ func scalePlan(c *collector, manifests, tags int) {
 	for i := range rs.revs {
 		binary.LittleEndian.PutUint64(seed[:], uint64(i))
 		sum := sha256.Sum256(seed[:])
-		rs.revs[i].key[0] = algSHA256
-		copy(rs.revs[i].key[1:], sum[:])
+		rs.revs[i].key, _ = digestkey.Parse("sha256", hex.EncodeToString(sum[:]))
 		rs.revs[i].flags = fDelete
 		rs.revs[i].subject = noSubject
 	}
@@ -77,8 +82,10 @@ func scalePlan(c *collector, manifests, tags int) {
 func runScale(manifests, tags int) (time.Duration, *countOnly, error) {
 	d := &countOnly{}
 	c := newCollector(d, Options{DeleteUntagged: true})
-	c.runID = "scale"
-	c.journal.seen = make(map[string]*record)
+	if err := c.begin(context.Background()); err != nil {
+		return 0, nil, err
+	}
+	defer c.journal.run.Stop()
 	scalePlan(c, manifests, tags)
 	start := time.Now()
 	err := c.sweep(context.Background())

@@ -8,7 +8,8 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/cairn-registry/cairn/internal/fence"
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -125,10 +126,10 @@ func (s *sweeper) repoEntries(ctx context.Context, ri int32, rs *repoState) erro
 		if r.flags&fDelete == 0 {
 			continue
 		}
-		alg, hex := r.key.alg(), c.hexOf(r.key)
-		s.links[i] = registry.DigestLink(alg, hex)
+		alg, hex := r.key.Alg(), c.hexOf(r.key)
+		s.links[i] = layout.DigestLink(alg, hex)
 		start := len(s.arena)
-		s.arena = registry.AppendRevisionLinkPath(s.arena, rs.name, alg, hex)
+		s.arena = layout.AppendRevisionLink(s.arena, rs.name, alg, hex)
 		if err := s.push(ctx, entry{kind: kRev, repo: ri, idx: int32(i)}, start); err != nil {
 			return err
 		}
@@ -142,7 +143,7 @@ func (s *sweeper) repoEntries(ctx context.Context, ri int32, rs *repoState) erro
 			continue
 		}
 		start = len(s.arena)
-		s.arena = registry.AppendReferrerLinkPath(s.arena, rs.name, subj.alg(), c.hexOf(subj), alg, hex)
+		s.arena = layout.AppendReferrerLink(s.arena, rs.name, subj.Alg(), c.hexOf(subj), alg, hex)
 		if err := s.push(ctx, entry{kind: kReferrer, repo: ri, idx: int32(i)}, start); err != nil {
 			return err
 		}
@@ -153,7 +154,7 @@ func (s *sweeper) repoEntries(ctx context.Context, ri int32, rs *repoState) erro
 			continue
 		}
 		start := len(s.arena)
-		s.arena = registry.AppendLayerLinkPath(s.arena, rs.name, l.key.alg(), c.hexOf(l.key))
+		s.arena = layout.AppendLayerLink(s.arena, rs.name, l.key.Alg(), c.hexOf(l.key))
 		if err := s.push(ctx, entry{kind: kLayer, repo: ri, idx: int32(j)}, start); err != nil {
 			return err
 		}
@@ -163,7 +164,7 @@ func (s *sweeper) repoEntries(ctx context.Context, ri int32, rs *repoState) erro
 		var err error
 		if rs.nDelete > 0 {
 			// The hot loop: two appends per path.
-			dir := registry.TagIndexDir(rs.name, t.name)
+			dir := layout.TagIndexDir(rs.name, t.name)
 			t.index.each(func(i uint32) bool {
 				if rs.revs[i].flags&fDelete == 0 {
 					return true
@@ -179,7 +180,7 @@ func (s *sweeper) repoEntries(ctx context.Context, ri int32, rs *repoState) erro
 		}
 		for _, k := range t.stale {
 			start := len(s.arena)
-			s.arena = registry.AppendTagIndexLinkPath(s.arena, rs.name, t.name, k.alg(), c.hexOf(k))
+			s.arena = layout.AppendTagIndexLink(s.arena, rs.name, t.name, k.Alg(), c.hexOf(k))
 			if err := s.push(ctx, entry{kind: kStale, repo: ri, idx: -1}, start); err != nil {
 				return err
 			}
@@ -196,11 +197,11 @@ func (s *sweeper) repoEntries(ctx context.Context, ri int32, rs *repoState) erro
 func (s *sweeper) blobEntries(ctx context.Context) error {
 	c := s.c
 	var p pendingBlob
-	err := c.d.Walk(ctx, registry.BlobsPath(), func(fi driver.FileInfo) error {
+	err := c.d.Walk(ctx, layout.BlobsDir, func(fi driver.FileInfo) error {
 		if fi.IsDir {
 			return nil
 		}
-		alg, hexs, leaf, ok := registry.ParseBlobPath(fi.Path)
+		alg, hexs, leaf, ok := layout.ParseBlobPath(fi.Path)
 		if !ok {
 			c.problem(ProblemBadPath, fi.Path)
 			return nil
@@ -225,7 +226,7 @@ func (s *sweeper) blobEntries(ctx context.Context) error {
 		p.n++
 		p.size += fi.Size
 		p.young = p.young || c.young(modNS(fi.ModTime))
-		p.recipe = p.recipe || leaf == registry.BlobRecipe
+		p.recipe = p.recipe || leaf == layout.BlobRecipeLeaf
 		return nil
 	})
 	if errors.Is(err, driver.ErrNotFound) {
@@ -331,19 +332,20 @@ func (c *collector) runRound(ctx context.Context, s *sweeper, arena string) erro
 	rctx := ctx
 	if s.fenced && !c.opts.DryRun {
 		began := time.Now()
-		fence, err := c.openFence(ctx)
+		f, err := c.journal.run.OpenFence(ctx)
 		if err != nil {
 			return err
 		}
 		if s.last {
 			// Removed with the run marker: one request less.
-			c.journal.fence = fence
+			c.journal.fence = f
 		} else {
-			defer c.closeFence(ctx, fence)
+			defer c.journal.run.CloseFence(ctx, f)
 		}
 		var cancel context.CancelFunc
-		// Writers wait GCFenceWait for a fence they saw; stop well within.
-		rctx, cancel = context.WithDeadline(ctx, began.Add(registry.GCRoundMax))
+		// Writers wait fence.FenceWait for a fence they saw; stop well
+		// within.
+		rctx, cancel = context.WithDeadline(ctx, began.Add(fence.RoundMax))
 		defer cancel()
 		if err := c.readJournal(rctx); err != nil {
 			return err
@@ -496,4 +498,19 @@ func flatten(err error) []error {
 		return out
 	}
 	return []error{err}
+}
+
+// sweepTemp deletes the temporary files of interrupted driver writes
+// (filesystem: link~<suffix> after a kill -9) once older than the delay;
+// only the driver can find them (driver.TempSweeper).
+func (c *collector) sweepTemp(ctx context.Context) error {
+	ts, ok := driver.As[driver.TempSweeper](c.d)
+	if !ok {
+		return nil
+	}
+	n, err := ts.SweepTemp(ctx, layout.Root, time.Unix(0, c.cutoff), c.opts.DryRun)
+	c.mu.Lock()
+	c.rep.Deleted.TmpFiles += int64(n)
+	c.mu.Unlock()
+	return err
 }

@@ -100,8 +100,8 @@ func (s *Bolt) TombstoneFiles(ctx context.Context, files []digest.Digest) ([]dig
 	return out, nil
 }
 
-// DeleteFiles implements Bulk.
-func (s *Bolt) DeleteFiles(ctx context.Context, files []digest.Digest) ([]digest.Digest, error) {
+// DropFileEntries implements Bulk.
+func (s *Bolt) DropFileEntries(ctx context.Context, files []digest.Digest) ([]digest.Digest, error) {
 	keys, err := keysOf(files)
 	if err != nil {
 		return nil, err

@@ -15,7 +15,7 @@ import (
 // File entry flags.
 const (
 	flagTombstoned byte = 1 << iota
-	flagRevived         // re-referenced while tombstoned; adds report Revived until Tombstone/DeleteFile
+	flagRevived         // re-referenced while tombstoned; adds report Revived until Tombstone/DropFileEntry
 	flagMissing         // revived while GC deleted: the object may be gone
 )
 
@@ -95,7 +95,7 @@ func eachKey(v []byte, fn func(k []byte) error) error {
 }
 
 // refOf is the outcome for an entry in state e. Revived covers the whole window
-// from a revive to GC's DeleteFile (flagRevived), not only the first reviver: GC's
+// from a revive to GC's DropFileEntry (flagRevived), not only the first reviver: GC's
 // delete may land after any write in that window.
 func refOf(d digest.Digest, e fileEntry, exists bool) FileRef {
 	revived := e.flags&(flagTombstoned|flagRevived) != 0
@@ -305,8 +305,8 @@ func tombstoneTx(files *bolt.Bucket, k []byte) (bool, error) {
 	return true, putFile(files, k, e)
 }
 
-// DeleteFile implements FileIndex.
-func (s *Bolt) DeleteFile(ctx context.Context, d digest.Digest) (bool, error) {
+// DropFileEntry implements FileIndex.
+func (s *Bolt) DropFileEntry(ctx context.Context, d digest.Digest) (bool, error) {
 	k, err := keyOf(d)
 	if err != nil {
 		return false, err
@@ -326,7 +326,7 @@ func (s *Bolt) DeleteFile(ctx context.Context, d digest.Digest) (bool, error) {
 	return revived, nil
 }
 
-// deleteFileTx is DeleteFile of file key k, or, with settled, DeleteFiles: an
+// deleteFileTx is DropFileEntry of file key k, or, with settled, DropFileEntries: an
 // entry neither tombstoned nor revived is then marked Missing and reported
 // revived instead of failing with ErrNotTombstoned.
 func deleteFileTx(tx *bolt.Tx, k []byte, settled bool) (revived bool, err error) {

@@ -40,7 +40,7 @@ func TestBoltPersistence(t *testing.T) {
 	steps := []error{
 		func() error { _, err := s.AddLayerRefs(ctx, l, []digest.Digest{f}); return err }(),
 		func() error { _, err := s.AddLayerRefs(ctx, l2, []digest.Digest{f}); return err }(),
-		s.PutRecipe(ctx, l, []byte("recipe"), meta.StateDeduplicated),
+		s.PutLayer(ctx, l, []byte("recipe"), meta.StateDeduplicated),
 		s.SetImageLayers(ctx, m, []digest.Digest{l}),
 		func() error { _, err := s.RecordPull(ctx, "alice", l, now); return err }(),
 		s.AddStat(ctx, "hits", 4),
@@ -66,7 +66,7 @@ func TestBoltPersistence(t *testing.T) {
 	if got, err := s.LayerFiles(ctx, l2); err != nil || len(got) != 1 || got[0] != f {
 		t.Errorf("LayerFiles after reopen = %v %v", got, err)
 	}
-	if r, st, err := s.GetRecipe(ctx, l); err != nil || string(r) != "recipe" || st != meta.StateDeduplicated {
+	if r, st, err := s.GetLayer(ctx, l); err != nil || string(r) != "recipe" || st != meta.StateDeduplicated {
 		t.Errorf("recipe after reopen = %q %v %v", r, st, err)
 	}
 	if got, err := s.ListLayers(ctx, meta.StateDeduplicated, "", 10); err != nil || len(got) != 1 || got[0] != l {

@@ -1,5 +1,5 @@
 // Package meta is the metadata store that deduplication and garbage collection share:
-// the file index with reference counts and tombstones, layer recipes and states, the
+// the file index with reference counts and tombstones, layer states and summaries, the
 // image→layers map (ILmap), the client→layers pull map (ULmap), layer popularity and
 // counters. Every method is one atomic step, so the embedded bolt store (one node) and
 // a Redis store (several nodes, SETNX/Lua) can both implement it.
@@ -20,9 +20,9 @@
 //     layer's references and returns the files whose count reached zero. A retry
 //     is a no-op.
 //  3. GC calls Tombstone on each such file. Only when it returns true may GC delete the
-//     object, and then call DeleteFile. A file re-referenced before Tombstone makes it
+//     object, and then call DropFileEntry. A file re-referenced before Tombstone makes it
 //     return false; a file re-referenced after Tombstone is revived (AddLayerRefs
-//     reports Write and Revived), and DeleteFile then reports revived=true and marks
+//     reports Write and Revived), and DropFileEntry then reports revived=true and marks
 //     the entry Missing, because GC's delete may have removed the copy the reviver
 //     wrote. The next AddLayerRefs of a new layer holding a Missing file reports
 //     Write and clears Missing; dedup checks Files for Missing before it drops a
@@ -66,7 +66,7 @@ type FileRef struct {
 	// tombstoned (being deleted), marked Missing, or Revived.
 	Write bool
 	// Revived is true when a GC tombstoned the file and has not settled that
-	// tombstone with DeleteFile: its delete of the object may still land after the
+	// tombstone with DropFileEntry: its delete of the object may still land after the
 	// caller's write. The caller must write the file and must not trust the object
 	// until no GC run that could have tombstoned it is active.
 	Revived bool
@@ -102,12 +102,12 @@ type FileIndex interface {
 	LayerFiles(ctx context.Context, layer digest.Digest) ([]digest.Digest, error)
 	// Tombstone marks a zero-count file as being deleted. It returns false when the
 	// file has references or no entry. It is idempotent: a tombstoned file returns
-	// true again, so a GC that crashed between Tombstone and DeleteFile can resume.
+	// true again, so a GC that crashed between Tombstone and DropFileEntry can resume.
 	Tombstone(ctx context.Context, d digest.Digest) (bool, error)
-	// DeleteFile removes a tombstoned entry after GC deleted the object. If the file
+	// DropFileEntry removes a tombstoned entry after GC deleted the object. If the file
 	// was revived since Tombstone, the entry stays, is marked Missing, and revived is
 	// true. A file never tombstoned fails with ErrNotTombstoned; no entry is a no-op.
-	DeleteFile(ctx context.Context, d digest.Digest) (revived bool, err error)
+	DropFileEntry(ctx context.Context, d digest.Digest) (revived bool, err error)
 	// Files reports the state of each digest, in order.
 	Files(ctx context.Context, digests []digest.Digest) ([]FileInfo, error)
 	// ZeroFiles lists, in key order after the cursor `after` (empty: from the start),
@@ -123,22 +123,22 @@ type FileIndex interface {
 // atomic. After an error the result lists what was done (possibly nothing); the rest
 // may or may not be done, and every step is safe to repeat.
 type Bulk interface {
-	// ReleaseLayers is, for each layer, ReleaseLayerRefs then DeleteRecipe as one
+	// ReleaseLayers is, for each layer, ReleaseLayerRefs then DeleteLayer as one
 	// atomic step: what deleting the layers' blobs calls. It returns the files whose
 	// count reached zero. A layer whose release fails with ErrInvalidRelease is left
-	// unchanged (its recipe entry too) and named in the error; the others are
+	// unchanged (its layer entry too) and named in the error; the others are
 	// released all the same.
 	ReleaseLayers(ctx context.Context, layers []digest.Digest) (zeroed []digest.Digest, err error)
 	// TombstoneFiles is Tombstone on each file; it returns those it tombstoned (or
 	// found tombstoned), in order.
 	TombstoneFiles(ctx context.Context, files []digest.Digest) (tombstoned []digest.Digest, err error)
-	// DeleteFiles is DeleteFile on each file, once GC deleted the objects of files
-	// TombstoneFiles returned; it returns those revived since. Unlike DeleteFile,
+	// DropFileEntries is DropFileEntry on each file, once GC deleted the objects of files
+	// TombstoneFiles returned; it returns those revived since. Unlike DropFileEntry,
 	// an entry neither tombstoned nor revived is no error: the caller's tombstone
 	// was settled by another GC run, or the entry was deleted and created anew, so
 	// its holders may have lost the object to the caller's delete. It is marked
 	// Missing, like a revived one, and returned with them.
-	DeleteFiles(ctx context.Context, files []digest.Digest) (revived []digest.Digest, err error)
+	DropFileEntries(ctx context.Context, files []digest.Digest) (revived []digest.Digest, err error)
 }
 
 // LayerState is how a layer is held.
@@ -172,16 +172,20 @@ func (s LayerState) String() string {
 // Valid reports whether s is one of the defined states.
 func (s LayerState) Valid() bool { return s >= StatePending && s <= StateIrreproducible }
 
-// Recipes stores each layer's recipe (opaque bytes) and state.
-type Recipes interface {
-	// PutRecipe stores recipe (may be nil) and state for layer, replacing both.
-	PutRecipe(ctx context.Context, layer digest.Digest, recipe []byte, state LayerState) error
-	// SetLayerState changes the state and keeps the recipe; ErrNotFound if none.
+// Layers stores each deduplicated layer's state and summary: opaque bytes
+// for dedup's own record of the layer (sizes, encoders, mode). The recipe
+// that rebuilds a layer lives in storage, not here.
+type Layers interface {
+	// PutLayer stores summary (may be nil) and state for layer, replacing
+	// both.
+	PutLayer(ctx context.Context, layer digest.Digest, summary []byte, state LayerState) error
+	// SetLayerState changes the state and keeps the summary; ErrNotFound
+	// if none.
 	SetLayerState(ctx context.Context, layer digest.Digest, state LayerState) error
-	// GetRecipe returns the recipe and state; ErrNotFound if none.
-	GetRecipe(ctx context.Context, layer digest.Digest) ([]byte, LayerState, error)
-	// DeleteRecipe removes the layer's entry; no entry is a no-op.
-	DeleteRecipe(ctx context.Context, layer digest.Digest) error
+	// GetLayer returns the summary and state; ErrNotFound if none.
+	GetLayer(ctx context.Context, layer digest.Digest) ([]byte, LayerState, error)
+	// DeleteLayer removes the layer's entry; no entry is a no-op.
+	DeleteLayer(ctx context.Context, layer digest.Digest) error
 	// ListLayers returns up to limit layers in state, in key order after the cursor
 	// `after` (empty: from the start). An empty result means the end.
 	ListLayers(ctx context.Context, state LayerState, after digest.Digest, limit int) ([]digest.Digest, error)
@@ -261,7 +265,7 @@ func leaseMillis(name, holder string, ttl time.Duration) (int64, error) {
 // Store is the whole metadata store.
 type Store interface {
 	FileIndex
-	Recipes
+	Layers
 	Bulk
 	ImageMap
 	Pulls

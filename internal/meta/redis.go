@@ -216,19 +216,19 @@ func (s *Redis) zpage(ctx context.Context, key string, after digest.Digest, limi
 	return out, nil
 }
 
-// PutRecipe implements Recipes.
-func (s *Redis) PutRecipe(ctx context.Context, layer digest.Digest, recipe []byte, state LayerState) error {
+// PutLayer implements Layers.
+func (s *Redis) PutLayer(ctx context.Context, layer digest.Digest, recipe []byte, state LayerState) error {
 	k, err := checkedLayerKey(layer, state)
 	if err != nil {
 		return err
 	}
-	if _, err := s.run(ctx, scriptPutRecipe, s.k.std, k, int(state), recipeValue(state, recipe)); err != nil {
-		return fmt.Errorf("meta: put recipe %s: %w", layer, err)
+	if _, err := s.run(ctx, scriptPutLayer, s.k.std, k, int(state), layerValue(state, recipe)); err != nil {
+		return fmt.Errorf("meta: put layer %s: %w", layer, err)
 	}
 	return nil
 }
 
-// SetLayerState implements Recipes.
+// SetLayerState implements Layers.
 func (s *Redis) SetLayerState(ctx context.Context, layer digest.Digest, state LayerState) error {
 	k, err := checkedLayerKey(layer, state)
 	if err != nil {
@@ -244,8 +244,8 @@ func (s *Redis) SetLayerState(ctx context.Context, layer digest.Digest, state La
 	return nil
 }
 
-// GetRecipe implements Recipes.
-func (s *Redis) GetRecipe(ctx context.Context, layer digest.Digest) ([]byte, LayerState, error) {
+// GetLayer implements Layers.
+func (s *Redis) GetLayer(ctx context.Context, layer digest.Digest) ([]byte, LayerState, error) {
 	k, err := keyOf(layer)
 	if err != nil {
 		return nil, 0, err
@@ -258,7 +258,7 @@ func (s *Redis) GetRecipe(ctx context.Context, layer digest.Digest) ([]byte, Lay
 		err = ErrNotFound
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("meta: get recipe %s: %w", layer, err)
+		return nil, 0, fmt.Errorf("meta: get layer %s: %w", layer, err)
 	}
 	var recipe []byte
 	if len(v) > 1 {
@@ -267,19 +267,19 @@ func (s *Redis) GetRecipe(ctx context.Context, layer digest.Digest) ([]byte, Lay
 	return recipe, LayerState(v[0]), nil
 }
 
-// DeleteRecipe implements Recipes.
-func (s *Redis) DeleteRecipe(ctx context.Context, layer digest.Digest) error {
+// DeleteLayer implements Layers.
+func (s *Redis) DeleteLayer(ctx context.Context, layer digest.Digest) error {
 	k, err := keyOf(layer)
 	if err != nil {
 		return err
 	}
-	if _, err := s.run(ctx, scriptDeleteRecipe, s.k.std, k); err != nil {
-		return fmt.Errorf("meta: delete recipe %s: %w", layer, err)
+	if _, err := s.run(ctx, scriptDeleteLayer, s.k.std, k); err != nil {
+		return fmt.Errorf("meta: delete layer %s: %w", layer, err)
 	}
 	return nil
 }
 
-// ListLayers implements Recipes.
+// ListLayers implements Layers.
 func (s *Redis) ListLayers(ctx context.Context, state LayerState, after digest.Digest, limit int) ([]digest.Digest, error) {
 	if !state.Valid() {
 		return nil, fmt.Errorf("%w: %d", ErrInvalidState, state)
@@ -291,7 +291,7 @@ func (s *Redis) ListLayers(ctx context.Context, state LayerState, after digest.D
 	return out, nil
 }
 
-// LayerCounts implements Recipes. The state sets are the counters: ZCARD is
+// LayerCounts implements Layers. The state sets are the counters: ZCARD is
 // constant time and cannot drift from the listings.
 func (s *Redis) LayerCounts(ctx context.Context) (map[LayerState]int64, error) {
 	if err := ctx.Err(); err != nil {

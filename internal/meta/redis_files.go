@@ -138,8 +138,8 @@ func (s *Redis) Tombstone(ctx context.Context, d digest.Digest) (bool, error) {
 	return r[0] == 1, nil
 }
 
-// DeleteFile implements FileIndex.
-func (s *Redis) DeleteFile(ctx context.Context, d digest.Digest) (bool, error) {
+// DropFileEntry implements FileIndex.
+func (s *Redis) DropFileEntry(ctx context.Context, d digest.Digest) (bool, error) {
 	k, err := keyOf(d)
 	if err != nil {
 		return false, err
@@ -321,8 +321,8 @@ func (s *Redis) TombstoneFiles(ctx context.Context, files []digest.Digest) ([]di
 	return out, nil
 }
 
-// DeleteFiles implements Bulk.
-func (s *Redis) DeleteFiles(ctx context.Context, files []digest.Digest) ([]digest.Digest, error) {
+// DropFileEntries implements Bulk.
+func (s *Redis) DropFileEntries(ctx context.Context, files []digest.Digest) ([]digest.Digest, error) {
 	res, ok, err := s.fileSteps(ctx, scriptDeleteFiles, []any{"1"}, files)
 	var out []digest.Digest
 	for i, d := range files {

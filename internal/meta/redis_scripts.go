@@ -39,8 +39,8 @@ local function keys_of(v)
 end
 `
 
-// luaDeleteRecipe removes a layer's recipe and its state index entry.
-const luaDeleteRecipe = `
+// luaDeleteLayer removes a layer's recipe and its state index entry.
+const luaDeleteLayer = `
 local function delete_recipe(layer)
   local r = redis.call('HGET', KEYS[4], layer)
   if not r then return end
@@ -89,7 +89,7 @@ return out
 // scriptRelease: ARGV[1] layer key, ARGV[2] "1" to delete the layer's recipe too
 // (ReleaseLayers). It returns {0, zeroed file keys...}, or {1, file key} when a
 // held file has no references: then nothing changed.
-var scriptRelease = redis.NewScript(luaKeysOf + luaDeleteRecipe + `
+var scriptRelease = redis.NewScript(luaKeysOf + luaDeleteLayer + `
 local out = {0}
 local held = redis.call('HGET', KEYS[3], ARGV[1])
 if held then
@@ -161,8 +161,8 @@ end
 return out
 `)
 
-// scriptPutRecipe: ARGV[1] layer key, ARGV[2] state, ARGV[3] the record.
-var scriptPutRecipe = redis.NewScript(`
+// scriptPutLayer: ARGV[1] layer key, ARGV[2] state, ARGV[3] the record.
+var scriptPutLayer = redis.NewScript(`
 local st = tonumber(ARGV[2])
 local old = redis.call('HGET', KEYS[4], ARGV[1])
 if old and string.byte(old, 1) ~= st then
@@ -187,8 +187,8 @@ end
 return 1
 `)
 
-// scriptDeleteRecipe: ARGV[1] layer key.
-var scriptDeleteRecipe = redis.NewScript(luaDeleteRecipe + `
+// scriptDeleteLayer: ARGV[1] layer key.
+var scriptDeleteLayer = redis.NewScript(luaDeleteLayer + `
 delete_recipe(ARGV[1])
 return 1
 `)
@@ -230,6 +230,6 @@ return prev
 
 var allScripts = []*redis.Script{
 	scriptAddLayerRefs, scriptRelease, scriptTombstone, scriptDeleteFiles,
-	scriptPutRecipe, scriptSetLayerState, scriptDeleteRecipe, scriptRecordPull,
+	scriptPutLayer, scriptSetLayerState, scriptDeleteLayer, scriptRecordPull,
 	scriptTryLease, scriptReleaseLease,
 }

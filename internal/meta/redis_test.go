@@ -125,7 +125,7 @@ func TestRedisSharedNodes(t *testing.T) {
 		}
 	}
 	l := metatest.Digest("layer-0")
-	if err := a.PutRecipe(ctx, l, []byte("r"), meta.StateDeduplicated); err != nil {
+	if err := a.PutLayer(ctx, l, []byte("r"), meta.StateDeduplicated); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := b.ListLayers(ctx, meta.StateDeduplicated, "", 10); err != nil || !slices.Equal(got, []digest.Digest{l}) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -92,6 +91,9 @@ type instrumented struct {
 
 func (i *instrumented) Name() string { return i.d.Name() }
 
+// Unwrap exposes the wrapped driver's optional interfaces (driver.As).
+func (i *instrumented) Unwrap() driver.Driver { return i.d }
+
 func (i *instrumented) GetContent(ctx context.Context, path string) ([]byte, error) {
 	start := time.Now()
 	b, err := i.d.GetContent(ctx, path)
@@ -159,9 +161,9 @@ func (i *instrumented) Walk(ctx context.Context, path string, fn driver.WalkFn) 
 	return err
 }
 
-func (i *instrumented) RedirectURL(r *http.Request, path string) (string, error) {
+func (i *instrumented) RedirectURL(ctx context.Context, method, path string) (string, error) {
 	start := time.Now()
-	u, err := i.d.RedirectURL(r, path)
+	u, err := i.d.RedirectURL(ctx, method, path)
 	i.redirect.done(start, err)
 	return u, err
 }

@@ -50,6 +50,7 @@ type Metrics struct {
 	dedupSaved     prometheus.Gauge
 	dedupLayers    *prometheus.CounterVec
 	dedupPredicted *prometheus.CounterVec
+	dedupRebuild   *prometheus.CounterVec
 	cache          *prometheus.CounterVec
 }
 
@@ -91,6 +92,8 @@ func New() *Metrics {
 		"Layers the dedup worker processed, by outcome (deduplicated, indexed, irreproducible, unchanged, deferred, gone, busy: another node has it, error).", "outcome")
 	m.dedupPredicted = f.counterVec("dedup_predicted_total",
 		"Layers warmed ahead of a predicted pull, by cache (preconstruct: rebuilt to disk, prefetch: read into memory).", "cache")
+	m.dedupRebuild = f.counterVec("dedup_rebuild_failures_total",
+		"Rebuilds of deduplicated layers (for a pull, a predicted pull or a promotion) that failed, by reason (missing_file, corrupt_file: a unique file absent or not matching its digest; mismatch: the recipe does not reproduce the blob; storage: a storage error; other). Each is logged at ERROR with the layer and file digests.", "reason")
 	m.cache = f.counterVec("cache_requests_total",
 		"Cache lookups, by cache and result (hit, miss); the hit ratio is hits over the total.", "cache", "result")
 
@@ -156,6 +159,9 @@ func (m *Metrics) SetDedupSavedBytes(n int64) { m.dedupSaved.Set(float64(n)) }
 
 // DedupProcessed counts one layer the dedup worker processed.
 func (m *Metrics) DedupProcessed(outcome string) { m.dedupLayers.WithLabelValues(outcome).Inc() }
+
+// DedupRebuildFailed counts one failed rebuild of a deduplicated layer.
+func (m *Metrics) DedupRebuildFailed(reason string) { m.dedupRebuild.WithLabelValues(reason).Inc() }
 
 // DedupPredicted counts one layer warmed for a predicted pull.
 func (m *Metrics) DedupPredicted(cache string) { m.dedupPredicted.WithLabelValues(cache).Inc() }

@@ -155,6 +155,7 @@ func TestObserveRequestAndOthers(t *testing.T) {
 	m.GCDeleted("blobs", 7)
 	m.GCDeleted("blobs", 0)
 	m.SetDedupSavedBytes(1 << 20)
+	m.DedupRebuildFailed("missing_file")
 	m.CacheLookup("preconstruct", true)
 	m.CacheLookup("preconstruct", true)
 	m.CacheLookup("preconstruct", false)
@@ -176,6 +177,7 @@ func TestObserveRequestAndOthers(t *testing.T) {
 		{"gc_duration_seconds", nil, 2},
 		{"gc_deleted_total", map[string]string{"kind": "blobs"}, 7},
 		{"dedup_saved_bytes", nil, 1 << 20},
+		{"dedup_rebuild_failures_total", map[string]string{"reason": "missing_file"}, 1},
 		{"cache_requests_total", map[string]string{"cache": "preconstruct", "result": "hit"}, 2},
 		{"cache_requests_total", map[string]string{"cache": "preconstruct", "result": "miss"}, 1},
 	}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
+
+	"github.com/cairn-registry/cairn/internal/fence"
+	"github.com/cairn-registry/cairn/internal/layout"
 
 	"github.com/opencontainers/go-digest"
 
@@ -15,11 +17,11 @@ import (
 // linkedInRepo reports whether repo links d as a layer or as a manifest
 // revision (clients may fetch a manifest through the blob endpoint).
 func (r *Registry) linkedInRepo(ctx context.Context, repo string, d digest.Digest) (bool, error) {
-	ok, err := r.exists(ctx, layerLinkPath(repo, d))
+	ok, err := r.exists(ctx, layout.LayerLink(repo, d))
 	if err != nil || ok {
 		return ok, err
 	}
-	return r.exists(ctx, revisionLinkPath(repo, d))
+	return r.exists(ctx, layout.RevisionLink(repo, d))
 }
 
 // BlobInfo describes a stored blob.
@@ -52,7 +54,7 @@ func (r *Registry) StatBlob(ctx context.Context, repo string, d digest.Digest) (
 	if !linked {
 		return BlobInfo{}, fmt.Errorf("%w: %s", ErrBlobUnknown, d)
 	}
-	fi, err := r.d.Stat(ctx, blobDataPath(d))
+	fi, err := r.d.Stat(ctx, layout.BlobData(d))
 	if err == nil {
 		return BlobInfo{Size: fi.Size}, nil
 	}
@@ -70,14 +72,19 @@ func (r *Registry) StatBlob(ctx context.Context, repo string, d digest.Digest) (
 
 // OpenBlob streams blob d from offset: its intact bytes, or its rebuild when
 // dedup removed them (also when that happened since StatBlob). The caller
-// has checked the blob with StatBlob.
+// has checked the blob with StatBlob. A read from the start is a pull,
+// reported to the Observer.
 func (r *Registry) OpenBlob(ctx context.Context, d digest.Digest, offset int64) (io.ReadCloser, error) {
+	if offset == 0 && r.opts.Observer != nil {
+		// A read from the middle resumes a pull already counted.
+		r.opts.Observer.BlobPulled(ctx, ClientFrom(ctx), d)
+	}
 	if r.opts.Dedup != nil {
 		if rc := r.opts.Dedup.CachedBlob(d, offset); rc != nil {
 			return rc, nil
 		}
 	}
-	rc, err := r.d.Reader(ctx, blobDataPath(d), offset)
+	rc, err := r.d.Reader(ctx, layout.BlobData(d), offset)
 	if errors.Is(err, driver.ErrNotFound) && r.opts.Dedup != nil {
 		rc, err = r.opts.Dedup.OpenBlob(ctx, d, offset)
 	}
@@ -87,20 +94,42 @@ func (r *Registry) OpenBlob(ctx context.Context, d digest.Digest, offset int64) 
 	return rc, err
 }
 
+// storedSize returns the size of blob d's bytes, from its data file or its
+// dedup recipe; ok is false when neither exists. The size is -1 when only a
+// recipe exists and no dedup source can read it.
+func (r *Registry) storedSize(ctx context.Context, d digest.Digest) (size int64, ok bool, err error) {
+	fi, err := r.d.Stat(ctx, layout.BlobData(d))
+	if err == nil {
+		return fi.Size, true, nil
+	}
+	if !errors.Is(err, driver.ErrNotFound) {
+		return 0, false, err
+	}
+	if ok, err := r.exists(ctx, layout.BlobRecipe(d)); err != nil || !ok {
+		return 0, false, err
+	}
+	if r.opts.Dedup != nil {
+		if size, err := r.opts.Dedup.BlobSize(ctx, d); err == nil {
+			return size, true, nil
+		}
+	}
+	return -1, true, nil
+}
+
 // blobExists reports whether blob d's bytes are stored, intact or as a dedup
 // recipe.
 func (r *Registry) blobExists(ctx context.Context, d digest.Digest) (bool, error) {
-	ok, err := r.exists(ctx, blobDataPath(d))
+	ok, err := r.exists(ctx, layout.BlobData(d))
 	if err != nil || ok {
 		return ok, err
 	}
-	return r.exists(ctx, blobRecipePath(d))
+	return r.exists(ctx, layout.BlobRecipe(d))
 }
 
 // BlobRedirectURL returns a URL the client may fetch blob d from directly, or
 // "" when cairn serves it.
-func (r *Registry) BlobRedirectURL(req *http.Request, d digest.Digest) (string, error) {
-	return r.d.RedirectURL(req, blobDataPath(d))
+func (r *Registry) BlobRedirectURL(ctx context.Context, method string, d digest.Digest) (string, error) {
+	return r.d.RedirectURL(ctx, method, layout.BlobData(d))
 }
 
 // DeleteBlob unlinks blob d from repo. The data stays until garbage
@@ -109,7 +138,7 @@ func (r *Registry) DeleteBlob(ctx context.Context, repo string, d digest.Digest)
 	if !r.opts.DeleteEnabled {
 		return fmt.Errorf("%w: deletes are disabled", ErrUnsupported)
 	}
-	err := r.d.Delete(ctx, layerLinkDir(repo, d))
+	err := r.d.Delete(ctx, layout.LayerLinkDir(repo, d))
 	if errors.Is(err, driver.ErrNotFound) {
 		return fmt.Errorf("%w: %s", ErrBlobUnknown, d)
 	}
@@ -126,14 +155,14 @@ func (r *Registry) MountBlob(ctx context.Context, repo string, d digest.Digest, 
 			return false, nil
 		}
 	}
-	// The blob may be one GC is about to delete (see layout.go).
-	done, err := r.protectForGC(ctx, &JournalRecord{Repo: repo, Digest: d})
+	// The blob may be one GC is about to delete (see package fence).
+	done, err := r.protectForGC(ctx, &fence.Record{Repo: repo, Digest: d})
 	if err != nil {
 		return false, err
 	}
 	defer done()
 	if from != "" {
-		ok, err := r.exists(ctx, layerLinkPath(from, d))
+		ok, err := r.exists(ctx, layout.LayerLink(from, d))
 		if err != nil || !ok {
 			return false, err
 		}
@@ -142,7 +171,7 @@ func (r *Registry) MountBlob(ctx context.Context, repo string, d digest.Digest, 
 	if err != nil || !ok {
 		return false, err
 	}
-	if err := r.writeLink(ctx, layerLinkPath(repo, d), d); err != nil {
+	if err := r.writeLink(ctx, layout.LayerLink(repo, d), d); err != nil {
 		return false, err
 	}
 	return true, nil

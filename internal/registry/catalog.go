@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cairn-registry/cairn/internal/layout"
+
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -14,7 +16,7 @@ import (
 // (n < 0: all), and whether more follow. A repository is a directory under
 // repositories/ holding _manifests, _layers or _uploads.
 func (r *Registry) Repositories(ctx context.Context, n int, last string) ([]string, bool, error) {
-	root := repositoriesPath()
+	root := layout.RepositoriesDir
 	var names []string
 	err := r.d.Walk(ctx, root, func(fi driver.FileInfo) error {
 		if !fi.IsDir {

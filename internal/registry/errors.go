@@ -24,12 +24,17 @@ var (
 	ErrPaginationInvalid   = errors.New("invalid pagination parameter")
 )
 
-// RangeError reports a chunk that does not continue an upload; Size is how
-// many bytes the upload holds, for the client to resume from.
+// RangeError reports a chunk that does not continue an upload, or a request
+// on a session another request is writing (Busy); Size is how many bytes
+// the upload holds, for the client to resume from.
 type RangeError struct {
 	Size int64
+	Busy bool
 }
 
 func (e *RangeError) Error() string {
+	if e.Busy {
+		return fmt.Sprintf("upload session in use by another request: it holds %d bytes", e.Size)
+	}
 	return fmt.Sprintf("chunk out of order: upload holds %d bytes", e.Size)
 }

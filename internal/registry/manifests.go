@@ -2,13 +2,15 @@ package registry
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"mime"
 	"path"
 	"slices"
 	"strings"
+
+	"github.com/cairn-registry/cairn/internal/fence"
+	"github.com/cairn-registry/cairn/internal/layout"
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -24,28 +26,6 @@ const (
 	mediaTypeDockerSchema1JWS   = "application/vnd.docker.distribution.manifest.v1+prettyjws"
 	mediaTypeDockerForeign      = "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip"
 )
-
-// Manifest is a stored manifest.
-type Manifest struct {
-	Digest    digest.Digest
-	MediaType string
-	Content   []byte
-}
-
-// manifestFields is the union of the fields cairn reads from image manifests
-// and indexes of both OCI and Docker flavours.
-type manifestFields struct {
-	SchemaVersion *int                 `json:"schemaVersion"`
-	MediaType     string               `json:"mediaType"`
-	ArtifactType  string               `json:"artifactType"`
-	Config        *ocispec.Descriptor  `json:"config"`
-	Layers        []ocispec.Descriptor `json:"layers"`
-	Manifests     []ocispec.Descriptor `json:"manifests"`
-	Subject       *ocispec.Descriptor  `json:"subject"`
-	Annotations   map[string]string    `json:"annotations"`
-	FSLayers      []json.RawMessage    `json:"fsLayers"`
-	Signatures    []json.RawMessage    `json:"signatures"`
-}
 
 // IsManifestMediaType reports whether mt names a manifest or index type.
 func IsManifestMediaType(mt string) bool {
@@ -80,7 +60,7 @@ func (r *Registry) resolve(ctx context.Context, repo, ref string) (digest.Digest
 		return "", err
 	}
 	if tag != "" {
-		d, err = r.readLink(ctx, tagCurrentLinkPath(repo, tag))
+		d, err = r.readLink(ctx, layout.TagCurrentLink(repo, tag))
 		if errors.Is(err, driver.ErrNotFound) {
 			return "", r.unknownManifest(ctx, repo, ref)
 		}
@@ -88,7 +68,7 @@ func (r *Registry) resolve(ctx context.Context, repo, ref string) (digest.Digest
 			return "", err
 		}
 	}
-	ok, err := r.exists(ctx, revisionLinkPath(repo, d))
+	ok, err := r.exists(ctx, layout.RevisionLink(repo, d))
 	if err != nil {
 		return "", err
 	}
@@ -107,44 +87,40 @@ func (r *Registry) unknownManifest(ctx context.Context, repo, ref string) error 
 	return fmt.Errorf("%w: %s", ErrManifestUnknown, ref)
 }
 
-// GetManifest returns the manifest ref (a tag or digest) of repo.
+// GetManifest returns the manifest ref (a tag or digest) of repo, parsed,
+// and reports the pull to the Observer.
 func (r *Registry) GetManifest(ctx context.Context, repo, ref string) (*Manifest, error) {
+	m, err := r.StatManifest(ctx, repo, ref)
+	if err == nil && r.opts.Observer != nil {
+		r.opts.Observer.ManifestPulled(ctx, ClientFrom(ctx), m)
+	}
+	return m, err
+}
+
+// StatManifest is GetManifest without reporting a pull (HEAD).
+func (r *Registry) StatManifest(ctx context.Context, repo, ref string) (*Manifest, error) {
 	d, err := r.resolve(ctx, repo, ref)
 	if err != nil {
 		return nil, err
 	}
-	content, err := r.d.GetContent(ctx, blobDataPath(d))
+	content, err := r.d.GetContent(ctx, layout.BlobData(d))
 	if errors.Is(err, driver.ErrNotFound) {
 		return nil, fmt.Errorf("%w: %s (revision without data)", ErrManifestUnknown, ref)
 	}
 	if err != nil {
 		return nil, err
 	}
-	return &Manifest{Digest: d, MediaType: detectMediaType(content), Content: content}, nil
+	m, err := ParseManifest(d, content)
+	if err != nil {
+		// Stored bytes that do not parse are served as they are.
+		return &Manifest{Digest: d, Content: content, MediaType: ocispec.MediaTypeImageManifest}, nil
+	}
+	return m, nil
 }
 
-// detectMediaType names a stored manifest's type from its content: its
-// mediaType field, else its shape (older OCI manifests omit the field).
-func detectMediaType(content []byte) string {
-	var m struct {
-		MediaType string          `json:"mediaType"`
-		Manifests json.RawMessage `json:"manifests"`
-		Config    json.RawMessage `json:"config"`
-		FSLayers  json.RawMessage `json:"fsLayers"`
-	}
-	if err := json.Unmarshal(content, &m); err != nil {
-		return ocispec.MediaTypeImageManifest
-	}
-	switch {
-	case m.MediaType != "":
-		return m.MediaType
-	case m.Manifests != nil:
-		return ocispec.MediaTypeImageIndex
-	case m.FSLayers != nil:
-		return mediaTypeDockerSchema1JWS
-	}
-	return ocispec.MediaTypeImageManifest
-}
+// MaxExtraTags bounds the tags one manifest PUT may set with ?tag=: each
+// costs a few synced writes, and 2000 of them held a request for seconds.
+const MaxExtraTags = 100
 
 // PutResult tells what a manifest push stored.
 type PutResult struct {
@@ -164,6 +140,9 @@ func (r *Registry) PutManifest(ctx context.Context, repo, ref, contentType strin
 	tag, want, err := ParseReference(ref)
 	if err != nil {
 		return nil, err
+	}
+	if len(extraTags) > MaxExtraTags {
+		return nil, fmt.Errorf("%w: %d tags in one push, at most %d", ErrTagInvalid, len(extraTags), MaxExtraTags)
 	}
 	tags := make([]string, 0, 1+len(extraTags))
 	if tag != "" {
@@ -185,21 +164,26 @@ func (r *Registry) PutManifest(ctx context.Context, repo, ref, contentType strin
 	if want != "" && d != want {
 		return nil, fmt.Errorf("%w: manifest content has digest %s, URL names %s", ErrDigestInvalid, d, want)
 	}
-	// GC may run while we serve: journal what this push relies on before
-	// validation checks that it exists (see layout.go).
-	if rec, ok := manifestRecord(repo, d, content, tags); ok {
-		done, err := r.protectForGC(ctx, rec)
-		if err != nil {
-			return nil, err
-		}
-		defer done()
-	}
-	m, err := r.validateManifest(ctx, repo, contentType, content)
+	m, err := ParseManifest(d, content)
 	if err != nil {
 		return nil, err
 	}
-	if err := r.storeManifest(ctx, repo, d, content, m, tags); err != nil {
+	// GC may run while we serve: journal what this push relies on before
+	// validation checks that it exists (see package fence).
+	refs, _ := m.Refs()
+	done, err := r.protectForGC(ctx, &fence.Record{Repo: repo, Manifest: true, Digest: d, Tags: tags, Blobs: refs.Blobs, Children: refs.Manifests})
+	if err != nil {
 		return nil, err
+	}
+	defer done()
+	if err := r.validateManifest(ctx, repo, contentType, m); err != nil {
+		return nil, err
+	}
+	if err := r.storeManifest(ctx, repo, m, tags); err != nil {
+		return nil, err
+	}
+	if r.opts.Observer != nil {
+		r.opts.Observer.ManifestPushed(ctx, repo, m)
 	}
 	res := &PutResult{Digest: d, Tags: tags}
 	if m.Subject != nil {
@@ -208,129 +192,147 @@ func (r *Registry) PutManifest(ctx context.Context, repo, ref, contentType strin
 	return res, nil
 }
 
-func (r *Registry) storeManifest(ctx context.Context, repo string, d digest.Digest, content []byte, m *manifestFields, tags []string) error {
-	have, err := r.exists(ctx, blobDataPath(d))
+// storeRounds bounds how often storeManifest writes its links again after
+// a DELETE by digest removed the revision under it; each round needs
+// another DELETE to land in its window.
+const storeRounds = 4
+
+// storeManifest writes the manifest blob, then its revision link, referrer
+// link and tags. A DELETE of the same digest may run at the same time: it
+// untags, removes the revision, then untags again. So once the tags are
+// written, the revision is checked: if the DELETE removed it, the links
+// are written again (the PUT lands after the DELETE); if the DELETE comes
+// later, its second untagging removes the tags. Either way no tag is left
+// pointing at a missing revision.
+func (r *Registry) storeManifest(ctx context.Context, repo string, m *Manifest, tags []string) error {
+	d := m.Digest
+	have, err := r.exists(ctx, layout.BlobData(d))
 	if err != nil {
 		return err
 	}
 	if !have {
-		if err := r.d.PutContent(ctx, blobDataPath(d), content); err != nil {
+		if err := r.d.PutContent(ctx, layout.BlobData(d), m.Content); err != nil {
 			return err
 		}
 	}
-	if err := r.writeLink(ctx, revisionLinkPath(repo, d), d); err != nil {
+	for range storeRounds {
+		if err := r.storeLinks(ctx, repo, d, m, tags); err != nil {
+			return err
+		}
+		ok, err := r.exists(ctx, layout.RevisionLink(repo, d))
+		if err != nil || ok {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: %s was deleted while it was being pushed, %d times; push it again", ErrManifestUnknown, d, storeRounds)
+}
+
+// storeLinks writes manifest d's revision link, referrer link and tags.
+func (r *Registry) storeLinks(ctx context.Context, repo string, d digest.Digest, m *Manifest, tags []string) error {
+	if err := r.writeLink(ctx, layout.RevisionLink(repo, d), d); err != nil {
 		return err
 	}
 	if m.Subject != nil {
-		if err := r.writeLink(ctx, referrerLinkPath(repo, m.Subject.Digest, d), d); err != nil {
+		if err := r.writeLink(ctx, layout.ReferrerLink(repo, m.Subject.Digest, d), d); err != nil {
 			return err
 		}
 	}
 	for _, t := range tags {
-		if err := r.writeLink(ctx, tagIndexLinkPath(repo, t, d), d); err != nil {
+		if err := r.writeLink(ctx, layout.TagIndexLink(repo, t, d), d); err != nil {
 			return err
 		}
-		if err := r.writeLink(ctx, tagCurrentLinkPath(repo, t), d); err != nil {
+		if err := r.writeLink(ctx, layout.TagCurrentLink(repo, t), d); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// validateManifest parses content and checks it is a manifest cairn serves,
-// of the type the client says, naming only blobs and manifests repo has.
-func (r *Registry) validateManifest(ctx context.Context, repo, contentType string, content []byte) (*manifestFields, error) {
-	var m manifestFields
-	// Parsed as GC parses it (ParseManifestRefs): a json.Decoder would let a
-	// stray '}' or ']' follow the document, and GC, unable to read such a
-	// manifest, would not mark the blobs it names.
-	if err := json.Unmarshal(content, &m); err != nil {
-		return nil, fmt.Errorf("%w: not JSON: %v", ErrManifestInvalid, err)
-	}
+// validateManifest checks that m is a manifest cairn serves, of the type
+// the client says, naming only blobs and manifests repo has.
+func (r *Registry) validateManifest(ctx context.Context, repo, contentType string, m *Manifest) error {
 	ct := ""
 	if contentType != "" {
 		if parsed, _, err := mime.ParseMediaType(contentType); err == nil {
 			ct = parsed
 		}
 	}
-	mt := m.MediaType
+	mt := m.Declared
 	switch {
 	case mt != "" && ct != "" && !isGenericContentType(ct) && ct != mt:
-		return nil, fmt.Errorf("%w: mediaType %q does not match Content-Type %q", ErrManifestInvalid, mt, ct)
+		return fmt.Errorf("%w: mediaType %q does not match Content-Type %q", ErrManifestInvalid, mt, ct)
 	case mt == "" && ct != "" && !isGenericContentType(ct):
 		mt = ct
 	case mt == "":
-		mt = detectMediaType(content)
+		mt = m.MediaType
 	}
 	switch mt {
 	case mediaTypeDockerSchema1, mediaTypeDockerSchema1JWS:
-		return nil, fmt.Errorf("%w: Docker schema 1 manifests are not supported", ErrManifestInvalid)
+		return fmt.Errorf("%w: Docker schema 1 manifests are not supported", ErrManifestInvalid)
 	}
 	if !IsManifestMediaType(mt) {
-		return nil, fmt.Errorf("%w: unsupported manifest media type %q", ErrManifestInvalid, mt)
+		return fmt.Errorf("%w: unsupported manifest media type %q", ErrManifestInvalid, mt)
 	}
-	if m.MediaType == "" {
+	if m.Declared == "" && m.MediaType != mt {
 		// A GET names the type from the stored content alone: refuse
 		// content it would serve as another type than the one pushed.
-		if served := detectMediaType(content); served != mt {
-			return nil, fmt.Errorf("%w: no mediaType, and the content reads as %q, not %q", ErrManifestInvalid, served, mt)
-		}
+		return fmt.Errorf("%w: no mediaType, and the content reads as %q, not %q", ErrManifestInvalid, m.MediaType, mt)
 	}
 	if m.SchemaVersion == nil || *m.SchemaVersion != 2 {
-		return nil, fmt.Errorf("%w: schemaVersion must be 2", ErrManifestInvalid)
+		return fmt.Errorf("%w: schemaVersion must be 2", ErrManifestInvalid)
 	}
 	if m.Subject != nil {
 		if err := validDescriptor("subject", *m.Subject); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if isIndexMediaType(mt) {
 		if m.Config != nil || m.Layers != nil {
-			return nil, fmt.Errorf("%w: an index has no config or layers", ErrManifestInvalid)
+			return fmt.Errorf("%w: an index has no config or layers", ErrManifestInvalid)
 		}
 		for i, c := range m.Manifests {
 			if err := validDescriptor(fmt.Sprintf("manifests[%d]", i), c); err != nil {
-				return nil, err
+				return err
 			}
-			if err := r.requireChild(ctx, repo, c); err != nil {
-				return nil, err
+			if err := r.requireChild(ctx, repo, fmt.Sprintf("manifests[%d]", i), c); err != nil {
+				return err
 			}
 		}
-		return &m, nil
+		return nil
 	}
 	if m.Manifests != nil {
-		return nil, fmt.Errorf("%w: an image manifest has no manifests list", ErrManifestInvalid)
+		return fmt.Errorf("%w: an image manifest has no manifests list", ErrManifestInvalid)
 	}
 	if m.Config == nil {
-		return nil, fmt.Errorf("%w: config descriptor missing", ErrManifestInvalid)
+		return fmt.Errorf("%w: config descriptor missing", ErrManifestInvalid)
 	}
 	if err := validDescriptor("config", *m.Config); err != nil {
-		return nil, err
+		return err
 	}
-	if err := r.requireLinkedBlob(ctx, repo, m.Config.Digest); err != nil {
-		return nil, err
+	if err := r.requireLinkedBlob(ctx, repo, "config", *m.Config); err != nil {
+		return err
 	}
 	for i, l := range m.Layers {
 		if err := validDescriptor(fmt.Sprintf("layers[%d]", i), l); err != nil {
-			return nil, err
+			return err
 		}
-		if isNonDistributable(l.MediaType) {
+		if IsNonDistributable(l.MediaType) {
 			continue
 		}
-		if err := r.requireLinkedBlob(ctx, repo, l.Digest); err != nil {
-			return nil, err
+		if err := r.requireLinkedBlob(ctx, repo, fmt.Sprintf("layers[%d]", i), l); err != nil {
+			return err
 		}
 	}
-	return &m, nil
+	return nil
 }
 
 func isGenericContentType(ct string) bool {
 	return ct == "application/json" || ct == "application/octet-stream" || ct == "text/plain"
 }
 
-// isNonDistributable reports layers that live outside the registry (Windows
+// IsNonDistributable reports layers that live outside the registry (Windows
 // foreign layers), which a manifest may name without pushing.
-func isNonDistributable(mt string) bool {
+func IsNonDistributable(mt string) bool {
 	return mt == mediaTypeDockerForeign || strings.Contains(mt, ".nondistributable.")
 }
 
@@ -349,44 +351,66 @@ func validDescriptor(field string, desc ocispec.Descriptor) error {
 
 // requireLinkedBlob is requireBlob for a config or layer, which sparse
 // manifests may name without pushing.
-func (r *Registry) requireLinkedBlob(ctx context.Context, repo string, d digest.Digest) error {
+func (r *Registry) requireLinkedBlob(ctx context.Context, repo, field string, desc ocispec.Descriptor) error {
 	if r.opts.SparseManifests {
 		return nil
 	}
-	return r.requireBlob(ctx, repo, d)
+	return r.requireBlob(ctx, repo, field, desc)
 }
 
-// requireBlob fails with ErrManifestBlobUnknown unless repo links blob d and
-// its data exists.
-func (r *Registry) requireBlob(ctx context.Context, repo string, d digest.Digest) error {
-	ok, err := r.linkedInRepo(ctx, repo, d)
-	if err == nil && ok {
-		ok, err = r.blobExists(ctx, d)
-	}
+// requireBlob fails with ErrManifestBlobUnknown unless repo links the blob
+// desc names and its bytes exist, and with ErrManifestInvalid when they are
+// not desc.Size bytes long: the image spec says content whose length does
+// not match its descriptor must not be trusted, so clients would refuse to
+// pull such a manifest's layer (containerd fails the pull; ggcr fails the
+// digest check). distribution does not check; cairn refuses at push time,
+// where the pusher can fix it.
+func (r *Registry) requireBlob(ctx context.Context, repo, field string, desc ocispec.Descriptor) error {
+	ok, err := r.linkedInRepo(ctx, repo, desc.Digest)
 	if err != nil {
 		return err
 	}
+	size := int64(-1)
+	if ok {
+		size, ok, err = r.storedSize(ctx, desc.Digest)
+		if err != nil {
+			return err
+		}
+	}
 	if !ok {
-		return fmt.Errorf("%w: %s", ErrManifestBlobUnknown, d)
+		return fmt.Errorf("%w: %s", ErrManifestBlobUnknown, desc.Digest)
+	}
+	if size >= 0 && size != desc.Size {
+		return fmt.Errorf("%w: %s: size %d, but blob %s is %d bytes", ErrManifestInvalid, field, desc.Size, desc.Digest, size)
 	}
 	return nil
 }
 
 // requireChild checks an index entry: a manifest must be a revision of repo,
 // anything else a blob of repo.
-func (r *Registry) requireChild(ctx context.Context, repo string, desc ocispec.Descriptor) error {
+func (r *Registry) requireChild(ctx context.Context, repo, field string, desc ocispec.Descriptor) error {
 	if !r.childRequired(desc.Platform) {
 		return nil
 	}
 	if desc.MediaType != "" && !IsManifestMediaType(desc.MediaType) {
-		return r.requireBlob(ctx, repo, desc.Digest)
+		return r.requireBlob(ctx, repo, field, desc)
 	}
-	ok, err := r.exists(ctx, revisionLinkPath(repo, desc.Digest))
+	ok, err := r.exists(ctx, layout.RevisionLink(repo, desc.Digest))
 	if err != nil {
 		return err
 	}
 	if !ok {
 		return fmt.Errorf("%w: manifest %s", ErrManifestBlobUnknown, desc.Digest)
+	}
+	fi, err := r.d.Stat(ctx, layout.BlobData(desc.Digest))
+	if err != nil {
+		if errors.Is(err, driver.ErrNotFound) {
+			return fmt.Errorf("%w: manifest %s (revision without data)", ErrManifestBlobUnknown, desc.Digest)
+		}
+		return err
+	}
+	if fi.Size != desc.Size {
+		return fmt.Errorf("%w: %s: size %d, but manifest %s is %d bytes", ErrManifestInvalid, field, desc.Size, desc.Digest, fi.Size)
 	}
 	return nil
 }
@@ -425,13 +449,13 @@ func (r *Registry) DeleteManifest(ctx context.Context, repo, ref string) error {
 		return err
 	}
 	if tag != "" {
-		err := r.d.Delete(ctx, tagPath(repo, tag))
+		err := r.d.Delete(ctx, layout.TagDir(repo, tag))
 		if errors.Is(err, driver.ErrNotFound) {
 			return r.unknownManifest(ctx, repo, ref)
 		}
 		return err
 	}
-	ok, err := r.exists(ctx, revisionLinkPath(repo, d))
+	ok, err := r.exists(ctx, layout.RevisionLink(repo, d))
 	if err != nil {
 		return err
 	}
@@ -442,20 +466,22 @@ func (r *Registry) DeleteManifest(ctx context.Context, repo, ref string) error {
 	if err := r.untagDigest(ctx, repo, d); err != nil {
 		return err
 	}
-	if content, err := r.d.GetContent(ctx, blobDataPath(d)); err == nil {
-		var m manifestFields
-		if json.Unmarshal(content, &m) == nil && m.Subject != nil && m.Subject.Digest.Validate() == nil {
-			err := r.d.Delete(ctx, path.Dir(referrerLinkPath(repo, m.Subject.Digest, d)))
+	if content, err := r.d.GetContent(ctx, layout.BlobData(d)); err == nil {
+		if m, err := ParseManifest(d, content); err == nil && m.Subject != nil && m.Subject.Digest.Validate() == nil {
+			err := r.d.Delete(ctx, path.Dir(layout.ReferrerLink(repo, m.Subject.Digest, d)))
 			if err != nil && !errors.Is(err, driver.ErrNotFound) {
 				return err
 			}
 		}
 	}
-	err = r.d.Delete(ctx, revisionDir(repo, d))
-	if errors.Is(err, driver.ErrNotFound) {
-		return nil
+	err = r.d.Delete(ctx, layout.RevisionDir(repo, d))
+	if err != nil && !errors.Is(err, driver.ErrNotFound) {
+		return err
 	}
-	return err
+	// A PUT by tag racing this DELETE may have tagged d after the first
+	// untagging: untag again now that the revision is gone (see
+	// storeManifest for the PUT's side).
+	return r.untagDigest(ctx, repo, d)
 }
 
 // untagDigest deletes every tag of repo whose current link is d.
@@ -468,11 +494,11 @@ func (r *Registry) untagDigest(ctx context.Context, repo string, d digest.Digest
 		return err
 	}
 	for _, t := range tags {
-		cur, err := r.readLink(ctx, tagCurrentLinkPath(repo, t))
+		cur, err := r.readLink(ctx, layout.TagCurrentLink(repo, t))
 		if err != nil || cur != d {
 			continue
 		}
-		if err := r.d.Delete(ctx, tagPath(repo, t)); err != nil && !errors.Is(err, driver.ErrNotFound) {
+		if err := r.d.Delete(ctx, layout.TagDir(repo, t)); err != nil && !errors.Is(err, driver.ErrNotFound) {
 			return err
 		}
 	}
@@ -482,7 +508,7 @@ func (r *Registry) untagDigest(ctx context.Context, repo string, d digest.Digest
 // Tags returns repo's tags in lexical order. A repository that exists with
 // no tags has an empty list; one that does not exist is ErrNameUnknown.
 func (r *Registry) Tags(ctx context.Context, repo string) ([]string, error) {
-	entries, err := r.d.List(ctx, tagsPath(repo))
+	entries, err := r.d.List(ctx, layout.TagsDir(repo))
 	if errors.Is(err, driver.ErrNotFound) {
 		ok, err := r.RepositoryExists(ctx, repo)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
 )
 
@@ -66,10 +67,10 @@ func newFuzzRegistry(t *testing.T, opts Options) *Registry {
 	r := New(inmemory.New(), opts)
 	for _, b := range [][]byte{fuzzConfig, fuzzLayer, fuzzEmpty} {
 		d := digest.FromBytes(b)
-		if err := r.d.PutContent(ctx, blobDataPath(d), b); err != nil {
+		if err := r.d.PutContent(ctx, layout.BlobData(d), b); err != nil {
 			t.Fatal(err)
 		}
-		if err := r.writeLink(ctx, layerLinkPath(fuzzRepo, d), d); err != nil {
+		if err := r.writeLink(ctx, layout.LayerLink(fuzzRepo, d), d); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -265,9 +266,8 @@ func FuzzManifest(f *testing.F) {
 // pushedType is the type a push states: the content's mediaType, else a
 // specific Content-Type; "" when it states none (the content decides).
 func pushedType(content []byte, ct string) string {
-	var m manifestFields
-	if json.Unmarshal(content, &m) == nil && m.MediaType != "" {
-		return m.MediaType
+	if m, err := ParseManifest("", content); err == nil && m.Declared != "" {
+		return m.Declared
 	}
 	if parsed, _, err := mime.ParseMediaType(ct); err == nil && !isGenericContentType(parsed) {
 		return parsed
@@ -278,16 +278,16 @@ func pushedType(content []byte, ct string) string {
 // requiredRefs lists the digests validation can require to exist in the
 // repository: config, distributable layers and index children.
 func requiredRefs(t *testing.T, content []byte) []digest.Digest {
-	var m manifestFields
-	if err := json.Unmarshal(content, &m); err != nil {
-		t.Fatalf("accepted manifest does not unmarshal: %v", err)
+	m, err := ParseManifest("", content)
+	if err != nil {
+		t.Fatalf("accepted manifest does not parse: %v", err)
 	}
 	var out []digest.Digest
 	if m.Config != nil {
 		out = append(out, m.Config.Digest)
 	}
 	for _, l := range m.Layers {
-		if !isNonDistributable(l.MediaType) {
+		if !IsNonDistributable(l.MediaType) {
 			out = append(out, l.Digest)
 		}
 	}

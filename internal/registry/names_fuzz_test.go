@@ -7,14 +7,14 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
-// Fuzz targets for the names, references and storage paths the registry
-// parses. Each checks the parse against an inverse (the path builder) or an
-// independent statement of the grammar, not only that nothing panics: these
-// strings come from URLs and from listings of storage other tools may have
-// written.
+// Fuzz targets for the names and references the registry parses from URLs.
+// Each checks the parse against an independent statement of the grammar and
+// against the layout the accepted strings are put into, not only that
+// nothing panics.
 
 // nameOracle states the distribution-spec repository name grammar without a
 // regexp: components of [a-z0-9]+ joined by ".", "_", "__" or "-"+, separated
@@ -67,12 +67,12 @@ func componentOracle(c string) bool {
 
 // checkLayoutPath fails unless p is a path every driver accepts and
 // ParseRepoPath splits it back into want.
-func checkLayoutPath(t *testing.T, p string, want RepoEntry) {
+func checkLayoutPath(t *testing.T, p string, want layout.RepoEntry) {
 	t.Helper()
 	if !driver.ValidPath(p) {
 		t.Fatalf("layout path %q is not a valid storage path", p)
 	}
-	if got := ParseRepoPath(p); got != want {
+	if got := layout.ParseRepoPath(p); got != want {
 		t.Fatalf("ParseRepoPath(%q) = %+v, want %+v", p, got, want)
 	}
 }
@@ -103,15 +103,15 @@ func FuzzValidateName(f *testing.F) {
 			}
 			return
 		}
-		checkLayoutPath(t, layerLinkPath(name, d), RepoEntry{Kind: EntryLayerLink, Repo: name, Alg: alg, Hex: hex})
-		checkLayoutPath(t, revisionLinkPath(name, d), RepoEntry{Kind: EntryRevisionLink, Repo: name, Alg: alg, Hex: hex})
-		checkLayoutPath(t, tagCurrentLinkPath(name, "latest"), RepoEntry{Kind: EntryTagCurrent, Repo: name, Tag: "latest"})
-		checkLayoutPath(t, tagIndexLinkPath(name, "latest", d), RepoEntry{Kind: EntryTagIndex, Repo: name, Tag: "latest", Alg: alg, Hex: hex})
-		checkLayoutPath(t, uploadsPath(name), RepoEntry{Kind: EntryUploads, Repo: name})
-		checkLayoutPath(t, repoPath(name)+"/_referrers", RepoEntry{Kind: EntryReferrers, Repo: name})
-		checkLayoutPath(t, referrerLinkPath(name, d, d), RepoEntry{Repo: name})
-		if !driver.ValidPath(uploadDataPath(name, "u")) {
-			t.Fatalf("upload path of %q is not a valid storage path", name)
+		checkLayoutPath(t, layout.LayerLink(name, d), layout.RepoEntry{Kind: layout.EntryLayerLink, Repo: name, Alg: alg, Hex: hex})
+		checkLayoutPath(t, layout.RevisionLink(name, d), layout.RepoEntry{Kind: layout.EntryRevisionLink, Repo: name, Alg: alg, Hex: hex})
+		checkLayoutPath(t, layout.TagCurrentLink(name, "latest"), layout.RepoEntry{Kind: layout.EntryTagCurrent, Repo: name, Tag: "latest"})
+		checkLayoutPath(t, layout.TagIndexLink(name, "latest", d), layout.RepoEntry{Kind: layout.EntryTagIndex, Repo: name, Tag: "latest", Alg: alg, Hex: hex})
+		checkLayoutPath(t, layout.UploadsDir(name), layout.RepoEntry{Kind: layout.EntryUploads, Repo: name})
+		checkLayoutPath(t, layout.Repo(name)+"/_referrers", layout.RepoEntry{Kind: layout.EntryReferrers, Repo: name})
+		checkLayoutPath(t, layout.ReferrerLink(name, d, d), layout.RepoEntry{Repo: name})
+		if !driver.ValidPath(layout.UploadChunk(name, "u", "c")) || !driver.ValidPath(layout.UploadHead(name, "u")) {
+			t.Fatalf("upload paths of %q are not valid storage paths", name)
 		}
 	})
 }
@@ -152,7 +152,7 @@ func FuzzParseReference(f *testing.F) {
 			if tag != ref || !ValidTag(tag) || strings.ContainsAny(tag, ":/") {
 				t.Fatalf("ParseReference(%q) accepted tag %q", ref, tag)
 			}
-			checkLayoutPath(t, tagCurrentLinkPath(repo, tag), RepoEntry{Kind: EntryTagCurrent, Repo: repo, Tag: tag})
+			checkLayoutPath(t, layout.TagCurrentLink(repo, tag), layout.RepoEntry{Kind: layout.EntryTagCurrent, Repo: repo, Tag: tag})
 		default:
 			if string(d) != ref || d.Validate() != nil || !d.Algorithm().Available() {
 				t.Fatalf("ParseReference(%q) accepted digest %q", ref, d)
@@ -161,87 +161,17 @@ func FuzzParseReference(f *testing.F) {
 				t.Fatalf("ParseDigest(%q) = %q, %v; ParseReference gave %q", ref, pd, perr, d)
 			}
 			alg, hex := string(d.Algorithm()), d.Encoded()
-			checkLayoutPath(t, revisionLinkPath(repo, d), RepoEntry{Kind: EntryRevisionLink, Repo: repo, Alg: alg, Hex: hex})
-			checkLayoutPath(t, tagIndexLinkPath(repo, "t", d), RepoEntry{Kind: EntryTagIndex, Repo: repo, Tag: "t", Alg: alg, Hex: hex})
-			for _, p := range []string{blobDataPath(d), blobRecipePath(d)} {
+			checkLayoutPath(t, layout.RevisionLink(repo, d), layout.RepoEntry{Kind: layout.EntryRevisionLink, Repo: repo, Alg: alg, Hex: hex})
+			checkLayoutPath(t, layout.TagIndexLink(repo, "t", d), layout.RepoEntry{Kind: layout.EntryTagIndex, Repo: repo, Tag: "t", Alg: alg, Hex: hex})
+			for _, p := range []string{layout.BlobData(d), layout.BlobRecipe(d)} {
 				if !driver.ValidPath(p) {
 					t.Fatalf("blob path %q is not a valid storage path", p)
 				}
-				ga, gh, leaf, ok := ParseBlobPath(p)
-				if !ok || ga != alg || gh != hex || p != rootPath+"/blobs/"+alg+"/"+hex[:2]+"/"+hex+"/"+leaf {
+				ga, gh, leaf, ok := layout.ParseBlobPath(p)
+				if !ok || ga != alg || gh != hex || p != layout.BlobsDir+"/"+alg+"/"+hex[:2]+"/"+hex+"/"+leaf {
 					t.Fatalf("ParseBlobPath(%q) = %q %q %q %v", p, ga, gh, leaf, ok)
 				}
 			}
-		}
-	})
-}
-
-// FuzzParseRepoPath: whatever a listing holds, ParseRepoPath and
-// ParseBlobPath either call it "other" or split it into parts from which the
-// layout's builders rebuild exactly that path. GC deletes the paths it
-// rebuilds, so a split that does not round-trip would delete another file.
-func FuzzParseRepoPath(f *testing.F) {
-	d := digest.FromString("x")
-	for _, s := range []string{
-		layerLinkPath("a/b", d), revisionLinkPath("a", d), tagCurrentLinkPath("a/b/c", "_x.y"),
-		tagIndexLinkPath("a", "v1", d), uploadsPath("a"), repoPath("a") + "/_referrers",
-		referrerLinkPath("a", d, d), uploadDataPath("a", "u"), blobDataPath(d), blobRecipePath(d),
-		repoPath("a") + "/_layers/x/link", repoPath("a") + "/_manifests/tags//current/link",
-		repoPath("a") + "/_manifests/revisions/sha256/" + d.Encoded() + "/signatures/x/link",
-		repoPath("") + "/_uploads", repoPath("/a") + "/_uploads", rootPath + "/blobs/sha256/ab/ab/data",
-		rootPath + "/blobs/sha256//" + "/data", rootPath + "/blobs/a/b/c/d/data",
-	} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, p string) {
-		e := ParseRepoPath(p)
-		var rebuilt string
-		switch e.Kind {
-		case EntryOther:
-			if e.Tag != "" || e.Alg != "" || e.Hex != "" {
-				t.Fatalf("ParseRepoPath(%q) = %+v: parts of an entry it did not recognise", p, e)
-			}
-		case EntryLayerLink:
-			rebuilt = string(AppendLayerLinkPath(nil, e.Repo, e.Alg, e.Hex))
-		case EntryRevisionLink:
-			rebuilt = string(AppendRevisionLinkPath(nil, e.Repo, e.Alg, e.Hex))
-		case EntryTagCurrent:
-			rebuilt = TagCurrentLinkPath(e.Repo, e.Tag)
-		case EntryTagIndex:
-			rebuilt = string(AppendTagIndexLinkPath(nil, e.Repo, e.Tag, e.Alg, e.Hex))
-			if alt := TagIndexDir(e.Repo, e.Tag) + DigestLink(e.Alg, e.Hex); alt != rebuilt {
-				t.Fatalf("TagIndexDir+DigestLink %q != AppendTagIndexLinkPath %q", alt, rebuilt)
-			}
-		case EntryUploads:
-			rebuilt = uploadsPath(e.Repo)
-		case EntryReferrers:
-			rebuilt = repoPath(e.Repo) + "/_referrers"
-		default:
-			t.Fatalf("ParseRepoPath(%q): unknown kind %d", p, e.Kind)
-		}
-		if e.Kind != EntryOther {
-			if e.Repo == "" || strings.Contains(e.Repo, "/_") || strings.HasPrefix(e.Repo, "_") {
-				t.Fatalf("ParseRepoPath(%q) = %+v: repository part %q", p, e, e.Repo)
-			}
-			if rebuilt != p {
-				t.Fatalf("ParseRepoPath(%q) = %+v, which rebuilds as %q", p, e, rebuilt)
-			}
-		}
-
-		alg, hex, leaf, ok := ParseBlobPath(p)
-		if ok {
-			if leaf != BlobData && leaf != BlobRecipe || len(hex) < 2 {
-				t.Fatalf("ParseBlobPath(%q) = %q %q %q", p, alg, hex, leaf)
-			}
-			b := AppendBlobDataPath(nil, alg, hex)
-			rebuilt := strings.TrimSuffix(string(b), "/"+BlobData) + "/" + leaf
-			if rebuilt != p {
-				t.Fatalf("ParseBlobPath(%q) = %q %q %q, which rebuilds as %q", p, alg, hex, leaf, rebuilt)
-			}
-		}
-		da, dh, dok := ParseBlobDataPath(p)
-		if dok != (ok && leaf == BlobData) || dok && (da != alg || dh != hex) {
-			t.Fatalf("ParseBlobDataPath(%q) = %q %q %v, ParseBlobPath = %q %q %q %v", p, da, dh, dok, alg, hex, leaf, ok)
 		}
 	})
 }

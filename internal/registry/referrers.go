@@ -2,11 +2,12 @@ package registry
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"path"
 	"slices"
 	"strings"
+
+	"github.com/cairn-registry/cairn/internal/layout"
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -18,7 +19,7 @@ import (
 // subject, filtered to artifactType when it is not "". A subject nothing
 // refers to (or that does not exist) has no referrers, not an error.
 func (r *Registry) Referrers(ctx context.Context, repo string, subject digest.Digest, artifactType string) ([]ocispec.Descriptor, error) {
-	algDirs, err := r.d.List(ctx, referrersDir(repo, subject))
+	algDirs, err := r.d.List(ctx, layout.ReferrersDir(repo, subject))
 	if errors.Is(err, driver.ErrNotFound) {
 		return []ocispec.Descriptor{}, nil
 	}
@@ -56,30 +57,20 @@ func (r *Registry) Referrers(ctx context.Context, repo string, subject digest.Di
 // referrerDescriptor describes manifest d of repo for the referrers list; ok
 // is false when d is no longer a revision of repo (deleted since).
 func (r *Registry) referrerDescriptor(ctx context.Context, repo string, d digest.Digest) (ocispec.Descriptor, bool, error) {
-	ok, err := r.exists(ctx, revisionLinkPath(repo, d))
+	ok, err := r.exists(ctx, layout.RevisionLink(repo, d))
 	if err != nil || !ok {
 		return ocispec.Descriptor{}, false, err
 	}
-	content, err := r.d.GetContent(ctx, blobDataPath(d))
+	content, err := r.d.GetContent(ctx, layout.BlobData(d))
 	if errors.Is(err, driver.ErrNotFound) {
 		return ocispec.Descriptor{}, false, nil
 	}
 	if err != nil {
 		return ocispec.Descriptor{}, false, err
 	}
-	var m manifestFields
-	if err := json.Unmarshal(content, &m); err != nil {
+	m, err := ParseManifest(d, content)
+	if err != nil {
 		return ocispec.Descriptor{}, false, nil
 	}
-	desc := ocispec.Descriptor{
-		MediaType:    detectMediaType(content),
-		Digest:       d,
-		Size:         int64(len(content)),
-		ArtifactType: m.ArtifactType,
-		Annotations:  m.Annotations,
-	}
-	if desc.ArtifactType == "" && m.Config != nil {
-		desc.ArtifactType = m.Config.MediaType
-	}
-	return desc, true, nil
+	return m.Descriptor(), true, nil
 }

@@ -17,6 +17,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/cairn-registry/cairn/internal/layout"
+
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
@@ -42,18 +44,27 @@ type Options struct {
 	PlatformList   []ocispec.Platform
 	// Dedup, when set, serves blobs whose intact bytes dedup removed.
 	Dedup DedupSource
+	// Observer, when set, learns about pushes and pulls.
+	Observer Observer
+	// MaxUploadChunks bounds the chunks of one upload session; 0 means
+	// DefaultMaxUploadChunks.
+	MaxUploadChunks int
 }
 
 // Registry serves repositories stored through one driver.
 type Registry struct {
-	d    driver.Driver
-	opts Options
+	d        driver.Driver
+	opts     Options
+	sessions sessionLocks
 }
 
 // New returns a Registry over d.
 func New(d driver.Driver, opts Options) *Registry {
 	if opts.MaxManifestSize <= 0 {
 		opts.MaxManifestSize = DefaultMaxManifestSize
+	}
+	if opts.MaxUploadChunks <= 0 {
+		opts.MaxUploadChunks = DefaultMaxUploadChunks
 	}
 	return &Registry{d: d, opts: opts}
 }
@@ -97,5 +108,5 @@ func (r *Registry) exists(ctx context.Context, path string) (bool, error) {
 
 // RepositoryExists reports whether anything is stored for repo.
 func (r *Registry) RepositoryExists(ctx context.Context, repo string) (bool, error) {
-	return r.exists(ctx, repoPath(repo))
+	return r.exists(ctx, layout.Repo(repo))
 }

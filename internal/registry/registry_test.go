@@ -45,24 +45,6 @@ func TestParseReference(t *testing.T) {
 	}
 }
 
-func TestPaths(t *testing.T) {
-	d := digest.Digest("sha256:abcdef0000000000000000000000000000000000000000000000000000000000")
-	cases := map[string]string{
-		blobDataPath(d):                                  "/docker/registry/v2/blobs/sha256/ab/abcdef0000000000000000000000000000000000000000000000000000000000/data",
-		layerLinkPath("a/b", d):                          "/docker/registry/v2/repositories/a/b/_layers/sha256/abcdef0000000000000000000000000000000000000000000000000000000000/link",
-		revisionLinkPath("a", d):                         "/docker/registry/v2/repositories/a/_manifests/revisions/sha256/abcdef0000000000000000000000000000000000000000000000000000000000/link",
-		tagCurrentLinkPath("a", "v1"):                    "/docker/registry/v2/repositories/a/_manifests/tags/v1/current/link",
-		tagIndexLinkPath("a", "v1", d):                   "/docker/registry/v2/repositories/a/_manifests/tags/v1/index/sha256/abcdef0000000000000000000000000000000000000000000000000000000000/link",
-		uploadStartedAtPath("a", "u"):                    "/docker/registry/v2/repositories/a/_uploads/u/startedat",
-		uploadHashStatePath("a", "u", digest.SHA256, 42): "/docker/registry/v2/repositories/a/_uploads/u/hashstates/sha256/42",
-	}
-	for got, want := range cases {
-		if got != want {
-			t.Errorf("got %s\nwant %s", got, want)
-		}
-	}
-}
-
 func TestPage(t *testing.T) {
 	all := []string{"a", "b", "c", "d"}
 	check := func(n int, last string, want []string, wantMore bool) {

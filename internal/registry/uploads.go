@@ -5,27 +5,63 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash"
 	"io"
 	"path"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/cairn-registry/cairn/internal/fence"
+	"github.com/cairn-registry/cairn/internal/layout"
 
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
-// Uploads: a session is _uploads/<id>/ holding startedat (RFC 3339), data
-// (the bytes so far) and hashstates/sha256/<offset> (the sha256 state after
-// offset bytes). Saving the hash state after each chunk means finishing an
-// upload never re-reads it. Uploads hash with sha256; an upload finished
-// with another algorithm's digest is re-read once to verify.
+// Lifecycle of an upload session (_uploads/<id>/):
+//
+//   - StartUpload writes startedat (RFC 3339). The session holds nothing.
+//   - Each chunk (PATCH, or the body of the final PUT) is written to a new
+//     object of its own, chunks/<start>-<nonce>, by one writer. Only once
+//     that object is complete does the chunk join the session: a record
+//     chunks/<start>-<nonce>-<end> (empty) is written, then head, which
+//     names the newest chunk, the sha256 state over every byte so far, and
+//     a chain id (a hash over the record names from the first chunk on).
+//     A chunk cut short by the client joins with the bytes that arrived, so
+//     the client can resume at the Range it is told.
+//   - FinishUpload takes the chain that head names (found among the
+//     records, checked by its chain id), verifies the digest from head's
+//     hash state, and moves the single chunk, or a concatenation of the
+//     chunks, into blobs/. Then it links the blob and deletes the session.
+//
+// Why this shape: a chunk object is written by exactly one writer and never
+// changed once its record exists, and the chain id binds head's hash state
+// to exactly those objects. So nothing a client does (a PATCH still
+// streaming while the same session is committed, two requests on one
+// session on two nodes, a write that fails half-way) can change the bytes
+// that land in blobs/ after they were verified, on any driver: a late
+// writer only ever writes its own chunk object, which the commit never
+// reads. Within one process, at most one request writes a session at a
+// time (a second one is refused with a RangeError); across processes the
+// chain id keeps the commit correct.
+//
+// Uploads hash with sha256; an upload finished with another algorithm's
+// digest is re-read once to verify.
 
 // uploadHashAlg is the algorithm whose running state is kept.
 const uploadHashAlg = digest.SHA256
+
+// DefaultMaxUploadChunks bounds the chunks of one upload session (S3's
+// limit on a multipart upload's parts), so that a client sending tiny
+// chunks cannot make a session's commit list and copy without end.
+const DefaultMaxUploadChunks = 10000
 
 // newUploadID returns a random RFC 4122 version 4 UUID.
 func newUploadID() string {
@@ -50,11 +86,115 @@ func validUploadID(id string) bool {
 	return true
 }
 
+// uploadHead is the stored head of a session: what the session holds.
+type uploadHead struct {
+	Size   int64  `json:"size"`
+	Chunks int    `json:"chunks"`
+	Tip    string `json:"tip"`   // record name of the newest chunk
+	Chain  string `json:"chain"` // chain id after Tip
+	SHA256 []byte `json:"sha256"`
+}
+
+// chunkRecord is a chunk that joined a session, parsed from its record name
+// "<start:016x>-<nonce:016x>-<end:016x>".
+type chunkRecord struct {
+	name       string
+	start, end int64
+}
+
+// dataName is the chunk's object name, "<start>-<nonce>".
+func (c chunkRecord) dataName() string { return c.name[:33] }
+
+func newChunkName(start int64) string {
+	var nonce [8]byte
+	rand.Read(nonce[:])
+	return fmt.Sprintf("%016x-%s", start, hex.EncodeToString(nonce[:]))
+}
+
+func recordName(dataName string, end int64) string {
+	return fmt.Sprintf("%s-%016x", dataName, end)
+}
+
+// parseChunkRecord parses a record name; ok is false for chunk objects and
+// anything else.
+func parseChunkRecord(name string) (chunkRecord, bool) {
+	if len(name) != 50 || name[16] != '-' || name[33] != '-' {
+		return chunkRecord{}, false
+	}
+	start, err1 := strconv.ParseInt(name[:16], 16, 64)
+	end, err2 := strconv.ParseInt(name[34:], 16, 64)
+	if err1 != nil || err2 != nil || start < 0 || end <= start {
+		return chunkRecord{}, false
+	}
+	return chunkRecord{name: name, start: start, end: end}, true
+}
+
+// chainID extends the chain id prev by the record name.
+func chainID(prev, record string) string {
+	h := sha256.New()
+	h.Write([]byte(prev))
+	h.Write([]byte{'/'})
+	h.Write([]byte(record))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// sessionLocks lets one request at a time write a session of this process.
+type sessionLocks struct {
+	mu   sync.Mutex
+	busy map[string]bool
+}
+
+// acquire claims the session, or reports false when another request holds
+// it.
+func (l *sessionLocks) acquire(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.busy[key] {
+		return false
+	}
+	if l.busy == nil {
+		l.busy = make(map[string]bool)
+	}
+	l.busy[key] = true
+	return true
+}
+
+func (l *sessionLocks) release(key string) {
+	l.mu.Lock()
+	delete(l.busy, key)
+	l.mu.Unlock()
+}
+
+// claimUpload checks that session id exists, claims it for this request
+// and returns its head; the caller must call the returned release. A
+// session another request is writing is refused with a busy *RangeError
+// carrying the size it holds.
+func (r *Registry) claimUpload(ctx context.Context, repo, id string) (uploadHead, func(), error) {
+	if err := r.checkUpload(ctx, repo, id); err != nil {
+		return uploadHead{}, nil, err
+	}
+	key := repo + "/" + id
+	if !r.sessions.acquire(key) {
+		size := int64(0)
+		if h, err := r.readHead(ctx, repo, id); err == nil {
+			size = h.Size
+		}
+		return uploadHead{}, nil, &RangeError{Size: size, Busy: true}
+	}
+	release := func() { r.sessions.release(key) }
+	head, err := r.readHead(ctx, repo, id)
+	if err != nil {
+		release()
+		return uploadHead{}, nil, err
+	}
+	return head, release, nil
+}
+
 // StartUpload opens a new upload session in repo and returns its id.
 func (r *Registry) StartUpload(ctx context.Context, repo string) (string, error) {
 	id := newUploadID()
 	started := time.Now().UTC().Format(time.RFC3339Nano)
-	if err := r.d.PutContent(ctx, uploadStartedAtPath(repo, id), []byte(started)); err != nil {
+	if err := r.d.PutContent(ctx, layout.UploadStartedAt(repo, id), []byte(started)); err != nil {
 		return "", err
 	}
 	return id, nil
@@ -65,7 +205,7 @@ func (r *Registry) checkUpload(ctx context.Context, repo, id string) error {
 	if !validUploadID(id) {
 		return fmt.Errorf("%w: %q", ErrUploadUnknown, id)
 	}
-	ok, err := r.exists(ctx, uploadStartedAtPath(repo, id))
+	ok, err := r.exists(ctx, layout.UploadStartedAt(repo, id))
 	if err != nil {
 		return err
 	}
@@ -75,218 +215,374 @@ func (r *Registry) checkUpload(ctx context.Context, repo, id string) error {
 	return nil
 }
 
+// readHead returns the session's head; an empty head when no chunk has
+// joined yet.
+func (r *Registry) readHead(ctx context.Context, repo, id string) (uploadHead, error) {
+	b, err := r.d.GetContent(ctx, layout.UploadHead(repo, id))
+	if errors.Is(err, driver.ErrNotFound) {
+		return uploadHead{}, nil
+	}
+	if err != nil {
+		return uploadHead{}, err
+	}
+	var h uploadHead
+	if err := json.Unmarshal(b, &h); err != nil || h.Size < 0 || (h.Size > 0) != (h.Tip != "") {
+		return uploadHead{}, fmt.Errorf("%w: session %s has a malformed head", ErrUploadInvalid, id)
+	}
+	return h, nil
+}
+
+// hasher returns the sha256 state after the head's bytes.
+func (h uploadHead) hasher() (hash.Hash, error) {
+	s := sha256.New()
+	if h.Size == 0 {
+		return s, nil
+	}
+	if err := s.(encoding.BinaryUnmarshaler).UnmarshalBinary(h.SHA256); err != nil {
+		return nil, fmt.Errorf("%w: session head hash state: %v", ErrUploadInvalid, err)
+	}
+	return s, nil
+}
+
 // UploadSize returns how many bytes upload id holds.
 func (r *Registry) UploadSize(ctx context.Context, repo, id string) (int64, error) {
 	if err := r.checkUpload(ctx, repo, id); err != nil {
 		return 0, err
 	}
-	fi, err := r.d.Stat(ctx, uploadDataPath(repo, id))
-	if errors.Is(err, driver.ErrNotFound) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	return fi.Size, nil
+	h, err := r.readHead(ctx, repo, id)
+	return h.Size, err
 }
 
 // AppendUpload appends body to upload id. start is the offset the client
 // says the chunk begins at, or -1 for a streamed chunk; a chunk that does not
 // continue the upload fails with a *RangeError. It returns the new size.
+// When the body fails part-way, the bytes that arrived stay in the session
+// and the error is returned.
 func (r *Registry) AppendUpload(ctx context.Context, repo, id string, body io.Reader, start int64) (int64, error) {
-	if err := r.checkUpload(ctx, repo, id); err != nil {
+	head, release, err := r.claimUpload(ctx, repo, id)
+	if err != nil {
 		return 0, err
 	}
-	size, _, err := r.appendUpload(ctx, repo, id, body, start, true)
-	return size, err
+	defer release()
+	c, err := r.writeChunk(ctx, repo, id, head, body, start)
+	if c.rec.name == "" {
+		return head.Size, err
+	}
+	// Publish what arrived even when the body failed, so the client can
+	// resume after it; a client that went away has cancelled ctx.
+	if perr := r.publishChunk(context.WithoutCancel(ctx), repo, id, head, c); perr != nil {
+		return head.Size, errors.Join(err, perr)
+	}
+	return c.rec.end, err
 }
 
-// appendUpload writes body at the end of the upload and returns the new size
-// and the sha256 state over everything written. saveState keeps that state
-// for the next chunk; the last chunk of a finishing upload has no next.
-func (r *Registry) appendUpload(ctx context.Context, repo, id string, body io.Reader, start int64, saveState bool) (int64, hash.Hash, error) {
-	dataPath := uploadDataPath(repo, id)
-	w, err := r.d.Writer(ctx, dataPath, true)
-	if errors.Is(err, driver.ErrNotFound) {
-		w, err = r.d.Writer(ctx, dataPath, false)
+// writtenChunk is a chunk object written by writeChunk, not yet published.
+type writtenChunk struct {
+	rec chunkRecord // name "" when nothing was written
+	h   hash.Hash   // sha256 over the session's bytes through this chunk
+}
+
+// writeChunk writes body as a new chunk object after head's bytes. It
+// returns an empty writtenChunk when body was empty or nothing of it could
+// be kept.
+func (r *Registry) writeChunk(ctx context.Context, repo, id string, head uploadHead, body io.Reader, start int64) (writtenChunk, error) {
+	if start >= 0 && start != head.Size {
+		return writtenChunk{}, &RangeError{Size: head.Size}
 	}
+	if head.Chunks >= r.opts.MaxUploadChunks {
+		return writtenChunk{}, fmt.Errorf("%w: more than %d chunks in one upload", ErrUploadInvalid, r.opts.MaxUploadChunks)
+	}
+	h, err := head.hasher()
 	if err != nil {
-		return 0, nil, err
+		return writtenChunk{}, err
 	}
-	offset := w.Size()
-	if start >= 0 && start != offset {
-		w.Close()
-		return 0, nil, &RangeError{Size: offset}
-	}
-	h, err := r.uploadHashAt(ctx, repo, id, offset)
+	name := newChunkName(head.Size)
+	p := layout.UploadChunk(repo, id, name)
+	w, err := r.d.Writer(ctx, p, false)
 	if err != nil {
-		w.Close()
-		return 0, nil, err
+		return writtenChunk{}, err
 	}
-	n, err := copyHashing(w, h, body)
-	if err != nil {
-		// Keep what reached storage so the client can resume at its Range;
-		// the hash state for the partial offset is not saved, so a resume
-		// rebuilds it from the data.
-		w.Close()
-		return 0, nil, fmt.Errorf("upload %s: %w", id, err)
+	n, copyErr := copyHashing(w, h, body)
+	if copyErr != nil && (n == 0 || w.Size() != n) {
+		// Nothing arrived, or the write itself failed: keep nothing.
+		w.Cancel(context.WithoutCancel(ctx))
+		return writtenChunk{}, fmt.Errorf("upload %s: %w", id, copyErr)
 	}
-	if err := w.Commit(ctx); err != nil {
-		return 0, nil, err
+	if n == 0 {
+		w.Cancel(ctx)
+		return writtenChunk{}, nil
+	}
+	if err := w.Commit(context.WithoutCancel(ctx)); err != nil {
+		w.Cancel(context.WithoutCancel(ctx))
+		return writtenChunk{}, errors.Join(copyErr, err)
 	}
 	if err := w.Close(); err != nil {
-		return 0, nil, err
+		return writtenChunk{}, errors.Join(copyErr, err)
 	}
-	size := offset + n
-	if n > 0 && saveState {
-		if err := r.saveHashState(ctx, repo, id, h, size); err != nil {
-			return 0, nil, err
-		}
+	c := writtenChunk{rec: chunkRecord{name: recordName(name, head.Size+n), start: head.Size, end: head.Size + n}, h: h}
+	if copyErr != nil {
+		return c, fmt.Errorf("upload %s: %w", id, copyErr)
 	}
-	return size, h, nil
+	return c, nil
 }
 
-// uploadHashAt returns the sha256 state after offset bytes of the upload:
-// from the saved state when there is one, else by hashing the data again.
-func (r *Registry) uploadHashAt(ctx context.Context, repo, id string, offset int64) (hash.Hash, error) {
-	h := sha256.New()
-	if offset == 0 {
-		return h, nil
-	}
-	state, err := r.d.GetContent(ctx, uploadHashStatePath(repo, id, uploadHashAlg, offset))
-	if err == nil {
-		if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(state); err == nil {
-			return h, nil
-		}
-		h.Reset()
-	} else if !errors.Is(err, driver.ErrNotFound) {
-		return nil, err
-	}
-	rc, err := r.d.Reader(ctx, uploadDataPath(repo, id), 0)
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	if _, err := io.CopyN(h, rc, offset); err != nil {
-		return nil, fmt.Errorf("rehash upload %s: %w", id, err)
-	}
-	return h, nil
-}
-
-func (r *Registry) saveHashState(ctx context.Context, repo, id string, h hash.Hash, size int64) error {
-	state, err := h.(encoding.BinaryMarshaler).MarshalBinary()
+// publishChunk makes chunk c part of the session: its record, then head.
+func (r *Registry) publishChunk(ctx context.Context, repo, id string, head uploadHead, c writtenChunk) error {
+	state, err := c.h.(encoding.BinaryMarshaler).MarshalBinary()
 	if err != nil {
 		return err
 	}
-	return r.d.PutContent(ctx, uploadHashStatePath(repo, id, uploadHashAlg, size), state)
+	if err := r.d.PutContent(ctx, layout.UploadChunk(repo, id, c.rec.name), nil); err != nil {
+		return err
+	}
+	next := uploadHead{
+		Size:   c.rec.end,
+		Chunks: head.Chunks + 1,
+		Tip:    c.rec.name,
+		Chain:  chainID(head.Chain, c.rec.name),
+		SHA256: state,
+	}
+	b, err := json.Marshal(next)
+	if err != nil {
+		return err
+	}
+	return r.d.PutContent(ctx, layout.UploadHead(repo, id), b)
 }
 
 // FinishUpload appends body (nil when the client sent no last chunk),
 // verifies the whole upload against d, moves it into the blob store and
 // links it into repo. A digest mismatch cancels the upload.
 func (r *Registry) FinishUpload(ctx context.Context, repo, id string, d digest.Digest, body io.Reader, start int64) (int64, error) {
-	if err := r.checkUpload(ctx, repo, id); err != nil {
-		return 0, err
-	}
-	var size int64
-	var h hash.Hash
-	var err error
-	if body != nil {
-		size, h, err = r.appendUpload(ctx, repo, id, body, start, false)
-		if err != nil {
-			return 0, err
-		}
-	} else {
-		fi, err := r.d.Stat(ctx, uploadDataPath(repo, id))
-		switch {
-		case errors.Is(err, driver.ErrNotFound):
-			size = 0
-		case err != nil:
-			return 0, err
-		default:
-			size = fi.Size
-		}
-	}
-	got, err := r.uploadDigest(ctx, repo, id, d.Algorithm(), size, h)
+	head, release, err := r.claimUpload(ctx, repo, id)
 	if err != nil {
 		return 0, err
 	}
-	if got != d {
-		r.cancelUpload(ctx, repo, id)
-		return 0, fmt.Errorf("%w: upload has %s, client said %s", ErrDigestInvalid, got, d)
+	defer release()
+	chain, err := r.sessionChain(ctx, repo, id, head)
+	if err != nil {
+		return 0, err
 	}
-	if err := r.commitUpload(ctx, repo, id, d, size); err != nil {
+	size := head.Size
+	h, err := head.hasher()
+	if err != nil {
+		return 0, err
+	}
+	if body != nil {
+		c, err := r.writeChunk(ctx, repo, id, head, body, start)
+		if err != nil {
+			return 0, err
+		}
+		if c.rec.name != "" {
+			chain = append(chain, c.rec)
+			size, h = c.rec.end, c.h
+		}
+	}
+	if d.Algorithm() == uploadHashAlg {
+		if got := digest.NewDigest(uploadHashAlg, h); got != d {
+			r.cancelUpload(ctx, repo, id)
+			return 0, fmt.Errorf("%w: upload has %s, client said %s", ErrDigestInvalid, got, d)
+		}
+	}
+	if err := r.commitUpload(ctx, repo, id, d, size, chain); err != nil {
 		return 0, err
 	}
 	return size, nil
 }
 
-// uploadDigest computes the digest of the upload's size bytes with alg,
-// reusing h (the running sha256) when it covers them.
-func (r *Registry) uploadDigest(ctx context.Context, repo, id string, alg digest.Algorithm, size int64, h hash.Hash) (digest.Digest, error) {
-	if alg == uploadHashAlg {
-		if h == nil {
-			var err error
-			if h, err = r.uploadHashAt(ctx, repo, id, size); err != nil {
-				return "", err
+// sessionChain returns the chunks head names, in order, from the session's
+// records: the path of records from offset 0 to head.Size whose chain id is
+// head.Chain. Records of chunks that lost a race (a fork written by another
+// node) lie off that path.
+func (r *Registry) sessionChain(ctx context.Context, repo, id string, head uploadHead) ([]chunkRecord, error) {
+	if head.Size == 0 {
+		return nil, nil
+	}
+	names, err := r.d.List(ctx, layout.UploadChunksDir(repo, id))
+	if err != nil {
+		return nil, fmt.Errorf("upload %s: list chunks: %w", id, err)
+	}
+	byStart := make(map[int64][]chunkRecord)
+	for _, p := range names {
+		if c, ok := parseChunkRecord(path.Base(p)); ok {
+			byStart[c.start] = append(byStart[c.start], c)
+		}
+	}
+	// Depth-first from offset 0. Without forks this is one pass; visits
+	// are bounded so forks cannot make it explode.
+	var (
+		chain  []chunkRecord
+		visits int
+	)
+	var walk func(off int64, prev string) bool
+	walk = func(off int64, prev string) bool {
+		if off == head.Size {
+			return prev == head.Chain
+		}
+		for _, c := range byStart[off] {
+			if visits++; visits > 4*len(names)+16 || c.end > head.Size {
+				continue
 			}
+			chain = append(chain, c)
+			if walk(c.end, chainID(prev, c.name)) {
+				return true
+			}
+			chain = chain[:len(chain)-1]
 		}
-		return digest.NewDigest(alg, h), nil
+		return false
 	}
-	hh := alg.Hash()
-	if size > 0 {
-		rc, err := r.d.Reader(ctx, uploadDataPath(repo, id), 0)
-		if err != nil {
-			return "", err
-		}
-		defer rc.Close()
-		if _, err := io.CopyN(hh, rc, size); err != nil {
-			return "", fmt.Errorf("hash upload %s: %w", id, err)
-		}
+	if !walk(0, "") {
+		return nil, fmt.Errorf("%w: session %s: its chunks do not form the chain its head names", ErrUploadInvalid, id)
 	}
-	return digest.NewDigest(alg, hh), nil
+	return chain, nil
 }
 
-// commitUpload moves verified upload data into blobs/ (atomically) unless the
-// blob is already there, links it into repo, and removes the session.
-func (r *Registry) commitUpload(ctx context.Context, repo, id string, d digest.Digest, size int64) error {
-	// An existing blob may be one GC is about to delete (see layout.go).
-	done, err := r.protectForGC(ctx, &JournalRecord{Repo: repo, Digest: d})
+// commitUpload puts the verified chunks in place as blob d unless the blob
+// is already there, links it into repo, and removes the session. A digest
+// other than sha256 is verified here, while the chunks are read.
+func (r *Registry) commitUpload(ctx context.Context, repo, id string, d digest.Digest, size int64, chain []chunkRecord) error {
+	// An existing blob may be one GC is about to delete (see package fence).
+	done, err := r.protectForGC(ctx, &fence.Record{Repo: repo, Digest: d})
 	if err != nil {
 		return err
 	}
 	defer done()
-	have, err := r.exists(ctx, blobDataPath(d))
+	have, err := r.exists(ctx, layout.BlobData(d))
 	if err != nil {
 		return err
 	}
 	if !have {
-		if size == 0 {
-			err = r.d.PutContent(ctx, blobDataPath(d), nil)
-		} else {
-			err = r.d.Move(ctx, uploadDataPath(repo, id), blobDataPath(d))
+		if err := r.placeBlob(ctx, repo, id, d, size, chain); err != nil {
+			return err
 		}
-		if err != nil {
-			return fmt.Errorf("commit upload %s: %w", id, err)
+	} else if d.Algorithm() != uploadHashAlg {
+		// Not stored anew, but the client's digest must still be right.
+		if err := r.verifyChunks(ctx, repo, id, d, chain); err != nil {
+			return err
 		}
 	}
-	if err := r.writeLink(ctx, layerLinkPath(repo, d), d); err != nil {
+	if err := r.writeLink(ctx, layout.LayerLink(repo, d), d); err != nil {
 		return err
 	}
 	r.cancelUpload(ctx, repo, id)
 	return nil
 }
 
-// CancelUpload deletes upload id and everything written to it.
-func (r *Registry) CancelUpload(ctx context.Context, repo, id string) error {
-	if err := r.checkUpload(ctx, repo, id); err != nil {
+// placeBlob writes blob d's data from the chain: the one chunk is moved,
+// several are concatenated into a new object first.
+func (r *Registry) placeBlob(ctx context.Context, repo, id string, d digest.Digest, size int64, chain []chunkRecord) error {
+	dst := layout.BlobData(d)
+	switch {
+	case size == 0:
+		if d.Algorithm() != uploadHashAlg && d.Algorithm().FromBytes(nil) != d {
+			r.cancelUpload(ctx, repo, id)
+			return fmt.Errorf("%w: upload is empty, client said %s", ErrDigestInvalid, d)
+		}
+		return r.d.PutContent(ctx, dst, nil)
+	case len(chain) == 1 && d.Algorithm() == uploadHashAlg:
+		return r.moveIntoPlace(ctx, id, layout.UploadChunk(repo, id, chain[0].dataName()), dst)
+	}
+	tmp := layout.UploadChunk(repo, id, "assembled-"+newChunkName(0))
+	w, err := r.d.Writer(ctx, tmp, false)
+	if err != nil {
 		return err
 	}
+	var h hash.Hash
+	if d.Algorithm() != uploadHashAlg {
+		h = d.Algorithm().Hash()
+	}
+	if err := r.copyChunks(ctx, repo, id, w, h, chain); err != nil {
+		w.Cancel(context.WithoutCancel(ctx))
+		return err
+	}
+	if w.Size() != size {
+		w.Cancel(context.WithoutCancel(ctx))
+		return fmt.Errorf("upload %s: chunks hold %d bytes, want %d", id, w.Size(), size)
+	}
+	if h != nil {
+		if got := digest.NewDigest(d.Algorithm(), h); got != d {
+			w.Cancel(context.WithoutCancel(ctx))
+			r.cancelUpload(ctx, repo, id)
+			return fmt.Errorf("%w: upload has %s, client said %s", ErrDigestInvalid, got, d)
+		}
+	}
+	if err := w.Commit(ctx); err != nil {
+		w.Cancel(context.WithoutCancel(ctx))
+		return err
+	}
+	if err := w.Close(); err != nil {
+		return err
+	}
+	return r.moveIntoPlace(ctx, id, tmp, dst)
+}
+
+// moveIntoPlace moves a finished object to blob path dst. When another
+// commit of the same session (on another node) moved it first, the blob is
+// there and that is success.
+func (r *Registry) moveIntoPlace(ctx context.Context, id, src, dst string) error {
+	err := r.d.Move(ctx, src, dst)
+	if errors.Is(err, driver.ErrNotFound) {
+		if ok, serr := r.exists(ctx, dst); serr == nil && ok {
+			return nil
+		}
+		return fmt.Errorf("%w: session %s was committed or cancelled meanwhile", ErrUploadUnknown, id)
+	}
+	if err != nil {
+		return fmt.Errorf("commit upload %s: %w", id, err)
+	}
+	return nil
+}
+
+// copyChunks writes the chain's chunk objects to w in order, feeding h too
+// when it is not nil.
+func (r *Registry) copyChunks(ctx context.Context, repo, id string, w io.Writer, h hash.Hash, chain []chunkRecord) error {
+	if h != nil {
+		w = io.MultiWriter(w, h)
+	}
+	for _, c := range chain {
+		rc, err := r.d.Reader(ctx, layout.UploadChunk(repo, id, c.dataName()), 0)
+		if errors.Is(err, driver.ErrNotFound) {
+			return fmt.Errorf("%w: session %s was committed or cancelled meanwhile", ErrUploadUnknown, id)
+		}
+		if err != nil {
+			return err
+		}
+		n, err := io.Copy(w, io.LimitReader(rc, c.end-c.start))
+		rc.Close()
+		if err != nil {
+			return fmt.Errorf("upload %s: read chunk: %w", id, err)
+		}
+		if n != c.end-c.start {
+			return fmt.Errorf("upload %s: chunk %s holds %d bytes, its record says %d", id, c.dataName(), n, c.end-c.start)
+		}
+	}
+	return nil
+}
+
+// verifyChunks checks a non-sha256 digest against the chain's bytes.
+func (r *Registry) verifyChunks(ctx context.Context, repo, id string, d digest.Digest, chain []chunkRecord) error {
+	h := d.Algorithm().Hash()
+	if err := r.copyChunks(ctx, repo, id, io.Discard, h, chain); err != nil {
+		return err
+	}
+	if got := digest.NewDigest(d.Algorithm(), h); got != d {
+		r.cancelUpload(ctx, repo, id)
+		return fmt.Errorf("%w: upload has %s, client said %s", ErrDigestInvalid, got, d)
+	}
+	return nil
+}
+
+// CancelUpload deletes upload id and everything written to it.
+func (r *Registry) CancelUpload(ctx context.Context, repo, id string) error {
+	_, release, err := r.claimUpload(ctx, repo, id)
+	if err != nil {
+		return err
+	}
+	defer release()
 	return r.cancelUpload(ctx, repo, id)
 }
 
 func (r *Registry) cancelUpload(ctx context.Context, repo, id string) error {
-	err := r.d.Delete(ctx, uploadPath(repo, id))
+	err := r.d.Delete(ctx, layout.UploadDir(repo, id))
 	if errors.Is(err, driver.ErrNotFound) {
 		return nil
 	}
@@ -299,7 +595,7 @@ func (r *Registry) cancelUpload(ctx context.Context, repo, id string) error {
 func (r *Registry) PurgeUploads(ctx context.Context, olderThan time.Time, dryRun bool) (int, error) {
 	purged := 0
 	var errs []error
-	err := r.d.Walk(ctx, repositoriesPath(), func(fi driver.FileInfo) error {
+	err := r.d.Walk(ctx, layout.RepositoriesDir, func(fi driver.FileInfo) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}

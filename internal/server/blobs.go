@@ -30,7 +30,7 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, rt route) {
 	h.Set("Accept-Ranges", "bytes")
 	h.Set("Cache-Control", "max-age=31536000")
 	if r.Method == http.MethodGet && !info.Rebuilt {
-		if url, err := s.reg.BlobRedirectURL(r, d); err == nil && url != "" {
+		if url, err := s.reg.BlobRedirectURL(ctx, r.Method, d); err == nil && url != "" {
 			http.Redirect(w, r, url, http.StatusTemporaryRedirect)
 			return
 		}
@@ -57,10 +57,6 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, rt route) {
 	if r.Method == http.MethodHead {
 		w.WriteHeader(status)
 		return
-	}
-	if s.opts.Pulls != nil && start == 0 {
-		// A ranged GET from the middle resumes a pull already counted.
-		s.opts.Pulls.BlobPulled(ctx, clientID(r, rt), d)
 	}
 	rc, err := s.reg.OpenBlob(ctx, d, start)
 	if err != nil {

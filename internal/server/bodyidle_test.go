@@ -27,9 +27,11 @@ func monolithicUpload(t *testing.T, conn net.Conn, body []byte) {
 
 // TestBodyIdleTimeout: a request body that stops flowing ends the request
 // after BodyIdleTimeout, while one that trickles steadily for longer than
-// that completes.
+// that completes. The margins are wide (pieces 20 times more often than the
+// timeout, a stall given 20 times the timeout to end) so that a busy 2-core
+// machine that pauses the server for a while does not fail the test.
 func TestBodyIdleTimeout(t *testing.T) {
-	const idle = 300 * time.Millisecond
+	const idle = 2 * time.Second
 	srv := httptest.NewServer(New(registry.New(inmemory.New(), registry.Options{}), Options{BodyIdleTimeout: idle}))
 	defer srv.Close()
 	body := bytes.Repeat([]byte("cairn"), 200)
@@ -63,14 +65,16 @@ func TestBodyIdleTimeout(t *testing.T) {
 		}
 		defer conn.Close()
 		monolithicUpload(t, conn, body)
-		// Ten pieces, idle/3 apart: the whole body takes longer than idle.
-		for i := range 10 {
-			time.Sleep(idle / 3)
-			if _, err := conn.Write(body[i*len(body)/10 : (i+1)*len(body)/10]); err != nil {
+		// Thirty pieces, idle/20 apart: the whole body takes longer than
+		// idle.
+		const pieces = 30
+		for i := range pieces {
+			time.Sleep(idle / 20)
+			if _, err := conn.Write(body[i*len(body)/pieces : (i+1)*len(body)/pieces]); err != nil {
 				t.Fatalf("piece %d: %v", i, err)
 			}
 		}
-		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		conn.SetReadDeadline(time.Now().Add(time.Minute)) // a hang guard
 		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 		if err != nil {
 			t.Fatal(err)

@@ -11,7 +11,11 @@ import (
 )
 
 func (s *Server) getManifest(w http.ResponseWriter, r *http.Request, rt route) {
-	m, err := s.reg.GetManifest(r.Context(), rt.name, rt.ref)
+	get := s.reg.GetManifest
+	if r.Method == http.MethodHead {
+		get = s.reg.StatManifest
+	}
+	m, err := get(r.Context(), rt.name, rt.ref)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -29,9 +33,6 @@ func (s *Server) getManifest(w http.ResponseWriter, r *http.Request, rt route) {
 	w.WriteHeader(http.StatusOK)
 	if r.Method == http.MethodGet {
 		w.Write(m.Content)
-		if s.opts.Pulls != nil {
-			s.opts.Pulls.ManifestPulled(r.Context(), clientID(r, rt), m.Digest, m.Content)
-		}
 	}
 }
 
@@ -55,9 +56,6 @@ func (s *Server) putManifest(w http.ResponseWriter, r *http.Request, rt route) {
 		s.writeError(w, r, err)
 		return
 	}
-	if s.opts.Pulls != nil {
-		s.opts.Pulls.ManifestPushed(rt.name, res.Digest, content)
-	}
 	h := w.Header()
 	h.Set("Location", "/v2/"+rt.name+"/manifests/"+string(res.Digest))
 	h.Set("Docker-Content-Digest", string(res.Digest))
@@ -74,7 +72,10 @@ func (s *Server) putManifest(w http.ResponseWriter, r *http.Request, rt route) {
 func (s *Server) deleteManifest(w http.ResponseWriter, r *http.Request, rt route) {
 	if err := s.reg.DeleteManifest(r.Context(), rt.name, rt.ref); err != nil {
 		if errors.Is(err, registry.ErrTagInvalid) {
-			err = fmt.Errorf("%w: %w", registry.ErrManifestUnknown, err)
+			// No manifest has a name that is not a tag or digest. The
+			// cause is kept as text: wrapping it too would match
+			// TAG_INVALID first.
+			err = fmt.Errorf("%w: %v", registry.ErrManifestUnknown, err)
 		}
 		s.writeError(w, r, err)
 		return

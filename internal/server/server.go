@@ -5,7 +5,6 @@
 package server
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"net"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/auth"
 	"github.com/cairn-registry/cairn/internal/registry"
-	"github.com/opencontainers/go-digest"
 )
 
 // Options tune a Server.
@@ -29,9 +27,6 @@ type Options struct {
 	Auth auth.Authorizer
 	// Metrics, when set, receives one observation per request.
 	Metrics Observer
-	// Pulls, when set, is told about manifest pushes and pulls and blob
-	// pulls.
-	Pulls PullObserver
 	// BodyIdleTimeout ends a request whose body delivers no byte for this
 	// long (0: no limit), so that a client trickling an upload cannot hold
 	// a connection forever. Whole-request timeouts cannot do this: a
@@ -39,17 +34,8 @@ type Options struct {
 	BodyIdleTimeout time.Duration
 }
 
-// PullObserver learns which manifests are pushed and what each client pulls
-// (dedup's worker and predictor implement it). Calls must return quickly:
-// they run on the request path.
-type PullObserver interface {
-	ManifestPushed(repo string, d digest.Digest, content []byte)
-	ManifestPulled(ctx context.Context, client string, d digest.Digest, content []byte)
-	BlobPulled(ctx context.Context, client string, d digest.Digest)
-}
-
-// clientID names the client of r for PullObserver: the authenticated user,
-// else the remote IP.
+// clientID names the client of r for the registry's pull records: the
+// authenticated user, else the remote IP.
 func clientID(r *http.Request, rt route) string {
 	if rt.user != "" {
 		return "user:" + rt.user
@@ -131,6 +117,8 @@ type route struct {
 	name string // repository
 	ref  string // tag, digest or upload id
 	user string // authenticated user, "" when anonymous
+	// grant is what the caller may do; nil when authentication is off.
+	grant *auth.Grant
 }
 
 // parseRoute matches a /v2/ path from its end, because repository names may
@@ -232,9 +220,7 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, rt route) stri
 			s.writeAuthError(w, r, err)
 			return user
 		}
-		if rt.kind == routeUploadStart {
-			dropUnauthorizedMount(r, g)
-		}
+		rt.grant = &g
 	}
 	if rt.kind == routeNone {
 		s.writeError(w, r, errUnsupportedRoute)
@@ -249,27 +235,48 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, rt route) stri
 		return user
 	}
 	rt.user = user
+	r = r.WithContext(registry.WithClient(r.Context(), clientID(r, rt)))
 	if !s.route(w, r, rt) {
 		s.writeError(w, r, errMethodNotAllowed)
 	}
 	return user
 }
 
-// dropUnauthorizedMount turns a cross-repository mount from a repository
-// the caller may not pull into a plain upload, as distribution does: the
-// caller uploads the blob instead of learning whether the source holds it.
-func dropUnauthorizedMount(r *http.Request, g auth.Grant) {
+// mountSources decides where a mount (?mount=<digest>) may take its blob
+// from, as the repositories to try; nil with anywhere true means the whole
+// registry. A "from" repository the caller may not pull is dropped, as
+// distribution does; a mount without "from" searches only repositories the
+// caller may pull (with authentication on). Either way a refused mount
+// becomes a plain upload: the caller sends the bytes and learns nothing of
+// what it may not see, not even whether the digest exists.
+func mountSources(r *http.Request, g *auth.Grant) (from []string, anywhere bool) {
 	q := r.URL.Query()
-	from := q.Get("from")
-	if q.Get("mount") == "" || from == "" || g.Allows(auth.Access{Type: auth.TypeRepository, Name: from, Action: auth.ActionPull}) {
-		return
+	src := q.Get("from")
+	if g == nil {
+		if src == "" {
+			return nil, true
+		}
+		return []string{src}, false
 	}
-	q.Del("mount")
-	q.Del("from")
-	u := *r.URL
-	u.RawQuery = q.Encode()
-	r.URL = &u
+	if src != "" {
+		if g.Allows(auth.Access{Type: auth.TypeRepository, Name: src, Action: auth.ActionPull}) {
+			return []string{src}, false
+		}
+		return nil, false
+	}
+	all, names := g.PullableRepositories()
+	if all {
+		return nil, true
+	}
+	if len(names) > maxMountSources {
+		names = names[:maxMountSources]
+	}
+	return names, false
 }
+
+// maxMountSources bounds the repositories one mount without "from" tries:
+// each costs a stat, and a token rarely names more.
+const maxMountSources = 64
 
 // route calls the handler for rt and r.Method; false means the endpoint has
 // no such method.

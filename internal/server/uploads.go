@@ -34,7 +34,7 @@ func (s *Server) startUpload(w http.ResponseWriter, r *http.Request, rt route) {
 			s.writeError(w, r, err)
 			return
 		}
-		mounted, err := s.reg.MountBlob(ctx, rt.name, d, q.Get("from"))
+		mounted, err := s.mount(r, rt, d)
 		if err != nil {
 			s.writeError(w, r, err)
 			return
@@ -65,6 +65,22 @@ func (s *Server) startUpload(w http.ResponseWriter, r *http.Request, rt route) {
 		return
 	}
 	s.uploadAccepted(w, rt.name, id, 0, http.StatusAccepted)
+}
+
+// mount links blob d into rt's repository from a source the caller may
+// pull (see mountSources) and reports whether it did.
+func (s *Server) mount(r *http.Request, rt route, d digest.Digest) (bool, error) {
+	from, anywhere := mountSources(r, rt.grant)
+	if anywhere {
+		return s.reg.MountBlob(r.Context(), rt.name, d, "")
+	}
+	for _, src := range from {
+		ok, err := s.reg.MountBlob(r.Context(), rt.name, d, src)
+		if ok || err != nil {
+			return ok, err
+		}
+	}
+	return false, nil
 }
 
 func (s *Server) blobCreated(w http.ResponseWriter, name string, d digest.Digest) {

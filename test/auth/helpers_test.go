@@ -58,13 +58,20 @@ func writeFile(t *testing.T, name, content string) string {
 // pairs.
 func htpasswd(t *testing.T, userPass ...string) string {
 	t.Helper()
+	return htpasswdCost(t, bcrypt.MinCost, userPass...)
+}
+
+// htpasswdCost returns an htpasswd file of bcrypt entries at cost for
+// user, password pairs, written as htpasswd -B writes them ($2y$).
+func htpasswdCost(t *testing.T, cost int, userPass ...string) string {
+	t.Helper()
 	var b strings.Builder
 	for i := 0; i+1 < len(userPass); i += 2 {
-		h, err := bcrypt.GenerateFromPassword([]byte(userPass[i+1]), bcrypt.MinCost)
+		h, err := bcrypt.GenerateFromPassword([]byte(userPass[i+1]), cost)
 		if err != nil {
 			t.Fatal(err)
 		}
-		fmt.Fprintf(&b, "%s:%s\n", userPass[i], h)
+		fmt.Fprintf(&b, "%s:$2y$%s\n", userPass[i], strings.TrimPrefix(string(h), "$2a$"))
 	}
 	return writeFile(t, "htpasswd", b.String())
 }
@@ -347,5 +354,9 @@ func (r response) errorCode() string {
 }
 
 func (r response) String() string {
-	return fmt.Sprintf("%d %s %q", r.status, r.header.Get("WWW-Authenticate"), r.body)
+	b := r.body
+	if len(b) > 512 {
+		b = b[:512] + "..."
+	}
+	return fmt.Sprintf("%d %s %q", r.status, r.header.Get("WWW-Authenticate"), b)
 }

@@ -2,6 +2,8 @@ package auth
 
 import (
 	"context"
+	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -242,6 +244,56 @@ func TestHtpasswdEveryRoute(t *testing.T) {
 	}
 	if r := authed(http.MethodGet, "/v2/_catalog"); r.status != 200 || !strings.Contains(r.body, "team/app") {
 		t.Errorf("catalog as alice: %v", r)
+	}
+}
+
+// TestHtpasswdUnknownUserTiming: a refusal takes as long for an unknown
+// user as for a known user's wrong password, with a file at the cost 5
+// that htpasswd -B writes (an unknown user once took ~22x longer, against
+// a dummy hash at cost 10). Not parallel: the package's other tests wait
+// while it measures.
+func TestHtpasswdUnknownUserTiming(t *testing.T) {
+	srv := startConfig(t, htpasswdConfig(htpasswdCost(t, 5, "alice", "wonderland", "bob", "builder"), ""))
+	hc := &http.Client{Timeout: 30 * time.Second}
+	defer hc.CloseIdleConnections()
+	refusal := func(user, pass string) time.Duration {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+"/v2/", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.SetBasicAuth(user, pass)
+		start := time.Now()
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		d := time.Since(start)
+		if err != nil || resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("GET /v2/ as %s: %d, %v; want 401", user, resp.StatusCode, err)
+		}
+		return d
+	}
+	refusal("alice", "warm-up") // opens the connection the samples reuse
+
+	// Why the margin holds on a busy machine: the two kinds of request
+	// alternate on one connection, so a slow spell of the machine falls on
+	// both; load only ever adds time, so the minimum of each is its
+	// undisturbed cost; and a factor of 4 each way is far both from 1 (the
+	// same work) and from the ~22 of a dummy hash 32x the work. Failing
+	// falsely takes every sample of one kind slowed 4x while one of the
+	// other kind is not.
+	const samples = 7
+	unknown, known := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
+	for range samples {
+		unknown = min(unknown, refusal("mallory", "wonderland"))
+		known = min(known, refusal("alice", "looking-glass"))
+	}
+	ratio := float64(unknown) / float64(known)
+	t.Logf("fastest of %d refusals: unknown user %v, known user %v: ratio %.2f", samples, unknown, known, ratio)
+	if ratio >= 4 || ratio <= 1.0/4 {
+		t.Errorf("an unknown user's refusal takes %.2fx a known user's wrong password (%v against %v), want within 4x either way: user names can be probed by timing", ratio, unknown, known)
 	}
 }
 

@@ -369,7 +369,11 @@ func tamper(t *testing.T, raw, from, to string) string {
 
 // TestTokenMount: a cross-repository mount needs pull on the source; without
 // it the registry opens a plain upload instead, so the caller learns
-// nothing about the source and must send the bytes.
+// nothing about the source and must send the bytes. A mount that names no
+// source searches only repositories the caller may pull (issue 10, item 2):
+// on the old code a caller with push on its own repository mounted any
+// blob or manifest of the registry by digest and then read it, and 201 vs
+// 202 told it whether a digest existed.
 func TestTokenMount(t *testing.T) {
 	t.Parallel()
 	ts := standardTokenServer(t)
@@ -380,31 +384,54 @@ func TestTokenMount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	manifest, err := img.img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
 	layer := m.Layers[0].Digest.String()
 	now := time.Now()
-	copyOnly := ts.mint(t, "tester", []access{{"repository", "team/copy", []string{"pull", "push"}}}, now, 5*time.Minute, nil)
-	withSource := ts.mint(t, "tester", []access{
-		{"repository", "team/copy", []string{"pull", "push"}},
-		{"repository", "team/app", []string{"pull"}},
-	}, now, 5*time.Minute, nil)
-
+	token := func(acc ...access) string { return ts.mint(t, "tester", acc, now, 5*time.Minute, nil) }
+	copyOnly := token(access{"repository", "team/copy", []string{"pull", "push"}})
+	withSource := token(access{"repository", "team/copy", []string{"pull", "push"}}, access{"repository", "team/app", []string{"pull"}})
 	hc := &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	defer hc.CloseIdleConnections()
-	mount := srv.URL + "/v2/team/copy/blobs/uploads/?mount=" + layer + "&from=team/app"
+	post := func(query, tok string) response {
+		return do(t, hc, "POST", srv.URL+"/v2/team/copy/blobs/uploads/?"+query, nil, "Authorization", "Bearer "+tok)
+	}
+	wantUpload := func(r response, what string) {
+		t.Helper()
+		if r.status != http.StatusAccepted || !strings.Contains(r.header.Get("Location"), "/v2/team/copy/blobs/uploads/") {
+			t.Errorf("%s: %v, want 202 and an upload session", what, r)
+		}
+	}
+	blobStatus := func(d string) int {
+		return do(t, hc, "GET", srv.URL+"/v2/team/copy/blobs/"+d, nil, "Authorization", "Bearer "+copyOnly).status
+	}
 
-	r := do(t, hc, "POST", mount, nil, "Authorization", "Bearer "+copyOnly)
-	if r.status != http.StatusAccepted || !strings.Contains(r.header.Get("Location"), "/v2/team/copy/blobs/uploads/") {
-		t.Fatalf("mount without pull on the source: %v %v, want 202 and an upload session", r, r.header)
+	// From a named source: needs pull on it.
+	wantUpload(post("mount="+layer+"&from=team/app", copyOnly), "mount without pull on the source")
+	if st := blobStatus(layer); st != http.StatusNotFound {
+		t.Errorf("blob in team/copy after a refused mount: %d", st)
 	}
-	if r := do(t, hc, "HEAD", srv.URL+"/v2/team/copy/blobs/"+layer, nil, "Authorization", "Bearer "+copyOnly); r.status != 404 {
-		t.Errorf("blob in team/copy after a refused mount: %v", r)
+	// Without a source: nothing of what the caller may not pull, not even
+	// whether it exists.
+	for _, d := range []string{layer, m.Config.Digest.String(), manifest.String(), "sha256:" + strings.Repeat("0", 64)} {
+		wantUpload(post("mount="+d, copyOnly), "mount of "+d+" without from, no pull on its repository")
+		if st := blobStatus(d); st != http.StatusNotFound {
+			t.Errorf("GET %s from team/copy after a refused mount: %d, want 404", d, st)
+		}
 	}
-	r = do(t, hc, "POST", mount, nil, "Authorization", "Bearer "+withSource)
-	if r.status != http.StatusCreated {
+	// With pull on the repository that holds it, both find it.
+	if r := post("mount="+layer, withSource); r.status != http.StatusCreated {
+		t.Fatalf("mount without from, pull on team/app: %v, want 201", r)
+	}
+	if r := post("mount="+m.Config.Digest.String()+"&from=team/app", withSource); r.status != http.StatusCreated {
 		t.Fatalf("mount with pull on the source: %v, want 201", r)
 	}
-	if r := do(t, hc, "HEAD", srv.URL+"/v2/team/copy/blobs/"+layer, nil, "Authorization", "Bearer "+copyOnly); r.status != 200 {
-		t.Errorf("blob in team/copy after the mount: %v", r)
+	for _, d := range []string{layer, m.Config.Digest.String()} {
+		if st := blobStatus(d); st != http.StatusOK {
+			t.Errorf("blob %s in team/copy after the mount: %d", d, st)
+		}
 	}
 }
 

@@ -52,7 +52,7 @@ func TestKillDuringDedup(t *testing.T) {
 		pullAll(t, srv, "crash/dedup", layers)
 		t.Logf("round %d: pulled byte-exact after kill -9", round)
 	}
-	waitState(t, root, layers, false, 3*time.Minute)
+	waitState(t, root, layers, false)
 	pullAll(t, srv, "crash/dedup", layers)
 }
 
@@ -65,7 +65,7 @@ func TestKillDuringRestore(t *testing.T) {
 	srv := cairnproc.Start(t, "", "--config", cfg)
 	root := srv.Root
 	push(t, srv, "crash/restore", layers)
-	waitState(t, root, layers, false, 3*time.Minute)
+	waitState(t, root, layers, false)
 
 	dg := digestOf(layers[0].blob)
 	url := srv.URL + "/v2/crash/restore/blobs/" + dg

@@ -6,7 +6,6 @@ package dedup
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -102,31 +101,53 @@ func blobDir(root, dg string) string {
 
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }
 
-// waitState waits until every layer reached its expected storage state:
+// pendingLayers names the layers not yet in their expected storage state:
 // recipe and no data (deduplicated) or data and no recipe (intact), or, with
 // keepData, recipe and data (index mode).
-func waitState(t *testing.T, root string, layers []testLayer, keepData bool, timeout time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		var pending []string
-		for _, l := range layers {
-			dir := blobDir(root, digestOf(l.blob))
-			data, recipe := exists(filepath.Join(dir, "data")), exists(filepath.Join(dir, "recipe"))
-			switch {
-			case l.intact:
-				// Irreproducible: stays as it was; checked through stats.
-			case keepData && !(data && recipe), !keepData && (data || !recipe):
-				pending = append(pending, l.name)
-			}
+func pendingLayers(root string, layers []testLayer, keepData bool) []string {
+	var pending []string
+	for _, l := range layers {
+		dir := blobDir(root, digestOf(l.blob))
+		data, recipe := exists(filepath.Join(dir, "data")), exists(filepath.Join(dir, "recipe"))
+		switch {
+		case l.intact:
+			// Irreproducible: stays as it was; checked through stats.
+		case keepData && !(data && recipe), !keepData && (data || !recipe):
+			pending = append(pending, l.name)
 		}
-		if len(pending) == 0 {
+	}
+	return pending
+}
+
+// waitState waits until every layer reached its expected storage state
+// (pendingLayers).
+func waitState(t *testing.T, root string, layers []testLayer, keepData bool) {
+	t.Helper()
+	waitFor(t, 200*time.Millisecond, func() string {
+		if p := pendingLayers(root, layers, keepData); len(p) > 0 {
+			return fmt.Sprintf("layers to be processed: %v", p)
+		}
+		return ""
+	})
+}
+
+// waitFor calls pending every interval until it returns "" (done); what it
+// returns otherwise says what is awaited. There is no deadline of its own:
+// a busy machine is slow, not wrong. A wait that never ends is stopped by
+// the test binary's -timeout; shortly before that, this fails saying what
+// it was still waiting for.
+func waitFor(t *testing.T, interval time.Duration, pending func() string) {
+	t.Helper()
+	deadline, ok := t.Deadline()
+	for {
+		what := pending()
+		if what == "" {
 			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("layers not deduplicated after %s: %v", timeout, pending)
+		if ok && time.Until(deadline) < 10*time.Second {
+			t.Fatalf("still waiting for %s as the test binary's -timeout nears", what)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(interval)
 	}
 }
 
@@ -188,7 +209,7 @@ func TestFullModeByteExact(t *testing.T) {
 	cfg, _ := writeConfig(t, "full", "")
 	srv := cairnproc.Start(t, "", "--config", cfg)
 	push(t, srv, "features/all", layers)
-	waitState(t, srv.Root, layers, false, 3*time.Minute)
+	waitState(t, srv.Root, layers, false)
 
 	gnu := layers[len(layers)-1]
 	if !exists(filepath.Join(blobDir(srv.Root, digestOf(gnu.blob)), "data")) {
@@ -222,7 +243,7 @@ func TestHeadAndRange(t *testing.T) {
 	cfg, debug := writeConfig(t, "full", "")
 	srv := cairnproc.Start(t, "", "--config", cfg)
 	push(t, srv, "ranges/img", layers)
-	waitState(t, srv.Root, layers, false, 2*time.Minute)
+	waitState(t, srv.Root, layers, false)
 
 	l := layers[1]
 	dg := digestOf(l.blob)
@@ -285,7 +306,7 @@ func TestIndexModeKeepsIntact(t *testing.T) {
 	cfg, _ := writeConfig(t, "index", "")
 	srv := cairnproc.Start(t, "", "--config", cfg)
 	push(t, srv, "index/img", layers)
-	waitState(t, srv.Root, layers, true, 2*time.Minute)
+	waitState(t, srv.Root, layers, true)
 	pullAll(t, srv, "index/img", layers)
 	st := stats(t, cfg, srv.Root)
 	if got := layerCount(st, "intact"); got != len(layers) {
@@ -300,7 +321,7 @@ func TestRepositoryOverride(t *testing.T) {
 	srv := cairnproc.Start(t, "", "--config", cfg)
 	push(t, srv, "dedup/on", layers)
 	push(t, srv, "plain/off", other)
-	waitState(t, srv.Root, layers, false, 2*time.Minute)
+	waitState(t, srv.Root, layers, false)
 	for _, l := range other {
 		if exists(filepath.Join(blobDir(srv.Root, digestOf(l.blob)), "recipe")) {
 			t.Fatalf("layer %s of a repository with dedup off was processed", l.name)
@@ -326,7 +347,10 @@ func TestDedupRunCLI(t *testing.T) {
 	if !strings.Contains(string(out), "deduplicated") {
 		t.Fatalf("dedup run output lacks a deduplicated count:\n%s", out)
 	}
-	waitState(t, root, layers, false, time.Second)
+	// `dedup run` returns once every layer is processed: nothing to wait for.
+	if p := pendingLayers(root, layers, false); len(p) > 0 {
+		t.Fatalf("layers not deduplicated after cairn dedup run: %v", p)
+	}
 	srv = cairnproc.Start(t, root, "--config", cfg)
 	pullAll(t, srv, "cli/img", layers)
 
@@ -341,9 +365,7 @@ func TestDedupRunCLI(t *testing.T) {
 // metric reads one sample from the debug listener's /metrics (0 if absent).
 func metric(t *testing.T, debugAddr, series string) float64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+debugAddr+"/metrics", nil)
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+debugAddr+"/metrics", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -367,10 +389,10 @@ func TestSelectivePromotesHotLayer(t *testing.T) {
 	cfg, _ := writeConfig(t, "selective", "    selective: {pulls: 3, window: 1h}\n")
 	srv := cairnproc.Start(t, "", "--config", cfg)
 	push(t, srv, "selective/img", layers)
-	waitState(t, srv.Root, layers, false, 2*time.Minute)
+	waitState(t, srv.Root, layers, false)
 	for range 3 {
 		pullAll(t, srv, "selective/img", layers)
 	}
-	waitState(t, srv.Root, layers, true, time.Minute)
+	waitState(t, srv.Root, layers, true)
 	pullAll(t, srv, "selective/img", layers)
 }

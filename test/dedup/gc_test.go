@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 )
@@ -38,7 +37,7 @@ func TestGCReleasesFiles(t *testing.T) {
 	root := srv.Root
 	push(t, srv, "gc/keep", keep)
 	push(t, srv, "gc/drop", drop)
-	waitState(t, root, append(append([]testLayer{}, keep...), drop...), false, 3*time.Minute)
+	waitState(t, root, append(append([]testLayer{}, keep...), drop...), false)
 	before := countFiles(t, root)
 
 	// Delete the second image's manifest.
@@ -90,6 +89,6 @@ func TestGCReleasesFiles(t *testing.T) {
 
 	// Pushing the deleted image again writes its files anew.
 	push(t, srv, "gc/drop", drop)
-	waitState(t, root, drop, false, 3*time.Minute)
+	waitState(t, root, drop, false)
 	pullAll(t, srv, "gc/drop", drop)
 }

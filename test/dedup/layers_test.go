@@ -62,8 +62,7 @@ func featureTar(t testing.TB, variant int, format tar.Format) []byte {
 		file(fmt.Sprintf("usr/lib/shared-%d.so", i), content(uint64(i), 20_000+i*3000))
 	}
 	for i := range 6 {
-		seed := uint64(100*variant + 10 + i)
-		file(fmt.Sprintf("app/v%d/own-%d.dat", variant, i), content(seed, 40_000+i*17_000))
+		file(fmt.Sprintf("app/v%d/own-%d.dat", variant, i), ownBody(variant, i))
 	}
 	file("etc/empty", nil)
 	file("etc/dup", []byte("first version\n"))
@@ -83,6 +82,11 @@ func featureTar(t testing.TB, variant int, format tar.Format) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+// ownBody is the body of file i of the six only featureTar(variant) holds.
+func ownBody(variant, i int) []byte {
+	return content(uint64(100*variant+10+i), 40_000+i*17_000)
 }
 
 func gzipStd(t testing.TB, raw []byte, level int) []byte { return layertest.Gzip(t, raw, level) }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/s3"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
@@ -43,7 +43,7 @@ storage:
 	layers := allLayers(t)[:6]
 	srv := cairnproc.StartArgs(t, cairnproc.Binary(t), "--config", cfg)
 	push(t, srv, "s3/img", layers)
-	waitDriverState(t, d, layers, 3*time.Minute)
+	waitDriverState(t, d, layers)
 	pullAll(t, srv, "s3/img", layers)
 	srv.Stop()
 	srv = cairnproc.StartArgs(t, cairnproc.Binary(t), "--config", cfg)
@@ -51,35 +51,25 @@ storage:
 }
 
 // waitDriverState waits until every layer has a recipe and no data in d.
-func waitDriverState(t *testing.T, d driver.Driver, layers []testLayer, timeout time.Duration) {
+func waitDriverState(t *testing.T, d driver.Driver, layers []testLayer) {
 	t.Helper()
-	ctx := context.Background()
 	has := func(p string) bool {
-		_, err := d.Stat(ctx, p)
+		_, err := d.Stat(t.Context(), p)
 		if err != nil && !errors.Is(err, driver.ErrNotFound) {
 			t.Fatal(err)
 		}
 		return err == nil
 	}
-	deadline := time.Now().Add(timeout)
-	for {
-		done := true
+	waitFor(t, 300*time.Millisecond, func() string {
 		for _, l := range layers {
 			dg := digest.Digest(digestOf(l.blob))
 			if l.intact {
 				continue
 			}
-			if has(registry.BlobDataPath(dg)) || !has(registry.BlobRecipePath(dg)) {
-				done = false
-				break
+			if has(layout.BlobData(dg)) || !has(layout.BlobRecipe(dg)) {
+				return "layer " + l.name + " to be deduplicated on S3"
 			}
 		}
-		if done {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("layers not deduplicated on S3 after %s", timeout)
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
+		return ""
+	})
 }

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 	"github.com/cairn-registry/cairn/internal/testutil/objstore"
@@ -40,7 +39,7 @@ storage:
 	keep, drop := allLayers(t)[:3], allLayers(t)[3:5]
 	push(t, a, "nodes/keep", keep)
 	push(t, a, "nodes/drop", drop)
-	waitState(t, root, append(append([]testLayer{}, keep...), drop...), false, 3*time.Minute)
+	waitState(t, root, append(append([]testLayer{}, keep...), drop...), false)
 	pullAll(t, b, "nodes/keep", keep)
 	pullAll(t, a, "nodes/drop", drop)
 

@@ -45,7 +45,11 @@ func start(t *testing.T, args ...string) *env {
 
 func startRoot(t *testing.T, root string, args ...string) *env {
 	t.Helper()
-	srv := cairnproc.Start(t, root, args...)
+	return newEnv(t, cairnproc.Start(t, root, args...))
+}
+
+// newEnv returns an env for a started server.
+func newEnv(t *testing.T, srv *cairnproc.Server) *env {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	// Runs before the server's Stop: a connection the client dialled but
 	// never used would hold up the server's graceful shutdown.

@@ -24,11 +24,11 @@ func TestSparseManifests(t *testing.T) {
 			`"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":%q,"size":100},`+
 			`{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":%q,"size":64}]}`, cfg, layer, missing))
 	}
-	index := func(present string) []byte {
+	index := func(present string, size int) []byte {
 		return []byte(fmt.Sprintf(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[`+
-			`{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":%q,"size":10,"platform":{"os":"linux","architecture":"amd64"}},`+
+			`{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":%q,"size":%d,"platform":{"os":"linux","architecture":"amd64"}},`+
 			`{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":%q,"size":10,"platform":{"os":"linux","architecture":"arm64"}}]}`,
-			present, missing))
+			present, size, missing))
 	}
 	config := func(yml string) string {
 		p := filepath.Join(t.TempDir(), "config.yml")
@@ -47,7 +47,7 @@ func TestSparseManifests(t *testing.T) {
 	wantStatus(t, sparse.putManifest(repo, "img", mtOCIManifest, body), http.StatusCreated)
 	sparse.getManifest(repo, "img", sha(body), mtOCIManifest)
 	wantError(t, sparse.do(http.MethodGet, "/v2/"+repo+"/blobs/"+missing, nil), http.StatusNotFound, "BLOB_UNKNOWN")
-	idx := index(sha(body))
+	idx := index(sha(body), len(body))
 	wantStatus(t, sparse.putManifest(repo, "idx", mtOCIIndex, idx), http.StatusCreated)
 	sparse.getManifest(repo, "idx", sha(idx), mtOCIIndex)
 
@@ -58,6 +58,6 @@ func TestSparseManifests(t *testing.T) {
 	img := []byte(fmt.Sprintf(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json",`+
 		`"config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":%q,"size":2},"layers":[]}`, cfg))
 	wantStatus(t, listed.putManifest(repo, "amd64", mtOCIManifest, img), http.StatusCreated)
-	wantStatus(t, listed.putManifest(repo, "idx", mtOCIIndex, index(sha(img))), http.StatusCreated)
-	wantError(t, listed.putManifest(repo, "bad", mtOCIIndex, index(missing)), http.StatusBadRequest, "MANIFEST_BLOB_UNKNOWN")
+	wantStatus(t, listed.putManifest(repo, "idx", mtOCIIndex, index(sha(img), len(img))), http.StatusCreated)
+	wantError(t, listed.putManifest(repo, "bad", mtOCIIndex, index(missing, 10)), http.StatusBadRequest, "MANIFEST_BLOB_UNKNOWN")
 }

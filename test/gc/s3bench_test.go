@@ -23,6 +23,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/cairn-registry/cairn/internal/gc"
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/s3"
@@ -302,12 +303,12 @@ func buildBenchRegistry(t *testing.T, d driver.Driver, m, tags int) *benchPlan {
 				var cfg ocispec.Manifest
 				_ = json.Unmarshal(content, &cfg)
 				mu.Lock()
-				plan.revisions = append(plan.revisions, string(registry.AppendRevisionLinkPath(nil, repo, "sha256", dg.Encoded())))
+				plan.revisions = append(plan.revisions, string(layout.AppendRevisionLink(nil, repo, "sha256", dg.Encoded())))
 				for _, b := range []digest.Digest{dg, cfg.Config.Digest, own.Digest} {
-					plan.blobs = append(plan.blobs, registry.BlobDataPath(b))
+					plan.blobs = append(plan.blobs, layout.BlobData(b))
 				}
 				for _, b := range []digest.Digest{cfg.Config.Digest, own.Digest} {
-					plan.layerLinks = append(plan.layerLinks, string(registry.AppendLayerLinkPath(nil, repo, "sha256", b.Encoded())))
+					plan.layerLinks = append(plan.layerLinks, string(layout.AppendLayerLink(nil, repo, "sha256", b.Encoded())))
 				}
 				mu.Unlock()
 				for j := range tags {
@@ -315,7 +316,7 @@ func buildBenchRegistry(t *testing.T, d driver.Driver, m, tags int) *benchPlan {
 					put(tag, content)
 					put(tag, keep)
 					mu.Lock()
-					plan.tagIndex = append(plan.tagIndex, string(registry.AppendTagIndexLinkPath(nil, repo, tag, "sha256", dg.Encoded())))
+					plan.tagIndex = append(plan.tagIndex, string(layout.AppendTagIndexLink(nil, repo, tag, "sha256", dg.Encoded())))
 					mu.Unlock()
 				}
 			}

@@ -83,13 +83,18 @@ func readAll(t *testing.T, r io.ReadCloser) []byte {
 }
 
 // waitFor waits until cond holds; publication happens just after the last
-// byte is released, so tests give it a moment.
+// byte is released, so tests give it a moment. It sets no deadline of its
+// own (a busy machine is slow, not wrong): a wait that never ends is
+// stopped by the test binary's -timeout, and shortly before that this
+// fails naming what it waited for.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	deadline, ok := t.Deadline()
+	for !cond() {
+		if ok && time.Until(deadline) < 10*time.Second {
+			t.Fatalf("still waiting for %s as the test binary's -timeout nears", what)
 		}
+		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -28,8 +29,11 @@ const (
 
 // Assemble writes the tar that recipe was made from to w. Payloads are read
 // ahead in parallel (bounded) and written strictly in recipe order; each is
-// checked against the crc64 in the metadata. It does not check the result's
-// digest: Verify does.
+// checked against its digest and size (a small one before any of its bytes
+// is written, a streamed one as it ends) and against the crc64 in the
+// metadata. A payload that cannot be read fails with a *FileError naming
+// it; metadata that disagrees with the payloads, with ErrMismatch. It does
+// not check the result's digest: Verify does.
 func Assemble(ctx context.Context, w io.Writer, recipe *Recipe, fs FileStore) error {
 	zr, err := zstd.NewReader(bytes.NewReader(recipe.Meta), zstd.WithDecoderConcurrency(1))
 	if err != nil {
@@ -42,13 +46,22 @@ func Assemble(ctx context.Context, w io.Writer, recipe *Recipe, fs FileStore) er
 	defer pf.stop(cancel)
 
 	up := &unpacker{dec: json.NewDecoder(zr)}
+	var werr error // the output's failure, not the recipe's
 	cw := writeFunc(func(b []byte) (int, error) {
-		if err := ctx.Err(); err != nil {
-			return 0, err
+		if werr = ctx.Err(); werr != nil {
+			return 0, werr
 		}
-		return w.Write(b)
+		n, err := w.Write(b)
+		werr = err
+		return n, err
 	})
 	if err := asm.WriteOutputTarStream(pf, up, cw); err != nil {
+		var fe *FileError
+		if werr == nil && !errors.As(err, &fe) && !errors.Is(err, ErrMismatch) {
+			// Undecodable metadata, or a payload (checked against its
+			// digest) that fails the metadata's crc64.
+			err = fmt.Errorf("%w: %w", ErrMismatch, err)
+		}
 		return fmt.Errorf("layer: assemble: %w", err)
 	}
 	if pf.next < len(recipe.Files) {
@@ -128,31 +141,64 @@ func startPrefetch(ctx context.Context, fs FileStore, files []File) *prefetch {
 }
 
 func fetch(ctx context.Context, fs FileStore, f File) fetched {
-	if f.Size < 0 {
-		return fetched{err: fmt.Errorf("%w: payload %s has negative size", ErrMismatch, f.Digest)}
+	if f.Size < 0 || f.Digest.Validate() != nil {
+		return fetched{err: fmt.Errorf("%w: payload %q of %d bytes", ErrMismatch, f.Digest, f.Size)}
 	}
 	rc, err := fs.Open(ctx, f.Digest)
 	if err != nil {
-		return fetched{err: fmt.Errorf("payload %s: %w", f.Digest, err)}
+		return fetched{err: &FileError{Digest: f.Digest, Err: err}}
 	}
 	if f.Size > prefetchMax {
-		return fetched{rc: rc}
+		return fetched{rc: &checkedPayload{rc: rc, f: f, v: f.Digest.Verifier()}}
 	}
 	defer rc.Close()
 	// One byte more than expected, so a too-long payload is noticed here.
 	buf := make([]byte, f.Size+1)
 	n, err := io.ReadFull(rc, buf)
-	if err != io.ErrUnexpectedEOF && err != io.EOF {
-		if err == nil {
-			err = fmt.Errorf("%w: payload %s longer than %d bytes", ErrMismatch, f.Digest, f.Size)
-		}
-		return fetched{err: err}
+	switch {
+	case err == nil:
+		err = fmt.Errorf("%w: longer than %d bytes", ErrCorruptFile, f.Size)
+	case err != io.ErrUnexpectedEOF && err != io.EOF:
+	case int64(n) != f.Size:
+		err = fmt.Errorf("%w: %d bytes, want %d", ErrCorruptFile, n, f.Size)
+	case f.Digest.Algorithm().FromBytes(buf[:n]) != f.Digest:
+		err = fmt.Errorf("%w: content does not match the digest", ErrCorruptFile)
+	default:
+		return fetched{rc: io.NopCloser(bytes.NewReader(buf[:n]))}
 	}
-	if int64(n) != f.Size {
-		return fetched{err: fmt.Errorf("%w: payload %s has %d bytes, want %d", ErrMismatch, f.Digest, n, f.Size)}
-	}
-	return fetched{rc: io.NopCloser(bytes.NewReader(buf[:n]))}
+	return fetched{err: &FileError{Digest: f.Digest, Err: err}}
 }
+
+// checkedPayload streams a payload too large to read ahead and fails as it
+// ends if the payload had another size or digest. The bytes before are out
+// by then: the caller's digest check of the whole result must catch them.
+type checkedPayload struct {
+	rc io.ReadCloser
+	f  File
+	v  digest.Verifier
+	n  int64
+}
+
+func (c *checkedPayload) Read(p []byte) (int, error) {
+	n, err := c.rc.Read(p)
+	if over := c.n + int64(n) - c.f.Size; over > 0 {
+		n -= int(over)
+		err = fmt.Errorf("%w: longer than %d bytes", ErrCorruptFile, c.f.Size)
+	}
+	c.n += int64(n)
+	c.v.Write(p[:n])
+	switch {
+	case err == io.EOF && c.n != c.f.Size:
+		err = fmt.Errorf("%w: %d bytes, want %d", ErrCorruptFile, c.n, c.f.Size)
+	case err == io.EOF && !c.v.Verified():
+		err = fmt.Errorf("%w: content does not match the digest", ErrCorruptFile)
+	case err == io.EOF || err == nil:
+		return n, err
+	}
+	return n, &FileError{Digest: c.f.Digest, Err: err}
+}
+
+func (c *checkedPayload) Close() error { return c.rc.Close() }
 
 // Get implements storage.FileGetter.
 func (pf *prefetch) Get(string) (io.ReadCloser, error) {

@@ -12,17 +12,11 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
-// FilesRoot is the directory of the file store, for listings.
-const FilesRoot = "/docker/registry/v2/cairn/files"
-
 const (
-	filesRoot = FilesRoot + "/"
-	// filesTmp holds large payloads while they are written, so a partial
-	// file never sits at its final (content-addressed) path.
-	filesTmp = "/docker/registry/v2/cairn/tmp/files/"
 	// putContentMax is the largest payload compressed in memory and stored
 	// with one atomic PutContent; bigger ones stream through a Writer.
 	putContentMax = 4 << 20
@@ -54,8 +48,7 @@ func FilePath(d digest.Digest) (string, error) {
 	if err := d.Validate(); err != nil {
 		return "", fmt.Errorf("layer: %w", err)
 	}
-	h := d.Encoded()
-	return filesRoot + string(d.Algorithm()) + "/" + h[:2] + "/" + h, nil
+	return layout.File(d), nil
 }
 
 // Has implements FileStore.
@@ -93,18 +86,20 @@ func (s *DriverStore) Put(ctx context.Context, d digest.Digest, size int64, r io
 		}
 		return nil
 	}
-	if err := s.putLarge(ctx, p, size, r); err != nil {
+	if err := s.putLarge(ctx, d, p, size, r); err != nil {
 		return fmt.Errorf("layer: put %s: %w", d, err)
 	}
 	return nil
 }
 
-func (s *DriverStore) putLarge(ctx context.Context, p string, size int64, r io.Reader) error {
+func (s *DriverStore) putLarge(ctx context.Context, d digest.Digest, p string, size int64, r io.Reader) error {
 	var rnd [8]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return err
 	}
-	tmp := filesTmp + p[len(filesRoot):] + "-" + hex.EncodeToString(rnd[:])
+	// Large payloads are written under cairn/tmp, so a partial file never
+	// sits at its final (content-addressed) path.
+	tmp := layout.TmpFile(d, hex.EncodeToString(rnd[:]))
 	fw, err := s.d.Writer(ctx, tmp, false)
 	if err != nil {
 		return err
@@ -141,7 +136,9 @@ func (s *DriverStore) putLarge(ctx context.Context, p string, size int64, r io.R
 	return nil
 }
 
-// Open implements FileStore.
+// Open implements FileStore. Bytes that do not decode (zstd checks its
+// frames and their checksums) fail with ErrCorruptFile; the driver's own
+// read errors are passed on as they are.
 func (s *DriverStore) Open(ctx context.Context, d digest.Digest) (io.ReadCloser, error) {
 	p, err := FilePath(d)
 	if err != nil {
@@ -158,16 +155,42 @@ func (s *DriverStore) Open(ctx context.Context, d digest.Digest) (io.ReadCloser,
 			return nil, fmt.Errorf("layer: open %s: %w", d, err)
 		}
 	}
-	if err := dec.Reset(rc); err != nil {
+	src := &srcReader{r: rc}
+	if err := dec.Reset(src); err != nil {
 		rc.Close()
-		return nil, fmt.Errorf("layer: open %s: %w", d, err)
+		return nil, fmt.Errorf("layer: open %s: %w", d, src.classify(err))
 	}
-	return &decReader{dec: dec, rc: rc, pool: &s.decs}, nil
+	return &decReader{dec: dec, src: src, rc: rc, pool: &s.decs}, nil
+}
+
+// srcReader remembers the driver's read error, so that a decoding failure
+// can be told apart: a failed read is the storage's, anything else means
+// the stored bytes are corrupt.
+type srcReader struct {
+	r   io.Reader
+	err error
+}
+
+func (s *srcReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && err != io.EOF {
+		s.err = err
+	}
+	return n, err
+}
+
+// classify marks a decoder error as corruption unless the driver failed.
+func (s *srcReader) classify(err error) error {
+	if err == nil || err == io.EOF || s.err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrCorruptFile, err)
 }
 
 // decReader returns its decoder to the pool on Close.
 type decReader struct {
 	dec  *zstd.Decoder
+	src  *srcReader
 	rc   io.ReadCloser
 	pool *sync.Pool
 }
@@ -176,7 +199,8 @@ func (r *decReader) Read(b []byte) (int, error) {
 	if r.dec == nil {
 		return 0, io.ErrClosedPipe
 	}
-	return r.dec.Read(b)
+	n, err := r.dec.Read(b)
+	return n, r.src.classify(err)
 }
 
 func (r *decReader) Close() error {

@@ -5,12 +5,16 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"testing/iotest"
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
 )
@@ -36,7 +40,7 @@ func TestDriverStore(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := "/docker/registry/v2/cairn/files/sha256/" + dg.Encoded()[:2] + "/" + dg.Encoded(); p != want {
+		if want := layout.FilesDir + "/sha256/" + dg.Encoded()[:2] + "/" + dg.Encoded(); p != want {
 			t.Fatalf("FilePath = %s, want %s", p, want)
 		}
 		stored, err := d.GetContent(ctx, p)
@@ -74,7 +78,7 @@ func TestDriverStore(t *testing.T) {
 		}
 	})
 	t.Run("no temp files left", func(t *testing.T) {
-		err := d.Walk(ctx, "/docker/registry/v2/cairn/tmp", func(fi driver.FileInfo) error {
+		err := d.Walk(ctx, layout.TmpDir, func(fi driver.FileInfo) error {
 			if !fi.IsDir {
 				t.Errorf("temp file left behind: %s", fi.Path)
 			}
@@ -103,4 +107,77 @@ func TestDriverStore(t *testing.T) {
 			t.Fatalf("read back %d bytes (%v), want %d", len(got), err, len(large))
 		}
 	})
+}
+
+// TestDriverStoreCorrupt: stored bytes that do not decode are a corrupt
+// file, named by its digest; the driver's own read failure is not.
+func TestDriverStoreCorrupt(t *testing.T) {
+	ctx := context.Background()
+	small := "small payload"
+	large := strings.Repeat("large payload, streamed through a writer ", 200000)
+	tb := buildTar(t, tar.FormatPAX, []member{reg("s", small), reg("l", large)}, nil)
+	damages := []struct {
+		name   string
+		damage func([]byte) []byte
+	}{
+		{"byte flipped in the middle", func(b []byte) []byte { b[len(b)/2] ^= 0x40; return b }},
+		{"magic flipped", func(b []byte) []byte { b[0] ^= 0x01; return b }},
+		{"truncated", func(b []byte) []byte { return b[:len(b)/2] }},
+		{"empty", func(b []byte) []byte { return nil }},
+	}
+	for _, body := range []string{small, large} {
+		for _, dm := range damages {
+			t.Run(fmt.Sprintf("%d bytes/%s", len(body), dm.name), func(t *testing.T) {
+				d := inmemory.New()
+				fs, err := NewDriverStore(d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r := roundTrip(t, tb, fs)
+				dg := digest.FromString(body)
+				p, _ := FilePath(dg)
+				stored, err := d.GetContent(ctx, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := d.PutContent(ctx, p, dm.damage(bytes.Clone(stored))); err != nil {
+					t.Fatal(err)
+				}
+				wantFileError(t, Verify(ctx, r, fs), dg, ErrCorruptFile)
+			})
+		}
+	}
+	t.Run("driver read error", func(t *testing.T) {
+		d := &failingReads{Driver: inmemory.New(), err: errors.New("connection reset")}
+		fs, err := NewDriverStore(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := roundTrip(t, tb, fs)
+		d.fail.Store(true)
+		err = Verify(ctx, r, fs)
+		wantFileError(t, err, digest.FromString(small), d.err)
+		if errors.Is(err, ErrCorruptFile) {
+			t.Fatalf("a failed read is reported as a corrupt file: %v", err)
+		}
+	})
+}
+
+// failingReads is a driver whose readers fail after a few bytes once fail
+// is set.
+type failingReads struct {
+	driver.Driver
+	err  error
+	fail atomic.Bool
+}
+
+func (d *failingReads) Reader(ctx context.Context, path string, offset int64) (io.ReadCloser, error) {
+	rc, err := d.Driver.Reader(ctx, path, offset)
+	if err != nil || !d.fail.Load() {
+		return rc, err
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(io.LimitReader(rc, 6), iotest.ErrReader(d.err)), rc}, nil
 }

@@ -6,11 +6,15 @@
 // not seen before in a FileStore (content-addressed, never overwritten) and
 // returns a Recipe holding the tar-split metadata (headers, padding, trailing
 // bytes) plus the ordered payload digests. Assemble replays the recipe,
-// reading payloads ahead in parallel while writing strictly in order. A recipe
+// reading payloads ahead in parallel while writing strictly in order, and
+// checks each payload against its digest: a store's corrupt file fails the
+// assembly, naming the file, rather than slip wrong bytes into the tar. A recipe
 // must not be trusted until Verify has rebuilt the tar and matched the
 // original digest and size; a layer that fails stays intact.
 //
-// Compression is not this package's job: input and output are plain tar.
+// A layer's compression is not this package's job: input and output are
+// plain tar (package recompress rebuilds the compressed blob). DriverStore,
+// the FileStore over a storage driver, keeps each payload zstd-compressed.
 package layer
 
 import (
@@ -30,7 +34,10 @@ type FileStore interface {
 	// Put stores size bytes read from r under d. The caller vouches that
 	// they hash to d.
 	Put(ctx context.Context, d digest.Digest, size int64, r io.Reader) error
-	// Open streams the uncompressed payload stored under d.
+	// Open streams the uncompressed payload stored under d. A payload
+	// that is absent fails with an error wrapping driver.ErrNotFound; one
+	// whose stored bytes do not decode, with one wrapping ErrCorruptFile.
+	// Assemble checks every payload's size and digest itself.
 	Open(ctx context.Context, d digest.Digest) (io.ReadCloser, error)
 }
 
@@ -62,7 +69,23 @@ var (
 	// ErrMismatch marks an assembly whose output differs from the recipe's
 	// tar digest or size, or whose payloads disagree with the metadata.
 	ErrMismatch = errors.New("layer: assembled tar does not match recipe")
+	// ErrCorruptFile marks a stored payload that is not the one its digest
+	// names: its stored bytes do not decode, or it has another size or
+	// digest. Assembly fails rather than emit it.
+	ErrCorruptFile = errors.New("layer: stored file is corrupt")
 	// ErrTooMuchMetadata marks a tar whose non-payload bytes (headers,
 	// padding, trailing data) exceed the bound kept in memory.
 	ErrTooMuchMetadata = errors.New("layer: tar metadata too large")
 )
+
+// FileError is the failure to read one payload during assembly: Digest
+// names it, Err says why (wrapping driver.ErrNotFound for a missing file,
+// ErrCorruptFile for a corrupt one, or the store's read error).
+type FileError struct {
+	Digest digest.Digest
+	Err    error
+}
+
+func (e *FileError) Error() string { return "layer: file " + string(e.Digest) + ": " + e.Err.Error() }
+
+func (e *FileError) Unwrap() error { return e.Err }

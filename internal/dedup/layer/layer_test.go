@@ -182,24 +182,53 @@ func TestSharedFileStoredOnce(t *testing.T) {
 	}
 }
 
+// wantFileError checks that err is a *FileError naming d and wrapping want.
+func wantFileError(t *testing.T, err error, d digest.Digest, want error) {
+	t.Helper()
+	var fe *FileError
+	if !errors.As(err, &fe) || fe.Digest != d || (want != nil && !errors.Is(err, want)) {
+		t.Fatalf("error %v: want a FileError for %s wrapping %v", err, d.Encoded()[:12], want)
+	}
+}
+
 func TestCorruptionDetected(t *testing.T) {
 	ctx := context.Background()
-	tb := buildTar(t, tar.FormatPAX, []member{reg("a", "payload a"), reg("b", "payload b")}, nil)
-	t.Run("payload altered in store", func(t *testing.T) {
-		fs := newMemStore()
-		r := roundTrip(t, tb, fs)
-		fs.files[digest.FromString("payload b")] = []byte("payload X")
-		if err := Verify(ctx, r, fs); err == nil {
-			t.Fatal("Verify accepted a recipe whose payload changed")
-		}
-	})
+	large := strings.Repeat("a large payload, streamed, not read ahead ", prefetchMax/40)
+	tb := buildTar(t, tar.FormatPAX, []member{reg("a", "payload a"), reg("b", "payload b"), reg("l", large)}, nil)
+	b, l := digest.FromString("payload b"), digest.FromString(large)
+	for _, tc := range []struct {
+		name   string
+		file   digest.Digest
+		stored []byte
+	}{
+		{"payload altered in store", b, []byte("payload X")},
+		{"payload shorter in store", b, []byte("payload")},
+		{"payload longer in store", b, []byte("payload b, and more")},
+		{"streamed payload altered", l, []byte(strings.Replace(large, "large", "LARGE", 1))},
+		{"streamed payload shorter", l, []byte(large[:len(large)-1])},
+		{"streamed payload longer", l, []byte(large + "!")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := newMemStore()
+			r := roundTrip(t, tb, fs)
+			fs.files[tc.file] = tc.stored
+			err := Verify(ctx, r, fs)
+			wantFileError(t, err, tc.file, ErrCorruptFile)
+			// A payload read ahead is checked before any of its bytes is
+			// written: what was written is a prefix of the tar.
+			var out bytes.Buffer
+			Assemble(ctx, &out, r, fs)
+			if tc.file == b && !bytes.HasPrefix(tb, out.Bytes()) {
+				t.Fatalf("assembly wrote bytes that are not the tar's (first difference at %d)", firstDiff(out.Bytes(), tb))
+			}
+		})
+	}
 	t.Run("payload missing", func(t *testing.T) {
 		fs := newMemStore()
 		r := roundTrip(t, tb, fs)
 		delete(fs.files, digest.FromString("payload a"))
-		if err := Assemble(ctx, io.Discard, r, fs); err == nil {
-			t.Fatal("Assemble succeeded without a payload")
-		}
+		err := Assemble(ctx, io.Discard, r, fs)
+		wantFileError(t, err, digest.FromString("payload a"), nil)
 	})
 	t.Run("recipe digest wrong", func(t *testing.T) {
 		fs := newMemStore()
@@ -213,8 +242,10 @@ func TestCorruptionDetected(t *testing.T) {
 		fs := newMemStore()
 		r := roundTrip(t, tb, fs)
 		r.Files[0], r.Files[1] = r.Files[1], r.Files[0]
-		if err := Assemble(ctx, io.Discard, r, fs); err == nil {
-			t.Fatal("Assemble succeeded with payloads out of order")
+		// Each payload is intact: the metadata's crc64 tells the order
+		// is wrong.
+		if err := Assemble(ctx, io.Discard, r, fs); !errors.Is(err, ErrMismatch) || errors.Is(err, ErrCorruptFile) {
+			t.Fatalf("Assemble = %v, want ErrMismatch", err)
 		}
 	})
 	t.Run("recipe lists extra file", func(t *testing.T) {

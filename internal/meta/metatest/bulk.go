@@ -21,12 +21,12 @@ func testReleaseLayers(t *testing.T, s meta.Store) {
 	addLayer(t, s, l2, b, c, d)
 	addLayer(t, s, live, d)
 	for _, l := range []digest.Digest{l1, l2, live} {
-		if err := s.PutRecipe(ctx, l, []byte("recipe"), meta.StateDeduplicated); err != nil {
+		if err := s.PutLayer(ctx, l, []byte("recipe"), meta.StateDeduplicated); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// A layer no encoder reproduced has a state but holds no files.
-	if err := s.PutRecipe(ctx, plain, nil, meta.StateIrreproducible); err != nil {
+	if err := s.PutLayer(ctx, plain, nil, meta.StateIrreproducible); err != nil {
 		t.Fatal(err)
 	}
 	zeroed := must(s.ReleaseLayers(ctx, []digest.Digest{l1, l2, plain, Digest("never"), l1}))(t)
@@ -37,14 +37,14 @@ func testReleaseLayers(t *testing.T, s meta.Store) {
 		t.Fatalf("refs after ReleaseLayers = %v, want [0 0 0 1]", r)
 	}
 	for _, l := range []digest.Digest{l1, l2, plain} {
-		if _, _, err := s.GetRecipe(ctx, l); !errors.Is(err, meta.ErrNotFound) {
+		if _, _, err := s.GetLayer(ctx, l); !errors.Is(err, meta.ErrNotFound) {
 			t.Fatalf("recipe of a released layer: err = %v, want ErrNotFound", err)
 		}
 		if _, err := s.LayerFiles(ctx, l); !errors.Is(err, meta.ErrNotFound) {
 			t.Fatalf("LayerFiles of a released layer: err = %v, want ErrNotFound", err)
 		}
 	}
-	if _, _, err := s.GetRecipe(ctx, live); err != nil {
+	if _, _, err := s.GetLayer(ctx, live); err != nil {
 		t.Fatalf("recipe of the live layer: %v", err)
 	}
 	counts := must(s.LayerCounts(ctx))(t)
@@ -65,8 +65,8 @@ func testReleaseLayers(t *testing.T, s meta.Store) {
 	}
 }
 
-// testBulkFiles follows files through TombstoneFiles and DeleteFiles, including a
-// file whose tombstone another GC run settled before this one's DeleteFiles.
+// testBulkFiles follows files through TombstoneFiles and DropFileEntries, including a
+// file whose tombstone another GC run settled before this one's DropFileEntries.
 func testBulkFiles(t *testing.T, s meta.Store) {
 	ctx := context.Background()
 	a, b, c, d, unknown := Digest("a"), Digest("b"), Digest("c"), sha512Digest(5), Digest("unknown")
@@ -89,37 +89,37 @@ func testBulkFiles(t *testing.T, s meta.Store) {
 	if r := addLayer(t, s, Digest("l2"), d); !r[0].Write || !r[0].Revived {
 		t.Fatalf("revive = %+v", r[0])
 	}
-	got = must(s.DeleteFiles(ctx, []digest.Digest{a, d, unknown}))(t)
+	got = must(s.DropFileEntries(ctx, []digest.Digest{a, d, unknown}))(t)
 	if !slices.Equal(got, []digest.Digest{d}) {
-		t.Fatalf("DeleteFiles revived %v, want [d]", got)
+		t.Fatalf("DropFileEntries revived %v, want [d]", got)
 	}
 	if fi := fileInfo(t, s, a); fi.Exists {
-		t.Fatalf("entry after DeleteFiles = %+v", fi)
+		t.Fatalf("entry after DropFileEntries = %+v", fi)
 	}
 	if fi := fileInfo(t, s, d); !fi.Exists || !fi.Missing || fi.Tombstoned || fi.Refs != 1 {
-		t.Fatalf("revived file after DeleteFiles = %+v, want 1 ref, missing", fi)
+		t.Fatalf("revived file after DropFileEntries = %+v, want 1 ref, missing", fi)
 	}
-	// Another run's DeleteFiles settled d already: the retry reports it again,
-	// which DeleteFile refuses.
-	if got := must(s.DeleteFiles(ctx, []digest.Digest{d}))(t); !slices.Equal(got, []digest.Digest{d}) {
-		t.Fatalf("second DeleteFiles of a revived file = %v, want [d]", got)
+	// Another run's DropFileEntries settled d already: the retry reports it again,
+	// which DropFileEntry refuses.
+	if got := must(s.DropFileEntries(ctx, []digest.Digest{d}))(t); !slices.Equal(got, []digest.Digest{d}) {
+		t.Fatalf("second DropFileEntries of a revived file = %v, want [d]", got)
 	}
-	if _, err := s.DeleteFile(ctx, d); !errors.Is(err, meta.ErrNotTombstoned) {
-		t.Fatalf("DeleteFile of a settled revive: err = %v, want ErrNotTombstoned", err)
+	if _, err := s.DropFileEntry(ctx, d); !errors.Is(err, meta.ErrNotTombstoned) {
+		t.Fatalf("DropFileEntry of a settled revive: err = %v, want ErrNotTombstoned", err)
 	}
 	// Two runs tombstoned c; one deleted it; a dedup stored it anew; then the
 	// other run's delete of the object landed.
-	if got := must(s.DeleteFiles(ctx, []digest.Digest{c}))(t); len(got) != 0 {
-		t.Fatalf("DeleteFiles of a tombstoned file revived %v", got)
+	if got := must(s.DropFileEntries(ctx, []digest.Digest{c}))(t); len(got) != 0 {
+		t.Fatalf("DropFileEntries of a tombstoned file revived %v", got)
 	}
 	if r := addLayer(t, s, Digest("l3"), c); r[0] != (meta.FileRef{Digest: c, Refs: 1, Write: true}) {
 		t.Fatalf("add after delete = %+v", r[0])
 	}
-	if got := must(s.DeleteFiles(ctx, []digest.Digest{c}))(t); !slices.Equal(got, []digest.Digest{c}) {
-		t.Fatalf("late DeleteFiles of a new entry = %v, want [c]", got)
+	if got := must(s.DropFileEntries(ctx, []digest.Digest{c}))(t); !slices.Equal(got, []digest.Digest{c}) {
+		t.Fatalf("late DropFileEntries of a new entry = %v, want [c]", got)
 	}
 	if fi := fileInfo(t, s, c); !fi.Missing || fi.Refs != 1 {
-		t.Fatalf("new entry after a late DeleteFiles = %+v, want missing", fi)
+		t.Fatalf("new entry after a late DropFileEntries = %+v, want missing", fi)
 	}
 	if r := addLayer(t, s, Digest("l4"), c); r[0] != (meta.FileRef{Digest: c, Refs: 2, Write: true}) {
 		t.Fatalf("next holder of the missing file = %+v, want write", r[0])
@@ -127,8 +127,8 @@ func testBulkFiles(t *testing.T, s meta.Store) {
 	if got := must(s.TombstoneFiles(ctx, nil))(t); len(got) != 0 {
 		t.Fatalf("TombstoneFiles of nothing = %v", got)
 	}
-	if got := must(s.DeleteFiles(ctx, nil))(t); len(got) != 0 {
-		t.Fatalf("DeleteFiles of nothing = %v", got)
+	if got := must(s.DropFileEntries(ctx, nil))(t); len(got) != 0 {
+		t.Fatalf("DropFileEntries of nothing = %v", got)
 	}
 }
 
@@ -140,7 +140,7 @@ func testBulkInvalid(t *testing.T, s meta.Store) {
 	addLayer(t, s, l, f)
 	addLayer(t, s, Digest("lz"), z)
 	release(t, s, Digest("lz"))
-	if err := s.PutRecipe(ctx, l, nil, meta.StateDeduplicated); err != nil {
+	if err := s.PutLayer(ctx, l, nil, meta.StateDeduplicated); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.ReleaseLayers(ctx, []digest.Digest{l, bad}); !errors.Is(err, meta.ErrInvalidDigest) {
@@ -149,10 +149,10 @@ func testBulkInvalid(t *testing.T, s meta.Store) {
 	if _, err := s.TombstoneFiles(ctx, []digest.Digest{z, bad}); !errors.Is(err, meta.ErrInvalidDigest) {
 		t.Fatalf("TombstoneFiles bad digest: err = %v", err)
 	}
-	if _, err := s.DeleteFiles(ctx, []digest.Digest{bad}); !errors.Is(err, meta.ErrInvalidDigest) {
-		t.Fatalf("DeleteFiles bad digest: err = %v", err)
+	if _, err := s.DropFileEntries(ctx, []digest.Digest{bad}); !errors.Is(err, meta.ErrInvalidDigest) {
+		t.Fatalf("DropFileEntries bad digest: err = %v", err)
 	}
-	if _, _, err := s.GetRecipe(ctx, l); err != nil {
+	if _, _, err := s.GetLayer(ctx, l); err != nil {
 		t.Fatalf("recipe after a refused release: %v", err)
 	}
 	if fi := fileInfo(t, s, f); fi.Refs != 1 {
@@ -193,8 +193,8 @@ func testBulkLarge(t *testing.T, s meta.Store) {
 	if !slices.Equal(tomb, twice) {
 		t.Fatalf("TombstoneFiles tombstoned %d of %d files", len(tomb), len(twice))
 	}
-	if revived := must(s.DeleteFiles(ctx, twice))(t); len(revived) != 0 {
-		t.Fatalf("DeleteFiles revived %d files", len(revived))
+	if revived := must(s.DropFileEntries(ctx, twice))(t); len(revived) != 0 {
+		t.Fatalf("DropFileEntries revived %d files", len(revived))
 	}
 	if z := must(s.ZeroFiles(ctx, "", 10))(t); len(z) != 0 {
 		t.Fatalf("ZeroFiles after the deletes = %v", z)

@@ -165,8 +165,8 @@ func testTombstoneLifecycle(t *testing.T, s meta.Store) {
 	if ok := must(s.Tombstone(ctx, a))(t); ok {
 		t.Fatal("Tombstone of referenced file = true")
 	}
-	if _, err := s.DeleteFile(ctx, a); !errors.Is(err, meta.ErrNotTombstoned) {
-		t.Fatalf("DeleteFile of live file: err = %v, want ErrNotTombstoned", err)
+	if _, err := s.DropFileEntry(ctx, a); !errors.Is(err, meta.ErrNotTombstoned) {
+		t.Fatalf("DropFileEntry of live file: err = %v, want ErrNotTombstoned", err)
 	}
 	release(t, s, Digest("l1"))
 	if ok := must(s.Tombstone(ctx, a))(t); !ok {
@@ -195,8 +195,8 @@ func testTombstoneLifecycle(t *testing.T, s meta.Store) {
 		t.Fatalf("retry of the reviver while unsettled = %+v, want write, revived", got[0])
 	}
 	// GC finishes its delete after the revive: the entry stays and is marked Missing.
-	if revived := must(s.DeleteFile(ctx, a))(t); !revived {
-		t.Fatal("DeleteFile after revive: revived = false")
+	if revived := must(s.DropFileEntry(ctx, a))(t); !revived {
+		t.Fatal("DropFileEntry after revive: revived = false")
 	}
 	if fi := fileInfo(t, s, a); !fi.Exists || !fi.Missing || fi.Refs != 2 || fi.Tombstoned {
 		t.Fatalf("after racing delete = %+v, want 2 refs, missing", fi)
@@ -209,14 +209,14 @@ func testTombstoneLifecycle(t *testing.T, s meta.Store) {
 	if ok := must(s.Tombstone(ctx, a))(t); !ok {
 		t.Fatal("Tombstone = false")
 	}
-	if revived := must(s.DeleteFile(ctx, a))(t); revived {
-		t.Fatal("DeleteFile of tombstoned file: revived = true")
+	if revived := must(s.DropFileEntry(ctx, a))(t); revived {
+		t.Fatal("DropFileEntry of tombstoned file: revived = true")
 	}
 	if fi := fileInfo(t, s, a); fi.Exists {
-		t.Fatalf("entry after DeleteFile = %+v", fi)
+		t.Fatalf("entry after DropFileEntry = %+v", fi)
 	}
-	if revived := must(s.DeleteFile(ctx, a))(t); revived {
-		t.Fatal("DeleteFile of no entry: revived = true")
+	if revived := must(s.DropFileEntry(ctx, a))(t); revived {
+		t.Fatal("DropFileEntry of no entry: revived = true")
 	}
 	if got := addLayer(t, s, Digest("l4"), a); got[0] != (meta.FileRef{Digest: a, Refs: 1, Write: true}) {
 		t.Fatalf("add after delete = %+v, want write, 1 ref, not revived", got[0])
@@ -233,8 +233,8 @@ func testMissingFile(t *testing.T, s meta.Store) {
 	if got := addLayer(t, s, l1, a); !got[0].Write || !got[0].Revived {
 		t.Fatalf("revive = %+v, want write, revived", got[0])
 	}
-	if revived := must(s.DeleteFile(ctx, a))(t); !revived {
-		t.Fatal("DeleteFile after revive: revived = false")
+	if revived := must(s.DropFileEntry(ctx, a))(t); !revived {
+		t.Fatal("DropFileEntry after revive: revived = false")
 	}
 	// The reviver, retrying, learns that its copy may be gone. Retries only
 	// report: the file stays Missing until a new holder is told to write it.
@@ -261,7 +261,7 @@ func testMissingFile(t *testing.T, s meta.Store) {
 }
 
 // testTombstoneRace runs dedup (AddLayerRefs, then write if told) against GC
-// (Tombstone, delete the object, DeleteFile) on many zero-count files at once, over
+// (Tombstone, delete the object, DropFileEntry) on many zero-count files at once, over
 // a simulated object store, and checks that no file ends referenced, present in the
 // index as fine, and absent from the object store.
 func testTombstoneRace(t *testing.T, s meta.Store) { tombstoneRace(t, s, false) }
@@ -303,7 +303,7 @@ func tombstoneRace(t *testing.T, s meta.Store, bulk bool) {
 					delete(objects, d)
 				}
 				mu.Unlock()
-				if _, err := s.DeleteFiles(ctx, tomb); err != nil {
+				if _, err := s.DropFileEntries(ctx, tomb); err != nil {
 					t.Error(err)
 				}
 			})
@@ -339,7 +339,7 @@ func tombstoneRace(t *testing.T, s meta.Store, bulk bool) {
 			mu.Lock()
 			delete(objects, d)
 			mu.Unlock()
-			if _, err := s.DeleteFile(ctx, d); err != nil {
+			if _, err := s.DropFileEntry(ctx, d); err != nil {
 				t.Error(err)
 			}
 		})
@@ -376,7 +376,7 @@ func testZeroFiles(t *testing.T, s meta.Store) {
 	addLayer(t, s, Digest("ly"), files[7:]...)
 	release(t, s, Digest("lz"))
 	must(s.Tombstone(ctx, files[0]))(t)
-	must(s.DeleteFile(ctx, files[0]))(t)
+	must(s.DropFileEntry(ctx, files[0]))(t)
 	addLayer(t, s, Digest("lx"), files[1])
 	var got []digest.Digest
 	var after digest.Digest

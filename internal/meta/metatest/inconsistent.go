@@ -28,7 +28,7 @@ func ReleaseLayersInconsistent(t *testing.T, s meta.Store, dropEntry func(t *tes
 		if _, err := s.AddLayerRefs(ctx, l.layer, l.files); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.PutRecipe(ctx, l.layer, nil, meta.StateDeduplicated); err != nil {
+		if err := s.PutLayer(ctx, l.layer, nil, meta.StateDeduplicated); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -43,7 +43,7 @@ func ReleaseLayersInconsistent(t *testing.T, s meta.Store, dropEntry func(t *tes
 	if held, err := s.LayerFiles(ctx, bad); err != nil || len(held) != 2 {
 		t.Fatalf("the inconsistent layer holds %v, %v; want a and b", held, err)
 	}
-	if _, _, err := s.GetRecipe(ctx, bad); err != nil {
+	if _, _, err := s.GetLayer(ctx, bad); err != nil {
 		t.Fatalf("recipe of the inconsistent layer: %v", err)
 	}
 	fi, err := s.Files(ctx, []digest.Digest{a, c})
@@ -51,7 +51,7 @@ func ReleaseLayersInconsistent(t *testing.T, s meta.Store, dropEntry func(t *tes
 		t.Fatalf("files after the release: %+v, %v", fi, err)
 	}
 	for _, l := range []digest.Digest{l1, l3} {
-		if _, _, err := s.GetRecipe(ctx, l); !errors.Is(err, meta.ErrNotFound) {
+		if _, _, err := s.GetLayer(ctx, l); !errors.Is(err, meta.ErrNotFound) {
 			t.Fatalf("recipe of released %s: %v", l, err)
 		}
 	}

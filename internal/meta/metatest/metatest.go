@@ -88,49 +88,49 @@ func must[T any](v T, err error) func(t *testing.T) T {
 func testRecipes(t *testing.T, s meta.Store) {
 	ctx := context.Background()
 	l := Digest("layer")
-	if _, _, err := s.GetRecipe(ctx, l); !errors.Is(err, meta.ErrNotFound) {
-		t.Fatalf("GetRecipe unknown: err = %v, want ErrNotFound", err)
+	if _, _, err := s.GetLayer(ctx, l); !errors.Is(err, meta.ErrNotFound) {
+		t.Fatalf("GetLayer unknown: err = %v, want ErrNotFound", err)
 	}
 	if err := s.SetLayerState(ctx, l, meta.StateIntact); !errors.Is(err, meta.ErrNotFound) {
 		t.Fatalf("SetLayerState unknown: err = %v, want ErrNotFound", err)
 	}
-	if err := s.PutRecipe(ctx, l, nil, meta.StatePending); err != nil {
+	if err := s.PutLayer(ctx, l, nil, meta.StatePending); err != nil {
 		t.Fatal(err)
 	}
-	r, st, err := s.GetRecipe(ctx, l)
+	r, st, err := s.GetLayer(ctx, l)
 	if err != nil || len(r) != 0 || st != meta.StatePending {
-		t.Fatalf("GetRecipe = %q %v %v, want empty pending", r, st, err)
+		t.Fatalf("GetLayer = %q %v %v, want empty pending", r, st, err)
 	}
 	recipe := []byte("tar-split and files")
-	if err := s.PutRecipe(ctx, l, recipe, meta.StateDeduplicated); err != nil {
+	if err := s.PutLayer(ctx, l, recipe, meta.StateDeduplicated); err != nil {
 		t.Fatal(err)
 	}
 	recipe[0] = 'X' // the store must have copied it
 	if err := s.SetLayerState(ctx, l, meta.StateIntact); err != nil {
 		t.Fatal(err)
 	}
-	r, st, err = s.GetRecipe(ctx, l)
+	r, st, err = s.GetLayer(ctx, l)
 	if err != nil || string(r) != "tar-split and files" || st != meta.StateIntact {
-		t.Fatalf("GetRecipe = %q %v %v", r, st, err)
+		t.Fatalf("GetLayer = %q %v %v", r, st, err)
 	}
 	counts := must(s.LayerCounts(ctx))(t)
 	if counts[meta.StateIntact] != 1 || counts[meta.StatePending] != 0 || counts[meta.StateDeduplicated] != 0 {
 		t.Fatalf("LayerCounts = %v", counts)
 	}
-	if err := s.DeleteRecipe(ctx, l); err != nil {
+	if err := s.DeleteLayer(ctx, l); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DeleteRecipe(ctx, l); err != nil {
-		t.Fatalf("second DeleteRecipe: %v", err)
+	if err := s.DeleteLayer(ctx, l); err != nil {
+		t.Fatalf("second DeleteLayer: %v", err)
 	}
-	if _, _, err := s.GetRecipe(ctx, l); !errors.Is(err, meta.ErrNotFound) {
-		t.Fatalf("GetRecipe after delete: err = %v", err)
+	if _, _, err := s.GetLayer(ctx, l); !errors.Is(err, meta.ErrNotFound) {
+		t.Fatalf("GetLayer after delete: err = %v", err)
 	}
 	if counts := must(s.LayerCounts(ctx))(t); counts[meta.StateIntact] != 0 {
 		t.Fatalf("LayerCounts after delete = %v", counts)
 	}
-	if err := s.PutRecipe(ctx, l, nil, 0); !errors.Is(err, meta.ErrInvalidState) {
-		t.Fatalf("PutRecipe state 0: err = %v, want ErrInvalidState", err)
+	if err := s.PutLayer(ctx, l, nil, 0); !errors.Is(err, meta.ErrInvalidState) {
+		t.Fatalf("PutLayer state 0: err = %v, want ErrInvalidState", err)
 	}
 }
 
@@ -157,19 +157,19 @@ func testListLayers(t *testing.T, s meta.Store) {
 	for i := range 25 {
 		l := Digest(fmt.Sprintf("d-%d", i))
 		dedup = append(dedup, l)
-		if err := s.PutRecipe(ctx, l, []byte("r"), meta.StateDeduplicated); err != nil {
+		if err := s.PutLayer(ctx, l, []byte("r"), meta.StateDeduplicated); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i := range 5 {
 		l := Digest(fmt.Sprintf("p-%d", i))
 		pending = append(pending, l)
-		if err := s.PutRecipe(ctx, l, nil, meta.StatePending); err != nil {
+		if err := s.PutLayer(ctx, l, nil, meta.StatePending); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Moving a layer between states moves it between listings.
-	if err := s.PutRecipe(ctx, pending[0], []byte("r"), meta.StateDeduplicated); err != nil {
+	if err := s.PutLayer(ctx, pending[0], []byte("r"), meta.StateDeduplicated); err != nil {
 		t.Fatal(err)
 	}
 	dedup, pending = append(dedup, pending[0]), pending[1:]
@@ -358,8 +358,8 @@ func testInvalidInput(t *testing.T, s meta.Store) {
 	if _, err := s.LayerFiles(ctx, bad); !errors.Is(err, meta.ErrInvalidDigest) {
 		t.Fatalf("LayerFiles bad layer digest: err = %v", err)
 	}
-	if err := s.PutRecipe(ctx, bad, nil, meta.StatePending); !errors.Is(err, meta.ErrInvalidDigest) {
-		t.Fatalf("PutRecipe bad digest: err = %v", err)
+	if err := s.PutLayer(ctx, bad, nil, meta.StatePending); !errors.Is(err, meta.ErrInvalidDigest) {
+		t.Fatalf("PutLayer bad digest: err = %v", err)
 	}
 	if err := s.SetImageLayers(ctx, Digest("m"), []digest.Digest{bad}); !errors.Is(err, meta.ErrInvalidDigest) {
 		t.Fatalf("SetImageLayers bad layer: err = %v", err)

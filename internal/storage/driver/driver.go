@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"time"
 )
 
@@ -46,13 +45,42 @@ type Driver interface {
 	// listing. ErrSkipDir from a directory skips its contents; from a file,
 	// the rest of its directory.
 	Walk(ctx context.Context, path string, fn WalkFn) error
-	// RedirectURL returns a URL the client can fetch path from directly, or
-	// "" when the driver serves content itself.
-	RedirectURL(r *http.Request, path string) (string, error)
+	// RedirectURL returns a URL a client can send an HTTP request of method
+	// for path to directly, or "" when the driver serves content itself.
+	RedirectURL(ctx context.Context, method, path string) (string, error)
 	// DeleteFiles deletes the given regular files without listing or stat'ing
 	// them first. A missing file counts as deleted. It returns how many paths
 	// are gone and every per-path failure joined (errors.Join), none dropped.
 	DeleteFiles(ctx context.Context, paths []string) (int, error)
+}
+
+// TempSweeper is implemented by drivers whose writes go through temporary
+// files outside the namespace (filesystem: PutContent writes path~<suffix>
+// and renames it). A process killed mid-write leaves such files behind, and
+// nothing names them, so only the driver can find them; the garbage
+// collector calls SweepTemp after its sweep.
+type TempSweeper interface {
+	// SweepTemp deletes the temporary files below path last modified
+	// before olderThan (with dryRun, only counts them) and returns how
+	// many.
+	SweepTemp(ctx context.Context, path string, olderThan time.Time, dryRun bool) (int, error)
+}
+
+// As returns the first driver in the chain d, d.Unwrap(), ... that
+// implements T: wrappers (metrics, request counting) hide the optional
+// interfaces of the driver they wrap and expose it with Unwrap.
+func As[T any](d Driver) (T, bool) {
+	for {
+		if t, ok := d.(T); ok {
+			return t, true
+		}
+		u, ok := d.(interface{ Unwrap() Driver })
+		if !ok {
+			var zero T
+			return zero, false
+		}
+		d = u.Unwrap()
+	}
 }
 
 // FileWriter writes one file. Close without Commit or Cancel keeps what was

@@ -453,4 +453,4 @@ func (d *Driver) Delete(ctx context.Context, p string) error {
 }
 
 // RedirectURL implements driver.Driver; cairn serves blobs itself.
-func (d *Driver) RedirectURL(*http.Request, string) (string, error) { return "", nil }
+func (d *Driver) RedirectURL(context.Context, string, string) (string, error) { return "", nil }

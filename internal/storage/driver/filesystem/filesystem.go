@@ -10,7 +10,6 @@ import (
 	"io"
 	"io/fs"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,7 +18,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
+	"github.com/cairn-registry/cairn/internal/parallel"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -44,7 +45,10 @@ const (
 	deleteWorkers = 8
 )
 
-var _ driver.Driver = (*Driver)(nil)
+var (
+	_ driver.Driver      = (*Driver)(nil)
+	_ driver.TempSweeper = (*Driver)(nil)
+)
 
 // Driver stores files under a root directory. Its zero value is not usable;
 // call New.
@@ -100,12 +104,27 @@ func (d *Driver) GetContent(_ context.Context, p string) ([]byte, error) {
 }
 
 // PutContent implements driver.Driver: the content goes to a temporary file in
-// the target's directory, is synced, and renamed over the target.
+// the target's directory, is synced, and renamed over the target. A Delete
+// of the directory running at the same time (a manifest DELETE racing a
+// tag PUT) removes the temporary file with it; the write then starts over,
+// as a PUT that came after the DELETE would.
 func (d *Driver) PutContent(_ context.Context, p string, content []byte) error {
 	if !validFilePath(p) {
 		return invalidPath(p)
 	}
 	full := d.fullPath(p)
+	var err error
+	for range mkdirAttempts {
+		if err = putFile(full, content); !notExist(err) {
+			break
+		}
+	}
+	return err
+}
+
+// putFile writes content to a temporary file next to full and renames it
+// over full.
+func putFile(full string, content []byte) error {
 	var f *os.File
 	err := inDir(filepath.Dir(full), func() (err error) {
 		f, err = createTemp(full)
@@ -123,7 +142,7 @@ func (d *Driver) PutContent(_ context.Context, p string, content []byte) error {
 	}
 	if err == nil {
 		// The temporary file keeps the directory non-empty, so no pruner
-		// can remove it before this rename.
+		// can remove it before this rename (a recursive Delete can).
 		err = os.Rename(f.Name(), full)
 	}
 	if err != nil {
@@ -316,7 +335,14 @@ func (d *Driver) Delete(_ context.Context, p string) error {
 		}
 		return wrap(err)
 	}
-	if err := os.RemoveAll(full); err != nil {
+	// A file created in the tree while RemoveAll runs (a tag PUT racing a
+	// manifest DELETE) fails it with ENOTEMPTY; removing again takes it
+	// too, as a Delete that came after the write would.
+	err := os.RemoveAll(full)
+	for i := 1; i < mkdirAttempts && errors.Is(err, syscall.ENOTEMPTY); i++ {
+		err = os.RemoveAll(full)
+	}
+	if err != nil {
 		return wrap(err)
 	}
 	return nil
@@ -412,8 +438,50 @@ func nextByte(name string, i int, dir bool) int {
 	return -1
 }
 
+// SweepTemp implements driver.TempSweeper: it removes PutContent's
+// temporary files (name~suffix) that a killed process left below p.
+// Temporary files younger than olderThan may belong to a write in progress
+// and stay.
+func (d *Driver) SweepTemp(ctx context.Context, p string, olderThan time.Time, dryRun bool) (int, error) {
+	if !driver.ValidPath(p) {
+		return 0, invalidPath(p)
+	}
+	n := 0
+	var errs []error
+	err := filepath.WalkDir(d.fullPath(p), func(name string, e fs.DirEntry, err error) error {
+		if err != nil {
+			if notExist(err) {
+				return nil
+			}
+			return err
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		if e.IsDir() || !strings.Contains(e.Name(), tempSep) {
+			return nil
+		}
+		fi, err := e.Info()
+		if err != nil || !fi.ModTime().Before(olderThan) {
+			return nil
+		}
+		if !dryRun {
+			if err := os.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, wrap(err))
+				return nil
+			}
+		}
+		n++
+		return nil
+	})
+	if err != nil && !notExist(err) {
+		errs = append(errs, wrap(err))
+	}
+	return n, errors.Join(errs...)
+}
+
 // RedirectURL implements driver.Driver: the registry serves files itself.
-func (d *Driver) RedirectURL(*http.Request, string) (string, error) { return "", nil }
+func (d *Driver) RedirectURL(context.Context, string, string) (string, error) { return "", nil }
 
 // DeleteFiles implements driver.Driver. Each file is unlinked without a stat,
 // then the directories its removal left empty are removed, upward until the
@@ -423,34 +491,21 @@ func (d *Driver) RedirectURL(*http.Request, string) (string, error) { return "",
 // once; errors are joined in the order of paths.
 func (d *Driver) DeleteFiles(ctx context.Context, paths []string) (int, error) {
 	var (
-		next, deleted atomic.Int64
-		mu            sync.Mutex
-		failed        []indexedError
+		deleted atomic.Int64
+		mu      sync.Mutex
+		failed  []indexedError
 	)
-	work := func() {
-		for ctx.Err() == nil {
-			i := int(next.Add(1) - 1)
-			if i >= len(paths) {
-				return
-			}
-			gone, err := d.deleteFile(paths[i])
-			if gone {
-				deleted.Add(1)
-			}
-			if err != nil {
-				mu.Lock()
-				failed = append(failed, indexedError{i, err})
-				mu.Unlock()
-			}
+	attempted := parallel.For(ctx, len(paths), deleteWorkers, func(i int) {
+		gone, err := d.deleteFile(paths[i])
+		if gone {
+			deleted.Add(1)
 		}
-	}
-	var wg sync.WaitGroup
-	for range min(deleteWorkers, len(paths)) - 1 {
-		wg.Go(work)
-	}
-	work()
-	wg.Wait()
-
+		if err != nil {
+			mu.Lock()
+			failed = append(failed, indexedError{i, err})
+			mu.Unlock()
+		}
+	})
 	slices.SortFunc(failed, func(a, b indexedError) int { return a.i - b.i })
 	errs := make([]error, 0, len(failed)+1)
 	for _, f := range failed {
@@ -458,7 +513,7 @@ func (d *Driver) DeleteFiles(ctx context.Context, paths []string) (int, error) {
 	}
 	// Workers stop claiming paths once ctx is done, so every claimed path
 	// was attempted.
-	if attempted := min(int(next.Load()), len(paths)); attempted < len(paths) {
+	if attempted < len(paths) {
 		errs = append(errs, fmt.Errorf("%s: delete files: %d of %d paths not attempted: %w",
 			driverName, len(paths)-attempted, len(paths), ctx.Err()))
 	}

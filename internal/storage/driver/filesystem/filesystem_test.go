@@ -3,6 +3,7 @@ package filesystem_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -183,7 +184,7 @@ func TestForeignNamesHidden(t *testing.T) {
 
 func TestRedirectURL(t *testing.T) {
 	d := newDriver(t, t.TempDir())
-	if u, err := d.RedirectURL(nil, "/f"); u != "" || err != nil {
+	if u, err := d.RedirectURL(context.Background(), http.MethodGet, "/f"); u != "" || err != nil {
 		t.Errorf("RedirectURL = %q, %v; want none", u, err)
 	}
 }

@@ -393,4 +393,4 @@ func (d *Driver) Move(ctx context.Context, src, dst string) error {
 }
 
 // RedirectURL implements driver.Driver; the driver serves content itself.
-func (d *Driver) RedirectURL(*http.Request, string) (string, error) { return "", nil }
+func (d *Driver) RedirectURL(context.Context, string, string) (string, error) { return "", nil }

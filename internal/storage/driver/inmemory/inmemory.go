@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -290,7 +289,7 @@ files:
 }
 
 // RedirectURL implements driver.Driver: there is nothing to redirect to.
-func (d *Driver) RedirectURL(*http.Request, string) (string, error) { return "", nil }
+func (d *Driver) RedirectURL(context.Context, string, string) (string, error) { return "", nil }
 
 // DeleteFiles implements driver.Driver. A directory is a per-path error.
 func (d *Driver) DeleteFiles(ctx context.Context, paths []string) (int, error) {

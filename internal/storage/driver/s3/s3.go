@@ -481,7 +481,7 @@ func (d *Driver) Delete(ctx context.Context, p string) error {
 }
 
 // RedirectURL returns "": cairn serves content itself.
-func (d *Driver) RedirectURL(*http.Request, string) (string, error) { return "", nil }
+func (d *Driver) RedirectURL(context.Context, string, string) (string, error) { return "", nil }
 
 func (d *Driver) completeUpload(ctx context.Context, key, uploadID string, parts []part) error {
 	in := &s3.CompleteMultipartUploadInput{

@@ -24,6 +24,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/storage/driver/s3"
 )
 
@@ -141,8 +142,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 // blobPath is the registry's data path of blob i.
 func blobPath(i int) string {
 	sum := sha256.Sum256(fmt.Appendf(nil, "bench blob %d", i))
-	h := hex.EncodeToString(sum[:])
-	return "/docker/registry/v2/blobs/sha256/" + h[:2] + "/" + h + "/data"
+	return string(layout.AppendBlobData(nil, "sha256", hex.EncodeToString(sum[:])))
 }
 
 func putAll(ctx context.Context, d *s3.Driver, paths []string) error {

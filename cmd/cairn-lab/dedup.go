@@ -16,10 +16,10 @@ import (
 	"github.com/cairn-registry/cairn/internal/bench/dedupbench"
 )
 
-const benchDedupUsage = `usage: cairn bench dedup [--profile small|full] [--parts restore,storage,latency,prefetch]
-                         [--cache DIR] [--work DIR] [--cairn-bin PATH] [--repeat N]
-                         [--pull-once N] [--repull N] [--rounds N] [--delay 50ms-200ms]
-                         [--preconstruct-size SIZE] [--prefetch-size SIZE] [--json]
+const dedupUsage = `usage: cairn-lab dedup [--profile small|full] [--parts restore,storage,latency,prefetch]
+                       [--cache DIR] [--work DIR] [--cairn-bin PATH] [--repeat N]
+                       [--pull-once N] [--repull N] [--rounds N] [--delay 50ms-200ms]
+                       [--preconstruct-size SIZE] [--prefetch-size SIZE] [--json]
 
 Builds images from Debian packages (apt-get download; debs cached in --cache),
 pushes them to a cairn it starts, runs cairn dedup and prints: (a) storage
@@ -28,16 +28,16 @@ ratios, (b) layers reproduced, (c) restore MB/s against the encoder alone,
 (e) cache hit ratios for pull-once and always-repull clients, in modes full
 (preconstruct cache) and index (prefetch cache).`
 
-// runBenchDedup runs `cairn bench dedup [flags]`. Errors are one line;
+// runDedup runs `cairn-lab dedup [flags]`. Errors are one line;
 // mistakes in the command line wrap errUsage.
-func runBenchDedup(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("cairn bench dedup", flag.ContinueOnError)
+func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("cairn-lab dedup", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	profile := fs.String("profile", "small", "dataset size: small (5 images, a few MB of debs) or full (40 images, ~300 MB of debs)")
 	parts := fs.String("parts", strings.Join(dedupbench.AllParts(), ","), "comma-separated parts to measure")
 	cache := fs.String("cache", "", "deb cache `DIR` (default "+dataset.DefaultCacheDir()+")")
 	work := fs.String("work", "", "work `DIR` for the built dataset and the registry (default <cache>/work-<profile>)")
-	bin := fs.String("cairn-bin", "", "cairn binary to run (default this one)")
+	bin := fs.String("cairn-bin", "bin/cairn", "cairn binary to run (go build -o bin/cairn ./cmd/cairn)")
 	repeat := fs.Int("repeat", 0, "timed restores per layer, best kept (0: 3 for small, 1 for full)")
 	pullOnce := fs.Int("pull-once", 6, "pull-once clients in the (e) workload")
 	repull := fs.Int("repull", 4, "always-repull clients in the (e) workload")
@@ -48,19 +48,19 @@ func runBenchDedup(ctx context.Context, args []string, stdout, stderr io.Writer)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stdout, benchDedupUsage)
+			fmt.Fprintln(stdout, dedupUsage)
 			fs.SetOutput(stdout)
 			fs.PrintDefaults()
 			return nil
 		}
-		return fmt.Errorf("%w: bench dedup: %s", errUsage, strings.Join(strings.Fields(err.Error()), " "))
+		return fmt.Errorf("%w: dedup: %s", errUsage, strings.Join(strings.Fields(err.Error()), " "))
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: bench dedup: unexpected argument %q", errUsage, fs.Arg(0))
+		return fmt.Errorf("%w: dedup: unexpected argument %q", errUsage, fs.Arg(0))
 	}
 	p := dataset.Profile(*profile)
 	if p != dataset.ProfileSmall && p != dataset.ProfileFull {
-		return fmt.Errorf("%w: bench dedup: --profile %q: want small or full", errUsage, *profile)
+		return fmt.Errorf("%w: dedup: --profile %q: want small or full", errUsage, *profile)
 	}
 	var sel []string
 	for _, s := range strings.Split(*parts, ",") {
@@ -69,28 +69,24 @@ func runBenchDedup(ctx context.Context, args []string, stdout, stderr io.Writer)
 			continue
 		}
 		if !slices.Contains(dedupbench.AllParts(), s) {
-			return fmt.Errorf("%w: bench dedup: --parts: unknown part %q (want %s)", errUsage, s, strings.Join(dedupbench.AllParts(), ", "))
+			return fmt.Errorf("%w: dedup: --parts: unknown part %q (want %s)", errUsage, s, strings.Join(dedupbench.AllParts(), ", "))
 		}
 		sel = append(sel, s)
 	}
 	if len(sel) == 0 {
-		return fmt.Errorf("%w: bench dedup: --parts: no parts", errUsage)
+		return fmt.Errorf("%w: dedup: --parts: no parts", errUsage)
 	}
 	if *repeat < 0 || *pullOnce < 1 || *repull < 1 || *rounds < 1 {
-		return fmt.Errorf("%w: bench dedup: --repeat must be >= 0, --pull-once, --repull and --rounds >= 1", errUsage)
+		return fmt.Errorf("%w: dedup: --repeat must be >= 0, --pull-once, --repull and --rounds >= 1", errUsage)
 	}
 	lo, hi, ok := strings.Cut(*delay, "-")
 	dmin, err1 := time.ParseDuration(strings.TrimSpace(lo))
 	dmax, err2 := time.ParseDuration(strings.TrimSpace(hi))
 	if !ok || err1 != nil || err2 != nil || dmin <= 0 || dmax < dmin {
-		return fmt.Errorf("%w: bench dedup: --delay %q: want MIN-MAX durations such as 50ms-200ms", errUsage, *delay)
+		return fmt.Errorf("%w: dedup: --delay %q: want MIN-MAX durations such as 50ms-200ms", errUsage, *delay)
 	}
-	if *bin == "" {
-		self, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("bench dedup: find own binary: %w", err)
-		}
-		*bin = self
+	if _, err := os.Stat(*bin); err != nil {
+		return fmt.Errorf("%w: dedup: --cairn-bin %s: %v (build it: go build -o bin/cairn ./cmd/cairn)", errUsage, *bin, err)
 	}
 	res, err := dedupbench.Run(ctx, dedupbench.Options{
 		Profile: p, CacheDir: *cache, WorkDir: *work, CairnBin: *bin, Parts: sel,
@@ -110,7 +106,7 @@ func runBenchDedup(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	if len(res.Errors) > 0 {
 		failed := slices.Sorted(maps.Keys(res.Errors))
-		return fmt.Errorf("bench dedup: %d of %d parts not measured (%s)", len(failed), len(sel), strings.Join(failed, ", "))
+		return fmt.Errorf("dedup: %d of %d parts not measured (%s)", len(failed), len(sel), strings.Join(failed, ", "))
 	}
 	return nil
 }

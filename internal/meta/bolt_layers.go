@@ -45,8 +45,8 @@ func oldState(b *bolt.Bucket, k []byte) (LayerState, []byte) {
 	return LayerState(v[0]), v[1:]
 }
 
-// PutRecipe implements Recipes.
-func (s *Bolt) PutRecipe(ctx context.Context, layer digest.Digest, recipe []byte, state LayerState) error {
+// PutLayer implements Layers.
+func (s *Bolt) PutLayer(ctx context.Context, layer digest.Digest, summary []byte, state LayerState) error {
 	k, err := checkedLayerKey(layer, state)
 	if err != nil {
 		return err
@@ -54,18 +54,18 @@ func (s *Bolt) PutRecipe(ctx context.Context, layer digest.Digest, recipe []byte
 	err = s.update(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bktRecipes)
 		old, _ := oldState(b, k)
-		if err := b.Put(k, recipeValue(state, recipe)); err != nil {
+		if err := b.Put(k, layerValue(state, summary)); err != nil {
 			return err
 		}
 		return setState(tx, k, old, state)
 	})
 	if err != nil {
-		return fmt.Errorf("meta: put recipe %s: %w", layer, err)
+		return fmt.Errorf("meta: put layer %s: %w", layer, err)
 	}
 	return nil
 }
 
-// SetLayerState implements Recipes.
+// SetLayerState implements Layers.
 func (s *Bolt) SetLayerState(ctx context.Context, layer digest.Digest, state LayerState) error {
 	k, err := checkedLayerKey(layer, state)
 	if err != nil {
@@ -77,7 +77,7 @@ func (s *Bolt) SetLayerState(ctx context.Context, layer digest.Digest, state Lay
 		if old == 0 {
 			return ErrNotFound
 		}
-		if err := b.Put(k, recipeValue(state, recipe)); err != nil {
+		if err := b.Put(k, layerValue(state, recipe)); err != nil {
 			return err
 		}
 		return setState(tx, k, old, state)
@@ -88,8 +88,8 @@ func (s *Bolt) SetLayerState(ctx context.Context, layer digest.Digest, state Lay
 	return nil
 }
 
-// GetRecipe implements Recipes.
-func (s *Bolt) GetRecipe(ctx context.Context, layer digest.Digest) ([]byte, LayerState, error) {
+// GetLayer implements Layers.
+func (s *Bolt) GetLayer(ctx context.Context, layer digest.Digest) ([]byte, LayerState, error) {
 	k, err := keyOf(layer)
 	if err != nil {
 		return nil, 0, err
@@ -107,25 +107,25 @@ func (s *Bolt) GetRecipe(ctx context.Context, layer digest.Digest) ([]byte, Laye
 		return nil
 	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("meta: get recipe %s: %w", layer, err)
+		return nil, 0, fmt.Errorf("meta: get layer %s: %w", layer, err)
 	}
 	return recipe, state, nil
 }
 
-// DeleteRecipe implements Recipes.
-func (s *Bolt) DeleteRecipe(ctx context.Context, layer digest.Digest) error {
+// DeleteLayer implements Layers.
+func (s *Bolt) DeleteLayer(ctx context.Context, layer digest.Digest) error {
 	k, err := keyOf(layer)
 	if err != nil {
 		return err
 	}
 	err = s.update(ctx, func(tx *bolt.Tx) error { return deleteRecipeTx(tx, k) })
 	if err != nil {
-		return fmt.Errorf("meta: delete recipe %s: %w", layer, err)
+		return fmt.Errorf("meta: delete layer %s: %w", layer, err)
 	}
 	return nil
 }
 
-// deleteRecipeTx is DeleteRecipe of layer key k.
+// deleteRecipeTx is DeleteLayer of layer key k.
 func deleteRecipeTx(tx *bolt.Tx, k []byte) error {
 	b := tx.Bucket(bktRecipes)
 	old, _ := oldState(b, k)
@@ -138,7 +138,7 @@ func deleteRecipeTx(tx *bolt.Tx, k []byte) error {
 	return setState(tx, k, old, 0)
 }
 
-// ListLayers implements Recipes.
+// ListLayers implements Layers.
 func (s *Bolt) ListLayers(ctx context.Context, state LayerState, after digest.Digest, limit int) ([]digest.Digest, error) {
 	if !state.Valid() {
 		return nil, fmt.Errorf("%w: %d", ErrInvalidState, state)
@@ -155,7 +155,7 @@ func (s *Bolt) ListLayers(ctx context.Context, state LayerState, after digest.Di
 	return out, nil
 }
 
-// LayerCounts implements Recipes.
+// LayerCounts implements Layers.
 func (s *Bolt) LayerCounts(ctx context.Context) (map[LayerState]int64, error) {
 	out := make(map[LayerState]int64, len(States))
 	err := s.view(ctx, func(tx *bolt.Tx) error {
@@ -255,8 +255,8 @@ func (s *Bolt) Stats(ctx context.Context) (map[string]int64, error) {
 	return out, nil
 }
 
-// recipeValue is a recipe record: the layer state byte, then the recipe.
-func recipeValue(state LayerState, recipe []byte) []byte {
+// layerValue is a recipe record: the layer state byte, then the recipe.
+func layerValue(state LayerState, recipe []byte) []byte {
 	v := make([]byte, 1+len(recipe))
 	v[0] = byte(state)
 	copy(v[1:], recipe)

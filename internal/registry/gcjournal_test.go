@@ -12,84 +12,11 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
 	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
 )
-
-func TestLayoutAppendMatchesPaths(t *testing.T) {
-	d := digest.FromString("x")
-	alg, hex := string(d.Algorithm()), d.Encoded()
-	for _, c := range []struct{ got, want string }{
-		{string(AppendBlobDataPath(nil, alg, hex)), blobDataPath(d)},
-		{string(AppendRevisionLinkPath(nil, "a/b", alg, hex)), revisionLinkPath("a/b", d)},
-		{string(AppendLayerLinkPath(nil, "a/b", alg, hex)), layerLinkPath("a/b", d)},
-		{string(AppendTagIndexLinkPath(nil, "a/b", "v1", alg, hex)), tagIndexLinkPath("a/b", "v1", d)},
-		{TagIndexDir("a/b", "v1") + DigestLink(alg, hex), tagIndexLinkPath("a/b", "v1", d)},
-		{string(AppendReferrerLinkPath(nil, "a/b", alg, hex, alg, hex)), referrerLinkPath("a/b", d, d)},
-	} {
-		if c.got != c.want {
-			t.Errorf("got %s, want %s", c.got, c.want)
-		}
-	}
-}
-
-func TestParseRepoPath(t *testing.T) {
-	d := digest.FromString("x")
-	hex := d.Encoded()
-	for p, want := range map[string]RepoEntry{
-		layerLinkPath("a/b", d):                     {Kind: EntryLayerLink, Repo: "a/b", Alg: "sha256", Hex: hex},
-		revisionLinkPath("a", d):                    {Kind: EntryRevisionLink, Repo: "a", Alg: "sha256", Hex: hex},
-		tagCurrentLinkPath("a/b/c", "_x.y"):         {Kind: EntryTagCurrent, Repo: "a/b/c", Tag: "_x.y"},
-		tagIndexLinkPath("a", "v1", d):              {Kind: EntryTagIndex, Repo: "a", Tag: "v1", Alg: "sha256", Hex: hex},
-		uploadsPath("a"):                            {Kind: EntryUploads, Repo: "a"},
-		rootPath + "/repositories/a/_referrers":     {Kind: EntryReferrers, Repo: "a"},
-		rootPath + "/repositories/a/_layers":        {Repo: "a"},
-		rootPath + "/repositories/a/_layers/x/link": {Repo: "a"},
-		rootPath + "/repositories/a/_manifests/revisions/sha256/" + hex + "/signatures/x/link": {Repo: "a"},
-		rootPath + "/repositories/a": {},
-		rootPath + "/blobs/sha256":   {},
-	} {
-		if got := ParseRepoPath(p); got != want {
-			t.Errorf("%s: got %+v, want %+v", p, got, want)
-		}
-	}
-}
-
-func TestParseBlobDataPath(t *testing.T) {
-	d := digest.FromString("x")
-	if alg, hex, ok := ParseBlobDataPath(blobDataPath(d)); !ok || alg != "sha256" || hex != d.Encoded() {
-		t.Errorf("got %s %s %v", alg, hex, ok)
-	}
-	for _, p := range []string{
-		rootPath + "/blobs/sha256/zz/" + d.Encoded() + "/data",
-		rootPath + "/blobs/sha256/" + d.Encoded() + "/data",
-		rootPath + "/blobs/sha256/ab/ab/x/data",
-		blobDataPath(d) + "x",
-	} {
-		if _, _, ok := ParseBlobDataPath(p); ok {
-			t.Errorf("%s parsed", p)
-		}
-	}
-}
-
-func TestJournalPaths(t *testing.T) {
-	d := digest.FromString("x")
-	rec := &JournalRecord{Repo: "a/b", Manifest: true, Digest: d}
-	repo, manifest, alg, hex, ok := ParseJournalPath(JournalRecordPath(rec, "n1"))
-	if !ok || repo != "a/b" || !manifest || alg != "sha256" || hex != d.Encoded() {
-		t.Errorf("got %s %v %s %s %v", repo, manifest, alg, hex, ok)
-	}
-	rec.Manifest = false
-	if _, manifest, _, _, ok := ParseJournalPath(JournalRecordPath(rec, "n1")); !ok || manifest {
-		t.Error("blob record")
-	}
-	for _, p := range []string{GCJournalPath() + "/a", GCJournalPath() + "/a/_x/sha256/h/n", GCJournalPath() + "/a/_blobs/sha256/h"} {
-		if _, _, _, _, ok := ParseJournalPath(p); ok {
-			t.Errorf("%s parsed", p)
-		}
-	}
-}
 
 func TestParseManifestRefs(t *testing.T) {
 	cfg, l1, child, sub := digest.FromString("c"), digest.FromString("l"), digest.FromString("m"), digest.FromString("s")
@@ -124,7 +51,7 @@ func TestWritersWaitForFences(t *testing.T) {
 	}
 	r := New(d, Options{})
 	ctx := context.Background()
-	fence := GCActivePath() + "/" + GCFencePrefix + "test-1"
+	fence := layout.GCFence("test", 1)
 	if err := d.PutContent(ctx, fence, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +114,7 @@ func TestRecordsRemovedWithoutGC(t *testing.T) {
 	}
 	records := func() int {
 		n := 0
-		_ = d.Walk(ctx, GCJournalPath(), func(fi driver.FileInfo) error {
+		_ = d.Walk(ctx, layout.GCJournalDir, func(fi driver.FileInfo) error {
 			if !fi.IsDir {
 				n++
 			}
@@ -199,7 +126,7 @@ func TestRecordsRemovedWithoutGC(t *testing.T) {
 	if n := records(); n != 0 {
 		t.Errorf("%d records left with no GC running", n)
 	}
-	if err := d.PutContent(ctx, GCActivePath()+"/"+GCRunPrefix+"test", nil); err != nil {
+	if err := d.PutContent(ctx, layout.GCRunMarker("test"), nil); err != nil {
 		t.Fatal(err)
 	}
 	upload("two")

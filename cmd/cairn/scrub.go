@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cairn-registry/cairn/internal/scrub"
+)
+
+const scrubUsage = `usage: cairn scrub [--config FILE] [--root DIR] [--repair] [--json] [--recipes all|sample|none]
+                  [--sample N] [--seed N] [--workers N] [--read-links] [--quiet]
+
+Checks the whole store and reports what is wrong, one line per finding (kind,
+path, digest, detail), then a summary:
+  - every blob's data against its digest (corrupt-blob);
+  - every unique dedup file, decompressed, against its digest (corrupt-file);
+  - every dedup recipe: it must parse (bad-recipe) and every file it names be
+    stored (missing-file); with --recipes all every recipe is rebuilt, with
+    sample (the default) --sample of them chosen by --seed, and the rebuild
+    must reproduce the blob (rebuild-failed);
+  - every repository: _layers links name stored blobs (missing-blob, also a
+    deduplicated layer whose recipe is gone), revisions have manifest data
+    (missing-manifest), tags name revisions (dangling-tag), what each
+    manifest names is linked as its push required (missing-link), referrers
+    links name revisions (dangling-referrer); with --read-links every link's
+    content must be the digest its path names (bad-link). Upload sessions
+    are not looked at.
+It reads with flat listings and one streamed read per object, never a stat per
+file, and needs no metadata store: it runs beside cairn serve and cairn gc.
+
+--repair never deletes anything. It writes a missing or corrupt dedup file anew
+from a layer whose intact data holds it, rebuilds a corrupt blob that has a
+recipe, writes back a missing revision link (a dangling tag's, an index
+child's), referrers link or _layers link when what it names is stored, and with
+--read-links rewrites a link holding the wrong digest. The report says what was
+repaired and what remains.
+
+Exit status: 0 nothing wrong (or everything repaired), 1 findings remain,
+2 bad usage, configuration or storage failure.`
+
+// runScrub runs `cairn scrub`: findings and the summary (or one JSON
+// report) on stdout, progress on stderr.
+func runScrub(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("cairn scrub", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	configPath := fs.String("config", "", "configuration `file` (distribution's config.yml keys)")
+	root := fs.String("root", "", "filesystem storage root `directory` (overrides the storage section)")
+	repair := fs.Bool("repair", false, "repair what can be repaired from intact copies; never deletes")
+	asJSON := fs.Bool("json", false, "print the report as one JSON object")
+	recipes := fs.String("recipes", string(scrub.RecipesSample), "recipes to rebuild: all, sample or none (every recipe's files are checked in all three)")
+	sample := fs.Int("sample", scrub.DefaultSample, "how many recipes --recipes sample rebuilds")
+	seed := fs.Uint64("seed", 0, "seed choosing the sample (default random; the report prints it)")
+	workers := fs.Int("workers", scrub.DefaultWorkers, "objects verified in parallel (tags and manifests: four times as many small reads)")
+	readLinks := fs.Bool("read-links", false, "also read every link's content (one GET per link)")
+	quiet := fs.Bool("quiet", false, "print no progress")
+	if done, err := parseFlags(fs, args, "scrub", scrubUsage, stdout); done || err != nil {
+		return err
+	}
+	mode, err := scrub.ParseRecipeMode(*recipes)
+	if err != nil {
+		return fmt.Errorf("%w: scrub: --recipes %q is not all, sample or none", errUsage, *recipes)
+	}
+	if *sample < 1 || *workers < 1 {
+		return fmt.Errorf("%w: scrub: --sample and --workers must be >= 1", errUsage)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["seed"] {
+		*seed = rand.Uint64()
+	}
+
+	cfg, _, err := loadConfig(*configPath, *root, nil)
+	if err != nil {
+		return exitError{2, err}
+	}
+	if cfg.Storage.InMemory != nil {
+		return exitError{2, errors.New("scrub: the inmemory driver keeps nothing between processes; nothing to check")}
+	}
+	if fsc := cfg.Storage.Filesystem; fsc != nil {
+		if _, err := os.Stat(fsc.RootDirectory); err != nil {
+			return exitError{2, fmt.Errorf("scrub: storage root: %w", err)}
+		}
+	}
+	d, err := newDriver(ctx, cfg)
+	if err != nil {
+		return exitError{2, err}
+	}
+	log := newLogger(stderr, cfg.Log.Level)
+	v := cfg.Validation.Manifests
+	opts := scrub.Options{
+		Recipes: mode, Sample: *sample, Seed: *seed, Workers: *workers,
+		ReadLinks: *readLinks, Repair: *repair, Log: log,
+		Sparse:                v.Sparse,
+		IndexChildrenOptional: v.Indexes.Platforms != "" && v.Indexes.Platforms != "all",
+	}
+	finish := func() {}
+	if !*quiet {
+		p := newScrubProgress(stderr, log)
+		opts.Progress, opts.ProgressInterval, finish = p.print, p.interval, p.finish
+	}
+	rep, err := scrub.Run(ctx, d, opts)
+	finish() // end the progress line before the report
+	if err != nil {
+		return exitError{2, errors.New(oneLine(err.Error()))}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return exitError{2, err}
+		}
+	} else {
+		writeScrubReport(stdout, rep)
+	}
+	if n := rep.Remaining(); n > 0 {
+		return exitError{1, fmt.Errorf("scrub: %d findings remain", n)}
+	}
+	return nil
+}
+
+// writeScrubReport prints one line per finding and a summary.
+func writeScrubReport(w io.Writer, r *scrub.Report) {
+	for _, f := range r.Findings {
+		line := fmt.Sprintf("%s %s", f.Kind, f.Path)
+		if f.Digest != "" {
+			line += " " + f.Digest
+		}
+		if f.Ref != "" {
+			line += " (ref " + f.Ref + ")"
+		}
+		line += ": " + f.Detail
+		switch {
+		case f.Repaired:
+			line += " [repaired: " + f.Repair + "]"
+		case f.Repair != "":
+			line += " [not repaired: " + f.Repair + "]"
+		}
+		fmt.Fprintln(w, line)
+	}
+	c := r.Counts
+	total := r.Remaining() + r.Repaired
+	state := fmt.Sprintf("%d findings", total)
+	if r.Repair {
+		state += fmt.Sprintf(", %d repaired, %d remain", r.Repaired, r.Remaining())
+	}
+	if r.Dropped > 0 {
+		state += fmt.Sprintf(" (%d not listed)", r.Dropped)
+	}
+	fmt.Fprintf(w, "scrub: %s in %.2fs\n", state, r.Seconds)
+	fmt.Fprintf(w, "  read:     %d blobs (%s), %d dedup files (%s), %d recipes (%d rebuilt, %s)\n",
+		c.Blobs, humanBytes(c.BlobBytes), c.Files, humanBytes(c.FileBytes), c.Recipes, c.Rebuilt, humanBytes(c.RebuiltBytes))
+	fmt.Fprintf(w, "            %d repositories, %d manifests, %d tags, %d links\n", c.Repositories, c.Manifests, c.Tags, c.Links)
+	if r.Recipes == scrub.RecipesSample {
+		fmt.Fprintf(w, "  recipes:  a sample of up to %d rebuilt (--seed %d repeats it)\n", r.Sample, r.Seed)
+	}
+	if c.Vanished > 0 {
+		fmt.Fprintf(w, "  vanished: %d objects deleted between listing and reading (not findings)\n", c.Vanished)
+	}
+	if total > 0 {
+		kinds := make([]string, 0, len(r.ByKind))
+		for k, n := range r.ByKind {
+			kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+		}
+		slices.Sort(kinds)
+		fmt.Fprintf(w, "  findings: %s\n", strings.Join(kinds, ", "))
+	}
+	reqs := make([]string, 0, len(r.Requests))
+	for k, n := range r.Requests {
+		reqs = append(reqs, fmt.Sprintf("%s %d", k, n))
+	}
+	slices.Sort(reqs)
+	fmt.Fprintf(w, "  storage:  %s\n", strings.Join(reqs, ", "))
+}
+
+// scrubProgress draws a live line on a terminal and logs counts every 10
+// seconds otherwise.
+type scrubProgress struct {
+	w        io.Writer
+	log      *slog.Logger
+	tty      bool
+	interval time.Duration
+	drawn    bool
+}
+
+func newScrubProgress(w io.Writer, log *slog.Logger) *scrubProgress {
+	p := &scrubProgress{w: w, log: log, interval: 10 * time.Second}
+	if f, ok := w.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			p.tty, p.interval = true, 200*time.Millisecond
+		}
+	}
+	return p
+}
+
+func (p *scrubProgress) print(pr scrub.Progress) {
+	c := pr.Counts
+	bytes := c.BlobBytes + c.FileBytes + c.RebuiltBytes
+	rate := float64(bytes) / max(pr.Elapsed.Seconds(), 0.001) / (1 << 20)
+	if !p.tty {
+		if pr.Phase == "done" {
+			return // the report follows
+		}
+		p.log.Info("scrub", "phase", pr.Phase, "blobs", c.Blobs, "files", c.Files, "recipes", c.Recipes, "rebuilt", c.Rebuilt,
+			"repositories", c.Repositories, "manifests", c.Manifests, "bytes", bytes, "mib_per_s", fmt.Sprintf("%.1f", rate),
+			"findings", pr.Findings, "elapsed", pr.Elapsed.Round(time.Second))
+		return
+	}
+	fmt.Fprintf(p.w, "\r\x1b[Kscrub %-12s %6d listed  %d blobs  %d files  %d recipes (%d rebuilt)  %d repos  %d manifests  %s  %.1f MiB/s  %d findings  %s",
+		pr.Phase, pr.Listed, c.Blobs, c.Files, c.Recipes, c.Rebuilt, c.Repositories, c.Manifests, humanBytes(bytes), rate, pr.Findings,
+		pr.Elapsed.Round(100*time.Millisecond))
+	p.drawn = true
+}
+
+func (p *scrubProgress) finish() {
+	if p.tty && p.drawn {
+		fmt.Fprintln(p.w)
+	}
+}

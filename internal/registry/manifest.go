@@ -1,0 +1,164 @@
+package registry
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// Manifest is a manifest or index parsed once: its bytes, its digest and
+// every field cairn reads, of any flavour a registry holds (OCI and Docker
+// image manifests and indexes, OCI artifact manifests, Docker schema 1
+// written by distribution). The registry parses a manifest once per
+// request and hands this value to whoever needs it: validation, the GC
+// journal, the garbage collector's mark and dedup's worker and predictor.
+type Manifest struct {
+	Digest  digest.Digest
+	Content []byte
+	// MediaType is the declared type, else the one the shape tells (older
+	// OCI manifests omit the field).
+	MediaType string
+	// Declared is the mediaType field as stored ("" when absent).
+	Declared      string
+	SchemaVersion *int
+	ArtifactType  string
+	Config        *ocispec.Descriptor
+	Layers        []ocispec.Descriptor
+	Blobs         []ocispec.Descriptor // OCI artifact manifest (draft 1.1)
+	Manifests     []ocispec.Descriptor
+	Subject       *ocispec.Descriptor
+	Annotations   map[string]string
+	// FSLayers are a Docker schema 1 manifest's layers.
+	FSLayers []digest.Digest
+}
+
+// manifestJSON is the union of the fields of every flavour, as stored.
+type manifestJSON struct {
+	SchemaVersion *int                 `json:"schemaVersion"`
+	MediaType     string               `json:"mediaType"`
+	ArtifactType  string               `json:"artifactType"`
+	Config        *ocispec.Descriptor  `json:"config"`
+	Layers        []ocispec.Descriptor `json:"layers"`
+	Blobs         []ocispec.Descriptor `json:"blobs"`
+	Manifests     []ocispec.Descriptor `json:"manifests"`
+	Subject       *ocispec.Descriptor  `json:"subject"`
+	Annotations   map[string]string    `json:"annotations"`
+	FSLayers      []struct {
+		BlobSum digest.Digest `json:"blobSum"`
+	} `json:"fsLayers"`
+}
+
+// ParseManifest parses content, stored or pushed as manifest d. It fails
+// only when content is not one JSON object; what the fields say is checked
+// by the push's validation, not here.
+func ParseManifest(d digest.Digest, content []byte) (*Manifest, error) {
+	var j manifestJSON
+	if err := json.Unmarshal(content, &j); err != nil {
+		return nil, fmt.Errorf("%w: not JSON: %v", ErrManifestInvalid, err)
+	}
+	m := &Manifest{
+		Digest: d, Content: content, Declared: j.MediaType, SchemaVersion: j.SchemaVersion,
+		ArtifactType: j.ArtifactType, Config: j.Config, Layers: j.Layers, Blobs: j.Blobs,
+		Manifests: j.Manifests, Subject: j.Subject, Annotations: j.Annotations,
+	}
+	if j.FSLayers != nil {
+		m.FSLayers = make([]digest.Digest, len(j.FSLayers))
+		for i, l := range j.FSLayers {
+			m.FSLayers[i] = l.BlobSum
+		}
+	}
+	switch {
+	case j.MediaType != "":
+		m.MediaType = j.MediaType
+	case j.Manifests != nil:
+		m.MediaType = ocispec.MediaTypeImageIndex
+	case j.FSLayers != nil:
+		m.MediaType = mediaTypeDockerSchema1JWS
+	default:
+		m.MediaType = ocispec.MediaTypeImageManifest
+	}
+	return m, nil
+}
+
+// IsIndex reports whether m lists manifests (an OCI index or Docker list).
+func (m *Manifest) IsIndex() bool { return isIndexMediaType(m.MediaType) }
+
+// ManifestRefs are the digests a manifest names, as the garbage collector
+// follows them.
+type ManifestRefs struct {
+	// Blobs: config, layers, Docker schema 1 fsLayers, and index entries
+	// whose media type is not a manifest's.
+	Blobs []digest.Digest
+	// Manifests: index entries that are (or may be) manifests.
+	Manifests []digest.Digest
+	// Subject is the manifest this one refers to, or "".
+	Subject digest.Digest
+}
+
+// Refs returns what m references; digests that do not parse are skipped
+// and counted in bad.
+func (m *Manifest) Refs() (refs ManifestRefs, bad int) {
+	add := func(list *[]digest.Digest, d digest.Digest) {
+		if d.Validate() != nil {
+			bad++
+			return
+		}
+		*list = append(*list, d)
+	}
+	if m.Config != nil {
+		add(&refs.Blobs, m.Config.Digest)
+	}
+	for _, l := range m.Layers {
+		add(&refs.Blobs, l.Digest)
+	}
+	for _, l := range m.Blobs {
+		add(&refs.Blobs, l.Digest)
+	}
+	for _, d := range m.FSLayers {
+		add(&refs.Blobs, d)
+	}
+	for _, c := range m.Manifests {
+		if c.MediaType != "" && !IsManifestMediaType(c.MediaType) && !strings.Contains(c.MediaType, "manifest") {
+			add(&refs.Blobs, c.Digest)
+			continue
+		}
+		add(&refs.Manifests, c.Digest)
+	}
+	if m.Subject != nil {
+		if m.Subject.Digest.Validate() == nil {
+			refs.Subject = m.Subject.Digest
+		} else {
+			bad++
+		}
+	}
+	return refs, bad
+}
+
+// ParseManifestRefs is ParseManifest(…).Refs() for callers that need only
+// the references of stored bytes.
+func ParseManifestRefs(content []byte) (refs ManifestRefs, bad int, err error) {
+	m, err := ParseManifest("", content)
+	if err != nil {
+		return refs, 0, err
+	}
+	refs, bad = m.Refs()
+	return refs, bad, nil
+}
+
+// Descriptor describes m as an entry of an index or the referrers list.
+func (m *Manifest) Descriptor() ocispec.Descriptor {
+	desc := ocispec.Descriptor{
+		MediaType:    m.MediaType,
+		Digest:       m.Digest,
+		Size:         int64(len(m.Content)),
+		ArtifactType: m.ArtifactType,
+		Annotations:  m.Annotations,
+	}
+	if desc.ArtifactType == "" && m.Config != nil {
+		desc.ArtifactType = m.Config.MediaType
+	}
+	return desc
+}

@@ -1,0 +1,357 @@
+package registry
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"io"
+	"sync"
+	"testing"
+
+	"github.com/cairn-registry/cairn/internal/layout"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/cairn-registry/cairn/internal/storage/driver"
+	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
+	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
+)
+
+func randomBytes(t *testing.T, n int) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	rand.Read(b)
+	return b
+}
+
+// drivers runs f over a fresh inmemory and a fresh filesystem driver.
+func drivers(t *testing.T, f func(t *testing.T, d driver.Driver)) {
+	t.Run("inmemory", func(t *testing.T) { f(t, inmemory.New()) })
+	t.Run("filesystem", func(t *testing.T) {
+		d, err := filesystem.New(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		f(t, d)
+	})
+}
+
+// wantBlob checks that blob d is stored with exactly content.
+func wantBlob(t *testing.T, r *Registry, d digest.Digest, content []byte) {
+	t.Helper()
+	got, err := r.d.GetContent(context.Background(), layout.BlobData(d))
+	if err != nil {
+		t.Fatalf("blob %s: %v", d, err)
+	}
+	if !bytes.Equal(got, content) {
+		t.Fatalf("blob %s holds %d bytes hashing to %s, want %d bytes", d, len(got), digest.FromBytes(got), len(content))
+	}
+}
+
+// gate is a body that yields first, then blocks until released, then
+// yields rest: a chunk still streaming.
+type gate struct {
+	first, rest []byte
+	reached     chan struct{}
+	release     chan struct{}
+	once        sync.Once
+}
+
+func newGate(first, rest []byte) *gate {
+	return &gate{first: first, rest: rest, reached: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (g *gate) Read(p []byte) (int, error) {
+	if len(g.first) > 0 {
+		n := copy(p, g.first)
+		g.first = g.first[n:]
+		return n, nil
+	}
+	g.once.Do(func() { close(g.reached) })
+	<-g.release
+	if len(g.rest) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, g.rest)
+	g.rest = g.rest[n:]
+	return n, nil
+}
+
+func TestUploadChunksAndCommit(t *testing.T) {
+	drivers(t, func(t *testing.T, d driver.Driver) {
+		ctx := context.Background()
+		r := New(d, Options{})
+		parts := [][]byte{randomBytes(t, 1000), randomBytes(t, 1), randomBytes(t, 70000)}
+		all := bytes.Join(parts, nil)
+		id, err := r.StartUpload(ctx, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		off := int64(0)
+		for _, p := range parts {
+			n, err := r.AppendUpload(ctx, "a", id, bytes.NewReader(p), off)
+			if err != nil {
+				t.Fatal(err)
+			}
+			off += int64(len(p))
+			if n != off {
+				t.Fatalf("size %d, want %d", n, off)
+			}
+		}
+		if _, err := r.AppendUpload(ctx, "a", id, bytes.NewReader([]byte("x")), 5); !isRange(err, off) {
+			t.Fatalf("chunk at 5: %v, want a RangeError at %d", err, off)
+		}
+		if size, err := r.UploadSize(ctx, "a", id); err != nil || size != off {
+			t.Fatalf("UploadSize = %d, %v", size, err)
+		}
+		if _, err := r.FinishUpload(ctx, "a", id, digest.FromBytes(all[1:]), nil, -1); !errors.Is(err, ErrDigestInvalid) {
+			t.Fatalf("wrong digest: %v", err)
+		}
+		// A wrong digest cancels the session, as distribution does.
+		if err := r.checkUpload(ctx, "a", id); !errors.Is(err, ErrUploadUnknown) {
+			t.Fatalf("session after a wrong digest: %v", err)
+		}
+
+		id, _ = r.StartUpload(ctx, "a")
+		for i, p := range parts[:2] {
+			if _, err := r.AppendUpload(ctx, "a", id, bytes.NewReader(p), -1); err != nil {
+				t.Fatalf("chunk %d: %v", i, err)
+			}
+		}
+		if _, err := r.FinishUpload(ctx, "a", id, digest.FromBytes(all), bytes.NewReader(parts[2]), int64(len(parts[0])+1)); err != nil {
+			t.Fatal(err)
+		}
+		wantBlob(t, r, digest.FromBytes(all), all)
+		if _, err := d.Stat(ctx, layout.UploadDir("a", id)); !errors.Is(err, driver.ErrNotFound) {
+			t.Fatalf("session left after commit: %v", err)
+		}
+
+		// Another algorithm is verified by reading the chunks.
+		id, _ = r.StartUpload(ctx, "a")
+		r.AppendUpload(ctx, "a", id, bytes.NewReader(parts[0]), 0)
+		r.AppendUpload(ctx, "a", id, bytes.NewReader(parts[1]), -1)
+		want512 := digest.SHA512.FromBytes(bytes.Join(parts[:2], nil))
+		if _, err := r.FinishUpload(ctx, "a", id, digest.SHA512.FromBytes(parts[0]), nil, -1); !errors.Is(err, ErrDigestInvalid) {
+			t.Fatalf("wrong sha512: %v", err)
+		}
+		id, _ = r.StartUpload(ctx, "a")
+		r.AppendUpload(ctx, "a", id, bytes.NewReader(parts[0]), 0)
+		r.AppendUpload(ctx, "a", id, bytes.NewReader(parts[1]), -1)
+		if _, err := r.FinishUpload(ctx, "a", id, want512, nil, -1); err != nil {
+			t.Fatal(err)
+		}
+		wantBlob(t, r, want512, bytes.Join(parts[:2], nil))
+
+		// An empty upload is the empty blob.
+		id, _ = r.StartUpload(ctx, "a")
+		if _, err := r.FinishUpload(ctx, "a", id, digest.FromBytes(nil), nil, -1); err != nil {
+			t.Fatal(err)
+		}
+		wantBlob(t, r, digest.FromBytes(nil), nil)
+	})
+}
+
+func isRange(err error, size int64) bool {
+	var re *RangeError
+	return errors.As(err, &re) && re.Size == size
+}
+
+// TestUploadBusy: within a process a second request on a session that a
+// chunk is streaming into is refused, and the streaming chunk cannot reach
+// a blob the session was committed to (covered across processes below).
+func TestUploadBusy(t *testing.T) {
+	drivers(t, func(t *testing.T, d driver.Driver) {
+		ctx := context.Background()
+		r := New(d, Options{})
+		a, b := randomBytes(t, 5000), randomBytes(t, 3000)
+		id, _ := r.StartUpload(ctx, "a")
+		r.AppendUpload(ctx, "a", id, bytes.NewReader(a), 0)
+		g := newGate(b[:100], b[100:])
+		done := make(chan error, 1)
+		go func() {
+			_, err := r.AppendUpload(ctx, "a", id, g, -1)
+			done <- err
+		}()
+		<-g.reached
+		var re *RangeError
+		_, err := r.AppendUpload(ctx, "a", id, bytes.NewReader([]byte("x")), -1)
+		if !errors.As(err, &re) || !re.Busy || re.Size != int64(len(a)) {
+			t.Fatalf("concurrent PATCH: %v, want a busy RangeError at %d", err, len(a))
+		}
+		if _, err := r.FinishUpload(ctx, "a", id, digest.FromBytes(a), nil, -1); !errors.As(err, &re) || !re.Busy {
+			t.Fatalf("concurrent commit: %v, want busy", err)
+		}
+		if err := r.CancelUpload(ctx, "a", id); !errors.As(err, &re) || !re.Busy {
+			t.Fatalf("concurrent cancel: %v, want busy", err)
+		}
+		close(g.release)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		ab := append(bytes.Clone(a), b...)
+		if _, err := r.FinishUpload(ctx, "a", id, digest.FromBytes(ab), nil, -1); err != nil {
+			t.Fatal(err)
+		}
+		wantBlob(t, r, digest.FromBytes(ab), ab)
+	})
+}
+
+// TestUploadAcrossNodes: two registries over one store (two nodes behind a
+// load balancer) share no lock. A commit on one node while the other
+// streams a chunk into the same session stores exactly the verified bytes;
+// chunks written at once at the same offset fork the session, and the
+// commit takes the fork its head names, or refuses.
+func TestUploadAcrossNodes(t *testing.T) {
+	drivers(t, func(t *testing.T, d driver.Driver) {
+		ctx := context.Background()
+		n1, n2 := New(d, Options{}), New(d, Options{})
+		a, b := randomBytes(t, 4000), randomBytes(t, 6000)
+
+		t.Run("commit while the other node streams", func(t *testing.T) {
+			id, _ := n1.StartUpload(ctx, "a")
+			n1.AppendUpload(ctx, "a", id, bytes.NewReader(a), 0)
+			g := newGate(b[:1000], b[1000:])
+			done := make(chan error, 1)
+			go func() {
+				_, err := n2.AppendUpload(ctx, "a", id, g, -1)
+				done <- err
+			}()
+			<-g.reached
+			if _, err := n1.FinishUpload(ctx, "a", id, digest.FromBytes(a), nil, -1); err != nil {
+				t.Fatal(err)
+			}
+			close(g.release)
+			<-done // succeeds or fails; either way it must not touch the blob
+			wantBlob(t, n1, digest.FromBytes(a), a)
+			if err := n1.checkUpload(ctx, "a", id); !errors.Is(err, ErrUploadUnknown) {
+				t.Fatalf("session after commit: %v", err)
+			}
+		})
+
+		t.Run("forked chunks", func(t *testing.T) {
+			id, _ := n1.StartUpload(ctx, "a")
+			n1.AppendUpload(ctx, "a", id, bytes.NewReader(a), 0)
+			head, err := n1.readHead(ctx, "a", id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Both nodes write a chunk at the same offset before either
+			// publishes; n2 publishes last, so head names its fork.
+			b1, b2 := randomBytes(t, 700), randomBytes(t, 700)
+			c1, err := n1.writeChunk(ctx, "a", id, head, bytes.NewReader(b1), -1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c2, err := n2.writeChunk(ctx, "a", id, head, bytes.NewReader(b2), -1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := n1.publishChunk(ctx, "a", id, head, c1); err != nil {
+				t.Fatal(err)
+			}
+			if err := n2.publishChunk(ctx, "a", id, head, c2); err != nil {
+				t.Fatal(err)
+			}
+			// n1's client thinks the upload is a+b1: refused.
+			ab1 := append(bytes.Clone(a), b1...)
+			if _, err := n1.FinishUpload(ctx, "a", id, digest.FromBytes(ab1), nil, -1); !errors.Is(err, ErrDigestInvalid) {
+				t.Fatalf("commit of the fork head does not name: %v", err)
+			}
+			if ok, _ := n1.exists(ctx, layout.BlobData(digest.FromBytes(ab1))); ok {
+				t.Fatal("the losing fork was stored")
+			}
+		})
+
+		t.Run("forked chunks, head's fork committed", func(t *testing.T) {
+			id, _ := n1.StartUpload(ctx, "a")
+			n1.AppendUpload(ctx, "a", id, bytes.NewReader(a), 0)
+			head, _ := n1.readHead(ctx, "a", id)
+			b1, b2 := randomBytes(t, 900), randomBytes(t, 900)
+			c1, _ := n1.writeChunk(ctx, "a", id, head, bytes.NewReader(b1), -1)
+			c2, _ := n2.writeChunk(ctx, "a", id, head, bytes.NewReader(b2), -1)
+			n1.publishChunk(ctx, "a", id, head, c1)
+			n2.publishChunk(ctx, "a", id, head, c2)
+			// A later chunk on n2 continues its fork.
+			tail := randomBytes(t, 50)
+			if _, err := n2.AppendUpload(ctx, "a", id, bytes.NewReader(tail), int64(len(a)+len(b2))); err != nil {
+				t.Fatal(err)
+			}
+			want := bytes.Join([][]byte{a, b2, tail}, nil)
+			if _, err := n1.FinishUpload(ctx, "a", id, digest.FromBytes(want), nil, -1); err != nil {
+				t.Fatal(err)
+			}
+			wantBlob(t, n1, digest.FromBytes(want), want)
+		})
+	})
+}
+
+// failAfter yields b, then fails like a client that went away.
+type failAfter struct{ b []byte }
+
+func (f *failAfter) Read(p []byte) (int, error) {
+	if len(f.b) == 0 {
+		return 0, io.ErrUnexpectedEOF
+	}
+	n := copy(p, f.b)
+	f.b = f.b[n:]
+	return n, nil
+}
+
+// TestUploadResumeAfterCutChunk: a chunk cut short keeps the bytes that
+// arrived; the client resumes at the Range it is told.
+func TestUploadResumeAfterCutChunk(t *testing.T) {
+	drivers(t, func(t *testing.T, d driver.Driver) {
+		ctx := context.Background()
+		r := New(d, Options{})
+		all := randomBytes(t, 3<<20)
+		id, _ := r.StartUpload(ctx, "a")
+		cut := 1<<20 + 12345
+		n, err := r.AppendUpload(ctx, "a", id, &failAfter{all[:cut]}, 0)
+		if !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("cut chunk: %v", err)
+		}
+		if n != int64(cut) {
+			t.Fatalf("cut chunk kept %d bytes, want %d", n, cut)
+		}
+		if _, err := r.FinishUpload(ctx, "a", id, digest.FromBytes(all), bytes.NewReader(all[cut:]), int64(cut)); err != nil {
+			t.Fatal(err)
+		}
+		wantBlob(t, r, digest.FromBytes(all), all)
+	})
+}
+
+func TestUploadChunkBound(t *testing.T) {
+	ctx := context.Background()
+	r := New(inmemory.New(), Options{MaxUploadChunks: 3})
+	id, _ := r.StartUpload(ctx, "a")
+	for i := range 3 {
+		if _, err := r.AppendUpload(ctx, "a", id, bytes.NewReader([]byte{byte(i)}), -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.AppendUpload(ctx, "a", id, bytes.NewReader([]byte{3}), -1); !errors.Is(err, ErrUploadInvalid) {
+		t.Fatalf("fourth chunk: %v, want ErrUploadInvalid", err)
+	}
+	if _, err := r.FinishUpload(ctx, "a", id, digest.FromBytes([]byte{0, 1, 2}), nil, -1); err != nil {
+		t.Fatal(err)
+	}
+	wantBlob(t, r, digest.FromBytes([]byte{0, 1, 2}), []byte{0, 1, 2})
+}
+
+func TestParseChunkRecord(t *testing.T) {
+	name := recordName(newChunkName(4096), 8192)
+	c, ok := parseChunkRecord(name)
+	if !ok || c.start != 4096 || c.end != 8192 || c.dataName() != name[:33] {
+		t.Fatalf("parse %q = %+v, %v", name, c, ok)
+	}
+	for _, bad := range []string{
+		name[:33], "assembled-" + newChunkName(0), name[:49] + "g",
+		recordName(newChunkName(10), 10), recordName(newChunkName(10), 9),
+		"ffffffffffffffff-0000000000000000-ffffffffffffffff",
+	} {
+		if _, ok := parseChunkRecord(bad); ok {
+			t.Errorf("parse %q: accepted", bad)
+		}
+	}
+}

@@ -1,0 +1,224 @@
+package scrub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/opencontainers/go-digest"
+
+	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/storage/driver"
+)
+
+// hashJob is one stored object to stream through its digest.
+type hashJob struct {
+	path string
+	d    digest.Digest
+	k    key
+	size int64 // as listed
+}
+
+// scanBlobs lists blobs/ once: every blob directory goes into the blob set,
+// every data file to a worker that hashes it.
+func (s *scrubber) scanBlobs(ctx context.Context) error {
+	p := startPool(s.opts.Workers, func(j hashJob) { s.verifyBlob(ctx, j) })
+	err := s.d.Walk(ctx, layout.BlobsDir, func(fi driver.FileInfo) error {
+		if fi.IsDir {
+			return nil
+		}
+		alg, hexs, leaf, ok := layout.ParseBlobPath(fi.Path)
+		if !ok {
+			return nil // not part of the layout (a stray or temporary file)
+		}
+		k, ok := s.keyFor(alg, hexs)
+		d := digest.NewDigestFromEncoded(digest.Algorithm(alg), hexs)
+		if !ok || !d.Algorithm().Available() {
+			s.add(Finding{Kind: KindBadPath, Path: fi.Path, Detail: "the directory name is not a digest cairn can verify"})
+			return nil
+		}
+		s.nListed.Add(1)
+		if leaf == layout.BlobRecipeLeaf {
+			s.blobs.add(k, bRecipe)
+			return nil
+		}
+		s.blobs.add(k, bData)
+		return p.send(ctx, hashJob{path: fi.Path, d: d, k: k, size: fi.Size})
+	})
+	p.wait()
+	if errors.Is(err, driver.ErrNotFound) {
+		err = nil
+	}
+	s.blobs.seal()
+	return err
+}
+
+func (s *scrubber) verifyBlob(ctx context.Context, j hashJob) {
+	if ctx.Err() != nil {
+		return
+	}
+	got, n, err := s.hashObject(ctx, j.path, j.d.Algorithm(), nil, &s.nBlobBytes)
+	switch {
+	case errors.Is(err, driver.ErrNotFound):
+		s.nVanished.Add(1) // deleted since the listing
+		return
+	case err != nil:
+		s.unreadable(ctx, j.path, j.d, err)
+		return
+	}
+	s.nBlobs.Add(1)
+	if got == j.d {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := s.addLocked(Finding{Kind: KindCorruptBlob, Path: j.path, Digest: string(j.d),
+		Detail: fmt.Sprintf("content (%d bytes) hashes to %s", n, got)})
+	s.corrupt[j.k] = corruptBlob{finding: i, k: j.k, digest: j.d}
+}
+
+// errCorruptFile marks a stored dedup file that does not decompress.
+var errCorruptFile = errors.New("not a valid zstd stream")
+
+// hashObject streams the object at p (through decode, when set) into a
+// hash of alg, adding the bytes hashed to progress as they go.
+// Storage errors are retried from the start; a decode error is not a
+// storage error and comes back wrapping errCorruptFile.
+func (s *scrubber) hashObject(ctx context.Context, p string, alg digest.Algorithm, decode func(io.Reader) (io.Reader, func(), error), progress interface{ Add(int64) int64 }) (digest.Digest, int64, error) {
+	var got digest.Digest
+	var n int64
+	err := retry(ctx, func() error {
+		rc, err := s.d.Reader(ctx, p, 0)
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		src := &storageReader{r: rc}
+		var r io.Reader = src
+		if decode != nil {
+			dr, done, err := decode(src)
+			if err != nil {
+				if src.err != nil {
+					return src.err
+				}
+				return fmt.Errorf("%w: %v", errCorruptFile, err)
+			}
+			defer done()
+			r = dr
+		}
+		h := alg.Hash()
+		bp := s.bufs.Get().(*[]byte)
+		defer s.bufs.Put(bp)
+		n, err = io.CopyBuffer(h, &progressReader{r: r, n: progress}, *bp)
+		if err != nil {
+			if src.err != nil {
+				return src.err // storage failed: try again
+			}
+			return fmt.Errorf("%w: %v", errCorruptFile, err)
+		}
+		got = digest.NewDigest(alg, h)
+		return nil
+	})
+	return got, n, err
+}
+
+// storageReader remembers the error the storage stream returned, so that a
+// decoder's failure can be told from the storage's.
+type storageReader struct {
+	r   io.Reader
+	err error
+}
+
+func (s *storageReader) Read(b []byte) (int, error) {
+	n, err := s.r.Read(b)
+	if err != nil && err != io.EOF {
+		s.err = err
+	}
+	return n, err
+}
+
+type progressReader struct {
+	r io.Reader
+	n interface{ Add(int64) int64 }
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	p.n.Add(int64(n))
+	return n, err
+}
+
+// scanFiles lists cairn/files once: every file goes into the file set and
+// to a worker that decompresses and hashes it.
+func (s *scrubber) scanFiles(ctx context.Context) error {
+	var decs sync.Pool // *zstd.Decoder
+	decode := func(r io.Reader) (io.Reader, func(), error) {
+		dec, _ := decs.Get().(*zstd.Decoder)
+		if dec == nil {
+			var err error
+			if dec, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1)); err != nil {
+				return nil, nil, err
+			}
+		}
+		if err := dec.Reset(r); err != nil {
+			decs.Put(dec)
+			return nil, nil, err
+		}
+		return dec, func() { dec.Reset(nil); decs.Put(dec) }, nil
+	}
+	p := startPool(s.opts.Workers, func(j hashJob) { s.verifyFile(ctx, j, decode) })
+	err := s.d.Walk(ctx, layout.FilesDir, func(fi driver.FileInfo) error {
+		if fi.IsDir {
+			return nil
+		}
+		alg, hexs, ok := layout.ParseFilePath(fi.Path)
+		if !ok {
+			return nil // not a file of the store
+		}
+		k, ok := s.keyFor(alg, hexs)
+		d := digest.NewDigestFromEncoded(digest.Algorithm(alg), hexs)
+		if !ok || !d.Algorithm().Available() {
+			s.add(Finding{Kind: KindBadPath, Path: fi.Path, Detail: "the file name is not a digest cairn can verify"})
+			return nil
+		}
+		s.nListed.Add(1)
+		s.fileSet.add(k)
+		return p.send(ctx, hashJob{path: fi.Path, d: d, k: k, size: fi.Size})
+	})
+	p.wait()
+	if errors.Is(err, driver.ErrNotFound) {
+		err = nil
+	}
+	s.fileSet.seal()
+	return err
+}
+
+func (s *scrubber) verifyFile(ctx context.Context, j hashJob, decode func(io.Reader) (io.Reader, func(), error)) {
+	if ctx.Err() != nil {
+		return
+	}
+	got, n, err := s.hashObject(ctx, j.path, j.d.Algorithm(), decode, &s.nFileBytes)
+	detail := ""
+	switch {
+	case errors.Is(err, driver.ErrNotFound):
+		s.nVanished.Add(1)
+		return
+	case errors.Is(err, errCorruptFile):
+		detail = "does not decompress: " + oneLine(err.Error())
+	case err != nil:
+		s.unreadable(ctx, j.path, j.d, err)
+		return
+	case got != j.d:
+		detail = fmt.Sprintf("decompresses to %d bytes hashing to %s", n, got)
+	}
+	s.nFiles.Add(1)
+	if detail == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.bad[j.k] = &badFile{d: j.d, path: j.path, corrupt: detail}
+}

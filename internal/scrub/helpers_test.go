@@ -1,0 +1,406 @@
+package scrub
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/opencontainers/go-digest"
+
+	"github.com/cairn-registry/cairn/internal/dedup"
+	"github.com/cairn-registry/cairn/internal/dedup/layer"
+	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/cairn-registry/cairn/internal/storage/driver"
+	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
+	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
+	"github.com/cairn-registry/cairn/internal/testutil/layertest"
+)
+
+// Media types the fixture pushes.
+const (
+	mtManifest = "application/vnd.oci.image.manifest.v1+json"
+	mtIndex    = "application/vnd.oci.image.index.v1+json"
+	mtConfig   = "application/vnd.oci.image.config.v1+json"
+)
+
+// forDrivers runs fn over the inmemory and the filesystem driver.
+func forDrivers(t *testing.T, fn func(t *testing.T, d driver.Driver)) {
+	t.Run("inmemory", func(t *testing.T) { fn(t, inmemory.New()) })
+	t.Run("filesystem", func(t *testing.T) {
+		d, err := filesystem.New(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fn(t, d)
+	})
+}
+
+// store is a registry filled as a server would fill it, with dedup run
+// over some layers:
+//
+//	app/full   tag v1: manifest mFull, config cFull, layers lShared (gzip)
+//	           and lOwn (zstd), both deduplicated in full mode (recipes,
+//	           no data)
+//	app/index  tag v1: manifest mIndex, config cIndex, layer lIndex (gzip),
+//	           deduplicated in index mode (recipe and data); it holds the
+//	           shared files of lShared
+//	app/plain  tag v1: manifest mPlain (a plain tar layer lPlain), a
+//	           referrer mRef whose subject is mPlain, and tag idx: an
+//	           index mIdx naming mChild, pushed by digest only
+type store struct {
+	t   *testing.T
+	d   driver.Driver
+	reg *registry.Registry
+
+	cFull, cIndex, lShared, lOwn, lIndex, lPlain digest.Digest
+	mFull, mIndex, mPlain, mRef, mChild, mIdx    digest.Digest
+	shared, own                                  []digest.Digest // file digests
+	blobs                                        map[digest.Digest][]byte
+}
+
+func newStore(t *testing.T, d driver.Driver) *store {
+	t.Helper()
+	ctx := context.Background()
+	s := &store{t: t, d: d, reg: registry.New(d, registry.Options{DeleteEnabled: true}), blobs: map[digest.Digest][]byte{}}
+	var sharedFiles, ownFiles, indexOwn []tfile
+	for i := range 3 {
+		sharedFiles = append(sharedFiles, tfile{fmt.Sprintf("usr/lib/shared%d", i), layertest.Body(uint64(10+i), 9_000+i*1000)})
+	}
+	for i := range 2 {
+		ownFiles = append(ownFiles, tfile{fmt.Sprintf("app/own%d", i), layertest.Body(uint64(20+i), 7_000+i*500)})
+		indexOwn = append(indexOwn, tfile{fmt.Sprintf("srv/idx%d", i), layertest.Body(uint64(30+i), 6_000+i*500)})
+	}
+	for _, f := range sharedFiles {
+		s.shared = append(s.shared, digest.FromBytes(f.body))
+	}
+	for _, f := range ownFiles {
+		s.own = append(s.own, digest.FromBytes(f.body))
+	}
+	shared := layertest.Gzip(t, buildTar(t, sharedFiles), 6)
+	own := layertest.Zstd(t, buildTar(t, ownFiles), zstd.SpeedDefault)
+	index := layertest.Gzip(t, buildTar(t, append(append([]tfile{}, sharedFiles...), indexOwn...)), 6)
+	plain := buildTar(t, []tfile{{"etc/plain", []byte("plain layer\n")}})
+
+	s.cFull = s.blob("app/full", []byte(`{"architecture":"amd64","os":"linux","rootfs":{"type":"layers"},"n":1}`))
+	s.lShared = s.blob("app/full", shared)
+	s.lOwn = s.blob("app/full", own)
+	s.mFull = s.manifest("app/full", "v1", s.cFull, nil, layertest.OCIGzip, s.lShared, layertest.OCIZstd, s.lOwn)
+
+	s.cIndex = s.blob("app/index", []byte(`{"architecture":"amd64","os":"linux","rootfs":{"type":"layers"},"n":2}`))
+	s.lIndex = s.blob("app/index", index)
+	s.mIndex = s.manifest("app/index", "v1", s.cIndex, nil, layertest.OCIGzip, s.lIndex)
+
+	cPlain := s.blob("app/plain", []byte(`{"architecture":"amd64","os":"linux","rootfs":{"type":"layers"},"n":3}`))
+	s.lPlain = s.blob("app/plain", plain)
+	s.mPlain = s.manifest("app/plain", "v1", cPlain, nil, layertest.OCITar, s.lPlain)
+	empty := s.blob("app/plain", []byte("{}"))
+	s.mRef = s.manifest("app/plain", "", empty, &s.mPlain, layertest.OCITar, s.lPlain)
+	cChild := s.blob("app/plain", []byte(`{"architecture":"arm64","os":"linux","rootfs":{"type":"layers"},"n":4}`))
+	s.mChild = s.manifest("app/plain", "", cChild, nil, layertest.OCITar, s.lPlain)
+	s.mIdx = s.index("app/plain", "idx", s.mChild)
+
+	store, err := meta.OpenWith(filepath.Join(t.TempDir(), "meta.db"), meta.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	eng, err := dedup.New(d, store, dedup.Options{TempDir: t.TempDir()}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	pctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for l, mode := range map[digest.Digest]dedup.Mode{s.lIndex: dedup.ModeIndex, s.lShared: dedup.ModeFull, s.lOwn: dedup.ModeFull} {
+		if _, err := eng.Process(pctx, l, mode); err != nil {
+			t.Fatalf("dedup %s: %v", l, err)
+		}
+	}
+	for _, l := range []digest.Digest{s.lShared, s.lOwn} {
+		if s.exists(layout.BlobData(l)) || !s.exists(layout.BlobRecipe(l)) {
+			t.Fatalf("layer %s not deduplicated in full mode", l)
+		}
+	}
+	if !s.exists(layout.BlobData(s.lIndex)) || !s.exists(layout.BlobRecipe(s.lIndex)) {
+		t.Fatalf("layer %s not deduplicated in index mode", s.lIndex)
+	}
+	return s
+}
+
+// blob stores data as a finished upload to repo would.
+func (s *store) blob(repo string, data []byte) digest.Digest {
+	s.t.Helper()
+	d := digest.FromBytes(data)
+	s.put(layout.BlobData(d), data)
+	if ok, err := s.reg.MountBlob(context.Background(), repo, d, ""); err != nil || !ok {
+		s.t.Fatalf("link %s into %s: %v, %v", d, repo, ok, err)
+	}
+	s.blobs[d] = data
+	return d
+}
+
+// manifest pushes an image manifest as repo:tag (by digest when tag is
+// ""); layers alternate media types and digests.
+func (s *store) manifest(repo, tag string, config digest.Digest, subject *digest.Digest, layers ...any) digest.Digest {
+	s.t.Helper()
+	type desc struct {
+		MediaType string        `json:"mediaType"`
+		Digest    digest.Digest `json:"digest"`
+		Size      int64         `json:"size"`
+	}
+	m := struct {
+		SchemaVersion int    `json:"schemaVersion"`
+		MediaType     string `json:"mediaType"`
+		Config        desc   `json:"config"`
+		Layers        []desc `json:"layers"`
+		Subject       *desc  `json:"subject,omitempty"`
+	}{SchemaVersion: 2, MediaType: mtManifest, Config: desc{mtConfig, config, int64(len(s.blobs[config]))}}
+	for i := 0; i < len(layers); i += 2 {
+		d := layers[i+1].(digest.Digest)
+		m.Layers = append(m.Layers, desc{layers[i].(string), d, int64(len(s.blobs[d]))})
+	}
+	if subject != nil {
+		m.Subject = &desc{mtManifest, *subject, 1}
+	}
+	return s.push(repo, tag, mtManifest, m)
+}
+
+// index pushes an index naming children as repo:tag.
+func (s *store) index(repo, tag string, children ...digest.Digest) digest.Digest {
+	s.t.Helper()
+	type desc struct {
+		MediaType string        `json:"mediaType"`
+		Digest    digest.Digest `json:"digest"`
+		Size      int64         `json:"size"`
+	}
+	m := struct {
+		SchemaVersion int    `json:"schemaVersion"`
+		MediaType     string `json:"mediaType"`
+		Manifests     []desc `json:"manifests"`
+	}{SchemaVersion: 2, MediaType: mtIndex}
+	for _, c := range children {
+		m.Manifests = append(m.Manifests, desc{mtManifest, c, int64(len(s.blobs[c]))})
+	}
+	return s.push(repo, tag, mtIndex, m)
+}
+
+func (s *store) push(repo, tag, mt string, m any) digest.Digest {
+	s.t.Helper()
+	b, err := json.Marshal(m)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	d := digest.FromBytes(b)
+	ref := tag
+	if ref == "" {
+		ref = d.String()
+	}
+	if _, err := s.reg.PutManifest(context.Background(), repo, ref, mt, b, nil); err != nil {
+		s.t.Fatalf("push %s:%s: %v", repo, ref, err)
+	}
+	s.blobs[d] = b
+	return d
+}
+
+func (s *store) put(p string, b []byte) {
+	s.t.Helper()
+	if err := s.d.PutContent(context.Background(), p, b); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+func (s *store) get(p string) []byte {
+	s.t.Helper()
+	b, err := s.d.GetContent(context.Background(), p)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return b
+}
+
+func (s *store) exists(p string) bool {
+	s.t.Helper()
+	_, err := s.d.Stat(context.Background(), p)
+	if err != nil && !errors.Is(err, driver.ErrNotFound) {
+		s.t.Fatal(err)
+	}
+	return err == nil
+}
+
+func (s *store) remove(p string) {
+	s.t.Helper()
+	if _, err := s.d.DeleteFiles(context.Background(), []string{p}); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// flip changes one byte in the middle of the file at p.
+func (s *store) flip(p string) {
+	s.t.Helper()
+	b := s.get(p)
+	b[len(b)/2] ^= 0x40
+	s.put(p, b)
+}
+
+func filePath(t *testing.T, d digest.Digest) string {
+	t.Helper()
+	p, err := layer.FilePath(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func revisionLink(repo string, d digest.Digest) string {
+	return string(layout.AppendRevisionLink(nil, repo, string(d.Algorithm()), d.Encoded()))
+}
+
+func layerLink(repo string, d digest.Digest) string {
+	return string(layout.AppendLayerLink(nil, repo, string(d.Algorithm()), d.Encoded()))
+}
+
+func referrerLinkPath(repo string, subject, d digest.Digest) string {
+	return string(layout.AppendReferrerLink(nil, repo, string(subject.Algorithm()), subject.Encoded(), string(d.Algorithm()), d.Encoded()))
+}
+
+// scrub runs a scrub with every recipe rebuilt unless opts says otherwise.
+func scrub(t *testing.T, d driver.Driver, opts Options) *Report {
+	t.Helper()
+	if opts.Recipes == "" {
+		opts.Recipes = RecipesAll
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, d, opts)
+	if err != nil {
+		t.Fatalf("scrub: %v", err)
+	}
+	return rep
+}
+
+// want checks that rep holds exactly the findings described, as
+// "kind path" pairs, and returns them by that key.
+func want(t *testing.T, rep *Report, findings ...string) map[string]Finding {
+	t.Helper()
+	got := make(map[string]Finding)
+	var lines []string
+	for _, f := range rep.Findings {
+		got[string(f.Kind)+" "+f.Path] = f
+		lines = append(lines, fmt.Sprintf("%s %s %s ref=%s: %s [repaired=%v: %s]", f.Kind, f.Path, f.Digest, f.Ref, f.Detail, f.Repaired, f.Repair))
+	}
+	ok := len(got) == len(findings) && len(rep.Findings) == len(findings)
+	for _, w := range findings {
+		if _, has := got[w]; !has {
+			ok = false
+		}
+	}
+	if !ok {
+		t.Fatalf("findings:\n  %s\nwant:\n  %s", strings.Join(lines, "\n  "), strings.Join(findings, "\n  "))
+	}
+	return got
+}
+
+// tfile is one regular file of a test layer.
+type tfile struct {
+	name string
+	body []byte
+}
+
+// buildTar writes a tar of a directory and files.
+func buildTar(t testing.TB, files []tfile) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	mod := time.Date(2025, 3, 1, 8, 0, 0, 0, time.UTC)
+	for _, f := range files {
+		h := &tar.Header{Typeflag: tar.TypeReg, Name: f.name, Mode: 0o644, Size: int64(len(f.body)), ModTime: mod, Format: tar.FormatPAX}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(f.body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// faultDriver fails reads of chosen paths, hides chosen paths from
+// listings, and records deletes.
+type faultDriver struct {
+	driver.Driver
+	mu      sync.Mutex
+	failGet map[string]bool
+	hide    map[string]bool
+	deleted []string
+	gets    map[string]int
+}
+
+func newFaultDriver(d driver.Driver) *faultDriver {
+	return &faultDriver{Driver: d, failGet: map[string]bool{}, hide: map[string]bool{}, gets: map[string]int{}}
+}
+
+var errInjected = errors.New("injected storage failure")
+
+func (f *faultDriver) GetContent(ctx context.Context, p string) ([]byte, error) {
+	f.mu.Lock()
+	fail := f.failGet[p]
+	f.gets[p]++
+	f.mu.Unlock()
+	if fail {
+		return nil, errInjected
+	}
+	return f.Driver.GetContent(ctx, p)
+}
+
+func (f *faultDriver) Reader(ctx context.Context, p string, off int64) (io.ReadCloser, error) {
+	f.mu.Lock()
+	fail := f.failGet[p]
+	f.mu.Unlock()
+	if fail {
+		return nil, errInjected
+	}
+	return f.Driver.Reader(ctx, p, off)
+}
+
+func (f *faultDriver) Walk(ctx context.Context, p string, fn driver.WalkFn) error {
+	return f.Driver.Walk(ctx, p, func(fi driver.FileInfo) error {
+		f.mu.Lock()
+		hidden := f.hide[fi.Path]
+		f.mu.Unlock()
+		if hidden {
+			return nil
+		}
+		return fn(fi)
+	})
+}
+
+func (f *faultDriver) Delete(ctx context.Context, p string) error {
+	f.mu.Lock()
+	f.deleted = append(f.deleted, p)
+	f.mu.Unlock()
+	return f.Driver.Delete(ctx, p)
+}
+
+func (f *faultDriver) DeleteFiles(ctx context.Context, paths []string) (int, error) {
+	f.mu.Lock()
+	f.deleted = append(f.deleted, paths...)
+	f.mu.Unlock()
+	return f.Driver.DeleteFiles(ctx, paths)
+}
+
+func newMemDriver() driver.Driver { return inmemory.New() }

@@ -1,0 +1,606 @@
+// Package scrub is cairn's fsck: it reads the whole store, checks every
+// piece against what names it, and reports what is wrong by kind, path and
+// digest. With Options.Repair it mends what can be mended from what is
+// still intact; it never deletes anything.
+//
+// # Checks, in the order they run
+//
+//   - blobs: one listing of blobs/ finds every blob's data and recipe; each
+//     data file is streamed through its digest algorithm (KindCorruptBlob).
+//   - files: one listing of cairn/files finds every unique dedup file; each
+//     is decompressed (they are stored zstd-compressed) and hashed
+//     (KindCorruptFile).
+//   - recipes: every recipe is read and decoded (KindBadRecipe), and every
+//     file it names is looked up in the files listing (KindMissingFile, one
+//     finding per file, counting the recipes that need it). Recipes are
+//     then rebuilt, all of them or a seeded random sample, through dedup's
+//     own restore, and must reproduce their blob's digest
+//     (KindRebuildFailed).
+//   - repositories: one listing of repositories/ (upload sessions skipped)
+//     yields each repository's _layers links, revisions, tags and
+//     referrers-index links. A layer link must name a stored blob (data or
+//     recipe: KindMissingBlob, which is also how a deduplicated layer whose
+//     recipe is gone shows), a revision a manifest with data
+//     (KindMissingManifest), a tag's current link a revision of the
+//     repository (KindDanglingTag), a referrers link a revision
+//     (KindDanglingReferrer). Every revision's manifest is read once
+//     (KindBadManifest); what it names must be linked into the repository
+//     as a push would have required (KindMissingLink, or KindMissingBlob
+//     when the blob itself is gone). Tag index entries are history and
+//     only their form is checked; with Options.ReadLinks every link's
+//     content must be the digest its path names (KindBadLink).
+//
+// Memory: the blobs and the files found are held as sorted arrays of
+// fixed-size digests (34 and 33 bytes each), one repository's links at a
+// time, and nothing else per object: data streams through hashes.
+//
+// # Request cost on object stores
+//
+// Listings are flat (Walk: one LIST request per 1000 keys). Each blob and
+// file costs one streamed GET, each recipe one GET, each tag and each
+// manifest one GET; a rebuild one GET per file its recipe names. Nothing is
+// stat'ed per object: a finding that says something is missing rests on a
+// listing, and is confirmed by a Stat of that one path before it is
+// reported, which also keeps writes that raced the listing (a push, a GC,
+// dedup) from showing as findings. With ReadLinks, one GET per link.
+//
+// # Repair
+//
+// Repair writes only what is missing or corrupt, never deletes, and
+// reports for each finding what it did or why it could not:
+//   - a dedup file that is missing or corrupt is written anew from a layer
+//     whose intact data (verified in the blobs pass) holds it, by
+//     disassembling that layer with the dedup machinery; the bytes stored
+//     are exactly the payload that hashed to the file's digest;
+//   - a corrupt blob with a recipe is rebuilt from the recipe, checked
+//     against its digest, and moved over the data;
+//   - a tag whose revision link is missing, an index child not linked as a
+//     revision, and a manifest missing from its subject's referrers get
+//     their links back (registry.RelinkManifest), when the manifest's data
+//     is stored and hashes to its digest;
+//   - a manifest's config or layer whose _layers link is missing gets it
+//     back when the blob is stored (registry.MountBlob);
+//   - with ReadLinks, a link whose content is wrong is rewritten with the
+//     digest its path names.
+//
+// Link repairs follow the registry's GC journal protocol, so a GC running
+// meanwhile cannot delete what they link. Scrub needs no metadata store:
+// recipes live in storage, and a repaired file keeps the reference counts
+// its recipes already hold.
+package scrub
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	// Blobs may be addressed by sha384 and sha512 as well.
+	_ "crypto/sha256"
+	_ "crypto/sha512"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/cairn-registry/cairn/internal/dedup"
+	"github.com/cairn-registry/cairn/internal/dedup/layer"
+	"github.com/cairn-registry/cairn/internal/digestkey"
+	"github.com/cairn-registry/cairn/internal/parallel"
+	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/cairn-registry/cairn/internal/storage/driver"
+)
+
+// Kind names what is wrong.
+type Kind string
+
+// Finding kinds.
+const (
+	KindCorruptBlob      Kind = "corrupt-blob"      // blob data does not hash to its digest
+	KindCorruptFile      Kind = "corrupt-file"      // a dedup file does not decompress to its digest
+	KindMissingFile      Kind = "missing-file"      // a recipe names a dedup file that is not stored
+	KindBadRecipe        Kind = "bad-recipe"        // a recipe does not parse or does not describe its blob
+	KindRebuildFailed    Kind = "rebuild-failed"    // a recipe's rebuild does not reproduce its blob
+	KindMissingBlob      Kind = "missing-blob"      // a link or manifest names a blob with neither data nor recipe
+	KindMissingManifest  Kind = "missing-manifest"  // a revision (or an index) names a manifest without data
+	KindDanglingTag      Kind = "dangling-tag"      // a tag's current link names no revision of its repository
+	KindDanglingReferrer Kind = "dangling-referrer" // a referrers-index link names no revision
+	KindMissingLink      Kind = "missing-link"      // a manifest names content its repository does not link
+	KindBadLink          Kind = "bad-link"          // a link's content is not the digest it should hold
+	KindBadManifest      Kind = "bad-manifest"      // a manifest does not parse
+	KindBadPath          Kind = "bad-path"          // a layout path whose digest does not parse
+	KindUnreadable       Kind = "unreadable"        // storage failed to return an object
+)
+
+// Finding is one thing wrong with the store.
+type Finding struct {
+	Kind Kind `json:"kind"`
+	// Path is the stored file at fault, or the one that should exist.
+	Path string `json:"path"`
+	// Digest is the digest Path is, or names.
+	Digest string `json:"digest,omitempty"`
+	// Ref is the other digest involved: the manifest naming a missing
+	// link's target, a missing file's example recipe, a referrer's subject.
+	Ref    string `json:"ref,omitempty"`
+	Detail string `json:"detail"`
+	// Repaired: Repair fixed it. Repair says how, or why it could not.
+	Repaired bool   `json:"repaired,omitempty"`
+	Repair   string `json:"repair,omitempty"`
+}
+
+// RecipeMode says which recipes are rebuilt.
+type RecipeMode string
+
+// Recipe modes: every file a recipe names is looked up in all of them.
+const (
+	RecipesAll    RecipeMode = "all"    // rebuild every recipe
+	RecipesSample RecipeMode = "sample" // rebuild Options.Sample recipes chosen by Options.Seed
+	RecipesNone   RecipeMode = "none"   // rebuild none
+)
+
+// ParseRecipeMode checks a --recipes value.
+func ParseRecipeMode(s string) (RecipeMode, error) {
+	switch m := RecipeMode(s); m {
+	case RecipesAll, RecipesSample, RecipesNone:
+		return m, nil
+	}
+	return "", fmt.Errorf("scrub: recipes %q: want all, sample or none", s)
+}
+
+// Defaults for Options.
+const (
+	DefaultSample      = 16
+	DefaultWorkers     = 4
+	DefaultMaxFindings = 100_000
+)
+
+// Options tune a run. Zero values take the defaults.
+type Options struct {
+	// Recipes: which recipes are rebuilt (default RecipesSample).
+	Recipes RecipeMode
+	// Sample is how many recipes RecipesSample rebuilds, chosen uniformly
+	// by a generator seeded with Seed (so a run can be repeated).
+	Sample int
+	Seed   uint64
+	// Workers bounds the objects verified at once (default 4).
+	Workers int
+	// ReadLinks also reads every link's content (one GET per link).
+	ReadLinks bool
+	// Repair mends what it can (see the package comment).
+	Repair bool
+	// Sparse: the registry accepts manifests whose blobs were never pushed
+	// (validation.manifests.sparse), so what a manifest names is not checked.
+	Sparse bool
+	// IndexChildrenOptional: index children need not be revisions of the
+	// repository (validation.manifests.indexes.platforms other than all).
+	IndexChildrenOptional bool
+	// MaxFindings bounds the findings kept in the report; more are counted
+	// in Report.Dropped (default 100,000).
+	MaxFindings int
+	// Progress, when set, is called about every ProgressInterval (default
+	// 1s) from another goroutine, and once at the end.
+	Progress         func(Progress)
+	ProgressInterval time.Duration
+	// Log receives what the dedup restore logs (default: discarded).
+	Log *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.Recipes == "" {
+		o.Recipes = RecipesSample
+	}
+	if o.Sample <= 0 {
+		o.Sample = DefaultSample
+	}
+	if o.Workers <= 0 {
+		o.Workers = DefaultWorkers
+	}
+	if o.MaxFindings <= 0 {
+		o.MaxFindings = DefaultMaxFindings
+	}
+	if o.ProgressInterval <= 0 {
+		o.ProgressInterval = time.Second
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// Counts tell what a run read.
+type Counts struct {
+	Blobs        int64 `json:"blobs"`      // data files verified
+	BlobBytes    int64 `json:"blob_bytes"` // bytes hashed
+	Files        int64 `json:"files"`      // dedup files verified
+	FileBytes    int64 `json:"file_bytes"` // uncompressed bytes hashed
+	Recipes      int64 `json:"recipes"`    // recipes read
+	Rebuilt      int64 `json:"rebuilt"`    // recipes rebuilt
+	RebuiltBytes int64 `json:"rebuilt_bytes"`
+	Repositories int64 `json:"repositories"`
+	Manifests    int64 `json:"manifests"`
+	Tags         int64 `json:"tags"`
+	Links        int64 `json:"links"` // _layers, revision, tag index and referrers links
+	// Vanished counts objects listed but deleted before they were read
+	// (a GC or dedup at work): not findings.
+	Vanished int64 `json:"vanished"`
+}
+
+// Report is the outcome of a run.
+type Report struct {
+	Started time.Time  `json:"started"`
+	Seconds float64    `json:"duration_seconds"`
+	Recipes RecipeMode `json:"recipes"`
+	Sample  int        `json:"sample,omitempty"`
+	Seed    uint64     `json:"seed"`
+	Repair  bool       `json:"repair"`
+	Counts  Counts     `json:"counts"`
+	// Findings, sorted by path then kind; ByKind counts them all,
+	// including the Dropped ones beyond Options.MaxFindings.
+	Findings []Finding      `json:"findings"`
+	ByKind   map[Kind]int64 `json:"by_kind"`
+	Dropped  int64          `json:"dropped,omitempty"`
+	Repaired int64          `json:"repaired"`
+	// Requests counts storage driver calls by kind.
+	Requests map[string]int64 `json:"requests"`
+	// PhaseSeconds is how long each phase took (blobs, files, recipes,
+	// repair, repositories): bytes over seconds is its throughput.
+	PhaseSeconds map[string]float64 `json:"phase_seconds"`
+}
+
+// Remaining is how many findings Repair did not fix (all of them without
+// Repair).
+func (r *Report) Remaining() int64 {
+	var n int64
+	for _, c := range r.ByKind {
+		n += c
+	}
+	return n - r.Repaired
+}
+
+// Progress is a snapshot of a run's counters.
+type Progress struct {
+	Phase    string // "blobs", "files", "recipes", "repair", "repositories" or "done"
+	Counts   Counts
+	Listed   int64 // objects listed in this phase so far
+	Findings int64
+	Elapsed  time.Duration
+}
+
+// Run scrubs the store d holds. The error is nil when every check ran;
+// what is wrong with the store is in the report's findings. A failed
+// listing ends the run with an error (the report says what was done).
+func Run(ctx context.Context, d driver.Driver, opts Options) (*Report, error) {
+	s, err := newScrubber(d, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer s.eng.Close()
+	return s.run(ctx)
+}
+
+// scrubber is one run's state.
+type scrubber struct {
+	d     *driver.Counting
+	opts  Options
+	files *layer.DriverStore
+	eng   *dedup.Engine // restore only: no metadata store
+	reg   *registry.Registry
+	start time.Time
+	bufs  sync.Pool // *[]byte copy buffers, one per object streamed
+
+	blobs   blobSet // every blob listed, sealed after the blobs pass
+	fileSet keySet  // every dedup file listed, sealed after the files pass
+
+	longMu sync.Mutex
+	long   map[key]string // full hex of keys longer than sha256
+
+	mu       sync.Mutex // guards the fields below
+	phases   map[string]float64
+	findings []Finding
+	byKind   map[Kind]int64
+	dropped  int64
+	repaired int64
+	corrupt  map[key]corruptBlob // blobs whose data failed its digest
+	bad      map[key]*badFile    // dedup files corrupt or missing
+	appeared map[key]bool        // files not listed but stored when looked for
+
+	phase                           atomic.Value
+	nListed                         atomic.Int64
+	nBlobs, nBlobBytes              atomic.Int64
+	nFiles, nFileBytes              atomic.Int64
+	nRecipes, nRebuilt, nRebuiltB   atomic.Int64
+	nRepos, nManifests, nTags, nLnk atomic.Int64
+	nVanished, nFindings            atomic.Int64
+}
+
+type corruptBlob struct {
+	finding int // index in findings, -1 when dropped
+	k       key
+	digest  digest.Digest
+}
+
+func newScrubber(d driver.Driver, opts Options) (*scrubber, error) {
+	opts = opts.withDefaults()
+	cd := driver.NewCounting(d)
+	files, err := layer.NewDriverStore(cd)
+	if err != nil {
+		return nil, err
+	}
+	eng, err := dedup.New(cd, nil, dedup.Options{}, opts.Log, nil)
+	if err != nil {
+		return nil, err
+	}
+	s := &scrubber{
+		d: cd, opts: opts, files: files, eng: eng,
+		reg:      registry.New(cd, registry.Options{}),
+		long:     make(map[key]string),
+		phases:   make(map[string]float64),
+		byKind:   make(map[Kind]int64),
+		corrupt:  make(map[key]corruptBlob),
+		bad:      make(map[key]*badFile),
+		appeared: make(map[key]bool),
+	}
+	s.bufs.New = func() any { b := make([]byte, 256<<10); return &b }
+	s.phase.Store("blobs")
+	return s, nil
+}
+
+func (s *scrubber) run(ctx context.Context) (rep *Report, err error) {
+	s.start = time.Now()
+	stop := s.reportProgress()
+	defer func() {
+		s.phase.Store("done")
+		stop()
+		rep = s.report()
+	}()
+	steps := []struct {
+		phase string
+		fn    func(context.Context) error
+	}{
+		{"blobs", s.scanBlobs},
+		{"files", s.scanFiles},
+		{"recipes", s.checkRecipes},
+		{"repair", s.repairStore},
+		{"repositories", s.checkRepos},
+	}
+	for _, st := range steps {
+		s.phase.Store(st.phase)
+		s.nListed.Store(0)
+		t := time.Now()
+		err := st.fn(ctx)
+		s.mu.Lock()
+		s.phases[st.phase] = time.Since(t).Seconds()
+		s.mu.Unlock()
+		if err != nil {
+			return nil, fmt.Errorf("scrub: %s: %w", st.phase, err)
+		}
+	}
+	return nil, nil
+}
+
+func (s *scrubber) report() *Report {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fs := slices.Clone(s.findings)
+	slices.SortStableFunc(fs, func(a, b Finding) int {
+		return cmp.Or(cmp.Compare(a.Path, b.Path), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Ref, b.Ref))
+	})
+	r := &Report{
+		Started:      s.start.UTC(),
+		Seconds:      time.Since(s.start).Seconds(),
+		Recipes:      s.opts.Recipes,
+		Seed:         s.opts.Seed,
+		Repair:       s.opts.Repair,
+		Counts:       s.counts(),
+		Findings:     fs,
+		ByKind:       make(map[Kind]int64, len(s.byKind)),
+		Dropped:      s.dropped,
+		Repaired:     s.repaired,
+		Requests:     s.d.Counts(),
+		PhaseSeconds: maps.Clone(s.phases),
+	}
+	if s.opts.Recipes == RecipesSample {
+		r.Sample = s.opts.Sample
+	}
+	for k, n := range s.byKind {
+		r.ByKind[k] = n
+	}
+	if r.Findings == nil {
+		r.Findings = []Finding{}
+	}
+	return r
+}
+
+func (s *scrubber) counts() Counts {
+	return Counts{
+		Blobs: s.nBlobs.Load(), BlobBytes: s.nBlobBytes.Load(),
+		Files: s.nFiles.Load(), FileBytes: s.nFileBytes.Load(),
+		Recipes: s.nRecipes.Load(), Rebuilt: s.nRebuilt.Load(), RebuiltBytes: s.nRebuiltB.Load(),
+		Repositories: s.nRepos.Load(), Manifests: s.nManifests.Load(), Tags: s.nTags.Load(),
+		Links: s.nLnk.Load(), Vanished: s.nVanished.Load(),
+	}
+}
+
+// add records a finding and returns its index, -1 when it was only counted.
+func (s *scrubber) add(f Finding) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addLocked(f)
+}
+
+func (s *scrubber) addLocked(f Finding) int {
+	s.byKind[f.Kind]++
+	s.nFindings.Add(1)
+	if f.Repaired {
+		s.repaired++
+	}
+	if len(s.findings) >= s.opts.MaxFindings {
+		s.dropped++
+		return -1
+	}
+	s.findings = append(s.findings, f)
+	return len(s.findings) - 1
+}
+
+// repairedAt marks finding i repaired (or says why not) once repair ran.
+func (s *scrubber) repairedAt(i int, ok bool, how string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ok {
+		s.repaired++
+	}
+	if i < 0 {
+		return
+	}
+	s.findings[i].Repaired, s.findings[i].Repair = ok, how
+}
+
+// keyFor parses alg:hex found in a path, remembering the full spelling of
+// a long digest.
+func (s *scrubber) keyFor(alg, hexs string) (key, bool) {
+	k, ok := digestkey.Parse(alg, hexs)
+	if ok && !k.Whole() {
+		s.longMu.Lock()
+		if _, have := s.long[k]; !have {
+			s.long[k] = hexs
+		}
+		s.longMu.Unlock()
+	}
+	return k, ok
+}
+
+func (s *scrubber) keyOfDigest(d digest.Digest) (key, bool) {
+	k, ok := digestkey.Of(d)
+	if ok && !k.Whole() {
+		s.keyFor(string(d.Algorithm()), d.Encoded())
+	}
+	return k, ok
+}
+
+// digestOf spells k out again.
+func (s *scrubber) digestOf(k key) digest.Digest {
+	if k.Whole() {
+		return digest.NewDigestFromBytes(digest.SHA256, k[1:])
+	}
+	s.longMu.Lock()
+	defer s.longMu.Unlock()
+	return digest.Digest(k.Alg() + ":" + s.long[k])
+}
+
+func (s *scrubber) reportProgress() (stop func()) {
+	if s.opts.Progress == nil {
+		return func() {}
+	}
+	return parallel.Report(s.opts.ProgressInterval, func() { s.opts.Progress(s.progress()) })
+}
+
+func (s *scrubber) progress() Progress {
+	return Progress{
+		Phase:    s.phase.Load().(string),
+		Counts:   s.counts(),
+		Listed:   s.nListed.Load(),
+		Findings: s.nFindings.Load(),
+		Elapsed:  time.Since(s.start),
+	}
+}
+
+// getContent reads a small file, trying again after transient failures.
+func (s *scrubber) getContent(ctx context.Context, p string) ([]byte, error) {
+	var b []byte
+	err := retry(ctx, func() error {
+		var err error
+		b, err = s.d.GetContent(ctx, p)
+		return err
+	})
+	return b, err
+}
+
+// retry runs fn up to three times while it fails with anything but
+// not-found or the end of ctx.
+func retry(ctx context.Context, fn func() error) error {
+	var err error
+	for attempt := range 3 {
+		if attempt > 0 {
+			t := time.NewTimer(time.Duration(attempt*attempt) * 100 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
+		}
+		err = fn()
+		// A file that does not decompress will not on a second read.
+		if err == nil || errors.Is(err, driver.ErrNotFound) || errors.Is(err, errCorruptFile) || ctx.Err() != nil {
+			return err
+		}
+	}
+	return err
+}
+
+// missingNow reports whether every path is absent now (a Stat each): the
+// confirmation of a finding a listing suggested. A storage error is not
+// an absence.
+func (s *scrubber) missingNow(ctx context.Context, paths ...string) (bool, error) {
+	for _, p := range paths {
+		err := retry(ctx, func() error { _, err := s.d.Stat(ctx, p); return err })
+		if err == nil {
+			return false, nil
+		}
+		if !errors.Is(err, driver.ErrNotFound) {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// existsNow reports whether p is stored (a Stat).
+func (s *scrubber) existsNow(ctx context.Context, p string) (bool, error) {
+	missing, err := s.missingNow(ctx, p)
+	return err == nil && !missing, err
+}
+
+// unreadable records a read that failed for another reason than absence.
+func (s *scrubber) unreadable(ctx context.Context, p string, d digest.Digest, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	s.add(Finding{Kind: KindUnreadable, Path: p, Digest: string(d), Detail: oneLine(err.Error())})
+}
+
+// pool runs fn for every job sent to it from a fixed number of goroutines.
+type pool[T any] struct {
+	ch chan T
+	wg sync.WaitGroup
+}
+
+func startPool[T any](n int, fn func(T)) *pool[T] {
+	p := &pool[T]{ch: make(chan T, n)}
+	for range n {
+		p.wg.Go(func() {
+			for j := range p.ch {
+				fn(j)
+			}
+		})
+	}
+	return p
+}
+
+func (p *pool[T]) send(ctx context.Context, j T) error {
+	select {
+	case p.ch <- j:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// wait closes the pool and waits for its jobs to finish.
+func (p *pool[T]) wait() {
+	close(p.ch)
+	p.wg.Wait()
+}

@@ -1,0 +1,7 @@
+package scrub
+
+import (
+	"strings"
+)
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
