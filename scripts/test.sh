@@ -12,6 +12,9 @@
 #   CAIRN_TEST_PKGS="..."   packages to test instead of ./... (e.g. ./test/clients/)
 #   CAIRN_SERVICES="..."    servers to start (default "minio fakegcs azurite redis";
 #                           "" starts none, for runs that do not need them)
+#   CAIRN_FUZZTIME=5s       after the tests, fuzz every Fuzz* target for this long
+#                           each (a go test -fuzztime value: 5s, 30s, 1000x);
+#                           0 skips fuzzing. Unset with CAIRN_TEST_PKGS: skipped.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -210,6 +213,47 @@ run_tests() {
 	return $rc
 }
 
+# fuzz_targets prints "<package> <target>" for every fuzz target, found in
+# the test files go list reports, so a new target runs without editing this
+# script.
+fuzz_targets() {
+	local pkg dir files f
+	while read -r pkg dir files; do
+		for f in $files; do
+			sed -n -E 's/^func (Fuzz[A-Za-z0-9_]*)\([A-Za-z_][A-Za-z0-9_]* \*testing\.F\).*/\1/p' "$dir/$f" |
+				while read -r target; do printf '%s %s\n' "$pkg" "$target"; done
+		done
+	done < <(go list -f '{{.ImportPath}} {{.Dir}} {{join .TestGoFiles " "}} {{join .XTestGoFiles " "}}' ./...)
+}
+
+# run_fuzz fuzzes each target for CAIRN_FUZZTIME (go test -fuzz takes one
+# package and one target per run). Their seed corpora already ran as tests;
+# this looks for new failures for a bounded time. Minimizing an interesting
+# input is capped so that it cannot eat a short run. An input that fails is
+# written to the package's testdata/fuzz/<target>/ and printed: commit it
+# (with the fix) to make it a seed.
+run_fuzz() {
+	local fuzztime=${CAIRN_FUZZTIME:-5s} rc=0 n=0 pkg target
+	local -a failed=()
+	while read -r pkg target; do
+		n=$((n + 1))
+		log "fuzz $target ($pkg) for $fuzztime"
+		if ! go test -run='^$' -fuzz="^$target\$" -fuzztime="$fuzztime" -fuzzminimizetime=5s "$pkg" </dev/null; then
+			failed+=("$pkg $target")
+			rc=1
+		fi
+	done < <(fuzz_targets)
+	log "fuzzed $n targets for $fuzztime each; ${#failed[@]} failed"
+	if ((rc != 0)); then
+		printf '  failed: %s\n' "${failed[@]}" >&2
+		git status --porcelain --untracked-files=all -- '**/testdata/fuzz/**' | while read -r _ f; do
+			log "new failing input $f:"
+			cat "$f" >&2
+		done
+	fi
+	return $rc
+}
+
 main() {
 	if [[ ${CI:-} == true ]]; then
 		export CAIRN_REQUIRE_CLIENTS=1
@@ -225,6 +269,11 @@ main() {
 	local rc=0
 	run_tests || rc=$?
 	step "tests done"
+	# A zero -fuzztime would fuzz forever: any zero spelling skips.
+	if [[ ! ${CAIRN_FUZZTIME:-} =~ ^0+[a-z]*$ && (-z ${CAIRN_TEST_PKGS:-} || -n ${CAIRN_FUZZTIME:-}) ]]; then
+		run_fuzz || rc=$?
+		step "fuzzing done"
+	fi
 	if ((rc != 0)); then
 		log "FAIL (exit $rc) after $(($(now) - T0))s"
 		return "$rc"

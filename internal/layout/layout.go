@@ -291,7 +291,8 @@ func ParseRepoPath(p string) RepoEntry {
 		return RepoEntry{}
 	}
 	i := strings.Index(rest, "/_")
-	if i <= 0 {
+	if i <= 0 || rest[0] == '_' {
+		// No repository directory before the first '_' segment.
 		return RepoEntry{}
 	}
 	e := RepoEntry{Repo: rest[:i]}

@@ -273,6 +273,11 @@ func (r *Registry) validateManifest(ctx context.Context, repo, contentType strin
 	if !IsManifestMediaType(mt) {
 		return fmt.Errorf("%w: unsupported manifest media type %q", ErrManifestInvalid, mt)
 	}
+	if m.Declared == "" && m.MediaType != mt {
+		// A GET names the type from the stored content alone: refuse
+		// content it would serve as another type than the one pushed.
+		return fmt.Errorf("%w: no mediaType, and the content reads as %q, not %q", ErrManifestInvalid, m.MediaType, mt)
+	}
 	if m.SchemaVersion == nil || *m.SchemaVersion != 2 {
 		return fmt.Errorf("%w: schemaVersion must be 2", ErrManifestInvalid)
 	}

@@ -95,6 +95,11 @@ func parseRange(header string, size int64) (start, length int64, partial, ok boo
 		if n == 0 {
 			return 0, 0, false, false
 		}
+		if size == 0 {
+			// Satisfiable (RFC 9110, 14.1.1) yet no bytes to name in a
+			// Content-Range: answer with the whole, empty blob.
+			return 0, 0, false, true
+		}
 		n = min(n, size)
 		return size - n, n, true, true
 	}

@@ -110,7 +110,8 @@ func (s *Server) uploadStatus(w http.ResponseWriter, r *http.Request, rt route) 
 }
 
 // chunkStart reads the Content-Range of a chunk: the offset it starts at,
-// -1 when absent (a streamed chunk).
+// -1 when absent (a streamed chunk). A chunk without Content-Length gets
+// its body held to the length the range names.
 func chunkStart(r *http.Request) (int64, error) {
 	cr := r.Header.Get("Content-Range")
 	if cr == "" {
@@ -123,13 +124,44 @@ func chunkStart(r *http.Request) (int64, error) {
 	first, last, ok := strings.Cut(cr, "-")
 	a, err1 := strconv.ParseInt(first, 10, 64)
 	b, err2 := strconv.ParseInt(last, 10, 64)
-	if !ok || err1 != nil || err2 != nil || a < 0 || b < a {
+	if !ok || err1 != nil || err2 != nil || a < 0 || b < a || b-a+1 <= 0 {
 		return 0, fmt.Errorf("%w: malformed Content-Range %q", errBadRange, r.Header.Get("Content-Range"))
 	}
-	if r.ContentLength >= 0 && r.ContentLength != b-a+1 {
+	if r.ContentLength < 0 {
+		r.Body = &rangedBody{ReadCloser: r.Body, left: b - a + 1}
+	} else if r.ContentLength != b-a+1 {
 		return 0, fmt.Errorf("%w: Content-Range %q does not match Content-Length %d", errBadRange, r.Header.Get("Content-Range"), r.ContentLength)
 	}
 	return a, nil
+}
+
+// rangedBody fails a chunk sent without Content-Length whose body is
+// shorter or longer than its Content-Range, so that the upload never takes
+// it as if it were the range: the client learns from the 416's Range how
+// much was kept, as after a body cut short.
+type rangedBody struct {
+	io.ReadCloser
+	left int64 // bytes the range still expects
+}
+
+func (b *rangedBody) Read(p []byte) (int, error) {
+	if b.left == 0 {
+		// The range is complete: only the end of the body may follow.
+		var one [1]byte
+		if n, err := io.ReadFull(b.ReadCloser, one[:]); n == 0 {
+			return 0, err
+		}
+		return 0, fmt.Errorf("%w: body longer than its Content-Range", errBadRange)
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	if err == io.EOF && b.left > 0 {
+		return n, fmt.Errorf("%w: body %d bytes shorter than its Content-Range", errBadRange, b.left)
+	}
+	return n, err
 }
 
 func (s *Server) patchUpload(w http.ResponseWriter, r *http.Request, rt route) {

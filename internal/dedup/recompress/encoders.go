@@ -21,6 +21,9 @@ const (
 	famZstd     = "klauspost-zstd"
 	pgzipHeader = 10 // pgzip's header when no Name/Extra/Comment is set
 	gzipTrailer = 8
+	// maxPgzipBlock bounds the block size an encoder id may name, well
+	// above every candidate in pgzipBlocks.
+	maxPgzipBlock = 16 << 20
 )
 
 // Levels tried. -1 is left out where it is an alias (stdlib: 6, klauspost
@@ -118,7 +121,9 @@ func parseBlock(s string) (int, error) {
 		return 0, fmt.Errorf("bad block size %q", s)
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n <= 0 {
+	// pgzip allocates whole blocks up front: a damaged recipe naming a
+	// huge one must fail here, not exhaust the serving process's memory.
+	if err != nil || n <= 0 || n > maxPgzipBlock/mult {
 		return 0, fmt.Errorf("bad block size %q", s)
 	}
 	return n * mult, nil
