@@ -194,9 +194,12 @@ build() {
 run_tests() {
 	local race=(-race)
 	[[ ${CAIRN_NO_RACE:-} == 1 ]] && race=()
+	# A package's tests end at -timeout, a hang guard only: a loaded 2-core
+	# machine took 8 minutes for test/dedup, near go test's default 10.
+	local timeout=(-timeout 45m)
 	if [[ -n ${CAIRN_TEST_PKGS:-} ]]; then
 		# shellcheck disable=SC2086
-		go test -count=1 $CAIRN_TEST_PKGS
+		go test -count=1 "${timeout[@]}" $CAIRN_TEST_PKGS
 		return
 	fi
 	# The race detector slows tests several-fold; it runs where the concurrency
@@ -205,10 +208,10 @@ run_tests() {
 	internal=$(go list ./internal/...)
 	others=$(go list ./... | grep -v "^$(go list -m)/internal/" || true)
 	# shellcheck disable=SC2086
-	go test -count=1 "${race[@]}" $internal || rc=1
+	go test -count=1 "${timeout[@]}" "${race[@]}" $internal || rc=1
 	if [[ -n $others ]]; then
 		# shellcheck disable=SC2086
-		go test -count=1 $others || rc=1
+		go test -count=1 "${timeout[@]}" $others || rc=1
 	fi
 	return $rc
 }
