@@ -13,6 +13,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/storage/driver"
+	"github.com/cairn-registry/cairn/internal/testutil/logbuf"
 )
 
 // TestOpenBlobRanges reads deduplicated layers from several offsets, with
@@ -198,7 +199,7 @@ func TestRestoreFailure(t *testing.T) {
 						opts.PreconstructDir, opts.PreconstructSize = t.TempDir(), 64<<20
 					}
 					v := newEnv(t, nil, opts)
-					var logs lockedBuffer
+					var logs logbuf.Buffer
 					v.eng.log = slog.New(slog.NewTextHandler(&logs, nil))
 					d := v.put(l.blob)
 					v.process(d, ModeFull, outDeduplicated)
@@ -246,7 +247,7 @@ func TestRestoreFailure(t *testing.T) {
 func TestRestoreReaderGone(t *testing.T) {
 	t.Parallel()
 	v := newEnv(t, nil, Options{})
-	var logs lockedBuffer
+	var logs logbuf.Buffer
 	v.eng.log = slog.New(slog.NewTextHandler(&logs, nil))
 	l := sharedLayers(t)[0]
 	d := v.put(l.blob)

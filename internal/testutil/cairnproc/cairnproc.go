@@ -4,7 +4,6 @@
 package cairnproc
 
 import (
-	"bytes"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,10 +11,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cairn-registry/cairn/internal/testutil/logbuf"
 )
 
 // Server is a running cairn process.
@@ -28,7 +28,7 @@ type Server struct {
 	Root string
 
 	cmd  *exec.Cmd
-	logs *lockedBuffer
+	logs *logbuf.Buffer
 	done chan struct{}
 }
 
@@ -147,7 +147,7 @@ func start(t testing.TB, bin, scheme string, client *http.Client, args []string)
 	t.Helper()
 	addr := FreeAddr(t)
 	full := append([]string{"serve", "--addr", addr}, args...)
-	s := &Server{Addr: addr, URL: scheme + "://" + addr, logs: &lockedBuffer{}, done: make(chan struct{})}
+	s := &Server{Addr: addr, URL: scheme + "://" + addr, logs: &logbuf.Buffer{}, done: make(chan struct{})}
 	s.cmd = exec.Command(bin, full...)
 	s.cmd.Stdout = s.logs
 	s.cmd.Stderr = s.logs
@@ -235,20 +235,3 @@ func (s *Server) Exited() (bool, *os.ProcessState) {
 
 // Logs returns everything the process wrote to stdout and stderr so far.
 func (s *Server) Logs() string { return s.logs.String() }
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
