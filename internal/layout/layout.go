@@ -17,7 +17,8 @@
 //	  cairn/                                                   everything else of cairn's
 //	    gc/active/run-<id>, fence-<id>-<round>                 GCActive: online-GC markers and fences
 //	    gc/journal/<repo>/_blobs|_manifests/<alg>/<hex>/<nonce> JournalRecord: writers' records
-//	    files/<alg>/<hex[0:2]>/<hex>                           File: a unique file of dedup (zstd)
+//	    files/<alg>/<hex[0:2]>/<hex>                           File: a unique file of dedup (zstd), before packs
+//	    packs/<id[0:2]>/<id>                                   Pack: many unique files and their index (package pack)
 //	    tmp/files/..., tmp/promote/...                         Tmp: partial writes, swept by GC
 //
 // Paths are built by plain concatenation: GC builds hundreds of millions of
@@ -239,6 +240,27 @@ func File(d digest.Digest) string {
 // AppendFile appends cairn/files/<alg>/<hex[0:2]>/<hex>.
 func AppendFile(b []byte, alg, hex string) []byte {
 	return appendFanned(append(b, FilesDir+"/"...), alg, hex)
+}
+
+// PacksDir holds dedup's packs.
+const PacksDir = CairnDir + "/packs"
+
+// Pack is the object of the pack with id (lower-case hex, at least two
+// characters).
+func Pack(id string) string { return PacksDir + "/" + id[:2] + "/" + id }
+
+// ParsePackPath returns the id of a path Pack built; ok is false for any
+// other path.
+func ParsePackPath(p string) (id string, ok bool) {
+	rest, found := strings.CutPrefix(p, PacksDir+"/")
+	if !found || len(rest) < 5 || rest[2] != '/' {
+		return "", false
+	}
+	id = rest[3:]
+	if id[:2] != rest[:2] || strings.IndexByte(id, '/') >= 0 {
+		return "", false
+	}
+	return id, true
 }
 
 // TmpDir holds partial writes that must not sit at their final,

@@ -29,6 +29,24 @@
 //     layer's intact copy.
 //
 // GC takes steps 2 and 3 through Bulk, many layers or files per call.
+//
+// Pack lifecycle (packs hold the files' bytes; package pack writes and reads them):
+//
+//  1. BeginPack records a pack before its object is written, so that GC knows a
+//     write may be under way and an object without a record is an orphan.
+//  2. Once the object is complete, PlaceFiles records where its files are (each
+//     file's Location) and the pack's size. A file is readable from a pack only
+//     after that: a crash before it leaves an unreferenced pack, never a file
+//     pointing into a partial one.
+//  3. A file leaves a pack when its entry is dropped (DropFileEntry,
+//     DropFileEntries) or PlaceFiles moves it elsewhere (a rewrite, or
+//     compaction moving the live files of a sparse pack into a new one); the
+//     pack's Live bytes fall, and Changed is set to the store's now.
+//  4. GC deletes a pack whose Live is 0: TombstonePack (only once Live has been 0
+//     for the GC delay, so a restore that resolved an old location finishes
+//     first), then the object, then DeletePack. PlaceFiles into a tombstoned or
+//     unrecorded pack fails with ErrPackGone, so no file ever points into a pack
+//     GC is deleting.
 package meta
 
 import (
@@ -55,7 +73,16 @@ var (
 	ErrLayerFilesDiffer = errors.New("meta: layer already holds a different set of files")
 	// ErrInvalidLease: an empty or too long lease name or holder, or a ttl <= 0.
 	ErrInvalidLease = errors.New("meta: invalid lease")
+	// ErrPackGone: PlaceFiles into a pack that is not recorded or is
+	// tombstoned (GC is deleting it).
+	ErrPackGone = errors.New("meta: pack is not recorded or is being deleted")
+	// ErrInvalidPack: an empty or too long pack id, or a placement with a
+	// negative offset or a length <= 0.
+	ErrInvalidPack = errors.New("meta: invalid pack or placement")
 )
+
+// MaxPackID is the longest pack id, in bytes.
+const MaxPackID = 128
 
 // FileRef is the outcome of adding one reference to a file.
 type FileRef struct {
@@ -79,6 +106,71 @@ type FileInfo struct {
 	Refs       int64
 	Tombstoned bool // GC owns it and may be deleting the object
 	Missing    bool // a revive raced a delete; the object may be gone
+	// Location is where the file's bytes are; zero when none is recorded
+	// (the file is an object of its own under cairn/files, written before
+	// packs, or its bytes are not written yet).
+	Location Location
+}
+
+// Location is where a file's stored (compressed) bytes are: Length bytes
+// at Offset of the pack with id Pack. The zero Location means none.
+type Location struct {
+	Pack   string
+	Offset int64
+	Length int64
+}
+
+// IsZero reports whether l names no pack.
+func (l Location) IsZero() bool { return l.Pack == "" }
+
+// Placement asks PlaceFiles to put one file at Offset, Length of the pack.
+type Placement struct {
+	Digest digest.Digest
+	Offset int64
+	Length int64
+	// From, when not zero, makes the placement conditional: it applies only
+	// while the file is at From (compaction moving a file out of a pack).
+	From Location
+}
+
+// PackInfo is the record of one pack.
+type PackInfo struct {
+	ID   string
+	Size int64 // the object's size; 0 until PlaceFiles
+	// Live is the sum of the Lengths of the files located in the pack.
+	Live int64
+	// Changed is when the pack was begun or its Live last fell, in the
+	// store's clock.
+	Changed    time.Time
+	Tombstoned bool
+}
+
+// Packs records the pack objects holding unique files and how much of each
+// is live (the package doc's pack lifecycle).
+type Packs interface {
+	// BeginPack records pack id, empty, before its object is written. A pack
+	// already recorded is left as it is.
+	BeginPack(ctx context.Context, id string) error
+	// PlaceFiles records, as one atomic step, the pack's size and where each
+	// file of files is in it. A file with no entry, or whose From does not
+	// match its location, is not placed; placed[i] tells for files[i]. A
+	// placed file's Length is added to the pack's Live and subtracted from
+	// the pack it was in (if any). A pack not recorded or tombstoned fails
+	// with ErrPackGone and changes nothing.
+	PlaceFiles(ctx context.Context, id string, size int64, files []Placement) (placed []bool, err error)
+	// ListPacks returns up to limit packs in id order after the cursor
+	// `after` (empty: from the start). An empty result means the end.
+	ListPacks(ctx context.Context, after string, limit int) ([]PackInfo, error)
+	// TombstonePack marks pack id as being deleted if its Live is 0 and its
+	// Changed at least olderThan ago (the store's clock). It reports whether
+	// the pack is tombstoned now (true again for one tombstoned already,
+	// so a stopped GC resumes); false for a pack with live files, a young
+	// one, or no record.
+	TombstonePack(ctx context.Context, id string, olderThan time.Duration) (bool, error)
+	// DeletePack removes the record of a tombstoned pack after GC deleted its
+	// object. A pack not tombstoned is left alone (false); no record is a
+	// no-op (true).
+	DeletePack(ctx context.Context, id string) (bool, error)
 }
 
 // FileIndex counts references to the unique files under cairn/files.
@@ -104,7 +196,8 @@ type FileIndex interface {
 	// file has references or no entry. It is idempotent: a tombstoned file returns
 	// true again, so a GC that crashed between Tombstone and DropFileEntry can resume.
 	Tombstone(ctx context.Context, d digest.Digest) (bool, error)
-	// DropFileEntry removes a tombstoned entry after GC deleted the object. If the file
+	// DropFileEntry removes a tombstoned entry after GC deleted the object (a
+	// located file's Length leaves its pack's Live). If the file
 	// was revived since Tombstone, the entry stays, is marked Missing, and revived is
 	// true. A file never tombstoned fails with ErrNotTombstoned; no entry is a no-op.
 	DropFileEntry(ctx context.Context, d digest.Digest) (revived bool, err error)
@@ -267,6 +360,7 @@ type Store interface {
 	FileIndex
 	Layers
 	Bulk
+	Packs
 	ImageMap
 	Pulls
 	Stats

@@ -27,6 +27,12 @@ type Driver interface {
 	// Reader streams the file at path from byte offset. An offset past the end
 	// yields an InvalidOffsetError.
 	Reader(ctx context.Context, path string, offset int64) (io.ReadCloser, error)
+	// ReadRange streams length bytes of the file at path from byte offset,
+	// in one request on an object store (an HTTP Range), with a positioned
+	// read on a filesystem: dedup's packs are read this way. A range that
+	// runs past the end yields the bytes up to the end; an offset past the
+	// end yields an InvalidOffsetError; length must be > 0.
+	ReadRange(ctx context.Context, path string, offset, length int64) (io.ReadCloser, error)
 	// Writer returns a FileWriter for path; with append it continues a file
 	// written earlier (by a Writer that was closed without Commit or Cancel).
 	Writer(ctx context.Context, path string, append bool) (FileWriter, error)
