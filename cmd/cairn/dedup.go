@@ -17,12 +17,14 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/config"
 	"github.com/cairn-registry/cairn/internal/dedup"
+	"github.com/cairn-registry/cairn/internal/dedup/pack"
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
 const dedupUsage = `usage: cairn dedup run [--config FILE] [--root DIR] [--mode MODE] [--json]
        cairn dedup stats [--config FILE] [--root DIR] [--json]
+       cairn dedup repack [--config FILE] [--root DIR] [--json]
 
 run    deduplicates every layer of every stored manifest, in each repository's
        mode (storage.dedup), or in --mode for all; cairn serve must be stopped
@@ -30,7 +32,10 @@ run    deduplicates every layer of every stored manifest, in each repository's
        background.
 stats  prints logical and stored bytes, the ratio, layers by state, unique and
        shared files and recipe hits by encoder; with cairn serve running it
-       asks the server's http.debug.addr.`
+       asks the server's http.debug.addr.
+repack moves unique files stored one object each (by cairn before packs)
+       into packs, layer by layer; safe beside running servers on Redis
+       metadata (a bolt store needs cairn serve stopped). A rerun resumes.`
 
 // metaPath is where the bolt metadata store lives for cfg.
 func metaPath(cfg *config.Config) (string, error) {
@@ -69,6 +74,13 @@ func spoolDir(cfg *config.Config) string {
 	return ""
 }
 
+// packOptions maps storage.dedup.packs to the pack store's options.
+func packOptions(cfg *config.Config) pack.Options {
+	p := cfg.Storage.Dedup.Packs
+	size, _ := config.ParseBytes(p.Size) // validated on load
+	return pack.Options{PackSize: size, Inflight: p.ReadAhead}
+}
+
 // dedupOptions maps storage.dedup to the engine's options.
 func dedupOptions(cfg *config.Config) dedup.Options {
 	c := cfg.Storage.Dedup
@@ -86,6 +98,7 @@ func dedupOptions(cfg *config.Config) dedup.Options {
 		PrefetchSize:     mem,
 		Predict:          c.Predictor.Enabled,
 		RepullRatio:      c.Predictor.RepullRatio,
+		Packs:            packOptions(cfg),
 	}
 	for pattern, m := range c.Repositories {
 		opts.RepoModes = append(opts.RepoModes, dedup.RepoMode{Pattern: pattern, Mode: dedup.Mode(m)})
@@ -140,15 +153,15 @@ func openMeta(ctx context.Context, cfg *config.Config, lockTimeout time.Duration
 
 func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: dedup: missing subcommand (want: run, stats)", errUsage)
+		return fmt.Errorf("%w: dedup: missing subcommand (want: run, stats, repack)", errUsage)
 	}
 	switch args[0] {
-	case "run", "stats":
+	case "run", "stats", "repack":
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintln(stdout, dedupUsage)
 		return nil
 	default:
-		return fmt.Errorf("%w: dedup: unknown subcommand %q (want: run, stats)", errUsage, args[0])
+		return fmt.Errorf("%w: dedup: unknown subcommand %q (want: run, stats, repack)", errUsage, args[0])
 	}
 	sub := args[0]
 	fs := flag.NewFlagSet("cairn dedup "+sub, flag.ContinueOnError)
@@ -223,6 +236,9 @@ func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		return printStats(stdout, st, *asJSON)
 	}
+	if sub == "repack" {
+		return repack(ctx, e, *asJSON, stdout)
+	}
 	start := time.Now()
 	rs, err := e.RunAll(ctx, force)
 	if err != nil {
@@ -242,6 +258,27 @@ func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if rs.Errors > 0 {
 		return fmt.Errorf("dedup run: %d layers failed (see the log); they stay pending", rs.Errors)
+	}
+	return nil
+}
+
+// repack runs `cairn dedup repack`.
+func repack(ctx context.Context, e *dedup.Engine, asJSON bool, stdout io.Writer) error {
+	start := time.Now()
+	rs, err := e.Repack(ctx)
+	if err != nil {
+		return fmt.Errorf("dedup repack: %s", oneLine(err.Error()))
+	}
+	if asJSON {
+		if err := json.NewEncoder(stdout).Encode(rs); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(stdout, "dedup repack: %d layers, %d with files moved: %d files, %d bytes into packs in %s\n",
+			rs.Layers, rs.Moved, rs.Files, rs.Bytes, time.Since(start).Round(time.Millisecond))
+	}
+	if rs.Errors > 0 {
+		return fmt.Errorf("dedup repack: %d layers failed (see the log); rerun to resume", rs.Errors)
 	}
 	return nil
 }

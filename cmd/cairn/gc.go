@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cairn-registry/cairn/internal/config"
+	"github.com/cairn-registry/cairn/internal/dedup/pack"
 	"github.com/cairn-registry/cairn/internal/fence"
 	"github.com/cairn-registry/cairn/internal/gc"
 	"github.com/cairn-registry/cairn/internal/meta"
@@ -83,7 +84,9 @@ func runGC(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer store.Close()
 	}
 	opts := gcOptions(cfg.Storage.GC)
-	opts.Dedup = store
+	if err := withDedup(&opts, d, store, cfg); err != nil {
+		return err
+	}
 	opts.DryRun = *dryRun
 	opts.DeleteUntagged = opts.DeleteUntagged || *deleteUntagged
 	if set["delay"] {
@@ -124,6 +127,23 @@ func runGC(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return fmt.Errorf("gc: %d deletions failed%s", rep.DeleteFailures, first)
 	}
+	return nil
+}
+
+// withDedup gives a run the dedup metadata store (nil: none): layers'
+// file references, pack records and compaction.
+func withDedup(opts *gc.Options, d driver.Driver, store meta.Store, cfg *config.Config) error {
+	if store == nil {
+		return nil
+	}
+	opts.Dedup, opts.Packs = store, store
+	ps, err := pack.NewStore(d, store, packOptions(cfg), nil)
+	if err != nil {
+		return err
+	}
+	opts.Compactor = ps
+	opts.CompactBelow = cfg.Storage.Dedup.Packs.CompactBelow
+	opts.CompactBatch = ps.Options().PackSize
 	return nil
 }
 
@@ -242,9 +262,12 @@ func (p *progressPrinter) finish() {
 // scheduledGC is the task of a scheduled garbage collection (the Runner
 // adds jitter, so that nodes sharing a store do not start together). A turn
 // is skipped while another node's or process's run is active.
-func scheduledGC(log *slog.Logger, d driver.Driver, g config.GC, m *metrics.Metrics, store meta.Store) task.Func {
+func scheduledGC(log *slog.Logger, d driver.Driver, cfg *config.Config, m *metrics.Metrics, store meta.Store) task.Func {
+	g := cfg.Storage.GC
 	opts := gcOptions(g)
-	opts.Dedup = store
+	if err := withDedup(&opts, d, store, cfg); err != nil {
+		log.Error("gc: pack compaction is off", "err", err)
+	}
 	return func(ctx context.Context) error {
 		if busy, err := fence.Running(ctx, d); err != nil || busy {
 			if ctx.Err() == nil {

@@ -26,6 +26,19 @@ type Dedup struct {
 	Selective DedupSelective `yaml:"selective"`
 	Cache     DedupCache     `yaml:"cache"`
 	Predictor DedupPredictor `yaml:"predictor"`
+	Packs     DedupPacks     `yaml:"packs"`
+}
+
+// DedupPacks tunes the packs that hold unique files.
+type DedupPacks struct {
+	// Size a pack is ended at, with an optional unit (default 32MiB).
+	Size string `yaml:"size"`
+	// ReadAhead is how many ranged reads one restore keeps in flight
+	// (default 4).
+	ReadAhead int `yaml:"readahead"`
+	// CompactBelow: GC moves the live files out of a pack whose live share
+	// fell below it (default 0.5; 0 < value <= 1).
+	CompactBelow float64 `yaml:"compactbelow"`
 }
 
 // DedupMetadata locates the metadata store: an embedded bolt file (one
@@ -98,6 +111,7 @@ func defaultDedup() Dedup {
 		Selective: DedupSelective{Pulls: 3, Window: time.Hour},
 		Cache:     DedupCache{Preconstruct: DedupDiskCache{Size: defaultPreconstructSize}, Prefetch: DedupMemCache{Size: "0"}},
 		Predictor: DedupPredictor{Enabled: true, RepullRatio: 0.5},
+		Packs:     DedupPacks{Size: "32MiB", ReadAhead: 4, CompactBelow: 0.5},
 	}
 }
 
@@ -130,6 +144,16 @@ func (d *Dedup) validate() error {
 		return fmt.Errorf("config: storage.dedup.selective.window: must be positive, not %s", d.Selective.Window)
 	case d.Predictor.RepullRatio < 0 || d.Predictor.RepullRatio > 1:
 		return fmt.Errorf("config: storage.dedup.predictor.repullratio: %g is not between 0 and 1", d.Predictor.RepullRatio)
+	case d.Packs.ReadAhead < 1 || d.Packs.ReadAhead > 64:
+		return fmt.Errorf("config: storage.dedup.packs.readahead: %d is not between 1 and 64", d.Packs.ReadAhead)
+	case !(d.Packs.CompactBelow > 0 && d.Packs.CompactBelow <= 1):
+		return fmt.Errorf("config: storage.dedup.packs.compactbelow: %g is not in (0, 1]", d.Packs.CompactBelow)
+	}
+	if n, err := ParseBytes(d.Packs.Size); err != nil || n < 1<<20 || n > 5<<30 {
+		if err == nil {
+			err = fmt.Errorf("%q is not between 1MiB and 5GiB", d.Packs.Size)
+		}
+		return fmt.Errorf("config: storage.dedup.packs.size: %w", err)
 	}
 	if r := d.Metadata.Redis; r != nil {
 		if r.Addr == "" {

@@ -31,6 +31,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
+	"github.com/cairn-registry/cairn/internal/dedup/pack"
 	"github.com/cairn-registry/cairn/internal/dedup/recompress"
 )
 
@@ -112,6 +113,10 @@ type Options struct {
 	// which a client also gets the layers it pulled before (default 0.5).
 	Predict     bool
 	RepullRatio float64
+
+	// Packs tunes how unique files are packed and read back (package
+	// pack; zero values take its defaults).
+	Packs pack.Options
 }
 
 // ModeFor returns the mode for repo.

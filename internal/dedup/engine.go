@@ -15,7 +15,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/dedup/cache"
-	"github.com/cairn-registry/cairn/internal/dedup/layer"
+	"github.com/cairn-registry/cairn/internal/dedup/pack"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/parallel"
@@ -74,7 +74,7 @@ type Engine struct {
 // Source serves blobs whose intact copy dedup removed (registry.DedupSource).
 type Source struct {
 	d       driver.Driver
-	files   *layer.DriverStore
+	files   *pack.Store
 	log     *slog.Logger
 	metrics Metrics
 	disk    *cache.Disk
@@ -169,7 +169,11 @@ func New(d driver.Driver, store meta.Store, opts Options, log *slog.Logger, m Me
 	if m == nil {
 		m = nopMetrics{}
 	}
-	files, err := layer.NewDriverStore(d)
+	var idx pack.Index
+	if store != nil {
+		idx = store
+	}
+	files, err := pack.NewStore(d, idx, opts.Packs, log)
 	if err != nil {
 		return nil, err
 	}

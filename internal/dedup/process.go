@@ -236,22 +236,23 @@ func (w *Worker) disassemble(ctx context.Context, l digest.Digest, sum summary) 
 	return w.settle(ctx, l, sum, meta.StateIntact)
 }
 
-// verify rebuilds the blob from stored pieces. A file missing from the store
-// (a crashed earlier attempt, a racing GC) is written again from the blob and
-// the rebuild retried once.
+// verify rebuilds the blob from stored pieces. A file without a location
+// (a crashed earlier attempt, a racing GC, a file stored before packs) is
+// written again from the blob, into a pack, and the rebuild retried once.
 func (w *Worker) verify(ctx context.Context, rec *Recipe, open func() io.Reader) error {
 	err := w.rebuild(ctx, rec, io.Discard)
 	if err == nil || !errors.Is(err, driver.ErrNotFound) {
 		return err
 	}
+	files := distinctFiles(&rec.Tar)
+	infos, err := w.meta.Files(ctx, files)
+	if err != nil {
+		return err
+	}
 	need := make(map[digest.Digest]bool)
-	for _, d := range distinctFiles(&rec.Tar) {
-		has, err := w.files.Has(ctx, d)
-		if err != nil {
-			return err
-		}
-		if !has {
-			need[d] = true
+	for _, fi := range infos {
+		if fi.Location.IsZero() {
+			need[fi.Digest] = true
 		}
 	}
 	if err := w.writeFiles(ctx, open, need); err != nil {
@@ -498,7 +499,7 @@ type errReader struct{ err error }
 func (r errReader) Read([]byte) (int, error) { return 0, r.err }
 
 // disassembleWith runs layer.Disassemble over a fresh uncompressed stream.
-func disassembleWith(ctx context.Context, open func() io.Reader, fs layer.FileStore) (*layer.Recipe, error) {
+func disassembleWith(ctx context.Context, open func() io.Reader, fs layer.Sink) (*layer.Recipe, error) {
 	r := open()
 	if c, ok := r.(io.Closer); ok {
 		defer c.Close()
@@ -506,36 +507,39 @@ func disassembleWith(ctx context.Context, open func() io.Reader, fs layer.FileSt
 	return layer.Disassemble(ctx, r, fs)
 }
 
-// writeFiles stores the files in need from a second pass over the layer.
+// writeFiles stores the files in need from a second pass over the layer,
+// into packs in the layer's order; they are readable once it returns.
 func (w *Worker) writeFiles(ctx context.Context, open func() io.Reader, need map[digest.Digest]bool) error {
 	if len(need) == 0 {
 		return nil
 	}
-	_, err := disassembleWith(ctx, open, &needStore{need: need, FileStore: w.files})
+	pw := w.files.NewWriter(0)
+	_, err := disassembleWith(ctx, open, &needSink{need: need, Sink: pw})
+	if err == nil {
+		err = pw.Flush(ctx)
+	}
 	if err != nil {
+		pw.Abort(ctx)
 		return fmt.Errorf("dedup: writing files: %w", err)
 	}
 	return nil
 }
 
-// hashOnly is a FileStore that stores nothing: pass 1 only learns digests.
+// hashOnly is a Sink that stores nothing: pass 1 only learns digests.
 type hashOnly struct{}
 
 func (hashOnly) Has(context.Context, digest.Digest) (bool, error) { return true, nil }
 func (hashOnly) Put(context.Context, digest.Digest, int64, io.Reader) error {
 	return errors.New("dedup: hashOnly store written")
 }
-func (hashOnly) Open(context.Context, digest.Digest) (io.ReadCloser, error) {
-	return nil, errors.New("dedup: hashOnly store read")
-}
 
-// needStore writes exactly the files in need (when absent from storage).
-type needStore struct {
+// needSink writes exactly the files in need.
+type needSink struct {
 	need map[digest.Digest]bool
-	layer.FileStore
+	layer.Sink
 }
 
-func (s *needStore) Has(_ context.Context, d digest.Digest) (bool, error) { return !s.need[d], nil }
+func (s *needSink) Has(_ context.Context, d digest.Digest) (bool, error) { return !s.need[d], nil }
 
 // storageErr marks errors from the file store, which are worth a retry
 // rather than marking the layer irreproducible.

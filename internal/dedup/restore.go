@@ -19,6 +19,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/dedup/cache"
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
+	"github.com/cairn-registry/cairn/internal/dedup/pack"
 	"github.com/cairn-registry/cairn/internal/dedup/recompress"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -262,14 +263,34 @@ func (h *holdLast) flush() error {
 // whose files cannot be read right now is retried rather than given up. A
 // corrupt file is no passing failure: it is left unmarked, as when its
 // corruption shows while it is read.
-type storeErrs struct{ layer.FileStore }
+type storeErrs struct{ *pack.Store }
 
 func (s storeErrs) Open(ctx context.Context, d digest.Digest) (io.ReadCloser, error) {
-	rc, err := s.FileStore.Open(ctx, d)
-	if err != nil && !errors.Is(err, layer.ErrCorruptFile) {
-		return nil, storageErr{err}
+	rc, err := s.Store.Open(ctx, d)
+	return rc, markStorage(err)
+}
+
+func (s storeErrs) Stream(ctx context.Context, files []layer.File) (layer.Payloads, error) {
+	ps, err := s.Store.Stream(ctx, files)
+	if err != nil {
+		return nil, markStorage(err)
 	}
-	return rc, err
+	return payloadErrs{ps}, nil
+}
+
+// payloadErrs is storeErrs for a stream's payloads.
+type payloadErrs struct{ layer.Payloads }
+
+func (p payloadErrs) Next() (io.ReadCloser, error) {
+	rc, err := p.Payloads.Next()
+	return rc, markStorage(err)
+}
+
+func markStorage(err error) error {
+	if err != nil && !errors.Is(err, layer.ErrCorruptFile) {
+		return storageErr{err}
+	}
+	return err
 }
 
 // promote writes the rebuilt blob back as intact data (selective mode, a

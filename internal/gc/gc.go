@@ -41,6 +41,21 @@
 // blob with missing files; a run that dies between the two leaves the
 // blob's files referenced (storage, not correctness, is lost).
 //
+// # Packs
+//
+// With Options.Packs, a file whose entry is dropped leaves its pack's live
+// bytes (package meta keeps the count); after the sweep, one listing of
+// cairn/packs is merged with the pack records (both in id order): a pack
+// that has held no live file for the delay is tombstoned, its object
+// deleted in bulk with the others, then its record; an object without a
+// record older than the delay (a writer that stopped before recording its
+// files) is deleted; a pack whose live share fell below CompactBelow has
+// its live files copied into new packs (Options.Compactor), emptying it
+// for a later run. None of this needs a fence: meta refuses to place a
+// file into a tombstoned pack, and a pack is empty only once nothing
+// points into it; a restore that located a file in a compacted pack has
+// the delay to finish, and looks again if it finds the pack gone.
+//
 // # Running while the registry serves
 //
 // Package fence tells the protocol the collector shares with the
@@ -135,11 +150,21 @@ type Options struct {
 	// recipe, and files nobody references any more are deleted (see
 	// "Deduplicated layers" in the package doc).
 	Dedup DedupIndex
+	// Packs, when set, are the records of dedup's packs: packs with no
+	// live file left for the delay are deleted, objects without a record
+	// (older than the delay) too, and with a Compactor, packs whose live
+	// share is below CompactBelow (default 0.5) have their live files
+	// moved to new packs, about CompactBatch live bytes per call (default
+	// 32 MiB), to be deleted by a run after the delay.
+	Packs        PackIndex
+	Compactor    Compactor
+	CompactBelow float64
+	CompactBatch int64
 }
 
 // Progress is a snapshot of a run's counters.
 type Progress struct {
-	Phase        string // "dedup" (resuming file deletes), "mark", "sweep" or "done"
+	Phase        string // "dedup" (resuming file deletes), "mark", "sweep", "packs" or "done"
 	Repositories int64
 	Manifests    int64 // manifests read
 	Blobs        int64 // blobs listed
@@ -210,6 +235,9 @@ type Report struct {
 	// Dedup details what happened to deduplicated files; nil without
 	// Options.Dedup.
 	Dedup *DedupReport `json:"dedup,omitempty"`
+	// Packs details what happened to dedup's packs; nil without
+	// Options.Packs.
+	Packs *PackReport `json:"packs,omitempty"`
 }
 
 // Problem kinds in Report.Problems.
@@ -277,6 +305,12 @@ func newCollector(d driver.Driver, opts Options) *collector {
 	if opts.Delay < 0 {
 		opts.Delay = 0
 	}
+	if opts.CompactBelow <= 0 {
+		opts.CompactBelow = DefaultCompactBelow
+	}
+	if opts.CompactBatch <= 0 {
+		opts.CompactBatch = 32 << 20
+	}
 	c := &collector{
 		d:         driver.NewCounting(d),
 		opts:      opts,
@@ -293,6 +327,9 @@ func newCollector(d driver.Driver, opts Options) *collector {
 	}
 	if opts.Dedup != nil {
 		c.rep.Dedup = &DedupReport{}
+	}
+	if opts.Packs != nil {
+		c.rep.Packs = &PackReport{}
 	}
 	c.phase.Store("mark")
 	return c
@@ -331,6 +368,12 @@ func (c *collector) run(ctx context.Context) (rep *Report, err error) {
 	c.phase.Store("sweep")
 	if err := c.sweep(ctx); err != nil {
 		return nil, fmt.Errorf("gc: sweep: %w", err)
+	}
+	if c.opts.Packs != nil {
+		c.phase.Store("packs")
+		if err := c.sweepPacks(ctx); err != nil {
+			return nil, fmt.Errorf("gc: sweep packs: %w", err)
+		}
 	}
 	if err := c.sweepTmp(ctx); err != nil {
 		return nil, fmt.Errorf("gc: sweep cairn/tmp: %w", err)

@@ -42,7 +42,17 @@ func Assemble(ctx context.Context, w io.Writer, recipe *Recipe, fs FileStore) er
 	defer zr.Close()
 
 	ctx, cancel := context.WithCancel(ctx)
-	pf := startPrefetch(ctx, fs, recipe.Files)
+	var pf getter
+	if st, ok := fs.(Streamer); ok {
+		ps, err := st.Stream(ctx, recipe.Files)
+		if err != nil {
+			cancel()
+			return fmt.Errorf("layer: assemble: %w", err)
+		}
+		pf = &streamed{ps: ps, files: recipe.Files}
+	} else {
+		pf = startPrefetch(ctx, fs, recipe.Files)
+	}
 	defer pf.stop(cancel)
 
 	up := &unpacker{dec: json.NewDecoder(zr)}
@@ -64,8 +74,8 @@ func Assemble(ctx context.Context, w io.Writer, recipe *Recipe, fs FileStore) er
 		}
 		return fmt.Errorf("layer: assemble: %w", err)
 	}
-	if pf.next < len(recipe.Files) {
-		return fmt.Errorf("layer: assemble: %w: %d payloads listed, %d used", ErrMismatch, len(recipe.Files), pf.next)
+	if n := pf.used(); n < len(recipe.Files) {
+		return fmt.Errorf("layer: assemble: %w: %d payloads listed, %d used", ErrMismatch, len(recipe.Files), n)
 	}
 	return nil
 }
@@ -141,13 +151,27 @@ func startPrefetch(ctx context.Context, fs FileStore, files []File) *prefetch {
 }
 
 func fetch(ctx context.Context, fs FileStore, f File) fetched {
-	if f.Size < 0 || f.Digest.Validate() != nil {
-		return fetched{err: fmt.Errorf("%w: payload %q of %d bytes", ErrMismatch, f.Digest, f.Size)}
+	if err := checkFile(f); err != nil {
+		return fetched{err: err}
 	}
 	rc, err := fs.Open(ctx, f.Digest)
 	if err != nil {
 		return fetched{err: &FileError{Digest: f.Digest, Err: err}}
 	}
+	return checked(rc, f)
+}
+
+// checkFile refuses a recipe's payload entry that cannot be right.
+func checkFile(f File) error {
+	if f.Size < 0 || f.Digest.Validate() != nil {
+		return fmt.Errorf("%w: payload %q of %d bytes", ErrMismatch, f.Digest, f.Size)
+	}
+	return nil
+}
+
+// checked reads a small payload whole and checks it before any of its
+// bytes are used; a large one is checked as it streams.
+func checked(rc io.ReadCloser, f File) fetched {
 	if f.Size > prefetchMax {
 		return fetched{rc: &checkedPayload{rc: rc, f: f, v: f.Digest.Verifier()}}
 	}
@@ -199,6 +223,51 @@ func (c *checkedPayload) Read(p []byte) (int, error) {
 }
 
 func (c *checkedPayload) Close() error { return c.rc.Close() }
+
+// getter is tar-split's storage.FileGetter, fed in recipe order, that
+// Assemble stops when done.
+type getter interface {
+	Get(string) (io.ReadCloser, error)
+	// used is how many payloads were handed out.
+	used() int
+	stop(cancel context.CancelFunc)
+}
+
+// streamed is a getter over a Streamer's payloads.
+type streamed struct {
+	ps    Payloads
+	files []File
+	next  int
+}
+
+func (s *streamed) Get(string) (io.ReadCloser, error) {
+	if s.next >= len(s.files) {
+		return nil, fmt.Errorf("%w: metadata has more payloads than the %d listed", ErrMismatch, len(s.files))
+	}
+	f := s.files[s.next]
+	if err := checkFile(f); err != nil {
+		return nil, err
+	}
+	rc, err := s.ps.Next()
+	if err != nil {
+		return nil, &FileError{Digest: f.Digest, Err: err}
+	}
+	r := checked(rc, f)
+	if r.err != nil {
+		return nil, r.err
+	}
+	s.next++
+	return r.rc, nil
+}
+
+func (s *streamed) used() int { return s.next }
+
+func (s *streamed) stop(cancel context.CancelFunc) {
+	cancel()
+	s.ps.Close()
+}
+
+func (pf *prefetch) used() int { return pf.next }
 
 // Get implements storage.FileGetter.
 func (pf *prefetch) Get(string) (io.ReadCloser, error) {

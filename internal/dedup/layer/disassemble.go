@@ -33,7 +33,7 @@ const (
 // bounded in-memory spool or a temp file; neither the tar nor a whole large
 // payload is held in memory. The recipe still needs Verify before use.
 // Payloads stored before a failure stay in fs (they are valid content).
-func Disassemble(ctx context.Context, tarStream io.Reader, fs FileStore) (*Recipe, error) {
+func Disassemble(ctx context.Context, tarStream io.Reader, fs Sink) (*Recipe, error) {
 	var meta bytes.Buffer
 	zw, err := zstd.NewWriter(&meta, zstd.WithEncoderConcurrency(1))
 	if err != nil {
@@ -131,7 +131,7 @@ func (p *packer) AddEntry(e storage.Entry) (int, error) {
 
 // spooler hashes one payload at a time and stores it if unseen.
 type spooler struct {
-	fs   FileStore
+	fs   Sink
 	buf  []byte
 	tmp  *os.File
 	sha  hash.Hash

@@ -13,8 +13,10 @@
 // original digest and size; a layer that fails stays intact.
 //
 // A layer's compression is not this package's job: input and output are
-// plain tar (package recompress rebuilds the compressed blob). DriverStore,
-// the FileStore over a storage driver, keeps each payload zstd-compressed.
+// plain tar (package recompress rebuilds the compressed blob). Where the
+// payloads are kept is the FileStore's: DriverStore keeps each one an
+// object of its own (stores written before packs); package pack keeps
+// them in packs and reads a recipe's payloads with few ranged reads.
 package layer
 
 import (
@@ -25,20 +27,44 @@ import (
 	"github.com/opencontainers/go-digest"
 )
 
-// FileStore holds file payloads by the sha256 digest of their uncompressed
-// bytes. Put of a digest already present is a no-op; content is visible to
-// Has and Open only once complete.
-type FileStore interface {
+// Sink is where Disassemble stores payloads it has not seen.
+type Sink interface {
 	// Has reports whether the payload with digest d is stored.
 	Has(ctx context.Context, d digest.Digest) (bool, error)
 	// Put stores size bytes read from r under d. The caller vouches that
 	// they hash to d.
 	Put(ctx context.Context, d digest.Digest, size int64, r io.Reader) error
+}
+
+// FileStore holds file payloads by the sha256 digest of their uncompressed
+// bytes. Put of a digest already present is a no-op; content is visible to
+// Has and Open only once complete.
+type FileStore interface {
+	Sink
 	// Open streams the uncompressed payload stored under d. A payload
 	// that is absent fails with an error wrapping driver.ErrNotFound; one
 	// whose stored bytes do not decode, with one wrapping ErrCorruptFile.
 	// Assemble checks every payload's size and digest itself.
 	Open(ctx context.Context, d digest.Digest) (io.ReadCloser, error)
+}
+
+// Streamer is a FileStore that reads many payloads in a few requests:
+// Assemble uses Stream instead of one Open per payload when the store has
+// it.
+type Streamer interface {
+	// Stream returns the payloads of files, in order, each as Open would
+	// (the same errors); the store reads ahead as it sees fit, within
+	// bounds of its own.
+	Stream(ctx context.Context, files []File) (Payloads, error)
+}
+
+// Payloads hands out a Stream's payloads in order.
+type Payloads interface {
+	// Next returns the next payload; the caller closes it before the
+	// next call.
+	Next() (io.ReadCloser, error)
+	// Close ends the stream, freeing what was read ahead.
+	Close() error
 }
 
 // Recipe rebuilds one tar byte for byte from a FileStore.

@@ -1,0 +1,278 @@
+package pack
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/opencontainers/go-digest"
+
+	"github.com/cairn-registry/cairn/internal/dedup/layer"
+	"github.com/cairn-registry/cairn/internal/iocount"
+	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/storage/driver"
+)
+
+// Index is what a Store needs of the metadata store.
+type Index interface {
+	Placer
+	Files(ctx context.Context, digests []digest.Digest) ([]meta.FileInfo, error)
+}
+
+// Options tune a Store. Zero values take the defaults noted.
+type Options struct {
+	// PackSize is the size a pack is ended at. Default 32 MiB.
+	PackSize int64
+	// MaxSpan bounds one coalesced read, and so what one read ahead holds
+	// in memory. Default 8 MiB.
+	MaxSpan int64
+	// MaxGap is the largest run of unneeded bytes read through to join two
+	// files into one read. Default 256 KiB: on an object store a request
+	// costs a round trip, which moves far more than that.
+	MaxGap int64
+	// Inflight is how many reads one stream keeps going at once. Default 4.
+	Inflight int
+}
+
+// Defaults of Options.
+const (
+	DefaultPackSize = 32 << 20
+	DefaultMaxSpan  = 8 << 20
+	DefaultMaxGap   = 256 << 10
+	DefaultInflight = 4
+)
+
+func (o Options) withDefaults() Options {
+	if o.PackSize <= 0 {
+		o.PackSize = DefaultPackSize
+	}
+	if o.MaxSpan <= 0 {
+		o.MaxSpan = DefaultMaxSpan
+	}
+	if o.MaxGap < 0 {
+		o.MaxGap = 0
+	} else if o.MaxGap == 0 {
+		o.MaxGap = DefaultMaxGap
+	}
+	if o.Inflight <= 0 {
+		o.Inflight = DefaultInflight
+	}
+	return o
+}
+
+var (
+	_ layer.FileStore = (*Store)(nil)
+	_ layer.Streamer  = (*Store)(nil)
+)
+
+// Store is dedup's FileStore: files in packs, located by the metadata
+// store, and files of its own under cairn/files for what was stored before
+// packs. Without an Index it reads only the latter.
+type Store struct {
+	d      driver.Driver
+	idx    Index // nil: per-file objects only
+	legacy *layer.DriverStore
+	opts   Options
+	log    *slog.Logger
+	small  *zstd.Encoder // EncodeAll is safe for concurrent use
+	smallD *zstd.Decoder // DecodeAll is safe for concurrent use
+	encs   sync.Pool     // *zstd.Encoder for large files
+	decs   sync.Pool     // *zstd.Decoder for large files
+}
+
+// NewStore returns a Store over d; idx may be nil.
+func NewStore(d driver.Driver, idx Index, opts Options, log *slog.Logger) (*Store, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	legacy, err := layer.NewDriverStore(d)
+	if err != nil {
+		return nil, err
+	}
+	small, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		return nil, fmt.Errorf("pack: %w", err)
+	}
+	// Small files only: a frame claiming more is corrupt, not a reason
+	// to allocate.
+	smallD, err := zstd.NewReader(nil, zstd.WithDecoderMaxMemory(2*smallFile), zstd.WithDecoderConcurrency(0))
+	if err != nil {
+		return nil, fmt.Errorf("pack: %w", err)
+	}
+	return &Store{d: d, idx: idx, legacy: legacy, opts: opts.withDefaults(), log: log, small: small, smallD: smallD}, nil
+}
+
+// Legacy is the store of per-file objects (cairn/files) that Store reads
+// files without a location from.
+func (s *Store) Legacy() *layer.DriverStore { return s.legacy }
+
+// Options returns the store's options, defaults filled in.
+func (s *Store) Options() Options { return s.opts }
+
+// locate returns each digest's location (zero: none recorded), with as
+// few metadata calls as the batch size allows.
+func (s *Store) locate(ctx context.Context, ds []digest.Digest) (map[digest.Digest]meta.Location, error) {
+	out := make(map[digest.Digest]meta.Location, len(ds))
+	if s.idx == nil {
+		return out, nil
+	}
+	const batch = 4096
+	for i := 0; i < len(ds); i += batch {
+		infos, err := s.idx.Files(ctx, ds[i:min(i+batch, len(ds))])
+		if err != nil {
+			return nil, fmt.Errorf("pack: locate files: %w", err)
+		}
+		for _, fi := range infos {
+			if !fi.Location.IsZero() {
+				out[fi.Digest] = fi.Location
+			}
+		}
+	}
+	return out, nil
+}
+
+// Has implements layer.FileStore: a located file is known from the
+// metadata store; only one without a location costs a request.
+func (s *Store) Has(ctx context.Context, d digest.Digest) (bool, error) {
+	locs, err := s.locate(ctx, []digest.Digest{d})
+	if err != nil {
+		return false, err
+	}
+	if _, ok := locs[d]; ok {
+		return true, nil
+	}
+	return s.legacy.Has(ctx, d)
+}
+
+// Put implements layer.FileStore: the file goes into a pack of its own.
+// Writers of many files use NewWriter.
+func (s *Store) Put(ctx context.Context, d digest.Digest, size int64, r io.Reader) error {
+	w := s.NewWriter(0)
+	if err := w.Put(ctx, d, size, r); err != nil {
+		return err
+	}
+	return w.Flush(ctx)
+}
+
+// Open implements layer.FileStore.
+func (s *Store) Open(ctx context.Context, d digest.Digest) (io.ReadCloser, error) {
+	locs, err := s.locate(ctx, []digest.Digest{d})
+	if err != nil {
+		return nil, err
+	}
+	loc, ok := locs[d]
+	if !ok {
+		return s.legacy.Open(ctx, d)
+	}
+	return s.openAt(ctx, d, loc, -1)
+}
+
+// openAt reads one file at loc with a ranged read of its own; size < 0:
+// unknown, so streamed.
+func (s *Store) openAt(ctx context.Context, d digest.Digest, loc meta.Location, size int64) (io.ReadCloser, error) {
+	if size >= 0 && size <= smallFile {
+		frame, err := s.readRange(ctx, loc.Pack, loc.Offset, loc.Length)
+		if err != nil {
+			return nil, err
+		}
+		return s.decodeSmall(d, frame, size)
+	}
+	rc, err := s.d.ReadRange(ctx, layout.Pack(loc.Pack), loc.Offset, loc.Length)
+	if err != nil {
+		return nil, fmt.Errorf("pack: read %s from %s: %w", d, loc.Pack, err)
+	}
+	return s.decodeStream(d, rc)
+}
+
+// readRange reads n bytes at off of pack id, all of them.
+func (s *Store) readRange(ctx context.Context, id string, off, n int64) ([]byte, error) {
+	rc, err := s.d.ReadRange(ctx, layout.Pack(id), off, n)
+	if err != nil {
+		return nil, fmt.Errorf("pack: read %s: %w", id, err)
+	}
+	defer rc.Close()
+	buf := make([]byte, n)
+	src := iocount.ErrReader{R: rc}
+	if k, err := io.ReadFull(&src, buf); err != nil {
+		if src.Err == nil || errors.Is(err, io.ErrUnexpectedEOF) {
+			err = fmt.Errorf("%w: pack %s ends %d bytes into %d+%d", layer.ErrCorruptFile, id, k, off, n)
+		}
+		return nil, fmt.Errorf("pack: read %s: %w", id, err)
+	}
+	return buf, nil
+}
+
+// decodeSmall decompresses one frame of a file of size bytes.
+func (s *Store) decodeSmall(d digest.Digest, frame []byte, size int64) (io.ReadCloser, error) {
+	out, err := s.smallD.DecodeAll(frame, make([]byte, 0, size))
+	if err != nil {
+		return nil, fmt.Errorf("pack: file %s: %w: %w", d, layer.ErrCorruptFile, err)
+	}
+	return io.NopCloser(bytes.NewReader(out)), nil
+}
+
+// decodeStream decompresses a frame as it is read from rc.
+func (s *Store) decodeStream(d digest.Digest, rc io.ReadCloser) (io.ReadCloser, error) {
+	dec, _ := s.decs.Get().(*zstd.Decoder)
+	if dec == nil {
+		var err error
+		if dec, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1)); err != nil {
+			rc.Close()
+			return nil, fmt.Errorf("pack: %w", err)
+		}
+	}
+	src := &srcReader{ErrReader: iocount.ErrReader{R: rc}, d: d}
+	if err := dec.Reset(src); err != nil {
+		rc.Close()
+		s.decs.Put(dec)
+		return nil, src.classify(err)
+	}
+	return &decReader{dec: dec, src: src, rc: rc, pool: &s.decs}, nil
+}
+
+// srcReader remembers the storage's read error, so that a decoding failure
+// can be told apart: a failed read is the storage's, anything else means
+// the stored bytes are corrupt.
+type srcReader struct {
+	iocount.ErrReader
+	d digest.Digest
+}
+
+func (s *srcReader) classify(err error) error {
+	if err == nil || err == io.EOF || s.Err != nil {
+		return err
+	}
+	return fmt.Errorf("pack: file %s: %w: %w", s.d, layer.ErrCorruptFile, err)
+}
+
+// decReader returns its decoder to the pool on Close.
+type decReader struct {
+	dec  *zstd.Decoder
+	src  *srcReader
+	rc   io.ReadCloser
+	pool *sync.Pool
+}
+
+func (r *decReader) Read(b []byte) (int, error) {
+	if r.dec == nil {
+		return 0, io.ErrClosedPipe
+	}
+	n, err := r.dec.Read(b)
+	return n, r.src.classify(err)
+}
+
+func (r *decReader) Close() error {
+	if r.dec == nil {
+		return nil
+	}
+	r.dec.Reset(nil)
+	r.pool.Put(r.dec)
+	r.dec = nil
+	return r.rc.Close()
+}
