@@ -17,6 +17,7 @@ const (
 	opGetContent  = "get_content"
 	opPutContent  = "put_content"
 	opReader      = "reader"
+	opReadRange   = "read_range"
 	opWriter      = "writer"
 	opStat        = "stat"
 	opList        = "list"
@@ -30,8 +31,8 @@ const (
 )
 
 var operations = [...]string{
-	opGetContent, opPutContent, opReader, opWriter, opStat, opList, opMove,
-	opDelete, opWalk, opRedirectURL, opDeleteFiles, opCommit, opCancel,
+	opGetContent, opPutContent, opReader, opReadRange, opWriter, opStat, opList,
+	opMove, opDelete, opWalk, opRedirectURL, opDeleteFiles, opCommit, opCancel,
 }
 
 // opMetrics are one operation's collectors, resolved once so that a call
@@ -74,9 +75,10 @@ func InstrumentDriver(d driver.Driver, m *Metrics) driver.Driver {
 	return &instrumented{
 		d:       d,
 		deleted: m.storageDeleted.WithLabelValues(name),
-		get:     ops[opGetContent], put: ops[opPutContent], reader: ops[opReader], writer: ops[opWriter],
-		stat: ops[opStat], list: ops[opList], move: ops[opMove], delete: ops[opDelete], walk: ops[opWalk],
-		redirect: ops[opRedirectURL], deleteFiles: ops[opDeleteFiles], commit: ops[opCommit], cancel: ops[opCancel],
+		get:     ops[opGetContent], put: ops[opPutContent], reader: ops[opReader], readRange: ops[opReadRange],
+		writer: ops[opWriter], stat: ops[opStat], list: ops[opList], move: ops[opMove], delete: ops[opDelete],
+		walk: ops[opWalk], redirect: ops[opRedirectURL], deleteFiles: ops[opDeleteFiles], commit: ops[opCommit],
+		cancel: ops[opCancel],
 	}
 }
 
@@ -86,7 +88,7 @@ type instrumented struct {
 	d       driver.Driver
 	deleted prometheus.Counter
 
-	get, put, reader, writer, stat, list, move, delete, walk, redirect, deleteFiles, commit, cancel *opMetrics
+	get, put, reader, readRange, writer, stat, list, move, delete, walk, redirect, deleteFiles, commit, cancel *opMetrics
 }
 
 func (i *instrumented) Name() string { return i.d.Name() }
@@ -112,6 +114,13 @@ func (i *instrumented) Reader(ctx context.Context, path string, offset int64) (i
 	start := time.Now()
 	rc, err := i.d.Reader(ctx, path, offset)
 	i.reader.done(start, err)
+	return rc, err
+}
+
+func (i *instrumented) ReadRange(ctx context.Context, path string, offset, length int64) (io.ReadCloser, error) {
+	start := time.Now()
+	rc, err := i.d.ReadRange(ctx, path, offset, length)
+	i.readRange.done(start, err)
 	return rc, err
 }
 

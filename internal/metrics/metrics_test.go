@@ -107,6 +107,17 @@ func TestInstrumentDriver(t *testing.T) {
 		t.Errorf("read back %q", b)
 	}
 	rc.Close()
+	rc, err = d.ReadRange(ctx, "/a/upload", 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(rc); string(b) != "at" {
+		t.Errorf("read range %q, want %q", b, "at")
+	}
+	rc.Close()
+	if _, err := d.ReadRange(ctx, "/a/missing", 0, 1); !errors.Is(err, driver.ErrNotFound) {
+		t.Fatalf("ReadRange(/a/missing) = %v", err)
+	}
 	if n, err := d.DeleteFiles(ctx, []string{"/a/b", "/a/upload", "/a/never"}); err != nil || n != 3 {
 		t.Fatalf("DeleteFiles = %d, %v", n, err)
 	}
@@ -121,6 +132,7 @@ func TestInstrumentDriver(t *testing.T) {
 		{opWriter, 1, 0},
 		{opCommit, 1, 0},
 		{opReader, 1, 0},
+		{opReadRange, 2, 0},
 		{opDeleteFiles, 1, 0},
 		{opList, 0, 0},
 	}

@@ -10,6 +10,7 @@ import (
 const (
 	countGet = iota
 	countReader
+	countReadRange
 	countPut
 	countWriter
 	countMove
@@ -23,8 +24,8 @@ const (
 	nCountKinds
 )
 
-var countNames = [nCountKinds]string{"get", "reader", "put", "writer", "move", "stat", "list", "walk",
-	"walk_entries", "delete", "delete_files", "delete_files_paths"}
+var countNames = [nCountKinds]string{"get", "reader", "read_range", "put", "writer", "move", "stat", "list",
+	"walk", "walk_entries", "delete", "delete_files", "delete_files_paths"}
 
 // Counting wraps a driver and counts the calls made through it, for the
 // reports of long runs (GC, scrub): on an object store, requests are what an
@@ -40,10 +41,11 @@ func NewCounting(d Driver) *Counting { return &Counting{Driver: d} }
 // Unwrap returns the wrapped driver (see As).
 func (c *Counting) Unwrap() Driver { return c.Driver }
 
-// Counts returns the calls made so far by kind ("get", "reader", "put",
-// "writer", "move", "stat", "list", "walk", "walk_entries" (entries a
-// walk visited), "delete", "delete_files", "delete_files_paths" (paths
-// handed to DeleteFiles)); kinds never called are absent.
+// Counts returns the calls made so far by kind ("get", "reader",
+// "read_range", "put", "writer", "move", "stat", "list", "walk",
+// "walk_entries" (entries a walk visited), "delete", "delete_files",
+// "delete_files_paths" (paths handed to DeleteFiles)); kinds never called
+// are absent.
 func (c *Counting) Counts() map[string]int64 {
 	m := make(map[string]int64)
 	for i := range c.n {
@@ -64,6 +66,12 @@ func (c *Counting) GetContent(ctx context.Context, p string) ([]byte, error) {
 func (c *Counting) Reader(ctx context.Context, p string, off int64) (io.ReadCloser, error) {
 	c.n[countReader].Add(1)
 	return c.Driver.Reader(ctx, p, off)
+}
+
+// ReadRange implements Driver.
+func (c *Counting) ReadRange(ctx context.Context, p string, off, n int64) (io.ReadCloser, error) {
+	c.n[countReadRange].Add(1)
+	return c.Driver.ReadRange(ctx, p, off, n)
 }
 
 // PutContent implements Driver.

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"time"
 )
 
@@ -30,8 +31,12 @@ type Driver interface {
 	// ReadRange streams length bytes of the file at path from byte offset,
 	// in one request on an object store (an HTTP Range), with a positioned
 	// read on a filesystem: dedup's packs are read this way. A range that
-	// runs past the end yields the bytes up to the end; an offset past the
-	// end yields an InvalidOffsetError; length must be > 0.
+	// runs past the end yields the bytes up to the end (so a huge length
+	// reads the rest). A negative offset, or one at or past the end, yields
+	// an InvalidOffsetError: unlike Reader's, an offset equal to the size
+	// is refused too, because an object store answers 416 to a range that
+	// starts there (an empty file's included) and every driver agrees with
+	// it. A length <= 0 yields an InvalidLengthError.
 	ReadRange(ctx context.Context, path string, offset, length int64) (io.ReadCloser, error)
 	// Writer returns a FileWriter for path; with append it continues a file
 	// written earlier (by a Writer that was closed without Commit or Cancel).
@@ -155,6 +160,34 @@ type InvalidOffsetError struct {
 
 func (e InvalidOffsetError) Error() string {
 	return fmt.Sprintf("%s: invalid offset %d for %s", e.Driver, e.Offset, e.Path)
+}
+
+// InvalidLengthError reports a ReadRange length that is not positive.
+type InvalidLengthError struct {
+	Path   string
+	Length int64
+	Driver string
+}
+
+func (e InvalidLengthError) Error() string {
+	return fmt.Sprintf("%s: invalid length %d for %s", e.Driver, e.Length, e.Path)
+}
+
+// RangeEnd checks ReadRange's offset and length, which no driver needs a
+// request for, and returns the end of the range (exclusive). The end is
+// capped at math.MaxInt64, so that a caller may ask for "the rest" with a
+// huge length without overflowing a driver's arithmetic.
+func RangeEnd(driverName, path string, offset, length int64) (int64, error) {
+	if offset < 0 {
+		return 0, InvalidOffsetError{Path: path, Offset: offset, Driver: driverName}
+	}
+	if length <= 0 {
+		return 0, InvalidLengthError{Path: path, Length: length, Driver: driverName}
+	}
+	if length > math.MaxInt64-offset {
+		return math.MaxInt64, nil
+	}
+	return offset + length, nil
 }
 
 // ValidPath reports whether p satisfies the path rules: "/" or one or more

@@ -569,3 +569,73 @@ func TestParameters(t *testing.T) {
 		}
 	}
 }
+
+// rangeHeaders records the method and x-ms-range header of every request it
+// passes on.
+type rangeHeaders struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	got  []string
+}
+
+func (r *rangeHeaders) RoundTrip(req *http.Request) (*http.Response, error) {
+	// The SDK sets the header under its lower-case name, which Header.Get
+	// (canonical names) does not find.
+	rng := strings.Join(req.Header["x-ms-range"], ",")
+	r.mu.Lock()
+	r.got = append(r.got, req.Method+" "+rng)
+	r.mu.Unlock()
+	return r.next.RoundTrip(req)
+}
+
+func (r *rangeHeaders) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	got := r.got
+	r.got = nil
+	return got
+}
+
+// TestReadRangeRequests checks that a range read is one ranged GET, also
+// when it starts at or past the end.
+func TestReadRangeRequests(t *testing.T) {
+	s := needServer(t)
+	name, _ := newContainer(t, s)
+	h := &rangeHeaders{next: http.DefaultTransport}
+	p := params(s, name)
+	p.Transport = h
+	d := newDriver(t, p)
+	ctx := context.Background()
+	if err := d.PutContent(ctx, "/f", []byte("0123456789")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		off, n       int64
+		want, header string // want "!": an InvalidOffsetError
+	}{
+		{0, 3, "012", "bytes=0-2"},
+		{4, 3, "456", "bytes=4-6"},
+		{8, 5, "89", "bytes=8-12"},
+		{10, 1, "!", "bytes=10-10"},
+		{11, 1, "!", "bytes=11-11"},
+	} {
+		h.take()
+		r, err := d.ReadRange(ctx, "/f", tc.off, tc.n)
+		var got []byte
+		if err == nil {
+			got, err = io.ReadAll(r)
+			r.Close()
+		}
+		var oe driver.InvalidOffsetError
+		if tc.want == "!" {
+			if !errors.As(err, &oe) {
+				t.Errorf("ReadRange(%d, %d): %v, want InvalidOffsetError", tc.off, tc.n, err)
+			}
+		} else if err != nil || string(got) != tc.want {
+			t.Errorf("ReadRange(%d, %d) = %q, %v; want %q", tc.off, tc.n, got, err, tc.want)
+		}
+		if sent := h.take(); !slices.Equal(sent, []string{"GET " + tc.header}) {
+			t.Errorf("ReadRange(%d, %d) sent %q, want one GET with x-ms-range %s", tc.off, tc.n, sent, tc.header)
+		}
+	}
+}

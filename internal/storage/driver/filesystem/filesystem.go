@@ -200,6 +200,48 @@ func (d *Driver) Reader(_ context.Context, p string, offset int64) (io.ReadClose
 	return f, nil
 }
 
+// ReadRange implements driver.Driver with positioned reads (pread) on a file
+// of its own, so that any number of ranges of one pack read at once without
+// sharing a file offset.
+func (d *Driver) ReadRange(_ context.Context, p string, offset, length int64) (io.ReadCloser, error) {
+	if !driver.ValidPath(p) {
+		return nil, invalidPath(p)
+	}
+	end, err := driver.RangeEnd(driverName, p, offset, length)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(d.fullPath(p))
+	if err != nil {
+		if notExist(err) {
+			return nil, notFound(p)
+		}
+		return nil, wrap(err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, wrap(err)
+	}
+	if fi.IsDir() {
+		f.Close()
+		return nil, notFound(p)
+	}
+	if offset >= fi.Size() {
+		f.Close()
+		return nil, driver.InvalidOffsetError{Path: p, Offset: offset, Driver: driverName}
+	}
+	return &sectionFile{SectionReader: io.NewSectionReader(f, offset, end-offset), f: f}, nil
+}
+
+// sectionFile is a range of an open file that closes the file with it.
+type sectionFile struct {
+	*io.SectionReader
+	f *os.File
+}
+
+func (s *sectionFile) Close() error { return s.f.Close() }
+
 // Writer implements driver.Driver. It writes straight to the file at p:
 // writers are used for uploads, which no client reads before they are moved
 // into place.

@@ -99,6 +99,31 @@ func (d *Driver) Reader(_ context.Context, p string, offset int64) (io.ReadClose
 	return io.NopCloser(bytes.NewReader(data[offset:])), nil
 }
 
+// ReadRange implements driver.Driver.
+func (d *Driver) ReadRange(_ context.Context, p string, offset, length int64) (io.ReadCloser, error) {
+	if !driver.ValidPath(p) {
+		return nil, invalidPath(p)
+	}
+	end, err := driver.RangeEnd(driverName, p, offset, length)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.RLock()
+	f := d.files[p]
+	var data []byte
+	if f != nil {
+		data = f.data
+	}
+	d.mu.RUnlock()
+	if f == nil {
+		return nil, notFound(p)
+	}
+	if offset >= int64(len(data)) {
+		return nil, driver.InvalidOffsetError{Path: p, Offset: offset, Driver: driverName}
+	}
+	return io.NopCloser(bytes.NewReader(data[offset:min(end, int64(len(data)))])), nil
+}
+
 // Writer implements driver.Driver. Like the filesystem driver it writes in
 // place: what is written is visible at p before Commit.
 func (d *Driver) Writer(_ context.Context, p string, append bool) (driver.FileWriter, error) {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
@@ -513,5 +514,104 @@ func TestReaderRequests(t *testing.T) {
 		if ops := c.take(); !mapsEqual(ops, map[string]int{"GetObject": 1}) {
 			t.Errorf("Reader(%d) sent %v, want one GetObject", tc.off, ops)
 		}
+	}
+}
+
+// rangeHeaders records the Range header of every request it passes on.
+type rangeHeaders struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	got  []string
+}
+
+func (r *rangeHeaders) RoundTrip(req *http.Request) (*http.Response, error) {
+	r.mu.Lock()
+	r.got = append(r.got, req.Header.Get("Range"))
+	r.mu.Unlock()
+	return r.next.RoundTrip(req)
+}
+
+func (r *rangeHeaders) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	got := r.got
+	r.got = nil
+	return got
+}
+
+// readRangeCases are ReadRange calls on "0123456789" with what they read, or
+// "!" for an InvalidOffsetError, and the Range header they send.
+var readRangeCases = []struct {
+	off, n       int64
+	want, header string
+}{
+	{0, 3, "012", "bytes=0-2"},
+	{4, 3, "456", "bytes=4-6"},
+	{8, 5, "89", "bytes=8-12"},
+	{9, 1 << 62, "9", fmt.Sprintf("bytes=9-%d", 9+1<<62-1)},
+	{10, 1, "!", "bytes=10-10"},
+	{11, 1, "!", "bytes=11-11"},
+}
+
+func checkReadRange(t *testing.T, d *Driver, p string, off, n int64, want string) {
+	t.Helper()
+	r, err := d.ReadRange(context.Background(), p, off, n)
+	var got []byte
+	if err == nil {
+		got, err = io.ReadAll(r)
+		r.Close()
+	}
+	var oe driver.InvalidOffsetError
+	if want == "!" {
+		if !errors.As(err, &oe) {
+			t.Errorf("ReadRange(%d, %d): %v, want InvalidOffsetError", off, n, err)
+		}
+	} else if err != nil || string(got) != want {
+		t.Errorf("ReadRange(%d, %d) = %q, %v; want %q", off, n, got, err, want)
+	}
+}
+
+// TestReadRangeRequests checks that a range read is one GET with the range
+// in its Range header, also when it starts past the end.
+func TestReadRangeRequests(t *testing.T) {
+	p := testParams(t)
+	c := newCounter()
+	h := &rangeHeaders{next: c}
+	p.Transport = h
+	d := mustNew(t, p)
+	ctx := context.Background()
+	if err := d.PutContent(ctx, "/f", []byte("0123456789")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range readRangeCases {
+		c.take()
+		h.take()
+		checkReadRange(t, d, "/f", tc.off, tc.n, tc.want)
+		if ops := c.take(); !mapsEqual(ops, map[string]int{"GetObject": 1}) {
+			t.Errorf("ReadRange(%d, %d) sent %v, want one GetObject", tc.off, tc.n, ops)
+		}
+		if got := h.take(); !slices.Equal(got, []string{tc.header}) {
+			t.Errorf("ReadRange(%d, %d) sent Range %q, want %q", tc.off, tc.n, got, tc.header)
+		}
+	}
+}
+
+// TestReadRangeWholeObject: a server that ignores Range and answers 200
+// with the whole object still yields exactly the range.
+func TestReadRangeWholeObject(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet || r.Header.Get("Range") == "" {
+			t.Errorf("unexpected request %s %s (Range %q)", r.Method, r.URL, r.Header.Get("Range"))
+		}
+		w.Header().Set("Content-Length", "10")
+		io.WriteString(w, "0123456789")
+	}))
+	t.Cleanup(srv.Close)
+	d := mustNew(t, Parameters{
+		Bucket: "fake", RegionEndpoint: srv.URL, Region: "us-east-1",
+		AccessKey: "k", SecretKey: "s", ForcePathStyle: true,
+	})
+	for _, tc := range readRangeCases {
+		checkReadRange(t, d, "/f", tc.off, tc.n, tc.want)
 	}
 }

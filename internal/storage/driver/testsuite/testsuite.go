@@ -40,6 +40,9 @@ func Run(t *testing.T, newDriver func(t *testing.T) driver.Driver) {
 		{"ManySegments", testManySegments},
 		{"Stat", testStat},
 		{"ReaderOffsets", testReaderOffsets},
+		{"ReadRange", testReadRange},
+		{"ReadRangeLarge", testReadRangeLarge},
+		{"ReadRangeConcurrent", testReadRangeConcurrent},
 		{"Writer", testWriter},
 		{"WriterAppend", testWriterAppend},
 		{"WriterCancel", testWriterCancel},
@@ -158,6 +161,8 @@ func testInvalidPaths(t *testing.T, d driver.Driver, base string) {
 		wantInvalid(t, d.PutContent(ctx, p, []byte("x")), "PutContent", p)
 		_, err = d.Reader(ctx, p, 0)
 		wantInvalid(t, err, "Reader", p)
+		_, err = d.ReadRange(ctx, p, 0, 1)
+		wantInvalid(t, err, "ReadRange", p)
 		for _, app := range []bool{false, true} {
 			w, err := d.Writer(ctx, p, app)
 			if err == nil {
