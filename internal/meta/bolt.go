@@ -17,7 +17,7 @@ import (
 
 // Bucket names: one per kind of record.
 var (
-	bktFiles      = []byte("files")      // file key -> refs(8) flags(1)
+	bktFiles      = []byte("files")      // file key -> refs(8) flags(1) [location] (see bolt_files.go)
 	bktZero       = []byte("zero")       // file key -> nil, for files with refs == 0
 	bktLayerFiles = []byte("layerfiles") // layer key -> its file keys (see bolt_files.go)
 	bktRecipes    = []byte("recipes")    // layer key -> state(1) recipe
@@ -28,9 +28,10 @@ var (
 	bktPop        = []byte("pop")        // layer key -> ring of (slot(8) count(8))
 	bktStats      = []byte("stats")      // name -> int64
 	bktLeases     = []byte("leases")     // name -> expiry unix ms(8) holder
+	bktPacks      = []byte("packs")      // pack id -> its record (see bolt_packs.go)
 )
 
-var allBuckets = [][]byte{bktFiles, bktZero, bktLayerFiles, bktRecipes, bktByState, bktLayerCount, bktImages, bktClients, bktPop, bktStats, bktLeases}
+var allBuckets = [][]byte{bktFiles, bktZero, bktLayerFiles, bktRecipes, bktByState, bktLayerCount, bktImages, bktClients, bktPop, bktStats, bktLeases, bktPacks}
 
 // Options tunes the bolt store; zero fields take the defaults.
 type Options struct {

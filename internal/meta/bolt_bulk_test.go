@@ -22,3 +22,16 @@ func TestBoltReleaseLayersInconsistent(t *testing.T) {
 		}
 	})
 }
+
+func TestBoltOldFileEntries(t *testing.T) {
+	s, err := meta.Open(filepath.Join(t.TempDir(), "meta.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	metatest.OldFileEntries(t, s, func(t *testing.T, d digest.Digest, refs int64) {
+		if err := meta.PutOldFileEntry(s, d, refs); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

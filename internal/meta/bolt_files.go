@@ -253,24 +253,56 @@ func (s *Bolt) LayerFiles(ctx context.Context, layer digest.Digest) ([]digest.Di
 	return out, nil
 }
 
+// A file entry is refs(8) flags(1), then, for a file located in a pack, the
+// offset and length as uvarints and the pack id. Entries written before packs
+// end after the flags, and still read as files without a location.
 type fileEntry struct {
 	refs  int64
 	flags byte
+	loc   Location
 }
 
 func getFile(b *bolt.Bucket, k []byte) (fileEntry, bool) {
 	v := b.Get(k)
-	if len(v) != 9 {
+	if len(v) < 9 {
 		return fileEntry{}, false
 	}
-	return fileEntry{refs: int64(binary.BigEndian.Uint64(v)), flags: v[8]}, true
+	e := fileEntry{refs: int64(binary.BigEndian.Uint64(v)), flags: v[8]}
+	if len(v) > 9 {
+		e.loc = decodeLoc(v[9:])
+	}
+	return e, true
+}
+
+// decodeLoc reads the location part of an entry; a corrupt one reads as no
+// location, as if the file had never been placed.
+func decodeLoc(v []byte) Location {
+	off, n := binary.Uvarint(v)
+	if n <= 0 {
+		return Location{}
+	}
+	length, m := binary.Uvarint(v[n:])
+	if m <= 0 || len(v) == n+m {
+		return Location{}
+	}
+	// string copies the id out of the mmap.
+	return Location{Pack: string(v[n+m:]), Offset: int64(off), Length: int64(length)}
 }
 
 func putFile(b *bolt.Bucket, k []byte, e fileEntry) error {
-	var buf [9]byte
-	binary.BigEndian.PutUint64(buf[:], uint64(e.refs))
+	n := 9
+	if !e.loc.IsZero() {
+		n += 2*binary.MaxVarintLen64 + len(e.loc.Pack)
+	}
+	buf := make([]byte, 9, n)
+	binary.BigEndian.PutUint64(buf, uint64(e.refs))
 	buf[8] = e.flags
-	return b.Put(k, buf[:])
+	if !e.loc.IsZero() {
+		buf = binary.AppendUvarint(buf, uint64(e.loc.Offset))
+		buf = binary.AppendUvarint(buf, uint64(e.loc.Length))
+		buf = append(buf, e.loc.Pack...)
+	}
+	return b.Put(k, buf)
 }
 
 // Tombstone implements FileIndex.
@@ -339,7 +371,11 @@ func deleteFileTx(tx *bolt.Tx, k []byte, settled bool) (revived bool, err error)
 		if err := files.Delete(k); err != nil {
 			return false, err
 		}
-		return false, tx.Bucket(bktZero).Delete(k)
+		if err := tx.Bucket(bktZero).Delete(k); err != nil {
+			return false, err
+		}
+		// The file leaves its pack with its entry: Live counts entries.
+		return false, leavePack(tx.Bucket(bktPacks), e.loc, nowMicros())
 	case e.flags&flagRevived != 0 || settled:
 		e.flags = (e.flags | flagMissing) &^ flagRevived
 		return true, putFile(files, k, e)
@@ -363,6 +399,7 @@ func (s *Bolt) Files(ctx context.Context, digests []digest.Digest) ([]FileInfo, 
 				Digest: digests[i], Exists: ok, Refs: e.refs,
 				Tombstoned: e.flags&flagTombstoned != 0,
 				Missing:    e.flags&flagMissing != 0,
+				Location:   e.loc,
 			}
 		}
 		return nil

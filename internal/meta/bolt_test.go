@@ -45,6 +45,11 @@ func TestBoltPersistence(t *testing.T) {
 		func() error { _, err := s.RecordPull(ctx, "alice", l, now); return err }(),
 		s.AddStat(ctx, "hits", 4),
 		func() error { _, err := s.TryLease(ctx, "job", "node-a", time.Hour); return err }(),
+		s.BeginPack(ctx, "p1"),
+		func() error {
+			_, err := s.PlaceFiles(ctx, "p1", 100, []meta.Placement{{Digest: f, Offset: 5, Length: 10}})
+			return err
+		}(),
 	}
 	for i, err := range steps {
 		if err != nil {
@@ -60,8 +65,12 @@ func TestBoltPersistence(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if fi, err := s.Files(ctx, []digest.Digest{f}); err != nil || fi[0].Refs != 2 {
-		t.Errorf("file after reopen = %+v, %v; want 2 refs", fi, err)
+	want := meta.Location{Pack: "p1", Offset: 5, Length: 10}
+	if fi, err := s.Files(ctx, []digest.Digest{f}); err != nil || fi[0].Refs != 2 || fi[0].Location != want {
+		t.Errorf("file after reopen = %+v, %v; want 2 refs at %+v", fi, err, want)
+	}
+	if p, err := s.ListPacks(ctx, "", 10); err != nil || len(p) != 1 || p[0].ID != "p1" || p[0].Size != 100 || p[0].Live != 10 {
+		t.Errorf("ListPacks after reopen = %+v, %v", p, err)
 	}
 	if got, err := s.LayerFiles(ctx, l2); err != nil || len(got) != 1 || got[0] != f {
 		t.Errorf("LayerFiles after reopen = %v %v", got, err)

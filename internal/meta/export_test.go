@@ -1,6 +1,8 @@
 package meta
 
 import (
+	"encoding/binary"
+
 	"github.com/opencontainers/go-digest"
 	bolt "go.etcd.io/bbolt"
 )
@@ -14,5 +16,19 @@ func DropFileEntry(s *Bolt, d digest.Digest) error {
 			return err
 		}
 		return tx.Bucket(bktFiles).Delete(k)
+	})
+}
+
+// PutOldFileEntry writes d's file entry as stores before packs did: refs
+// and flags, no location.
+func PutOldFileEntry(s *Bolt, d digest.Digest, refs int64) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		k, err := keyOf(d)
+		if err != nil {
+			return err
+		}
+		var v [9]byte
+		binary.BigEndian.PutUint64(v[:], uint64(refs))
+		return tx.Bucket(bktFiles).Put(k, v[:])
 	})
 }

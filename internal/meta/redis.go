@@ -63,10 +63,11 @@ var _ Store = (*Redis)(nil)
 type redisKeys struct {
 	prefix              string
 	images, stats       string
-	std                 []string // the KEYS of the file and recipe scripts
+	std                 []string // the KEYS of the file, recipe and pack scripts
 	files, zero, layers string   // std[0:3]
 	recipes             string   // std[3]
 	byState             []string // std[4:8], state 1..4
+	packs, packIDs      string   // std[8:10]
 	popPrefix           string
 }
 
@@ -76,12 +77,14 @@ func newRedisKeys(prefix string) redisKeys {
 		images: prefix + "images", stats: prefix + "stats",
 		files: prefix + "files", zero: prefix + "zero", layers: prefix + "layerfiles",
 		recipes: prefix + "recipes", popPrefix: prefix + "pop:",
+		packs: prefix + "packs", packIDs: prefix + "packids",
 	}
 	k.std = []string{k.files, k.zero, k.layers, k.recipes}
 	for _, st := range States {
 		k.std = append(k.std, prefix+"state:"+strconv.Itoa(int(st)))
 	}
-	k.byState = k.std[4:]
+	k.byState = k.std[4:8:8]
+	k.std = append(k.std, k.packs, k.packIDs)
 	return k
 }
 

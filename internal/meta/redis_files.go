@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/opencontainers/go-digest"
 	"github.com/redis/go-redis/v9"
@@ -190,12 +189,12 @@ func (s *Redis) Files(ctx context.Context, digests []digest.Digest) ([]FileInfo,
 			fi := FileInfo{Digest: digests[len(out)]}
 			if v != nil {
 				str, _ := v.(string)
-				n, err := strconv.ParseInt(str, 10, 64)
+				n, loc, err := parseFileValue(str)
 				if err != nil {
 					return nil, fmt.Errorf("meta: files: entry of %s: %w", fi.Digest, err)
 				}
 				flags := byte(n & 7)
-				fi.Exists, fi.Refs = true, n>>3
+				fi.Exists, fi.Refs, fi.Location = true, n>>3, loc
 				fi.Tombstoned, fi.Missing = flags&flagTombstoned != 0, flags&flagMissing != 0
 			}
 			out = append(out, fi)

@@ -5,18 +5,38 @@ import "github.com/redis/go-redis/v9"
 // The Lua scripts behind every Redis step that reads before it writes: Redis runs a
 // script alone, so each is one atomic step, like a bolt transaction.
 //
-// The file and recipe scripts share one KEYS layout (redisKeys.std):
+// The file, recipe and pack scripts share one KEYS layout (redisKeys.std):
 //
 //	KEYS[1] files       hash: file key -> refs*8 + flags (flagTombstoned 1,
-//	                    flagRevived 2, flagMissing 4, as in bolt_files.go)
+//	                    flagRevived 2, flagMissing 4, as in bolt_files.go), then,
+//	                    for a file in a pack, ":offset:length:pack id" (luaFiles)
 //	KEYS[2] zero        sorted set (all scores 0, so ordered by key bytes): files
 //	                    with no references
 //	KEYS[3] layerfiles  hash: layer key -> its file keys, fileSet.encode
 //	KEYS[4] recipes     hash: layer key -> state byte, recipe
 //	KEYS[5..8]          sorted sets (scores 0) of the layers in states 1..4
+//	KEYS[9]  packs      hash: pack id -> "size:live:changed:tombstoned" (luaPacks)
+//	KEYS[10] packids    sorted set (scores 0) of the pack ids, for ListPacks
 //
 // File and layer keys are keyOf's: 32 raw bytes for sha256, so the index takes
 // half the memory of digest strings and pages in the same order as bolt.
+
+// luaFiles reads and writes file entries. The location is kept as the string
+// the entry holds after its number (locString), which the scripts compare and
+// copy whole; entries written before packs hold only the number.
+const luaFiles = `
+local function file_get(k)
+  local v = redis.call('HGET', KEYS[1], k)
+  if not v then return nil, '' end
+  local i = string.find(v, ':', 1, true)
+  if not i then return tonumber(v), '' end
+  return tonumber(string.sub(v, 1, i - 1)), string.sub(v, i)
+end
+-- %d, not tostring: Lua prints numbers past 1e14 with an exponent.
+local function file_set(k, n, loc)
+  redis.call('HSET', KEYS[1], k, string.format('%d', n) .. loc)
+end
+`
 
 // luaKeysOf parses a layerfiles value: each key after its length as a uvarint.
 const luaKeysOf = `
@@ -53,17 +73,16 @@ end
 // -1 when the layer holds another set, else one code per file of the set:
 // refs*4 + write*2 + revived, where revived is tombstoned or revived-pending
 // (refOf in bolt_files.go) and write adds unknown and Missing.
-var scriptAddLayerRefs = redis.NewScript(luaKeysOf + `
+var scriptAddLayerRefs = redis.NewScript(luaFiles + luaKeysOf + `
 local held = redis.call('HGET', KEYS[3], ARGV[1])
 if held and held ~= ARGV[2] then return -1 end
 local keys = keys_of(ARGV[2])
 local change = (not held) and #keys > 0
 local out = {}
 for j, k in ipairs(keys) do
-  local v = redis.call('HGET', KEYS[1], k)
+  local v, loc = file_get(k)
   local refs, flags = 0, 0
   if v then
-    v = tonumber(v)
     flags = v % 8
     refs = (v - flags) / 8
   end
@@ -75,7 +94,7 @@ for j, k in ipairs(keys) do
     flags = bit.band(flags, 2)
     if v and refs == 0 then redis.call('ZREM', KEYS[2], k) end
     refs = refs + 1
-    redis.call('HSET', KEYS[1], k, refs * 8 + flags)
+    file_set(k, refs * 8 + flags, loc)
   end
   local code = refs * 4
   if write then code = code + 2 end
@@ -89,20 +108,20 @@ return out
 // scriptRelease: ARGV[1] layer key, ARGV[2] "1" to delete the layer's recipe too
 // (ReleaseLayers). It returns {0, zeroed file keys...}, or {1, file key} when a
 // held file has no references: then nothing changed.
-var scriptRelease = redis.NewScript(luaKeysOf + luaDeleteLayer + `
+var scriptRelease = redis.NewScript(luaFiles + luaKeysOf + luaDeleteLayer + `
 local out = {0}
 local held = redis.call('HGET', KEYS[3], ARGV[1])
 if held then
   local keys = keys_of(held)
-  local vals = {}
+  local vals, locs = {}, {}
   for j, k in ipairs(keys) do
-    local v = tonumber(redis.call('HGET', KEYS[1], k) or '0')
-    if v < 8 then return {1, k} end
-    vals[j] = v
+    local v, loc = file_get(k)
+    if not v or v < 8 then return {1, k} end
+    vals[j], locs[j] = v, loc
   end
   for j, k in ipairs(keys) do
     local v = vals[j] - 8
-    redis.call('HSET', KEYS[1], k, v)
+    file_set(k, v, locs[j])
     if v < 8 then
       redis.call('ZADD', KEYS[2], 0, k)
       out[#out + 1] = k
@@ -116,17 +135,16 @@ return out
 
 // scriptTombstone: ARGV file keys. It returns 1 per file tombstoned (or found
 // tombstoned), 0 per file with references or no entry.
-var scriptTombstone = redis.NewScript(`
+var scriptTombstone = redis.NewScript(luaFiles + `
 local out = {}
 for i, k in ipairs(ARGV) do
-  local v = redis.call('HGET', KEYS[1], k)
+  local flags, loc = file_get(k)
   out[i] = 0
-  if v and tonumber(v) < 8 then
+  if flags and flags < 8 then
     out[i] = 1
-    local flags = tonumber(v)
     if bit.band(flags, 1) == 0 then
       -- a fresh tombstone starts a new generation: an earlier revive is settled
-      redis.call('HSET', KEYS[1], k, bit.band(bit.bor(flags, 1), 5))
+      file_set(k, bit.band(bit.bor(flags, 1), 5), loc)
     end
   end
 end
@@ -135,22 +153,23 @@ return out
 
 // scriptDeleteFiles: ARGV[1] "1" for DeleteFiles (settled), "0" for DeleteFile;
 // ARGV[2...] file keys. Per file it returns 0 (deleted, or no entry), 1 (revived:
-// marked Missing) or -1 (not tombstoned, DeleteFile only: unchanged).
-var scriptDeleteFiles = redis.NewScript(`
+// marked Missing) or -1 (not tombstoned, DeleteFile only: unchanged). A deleted
+// entry's location leaves its pack's Live; a revived one keeps it.
+var scriptDeleteFiles = redis.NewScript(luaFiles + luaPacks + `
 local settled = ARGV[1] == '1'
 local out = {}
 for i = 2, #ARGV do
   local k = ARGV[i]
-  local v = redis.call('HGET', KEYS[1], k)
+  local v, loc = file_get(k)
   local r = 0
   if v then
-    v = tonumber(v)
     local flags = v % 8
     if bit.band(flags, 1) ~= 0 then
       redis.call('HDEL', KEYS[1], k)
       redis.call('ZREM', KEYS[2], k)
+      loc_leave(loc)
     elseif settled or bit.band(flags, 2) ~= 0 then
-      redis.call('HSET', KEYS[1], k, v - flags + bit.band(bit.bor(flags, 4), 5))
+      file_set(k, v - flags + bit.band(bit.bor(flags, 4), 5), loc)
       r = 1
     else
       r = -1
@@ -158,6 +177,7 @@ for i = 2, #ARGV do
   end
   out[i - 1] = r
 end
+pack_flush()
 return out
 `)
 
@@ -232,4 +252,5 @@ var allScripts = []*redis.Script{
 	scriptAddLayerRefs, scriptRelease, scriptTombstone, scriptDeleteFiles,
 	scriptPutLayer, scriptSetLayerState, scriptDeleteLayer, scriptRecordPull,
 	scriptTryLease, scriptReleaseLease,
+	scriptBeginPack, scriptPlaceFiles, scriptListPacks, scriptTombstonePack, scriptDeletePack,
 }

@@ -230,6 +230,26 @@ func TestRedisReleaseLayersInconsistent(t *testing.T) {
 	})
 }
 
+func TestRedisOldFileEntries(t *testing.T) {
+	ctx := context.Background()
+	addr := redisAddr(t)
+	prefix := testPrefix(t, addr)
+	s := openRedis(t, addr, prefix)
+	defer s.Close()
+	rc := redis.NewClient(&redis.Options{Addr: addr})
+	defer rc.Close()
+	metatest.OldFileEntries(t, s, func(t *testing.T, d digest.Digest, refs int64) {
+		// Before packs a file's value was refs*8 + flags alone, under its raw hash.
+		raw, err := hex.DecodeString(d.Encoded())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rc.HSet(ctx, prefix+"files", string(raw), refs*8).Err(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // TestOpenRedisRefusesEviction: a server that may evict any key would lose
 // reference counts, so the store refuses it.
 func TestOpenRedisRefusesEviction(t *testing.T) {

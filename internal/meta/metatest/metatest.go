@@ -55,6 +55,17 @@ func Run(t *testing.T, newStore func(t *testing.T) meta.Store) {
 		{"LeaseExpiry", testLeaseExpiry},
 		{"LeaseRace", testLeaseRace},
 		{"LeaseInvalid", testLeaseInvalid},
+		{"PackBegin", testPackBegin},
+		{"PackPlace", testPackPlace},
+		{"PackPlaceFrom", testPackPlaceFrom},
+		{"PackDrop", testPackDrop},
+		{"PackDropBulk", testPackDropBulk},
+		{"PackGone", testPackGone},
+		{"PackTombstone", testPackTombstone},
+		{"PackDelete", testPackDelete},
+		{"PackList", testPackList},
+		{"PackInvalid", testPackInvalid},
+		{"PackConcurrent", testPackConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
