@@ -332,6 +332,8 @@ func printStats(w io.Writer, st *dedup.Stats, asJSON bool) error {
 		st.Layers["intact"], st.Layers["deduplicated"], st.Layers["irreproducible"], st.Layers["pending"])
 	fmt.Fprintf(w, "files              %d unique (%s, stored %s), %d shared\n", st.Files.Unique, humanBytes(st.Files.Bytes),
 		humanBytes(st.Files.StoredBytes), st.Files.Shared)
+	fmt.Fprintf(w, "packs              %d (%s no longer used), %d files stored one object each\n",
+		st.Files.Packs, humanBytes(st.Files.DeadBytes), st.Files.Objects)
 	encs := make([]string, 0, len(st.Encoders))
 	for k := range st.Encoders {
 		encs = append(encs, k)

@@ -151,6 +151,12 @@ type Predictor struct {
 type Statistics struct {
 	*Source
 	summaries
+	packs packLister
+}
+
+// packLister pages through the pack records.
+type packLister interface {
+	ListPacks(ctx context.Context, after string, limit int) ([]meta.PackInfo, error)
 }
 
 type job struct {
@@ -207,6 +213,9 @@ func New(d driver.Driver, store meta.Store, opts Options, log *slog.Logger, m Me
 		w.meta, p.meta = store, store
 	}
 	st := &Statistics{Source: src, summaries: sums}
+	if store != nil {
+		st.packs = store
+	}
 	w.summaries, p.summaries, w.statistics = sums, sums, st
 	return &Engine{Source: src, Worker: w, Predictor: p, Statistics: st}, nil
 }

@@ -21,7 +21,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/cairn-registry/cairn/internal/dedup/layer"
+	"github.com/cairn-registry/cairn/internal/dedup/pack"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/registry"
@@ -368,14 +368,77 @@ func (v *env) wantData(blob []byte) {
 	}
 }
 
-// filePath is the storage path of file payload d.
-func filePath(t testing.TB, d digest.Digest) string {
-	t.Helper()
-	p, err := layer.FilePath(d)
+// stored reports whether file d's bytes are stored: located in a pack
+// whose object exists, or an object of its own (stores before packs).
+func (v *env) stored(d digest.Digest) bool {
+	v.t.Helper()
+	infos, err := v.store.Files(context.Background(), []digest.Digest{d})
 	if err != nil {
-		t.Fatal(err)
+		v.t.Fatal(err)
 	}
-	return p
+	if loc := infos[0].Location; !loc.IsZero() {
+		return v.exists(layout.Pack(loc.Pack))
+	}
+	return v.exists(layout.File(d))
+}
+
+// loseFile makes file d's stored bytes unreadable, as damage or a GC
+// racing a revive would: it is located in a recorded pack whose object
+// was never written.
+func (v *env) loseFile(d digest.Digest) {
+	v.t.Helper()
+	ctx := context.Background()
+	id, err := pack.NewID()
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	if err := v.store.BeginPack(ctx, id); err != nil {
+		v.t.Fatal(err)
+	}
+	placed, err := v.store.PlaceFiles(ctx, id, 1<<20, []meta.Placement{{Digest: d, Offset: 8, Length: 100}})
+	if err != nil || !placed[0] {
+		v.t.Fatalf("placing %s in a lost pack: %v, %v", d, placed, err)
+	}
+}
+
+// replaceFile stores content under file digest d, in a pack of its own:
+// other bytes than d's when content is not d's.
+func (v *env) replaceFile(d digest.Digest, content []byte) {
+	v.t.Helper()
+	ctx := context.Background()
+	w := v.eng.files.NewWriter(0)
+	if err := w.Put(ctx, d, int64(len(content)), bytes.NewReader(content)); err != nil {
+		v.t.Fatal(err)
+	}
+	if err := w.Flush(ctx); err != nil {
+		v.t.Fatal(err)
+	}
+}
+
+// flipFileByte flips one bit in the middle of file d's stored bytes.
+func (v *env) flipFileByte(d digest.Digest) {
+	v.t.Helper()
+	ctx := context.Background()
+	infos, err := v.store.Files(ctx, []digest.Digest{d})
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	loc := infos[0].Location
+	p, mid := layout.Pack(loc.Pack), loc.Offset+loc.Length/2
+	if loc.IsZero() {
+		p, mid = layout.File(d), -1
+	}
+	b, err := v.d.GetContent(ctx, p)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	if mid < 0 {
+		mid = int64(len(b) / 2)
+	}
+	b[mid] ^= 0x01
+	if err := v.d.PutContent(ctx, p, b); err != nil {
+		v.t.Fatal(err)
+	}
 }
 
 // gcMarker writes a fresh GC run marker and returns its path.

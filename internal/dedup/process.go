@@ -237,21 +237,38 @@ func (w *Worker) disassemble(ctx context.Context, l digest.Digest, sum summary) 
 }
 
 // verify rebuilds the blob from stored pieces. A file without a location
-// (a crashed earlier attempt, a racing GC, a file stored before packs) is
-// written again from the blob, into a pack, and the rebuild retried once.
+// (a crashed earlier attempt, a racing GC, a file stored before packs), or
+// located in a pack whose object is gone (damage: GC deletes only packs
+// nothing points into), is written again from the blob, into a pack, and
+// the rebuild retried once.
 func (w *Worker) verify(ctx context.Context, rec *Recipe, open func() io.Reader) error {
 	err := w.rebuild(ctx, rec, io.Discard)
 	if err == nil || !errors.Is(err, driver.ErrNotFound) {
 		return err
 	}
-	files := distinctFiles(&rec.Tar)
-	infos, err := w.meta.Files(ctx, files)
+	infos, err := w.meta.Files(ctx, distinctFiles(&rec.Tar))
 	if err != nil {
 		return err
 	}
 	need := make(map[digest.Digest]bool)
+	packGone := make(map[string]bool)
 	for _, fi := range infos {
-		if fi.Location.IsZero() {
+		p := fi.Location.Pack
+		if p == "" {
+			need[fi.Digest] = true
+			continue
+		}
+		gone, seen := packGone[p]
+		if !seen {
+			// One Stat per pack, and only on this failure path.
+			_, err := w.d.Stat(ctx, layout.Pack(p))
+			if err != nil && !errors.Is(err, driver.ErrNotFound) {
+				return err
+			}
+			gone = err != nil
+			packGone[p] = gone
+		}
+		if gone {
 			need[fi.Digest] = true
 		}
 	}

@@ -69,7 +69,7 @@ func TestProcessModes(t *testing.T) {
 					if fi.Refs != int64(len(layers)) || fi.Missing || fi.Tombstoned {
 						t.Fatalf("shared file %s = %+v, want %d refs", fi.Digest.Encoded()[:12], fi, len(layers))
 					}
-					if !v.exists(filePath(t, fi.Digest)) {
+					if !v.stored(fi.Digest) {
 						t.Fatalf("shared file %s not stored", fi.Digest.Encoded()[:12])
 					}
 				}
@@ -259,9 +259,7 @@ func TestCrashRecovery(t *testing.T) {
 			v.process(d, ModeIndex, outIndexed)
 			files := payloadDigests(l.files)
 			for _, f := range files[:len(files)/2] {
-				if err := v.d.Delete(ctx, filePath(t, f)); err != nil {
-					t.Fatal(err)
-				}
+				v.loseFile(f)
 			}
 			if err := v.d.Delete(ctx, layout.BlobRecipe(d)); err != nil {
 				t.Fatal(err)
@@ -329,7 +327,7 @@ func TestCrashRecovery(t *testing.T) {
 				if fi.Refs != 1 {
 					t.Fatalf("file %s: %d refs, want 1", fi.Digest.Encoded()[:12], fi.Refs)
 				}
-				if !v.exists(filePath(t, fi.Digest)) {
+				if !v.stored(fi.Digest) {
 					t.Fatalf("file %s not stored", fi.Digest.Encoded()[:12])
 				}
 			}
@@ -448,9 +446,7 @@ func TestMissingFileFailsRead(t *testing.T) {
 			d := v.put(l.blob)
 			v.process(d, ModeFull, outDeduplicated)
 			victim := payloadDigests(ownFiles(1))[0]
-			if err := v.d.Delete(ctx, filePath(t, victim)); err != nil {
-				t.Fatal(err)
-			}
+			v.loseFile(victim)
 			for _, off := range []int64{0, int64(len(l.blob)) / 2} {
 				got, err := v.read(d, off)
 				if err == nil {
@@ -485,7 +481,6 @@ func TestCorruptFileNeverServed(t *testing.T) {
 				opts.PreconstructDir, opts.PreconstructSize = t.TempDir(), 64<<20
 			}
 			v := newEnv(t, nil, opts)
-			ctx := context.Background()
 			l := sharedLayers(t)[1]
 			d := v.put(l.blob)
 			v.process(d, ModeFull, outDeduplicated)
@@ -493,9 +488,7 @@ func TestCorruptFileNeverServed(t *testing.T) {
 			bad := append([]byte{}, own...)
 			bad[len(bad)/2] ^= 0xff
 			victim := digest.FromBytes(own)
-			if err := v.d.PutContent(ctx, filePath(t, victim), zstdKlaus(t, bad)); err != nil {
-				t.Fatal(err)
-			}
+			v.replaceFile(victim, bad)
 			got, err := v.read(d, 0)
 			if err == nil {
 				t.Fatalf("read %d bytes without error from a layer with a changed file", len(got))
@@ -553,9 +546,7 @@ func TestRevivedFile(t *testing.T) {
 			v.wantData(l.blob)
 			if tc.gcDeletes {
 				for _, f := range shared {
-					if err := v.d.Delete(ctx, filePath(t, f)); err != nil {
-						t.Fatal(err)
-					}
+					v.loseFile(f)
 					if revived, err := v.store.DropFileEntry(ctx, f); err != nil || !revived {
 						t.Fatalf("DeleteFile = %v, %v; want revived", revived, err)
 					}

@@ -116,13 +116,21 @@ func TestOpenBlobUnknown(t *testing.T) {
 }
 
 // TestRestoreOnly: an engine without a metadata store serves recipes
-// written by another, and ignores pushes and pulls.
+// written by another whose files are objects of their own (a store
+// deduplicated before packs: packs are located through the metadata
+// store), and ignores pushes and pulls.
 func TestRestoreOnly(t *testing.T) {
 	t.Parallel()
 	v := newEnv(t, nil, Options{})
 	l := sharedLayers(t)[2]
 	d := v.put(l.blob)
 	v.process(d, ModeFull, outDeduplicated)
+	for _, f := range l.files {
+		fd := digest.FromBytes(f.body)
+		if err := v.eng.files.Legacy().Put(context.Background(), fd, int64(len(f.body)), bytes.NewReader(f.body)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ro, err := New(v.d, nil, Options{Mode: ModeFull}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -160,20 +168,10 @@ func TestRestoreFailure(t *testing.T) {
 		damage func(v *env, l digest.Digest, file digest.Digest)
 	}{
 		{"missing file", failMissingFile, func(v *env, _, f digest.Digest) {
-			if err := v.d.Delete(ctx, filePath(v.t, f)); err != nil {
-				v.t.Fatal(err)
-			}
+			v.loseFile(f)
 		}},
 		{"corrupt file", failCorruptFile, func(v *env, _, f digest.Digest) {
-			p := filePath(v.t, f)
-			b, err := v.d.GetContent(ctx, p)
-			if err != nil {
-				v.t.Fatal(err)
-			}
-			b[len(b)/2] ^= 0x01
-			if err := v.d.PutContent(ctx, p, b); err != nil {
-				v.t.Fatal(err)
-			}
+			v.flipFileByte(f)
 		}},
 		{"recipe mismatch", failMismatch, func(v *env, l, _ digest.Digest) {
 			// Another gzip header mtime: every byte is rebuilt, but the

@@ -45,6 +45,12 @@ type FileStats struct {
 	// their size in storage.
 	Bytes       int64 `json:"bytes"`
 	StoredBytes int64 `json:"storedBytes"`
+	// Packs is how many packs hold them; DeadBytes how many of the packs'
+	// bytes no file uses any more (GC compacts sparse packs).
+	Packs     int64 `json:"packs"`
+	DeadBytes int64 `json:"deadBytes"`
+	// Objects counts files stored one object each (before packs).
+	Objects int64 `json:"objects"`
 }
 
 // Stats computes the statistics: one pass over the layer states, one read
@@ -53,6 +59,40 @@ type FileStats struct {
 func (sc *Statistics) Stats(ctx context.Context) (*Stats, error) {
 	st, _, err := sc.stats(ctx)
 	return st, err
+}
+
+// packStats adds what the packs (their records) and the per-file objects
+// (one listing) hold.
+func (sc *Statistics) packStats(ctx context.Context, fs *FileStats) error {
+	var after string
+	for {
+		page, err := sc.packs.ListPacks(ctx, after, 1000)
+		if err != nil {
+			return err
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, p := range page {
+			if !p.Tombstoned {
+				fs.Packs++
+				fs.StoredBytes += p.Size
+				fs.DeadBytes += max(p.Size-p.Live, 0)
+			}
+		}
+		after = page[len(page)-1].ID
+	}
+	err := sc.d.Walk(ctx, layout.FilesDir, func(fi driver.FileInfo) error {
+		if !fi.IsDir {
+			fs.Objects++
+			fs.StoredBytes += fi.Size
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, driver.ErrNotFound) {
+		return err
+	}
+	return nil
 }
 
 // stats is Stats, also returning the layers recorded with a recipe whose
@@ -127,14 +167,8 @@ func (sc *Statistics) stats(ctx context.Context) (*Stats, []digest.Digest, error
 			st.Files.Shared++
 		}
 	}
-	err := sc.d.Walk(ctx, layout.FilesDir, func(fi driver.FileInfo) error {
-		if !fi.IsDir {
-			st.Files.Unique++
-			st.Files.StoredBytes += fi.Size
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, driver.ErrNotFound) {
+	st.Files.Unique = int64(len(files))
+	if err := sc.packStats(ctx, &st.Files); err != nil {
 		return nil, nil, err
 	}
 	st.StoredBytes.Files = st.Files.StoredBytes

@@ -55,9 +55,15 @@ func TestStats(t *testing.T) {
 		t.Fatal(err)
 	}
 	var fileBytes, storedFiles int64
-	for d, n := range distinct {
+	for _, n := range distinct {
 		fileBytes += n
-		fi, err := v.d.Stat(ctx, filePath(t, d))
+	}
+	packs, err := v.store.ListPacks(ctx, "", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range packs {
+		fi, err := v.d.Stat(ctx, layout.Pack(p.ID))
 		if err != nil {
 			t.Fatal(err)
 		}

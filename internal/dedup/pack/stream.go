@@ -74,7 +74,7 @@ func plan(files []layer.File, locs map[digest.Digest]meta.Location, maxSpan, max
 		if k := len(spans); k > 0 {
 			sp := spans[k-1]
 			end := sp.off + sp.n
-			if sp.pack == loc.Pack && !sp.large && loc.Offset >= end && loc.Offset-end <= maxGap &&
+			if sp.pack == loc.Pack && !sp.large && f.Size <= smallFile && loc.Offset >= end && loc.Offset-end <= maxGap &&
 				loc.Offset+loc.Length-sp.off <= maxSpan {
 				sp.n = loc.Offset + loc.Length - sp.off
 				of[i] = k - 1
@@ -87,7 +87,7 @@ func plan(files []layer.File, locs map[digest.Digest]meta.Location, maxSpan, max
 	for _, sp := range spans {
 		sp.done = make(chan struct{})
 	}
-	return spans, of
+	return spans, of, keep
 }
 
 // Stream implements layer.Streamer: one metadata call locates every file,
