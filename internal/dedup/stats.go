@@ -61,8 +61,9 @@ func (sc *Statistics) Stats(ctx context.Context) (*Stats, error) {
 	return st, err
 }
 
-// packStats adds what the packs (their records) and the per-file objects
-// (one listing) hold.
+// packStats adds what the packs and the per-file objects hold (one
+// listing of each: a pack is tens of MiB, so its listing is short) and
+// what the pack records count as no longer used.
 func (sc *Statistics) packStats(ctx context.Context, fs *FileStats) error {
 	var after string
 	for {
@@ -75,22 +76,25 @@ func (sc *Statistics) packStats(ctx context.Context, fs *FileStats) error {
 		}
 		for _, p := range page {
 			if !p.Tombstoned {
-				fs.Packs++
-				fs.StoredBytes += p.Size
 				fs.DeadBytes += max(p.Size-p.Live, 0)
 			}
 		}
 		after = page[len(page)-1].ID
 	}
-	err := sc.d.Walk(ctx, layout.FilesDir, func(fi driver.FileInfo) error {
-		if !fi.IsDir {
-			fs.Objects++
-			fs.StoredBytes += fi.Size
+	for _, dir := range []struct {
+		path string
+		n    *int64
+	}{{layout.PacksDir, &fs.Packs}, {layout.FilesDir, &fs.Objects}} {
+		err := sc.d.Walk(ctx, dir.path, func(fi driver.FileInfo) error {
+			if !fi.IsDir {
+				*dir.n++
+				fs.StoredBytes += fi.Size
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, driver.ErrNotFound) {
+			return err
 		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, driver.ErrNotFound) {
-		return err
 	}
 	return nil
 }

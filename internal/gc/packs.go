@@ -34,7 +34,8 @@ type PackReport struct {
 	Packs int64 `json:"packs"` // records seen
 	// Deleted packs had no live file left for the delay; Orphans are
 	// objects without a record (a writer stopped before recording its
-	// files), older than the delay. BytesFreed is both's size.
+	// files), older than the delay. BytesFreed is their size (a deleted
+	// pack's as recorded: without its index).
 	Deleted    int64 `json:"deleted"`
 	Orphans    int64 `json:"orphans"`
 	BytesFreed int64 `json:"bytes_freed"`

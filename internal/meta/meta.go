@@ -76,8 +76,8 @@ var (
 	// ErrPackGone: PlaceFiles into a pack that is not recorded or is
 	// tombstoned (GC is deleting it).
 	ErrPackGone = errors.New("meta: pack is not recorded or is being deleted")
-	// ErrInvalidPack: an empty or too long pack id, or a placement with a
-	// negative offset or a length <= 0.
+	// ErrInvalidPack: an empty or too long pack id, a negative size, or a
+	// placement with a negative offset or a length <= 0.
 	ErrInvalidPack = errors.New("meta: invalid pack or placement")
 )
 
@@ -135,8 +135,11 @@ type Placement struct {
 
 // PackInfo is the record of one pack.
 type PackInfo struct {
-	ID   string
-	Size int64 // the object's size; 0 until PlaceFiles
+	ID string
+	// Size is the bytes the pack's files can occupy: its object up to its
+	// own index (0 until PlaceFiles), so that Live/Size is the share of
+	// them still used.
+	Size int64
 	// Live is the sum of the Lengths of the files located in the pack.
 	Live int64
 	// Changed is when the pack was begun or its Live last fell, in the

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
@@ -15,24 +16,33 @@ import (
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
-// ReadIndex returns the entries of pack id, whose object is size bytes
-// long: two ranged reads (the footer, then the index).
-func (s *Store) ReadIndex(ctx context.Context, id string, size int64) ([]Entry, error) {
-	if size < int64(len(header))+footerSize {
-		return nil, fmt.Errorf("pack %s: %w: %d bytes", id, ErrFormat, size)
+// ReadIndex returns the entries of pack id whose index begins at dataEnd
+// (the record's Size): one ranged read of the rest of the object.
+func (s *Store) ReadIndex(ctx context.Context, id string, dataEnd int64) ([]Entry, error) {
+	if dataEnd < int64(len(header)) {
+		return nil, fmt.Errorf("pack %s: %w: index at %d", id, ErrFormat, dataEnd)
 	}
-	ft, err := s.readRange(ctx, id, size-footerSize, footerSize)
+	rc, err := s.d.ReadRange(ctx, layout.Pack(id), dataEnd, maxIndex+footerSize+1)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pack: read %s: %w", id, err)
 	}
-	off, n, sum, err := parseFooter(ft, size)
+	tail, err := io.ReadAll(io.LimitReader(rc, maxIndex+footerSize+1))
+	rc.Close()
+	if err != nil {
+		return nil, fmt.Errorf("pack: read %s: %w", id, err)
+	}
+	if len(tail) < footerSize {
+		return nil, fmt.Errorf("pack %s: %w: no footer", id, ErrFormat)
+	}
+	size := dataEnd + int64(len(tail))
+	off, _, sum, err := parseFooter(tail[len(tail)-footerSize:], size)
 	if err != nil {
 		return nil, fmt.Errorf("pack %s: %w", id, err)
 	}
-	b, err := s.readRange(ctx, id, off, n)
-	if err != nil {
-		return nil, err
+	if off != dataEnd {
+		return nil, fmt.Errorf("pack %s: %w: index at %d, recorded %d", id, ErrFormat, off, dataEnd)
 	}
+	b := tail[:len(tail)-footerSize]
 	if crc32Sum(b) != sum {
 		return nil, fmt.Errorf("pack %s: %w: index checksum", id, ErrFormat)
 	}

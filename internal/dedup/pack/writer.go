@@ -184,7 +184,10 @@ func (w *Writer) Flush(ctx context.Context) error {
 		return fmt.Errorf("pack: write %s: %w", id, err)
 	}
 	err = w.fw.Close()
-	size := w.out.N
+	// The record's size is where the index begins: Live compares with the
+	// bytes files can occupy, so that a small pack's index never reads as
+	// dead space (and is never compacted for it).
+	size := off
 	w.fw, w.out = nil, nil
 	if err != nil {
 		return fmt.Errorf("pack: write %s: %w", id, err)
