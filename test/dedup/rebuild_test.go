@@ -3,7 +3,9 @@ package dedup
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -11,22 +13,47 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-registry/cairn/internal/dedup/pack"
+	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 )
 
-// filePath is the file store path under root of the unique file with
-// content body.
-func filePath(root string, body []byte) string {
-	hexs := strings.TrimPrefix(digestOf(body), "sha256:")
-	return filepath.Join(root, "docker/registry/v2/cairn/files/sha256", hexs[:2], hexs)
+// packsUnder lists the pack objects under root by id, with their sizes.
+func packsUnder(t *testing.T, root string) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	filepath.WalkDir(filepath.Join(root, "docker/registry/v2/cairn/packs"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if fi, err := d.Info(); err == nil {
+				out[d.Name()] = fi.Size()
+			}
+		}
+		return nil
+	})
+	return out
+}
+
+// packIndex reads the index of pack id under root from the object alone.
+func packIndex(t *testing.T, root, id string, size int64) []pack.Entry {
+	t.Helper()
+	d, err := filesystem.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, _, err := pack.ObjectIndex(context.Background(), d, id, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return entries
 }
 
 // TestRebuildFailureReported: one deduplicated layer has a unique file
-// corrupted on disk (a byte flipped), another has one deleted. A GET of
-// either never yields a complete body, the server logs an ERROR line
-// naming the layer and the file, and cairn_dedup_rebuild_failures_total
-// counts it by reason. (Before, such a pull was logged as status=200 with
-// short bytes_out and nothing at ERROR.)
+// corrupted on disk (a byte flipped in its pack), another lost the pack
+// its own files are in. A GET of either never yields a complete body, the
+// server logs an ERROR line naming the layer and the file, and
+// cairn_dedup_rebuild_failures_total counts it by reason. (Before, such a
+// pull was logged as status=200 with short bytes_out and nothing at
+// ERROR.)
 func TestRebuildFailureReported(t *testing.T) {
 	const corruptV, missingV = 70, 71
 	layers := []testLayer{
@@ -35,26 +62,47 @@ func TestRebuildFailureReported(t *testing.T) {
 	}
 	cfg, debug := writeConfig(t, "full", "")
 	srv := cairnproc.Start(t, "", "--config", cfg)
-	push(t, srv, "broken/img", layers)
-	waitState(t, srv.Root, layers, false)
+	// One layer after the other, so that the second one's pack holds
+	// only files of its own (the shared ones are in the first one's).
+	push(t, srv, "broken/img", layers[:1])
+	waitState(t, srv.Root, layers[:1], false)
+	first := packsUnder(t, srv.Root)
+	push(t, srv, "broken/img", layers[1:])
+	waitState(t, srv.Root, layers[1:], false)
 
-	corruptFile, missingFile := ownBody(corruptV, 0), ownBody(missingV, 1)
-	p := filePath(srv.Root, corruptFile)
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
+	corruptFile := digestOf(ownBody(corruptV, 0))
+	var missingFile string
+	for id, size := range packsUnder(t, srv.Root) {
+		entries := packIndex(t, srv.Root, id, size)
+		p := filepath.Join(srv.Root, "docker/registry/v2/cairn/packs", id[:2], id)
+		if _, old := first[id]; !old {
+			// The missing layer's first own file is its pack's first.
+			missingFile = string(entries[0].Digest)
+			if err := os.Remove(p); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		for _, e := range entries {
+			if string(e.Digest) == corruptFile {
+				b, err := os.ReadFile(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b[e.Offset+e.Length/2] ^= 0x01
+				if err := os.WriteFile(p, b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
 	}
-	b[len(b)/2] ^= 0x01
-	if err := os.WriteFile(p, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Remove(filePath(srv.Root, missingFile)); err != nil {
-		t.Fatal(err)
+	if missingFile == "" {
+		t.Fatal("the second layer wrote no pack")
 	}
 
 	for _, tc := range []struct {
 		layer  testLayer
-		file   []byte
+		file   string
 		reason string
 	}{
 		{layers[0], corruptFile, "corrupt_file"},
@@ -76,7 +124,7 @@ func TestRebuildFailureReported(t *testing.T) {
 			t.Fatalf("%s: %s = %v, want 1", tc.layer.name, series, got)
 		}
 		// The log reaches us through a pipe: wait for it.
-		want := []string{"level=ERROR", "layer=" + dg, "file=" + digestOf(tc.file), "reason=" + tc.reason}
+		want := []string{"level=ERROR", "layer=" + dg, "file=" + tc.file, "reason=" + tc.reason}
 		waitFor(t, 100*time.Millisecond, func() string {
 			for _, line := range strings.Split(srv.Logs(), "\n") {
 				if containsAll(line, want) {

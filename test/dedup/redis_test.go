@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -56,13 +55,16 @@ storage:
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	before := countFiles(t, root)
-	out, err := exec.Command(cairnproc.Binary(t), "gc", "--config", cfg, "--root", root, "--delay", "0s", "--delete-untagged", "--quiet").CombinedOutput()
-	if err != nil {
-		t.Fatalf("cairn gc beside two nodes: %v\n%s", err, out)
+	before := storedFileBytes(t, root)
+	gcArgs := []string{"--config", cfg, "--root", root, "--delay", "0s", "--delete-untagged"}
+	if rep := runGC(t, gcArgs...); rep.Deleted.DedupFiles == 0 {
+		t.Fatalf("gc beside two nodes released no unique files: %+v", rep)
 	}
-	if after := countFiles(t, root); after >= before {
-		t.Fatalf("gc deleted no unique files (%d before, %d after)", before, after)
+	if rep := runGC(t, gcArgs...); rep.Packs.Deleted+rep.Packs.Compacted == 0 {
+		t.Fatalf("second gc beside two nodes freed no pack: %+v", rep.Packs)
+	}
+	if after := storedFileBytes(t, root); after >= before {
+		t.Fatalf("file store %d bytes before gc, %d after", before, after)
 	}
 	pullAll(t, a, "nodes/keep", keep)
 	pullAll(t, b, "nodes/keep", keep)

@@ -22,49 +22,89 @@ func (s *Store) ReadIndex(ctx context.Context, id string, dataEnd int64) ([]Entr
 	if dataEnd < int64(len(header)) {
 		return nil, fmt.Errorf("pack %s: %w: index at %d", id, ErrFormat, dataEnd)
 	}
-	rc, err := s.d.ReadRange(ctx, layout.Pack(id), dataEnd, maxIndex+footerSize+1)
+	tail, err := readTail(ctx, s.d, id, dataEnd, maxIndex+footerSize+1)
+	if err != nil {
+		return nil, err
+	}
+	entries, off, err := parseTail(id, tail, dataEnd+int64(len(tail)))
+	if err == nil && off != dataEnd {
+		err = fmt.Errorf("pack %s: %w: index at %d, recorded %d", id, ErrFormat, off, dataEnd)
+	}
+	return entries, err
+}
+
+// ObjectIndex returns the entries of the pack object id of size bytes (as a
+// listing found it) and where its index begins, from the object alone: two
+// ranged reads, the footer and then the index. Scrub and tests read packs
+// this way, without the metadata store.
+func ObjectIndex(ctx context.Context, d driver.Driver, id string, size int64) ([]Entry, int64, error) {
+	if size < int64(len(header))+footerSize {
+		return nil, 0, fmt.Errorf("pack %s: %w: %d bytes", id, ErrFormat, size)
+	}
+	ft, err := readTail(ctx, d, id, size-footerSize, footerSize)
+	if err != nil {
+		return nil, 0, err
+	}
+	off, _, _, err := parseFooter(ft, size)
+	if err != nil {
+		return nil, 0, fmt.Errorf("pack %s: %w", id, err)
+	}
+	tail, err := readTail(ctx, d, id, off, size-off)
+	if err != nil {
+		return nil, 0, err
+	}
+	entries, _, err := parseTail(id, tail, size)
+	return entries, off, err
+}
+
+// readTail reads up to n bytes of pack id from off.
+func readTail(ctx context.Context, d driver.Driver, id string, off, n int64) ([]byte, error) {
+	rc, err := d.ReadRange(ctx, layout.Pack(id), off, n)
 	if err != nil {
 		return nil, fmt.Errorf("pack: read %s: %w", id, err)
 	}
-	tail, err := io.ReadAll(io.LimitReader(rc, maxIndex+footerSize+1))
-	rc.Close()
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, n))
 	if err != nil {
 		return nil, fmt.Errorf("pack: read %s: %w", id, err)
 	}
+	return b, nil
+}
+
+// parseTail decodes the index and footer that end a pack of size bytes
+// (tail: its bytes from the index on) and returns the entries and where
+// the index begins.
+func parseTail(id string, tail []byte, size int64) ([]Entry, int64, error) {
 	if len(tail) < footerSize {
-		return nil, fmt.Errorf("pack %s: %w: no footer", id, ErrFormat)
+		return nil, 0, fmt.Errorf("pack %s: %w: no footer", id, ErrFormat)
 	}
-	size := dataEnd + int64(len(tail))
-	off, _, sum, err := parseFooter(tail[len(tail)-footerSize:], size)
+	off, n, sum, err := parseFooter(tail[len(tail)-footerSize:], size)
 	if err != nil {
-		return nil, fmt.Errorf("pack %s: %w", id, err)
+		return nil, 0, fmt.Errorf("pack %s: %w", id, err)
 	}
-	if off != dataEnd {
-		return nil, fmt.Errorf("pack %s: %w: index at %d, recorded %d", id, ErrFormat, off, dataEnd)
-	}
-	b := tail[:len(tail)-footerSize]
+	b := tail[len(tail)-footerSize-int(n) : len(tail)-footerSize]
 	if crc32Sum(b) != sum {
-		return nil, fmt.Errorf("pack %s: %w: index checksum", id, ErrFormat)
+		return nil, 0, fmt.Errorf("pack %s: %w: index checksum", id, ErrFormat)
 	}
 	dec, err := zstd.NewReader(nil, zstd.WithDecoderMaxMemory(maxIndex*4), zstd.WithDecoderConcurrency(1))
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer dec.Close()
 	raw, err := dec.DecodeAll(b, nil)
 	if err != nil {
-		return nil, fmt.Errorf("pack %s: %w: index: %w", id, ErrFormat, err)
+		return nil, 0, fmt.Errorf("pack %s: %w: index: %w", id, ErrFormat, err)
 	}
 	entries, err := decodeIndex(raw)
 	if err != nil {
-		return nil, fmt.Errorf("pack %s: %w", id, err)
+		return nil, 0, fmt.Errorf("pack %s: %w", id, err)
 	}
 	for _, e := range entries {
 		if e.Offset+e.Length > off {
-			return nil, fmt.Errorf("pack %s: %w: entry %s past the index", id, ErrFormat, e.Digest)
+			return nil, 0, fmt.Errorf("pack %s: %w: entry %s past the index", id, ErrFormat, e.Digest)
 		}
 	}
-	return entries, nil
+	return entries, off, nil
 }
 
 // Compaction is what Compact did.

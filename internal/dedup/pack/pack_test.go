@@ -297,6 +297,18 @@ func TestIndexRebuildsLocations(t *testing.T) {
 	if _, err := e.store.ReadIndex(ctx, packs[0].ID, packs[0].Size-1); !errors.Is(err, ErrFormat) {
 		t.Fatalf("index of a cut pack: %v", err)
 	}
+	// From the object alone, as scrub reads it.
+	fi, err := e.d.Stat(ctx, layout.Pack(packs[0].ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, dataEnd, err := ObjectIndex(ctx, e.d, packs[0].ID, fi.Size)
+	if err != nil || dataEnd != packs[0].Size || !slices.Equal(again, entries) {
+		t.Fatalf("ObjectIndex: %d entries, index at %d, %v; want %d at %d", len(again), dataEnd, err, len(entries), packs[0].Size)
+	}
+	if _, _, err := ObjectIndex(ctx, e.d, packs[0].ID, fi.Size-1); !errors.Is(err, ErrFormat) {
+		t.Fatalf("ObjectIndex with a wrong size: %v", err)
+	}
 }
 
 // TestCompact: the live files of sparse packs move into one new pack,
