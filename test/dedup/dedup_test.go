@@ -154,35 +154,43 @@ func waitFor(t *testing.T, interval time.Duration, pending func() string) {
 // pullAll pulls repo:v1 with ggcr and checks every layer's bytes.
 func pullAll(t *testing.T, srv *cairnproc.Server, repo string, layers []testLayer) {
 	t.Helper()
+	if err := pullErr(srv, repo, layers); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pullErr is pullAll for goroutines other than the test's.
+func pullErr(srv *cairnproc.Server, repo string, layers []testLayer) error {
 	ref, err := name.ParseReference(srv.Addr+"/"+repo+":v1", name.Insecure)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	img, err := remote.Image(ref)
 	if err != nil {
-		t.Fatalf("pull %s: %v", repo, err)
+		return fmt.Errorf("pull %s: %w", repo, err)
 	}
 	got, err := img.Layers()
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	if len(got) != len(layers) {
-		t.Fatalf("pulled %d layers, pushed %d", len(got), len(layers))
+		return fmt.Errorf("pull %s: %d layers, pushed %d", repo, len(got), len(layers))
 	}
 	for i, l := range got {
 		rc, err := l.Compressed()
 		if err != nil {
-			t.Fatalf("%s: %v", layers[i].name, err)
+			return fmt.Errorf("%s: %w", layers[i].name, err)
 		}
 		b, err := io.ReadAll(rc)
 		rc.Close()
 		if err != nil {
-			t.Fatalf("%s: read: %v", layers[i].name, err)
+			return fmt.Errorf("%s: read: %w", layers[i].name, err)
 		}
 		if !bytes.Equal(b, layers[i].blob) {
-			t.Fatalf("%s: pulled %d bytes (%s), pushed %d (%s)", layers[i].name, len(b), digestOf(b), len(layers[i].blob), digestOf(layers[i].blob))
+			return fmt.Errorf("%s: pulled %d bytes (%s), pushed %d (%s)", layers[i].name, len(b), digestOf(b), len(layers[i].blob), digestOf(layers[i].blob))
 		}
 	}
+	return nil
 }
 
 // stats runs `cairn dedup stats --json` (through the running server's

@@ -1,0 +1,223 @@
+package dedup
+
+import (
+	"archive/tar"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/objstore"
+)
+
+// redisConfig writes a config of two nodes' worth: mode full, metadata in
+// Redis under a fresh prefix, and extra lines under storage.dedup.
+func redisConfig(t *testing.T, extra string) string {
+	t.Helper()
+	addr := objstore.Need(t, "CAIRN_TEST_REDIS_ADDR")[0]
+	prefix := objstore.RandomName("cairn-test-") + ":"
+	cfg := filepath.Join(t.TempDir(), "config.yml")
+	yml := fmt.Sprintf(`version: 0.1
+log: {level: debug}
+storage:
+  filesystem: {rootdirectory: /unused}
+  dedup:
+    mode: full
+    workers: 2
+    metadata: {redis: {addr: %q, prefix: %q}}
+    %s
+`, addr, prefix, extra)
+	if err := os.WriteFile(cfg, []byte(yml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// deleteTag deletes repo:v1.
+func deleteTag(t *testing.T, srv *cairnproc.Server, repo string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodDelete, srv.URL+"/v2/"+repo+"/manifests/v1", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("DELETE %s:v1: %d", repo, resp.StatusCode)
+	}
+}
+
+// load pushes new images to one node and pulls kept ones from both, byte
+// for byte, until stopped; it returns the images it pushed and the first
+// failure.
+type load struct {
+	stop   chan struct{}
+	done   sync.WaitGroup
+	mu     sync.Mutex
+	err    error
+	pushed map[string][]testLayer
+}
+
+func startLoad(t *testing.T, nodes []*cairnproc.Server, kept map[string][]testLayer) *load {
+	l := &load{stop: make(chan struct{}), pushed: map[string][]testLayer{}}
+	l.done.Add(1)
+	go func() {
+		defer l.done.Done()
+		for n := 0; ; n++ {
+			select {
+			case <-l.stop:
+				return
+			default:
+			}
+			repo := fmt.Sprintf("load/new%d", n)
+			layers := []testLayer{{name: repo, mediaType: mtGzip, blob: gzipStd(t, featureTar(t, 300+n, tar.FormatPAX), 6)}}
+			err := pushErr(nodes[n%2], repo, layers)
+			if err == nil {
+				l.mu.Lock()
+				l.pushed[repo] = layers
+				l.mu.Unlock()
+			}
+			for repo, layers := range kept {
+				if err != nil {
+					break
+				}
+				err = pullErr(nodes[(n+1)%2], repo, layers)
+			}
+			if err != nil {
+				l.mu.Lock()
+				l.err = err
+				l.mu.Unlock()
+				return
+			}
+		}
+	}()
+	return l
+}
+
+func (l *load) finish(t *testing.T) map[string][]testLayer {
+	t.Helper()
+	close(l.stop)
+	l.done.Wait()
+	if l.err != nil {
+		t.Fatalf("pushes and pulls during GC: %v", l.err)
+	}
+	return l.pushed
+}
+
+// TestCompactionUnderLoad (issue 11): two nodes on Redis metadata hold
+// deduplicated images; half are deleted, and `cairn gc` runs twice while
+// both nodes take pushes and serve pulls. Packs left sparse are compacted,
+// empty ones deleted, space comes back, and every remaining image pulls
+// byte-exact from either node. Then `cairn gc` is killed (-9) while it
+// compacts, and two more runs finish the job.
+func TestCompactionUnderLoad(t *testing.T) {
+	cfg := redisConfig(t, "packs: {compactbelow: 0.9}")
+	root := t.TempDir()
+	a := cairnproc.Start(t, root, "--config", cfg)
+	b := cairnproc.Start(t, root, "--config", cfg)
+	nodes := []*cairnproc.Server{a, b}
+	images := map[string][]testLayer{}
+	var all []testLayer
+	for i, l := range allLayers(t)[:12] {
+		repo := fmt.Sprintf("load/img%d", i)
+		images[repo] = []testLayer{l}
+		all = append(all, l)
+		push(t, nodes[i%2], repo, images[repo])
+	}
+	waitState(t, root, all, false)
+	before := storedFileBytes(t, root)
+
+	kept := map[string][]testLayer{}
+	for i := range 12 {
+		repo := fmt.Sprintf("load/img%d", i)
+		if i%2 == 0 {
+			deleteTag(t, b, repo)
+		} else {
+			kept[repo] = images[repo]
+		}
+	}
+	gcArgs := []string{"--config", cfg, "--root", root, "--delay", "0s", "--delete-untagged"}
+	ld := startLoad(t, nodes, kept)
+	first := runGC(t, gcArgs...)
+	second := runGC(t, gcArgs...)
+	pushed := ld.finish(t)
+	t.Logf("under load: first gc %+v / %+v, second %+v; %d images pushed meanwhile", first.Deleted, first.Packs, second.Packs, len(pushed))
+	if first.Deleted.DedupFiles == 0 || first.Packs.Compacted+second.Packs.Compacted == 0 || second.Packs.Deleted == 0 {
+		t.Fatalf("gc under load compacted or deleted nothing: first %+v, second %+v", first.Packs, second.Packs)
+	}
+	if after := storedFileBytes(t, root); after >= before {
+		t.Fatalf("file store: %d bytes before, %d after; want space back", before, after)
+	}
+	for repo, layers := range kept {
+		pullAll(t, a, repo, layers)
+		pullAll(t, b, repo, layers)
+	}
+	for repo, layers := range pushed {
+		pullAll(t, a, repo, layers)
+		kept[repo] = layers
+	}
+
+	// Delete half of what is left, then kill a run as it writes its first
+	// new pack (compaction), and run again.
+	n := 0
+	for repo := range kept {
+		if n++; n%2 == 0 {
+			deleteTag(t, a, repo)
+			delete(kept, repo)
+		}
+	}
+	var leftovers []testLayer
+	for _, layers := range kept {
+		leftovers = append(leftovers, layers...)
+	}
+	waitState(t, root, leftovers, false)
+	killed := killGCWhileCompacting(t, root, gcArgs)
+	third := runGC(t, gcArgs...)
+	fourth := runGC(t, gcArgs...)
+	t.Logf("after a kill -9 (%s): gc %+v, then %+v", killed, third.Packs, fourth.Packs)
+	for repo, layers := range kept {
+		pullAll(t, a, repo, layers)
+		pullAll(t, b, repo, layers)
+	}
+	// The emptied packs are gone; what is stored is live or young.
+	if rep := runGC(t, gcArgs...); rep.Packs.Compacted != 0 {
+		t.Fatalf("a fifth run still found sparse packs: %+v", rep.Packs)
+	}
+}
+
+// killGCWhileCompacting starts `cairn gc` and kills it (-9) as soon as a
+// new pack object appears (a compaction writing), or lets it finish when
+// none does; it says which happened.
+func killGCWhileCompacting(t *testing.T, root string, gcArgs []string) string {
+	t.Helper()
+	old := packsUnder(t, root)
+	cmd := exec.Command(cairnproc.Binary(t), append([]string{"gc", "--quiet"}, gcArgs...)...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	for {
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Fatalf("cairn gc: %v", err)
+			}
+			return "the run ended before it wrote a pack"
+		default:
+		}
+		for id := range packsUnder(t, root) {
+			if _, seen := old[id]; !seen {
+				cmd.Process.Kill()
+				<-exited
+				return "killed while writing pack " + id
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
