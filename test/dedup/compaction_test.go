@@ -2,11 +2,13 @@ package dedup
 
 import (
 	"archive/tar"
+	"bytes"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -162,24 +164,39 @@ func TestCompactionUnderLoad(t *testing.T) {
 		kept[repo] = layers
 	}
 
-	// Delete half of what is left, then kill a run as it writes its first
-	// new pack (compaction), and run again.
-	n := 0
-	for repo := range kept {
-		if n++; n%2 == 0 {
-			deleteTag(t, a, repo)
-			delete(kept, repo)
+	// Images whose packs end up sparse: each P holds six large files of
+	// its own, each Q two of P's. Deleting every P leaves each P's pack a
+	// third live; a run is killed as it writes its first new pack
+	// (compaction), and two more runs finish.
+	var ps []string
+	for k := range 6 {
+		var bodies [][]byte
+		for i := range 6 {
+			bodies = append(bodies, content(uint64(5000+10*k+i), 1_500_000))
 		}
+		p, q := fmt.Sprintf("load/p%d", k), fmt.Sprintf("load/q%d", k)
+		pl := []testLayer{{name: p, mediaType: mtGzip, blob: gzipStd(t, tarOf(t, bodies), 1)}}
+		push(t, a, p, pl)
+		waitState(t, root, pl, false)
+		kept[q] = []testLayer{{name: q, mediaType: mtGzip, blob: gzipStd(t, tarOf(t, bodies[:2]), 1)}}
+		push(t, b, q, kept[q])
+		ps = append(ps, p)
 	}
 	var leftovers []testLayer
 	for _, layers := range kept {
 		leftovers = append(leftovers, layers...)
 	}
 	waitState(t, root, leftovers, false)
+	for _, p := range ps {
+		deleteTag(t, a, p)
+	}
 	killed := killGCWhileCompacting(t, root, gcArgs)
 	third := runGC(t, gcArgs...)
 	fourth := runGC(t, gcArgs...)
 	t.Logf("after a kill -9 (%s): gc %+v, then %+v", killed, third.Packs, fourth.Packs)
+	if third.Packs.Compacted+fourth.Packs.Compacted == 0 && !strings.HasPrefix(killed, "killed") {
+		t.Fatalf("no run compacted the sparse packs: %+v, %+v", third.Packs, fourth.Packs)
+	}
 	for repo, layers := range kept {
 		pullAll(t, a, repo, layers)
 		pullAll(t, b, repo, layers)
@@ -188,6 +205,24 @@ func TestCompactionUnderLoad(t *testing.T) {
 	if rep := runGC(t, gcArgs...); rep.Packs.Compacted != 0 {
 		t.Fatalf("a fifth run still found sparse packs: %+v", rep.Packs)
 	}
+}
+
+// tarOf is a tar of the bodies as files, in order.
+func tarOf(t *testing.T, bodies [][]byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for i, b := range bodies {
+		h := &tar.Header{Typeflag: tar.TypeReg, Name: fmt.Sprintf("data/%d.bin", i), Mode: 0o644, Size: int64(len(b)), ModTime: time.Unix(1700000000, 0)}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write(b)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }
 
 // killGCWhileCompacting starts `cairn gc` and kills it (-9) as soon as a
