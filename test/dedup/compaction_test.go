@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,6 +59,7 @@ func deleteTag(t *testing.T, srv *cairnproc.Server, repo string) {
 // for byte, until stopped; it returns the images it pushed and the first
 // failure.
 type load struct {
+	rounds atomic.Int64
 	stop   chan struct{}
 	done   sync.WaitGroup
 	mu     sync.Mutex
@@ -96,19 +98,31 @@ func startLoad(t *testing.T, nodes []*cairnproc.Server, kept map[string][]testLa
 				l.mu.Unlock()
 				return
 			}
+			l.rounds.Add(1)
 		}
 	}()
 	return l
 }
 
+// finish stops the load after at least three rounds (a push and the
+// pulls each) and checks it saw no failure.
 func (l *load) finish(t *testing.T) map[string][]testLayer {
 	t.Helper()
+	for l.rounds.Load() < 3 && l.failed() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
 	close(l.stop)
 	l.done.Wait()
 	if l.err != nil {
 		t.Fatalf("pushes and pulls during GC: %v", l.err)
 	}
 	return l.pushed
+}
+
+func (l *load) failed() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
 }
 
 // TestCompactionUnderLoad (issue 11): two nodes on Redis metadata hold
