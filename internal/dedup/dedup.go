@@ -7,18 +7,21 @@
 // Statistics reports what dedup saves. Engine wires them together; its
 // background work runs as tasks on a task.Runner.
 //
-// Storage holds the truth: unique files under cairn/files, and each
-// processed layer's recipe at blobs/<alg>/<xx>/<hex>/recipe, beside the
-// intact data (modes index and selective-hot) or instead of it (full,
-// selective-cold). Serving needs nothing else, so the metadata store (file
-// reference counts, layer states, pull maps) can be rebuilt from storage.
+// Storage holds the content: unique files in packs (package pack; before
+// packs, one object each under cairn/files), and each processed layer's
+// recipe at blobs/<alg>/<xx>/<hex>/recipe, beside the intact data (modes
+// index and selective-hot) or instead of it (full, selective-cold). The
+// metadata store (file reference counts and locations, pack records, layer
+// states, pull maps) says where each file is; every pack carries its own
+// index and every recipe its files, so it can be rebuilt from storage.
 //
 // Crash safety, in processing order (process.go): state pending → file
-// references taken per layer (idempotent) → missing files written → recipe
-// verified by a full rebuild from stored pieces → recipe file written →
-// state recorded → only then the intact data deleted. A crash at any step
-// leaves the layer served by whatever is still complete: the intact data, or
-// a verified recipe.
+// references taken per layer (idempotent) → missing files written into
+// packs, located only once their pack is complete → recipe verified by a
+// full rebuild from stored pieces → recipe file written → state recorded
+// → only then the intact data deleted. A crash at any step leaves the
+// layer served by whatever is still complete: the intact data, or a
+// verified recipe.
 package dedup
 
 import (
