@@ -30,7 +30,7 @@ type Options struct {
 	// PackSize is the size a pack is ended at. Default 32 MiB.
 	PackSize int64
 	// MaxSpan bounds one coalesced read, and so what one read ahead holds
-	// in memory. Default 8 MiB.
+	// in memory. Default 4 MiB.
 	MaxSpan int64
 	// MaxGap is the largest run of unneeded bytes read through to join two
 	// files into one read. Default 256 KiB: on an object store a request
@@ -43,7 +43,7 @@ type Options struct {
 // Defaults of Options.
 const (
 	DefaultPackSize = 32 << 20
-	DefaultMaxSpan  = 8 << 20
+	DefaultMaxSpan  = 4 << 20
 	DefaultMaxGap   = 256 << 10
 	DefaultInflight = 4
 )
