@@ -175,6 +175,14 @@ func writeGCSummary(w io.Writer, r *gc.Report, completed bool) {
 		fmt.Fprintf(w, "  dedup:   %d recipes, %d unique files %s; %d re-referenced (kept), %d revived, %d left for a later run (%d resumed)\n",
 			d.Recipes, d.DedupFiles, verb, r.Dedup.Rereferenced, r.Dedup.Revived, r.Dedup.Left, r.Dedup.Resumed)
 	}
+	if p := r.Packs; p != nil {
+		fmt.Fprintf(w, "  packs:   %d seen, %d empty and %d orphaned %s (%s); %d compacted (%d files, %s moved)",
+			p.Packs, p.Deleted, p.Orphans, verb, humanBytes(p.BytesFreed), p.Compacted, p.FilesMoved, humanBytes(p.BytesMoved))
+		if p.CompactErrors > 0 {
+			fmt.Fprintf(w, ", %d could not be compacted", p.CompactErrors)
+		}
+		fmt.Fprintln(w)
+	}
 	if d.TmpFiles > 0 {
 		fmt.Fprintf(w, "  tmp:     %d leftovers of interrupted dedup writes %s\n", d.TmpFiles, verb)
 	}
