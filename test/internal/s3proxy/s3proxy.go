@@ -259,6 +259,11 @@ func Start(target string, delay time.Duration) (*Proxy, error) {
 		// Stream bodies as they come rather than in the proxy's buffer:
 		// a restore's first byte is part of what is measured.
 		FlushInterval: -1,
+		// A client that stops reading (a restore cancelled, a reader closed
+		// early) is ordinary here: answer 502 without the default log line.
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			w.WriteHeader(http.StatusBadGateway)
+		},
 	}
 	p.srv = &http.Server{
 		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { p.serve(rp, w, r) }),
