@@ -139,6 +139,20 @@ func (d *Dataset) LogicalBytes() int64 {
 	return n
 }
 
+// RepoOf names, for each distinct layer, the repository of the first
+// image holding it: where a client GETs the blob.
+func (d *Dataset) RepoOf() map[digest.Digest]string {
+	m := make(map[digest.Digest]string, len(d.Layers))
+	for _, im := range d.Images {
+		for _, l := range im.Layers {
+			if _, ok := m[l.Digest]; !ok {
+				m[l.Digest] = im.Repo
+			}
+		}
+	}
+	return m
+}
+
 // Build makes the profile's images: resolves and downloads the debs,
 // builds every distinct layer tar once, compresses it once per compression
 // that uses it, and writes configs and manifests.

@@ -44,15 +44,8 @@ func newRegistryRun(opts Options, ds *dataset.Dataset, logf func(string, ...any)
 		opts: opts, ds: ds, logf: logf, dir: dir,
 		root:   filepath.Join(dir, "root"),
 		meta:   filepath.Join(dir, "cairn-meta.db"),
-		repoOf: map[digest.Digest]string{},
+		repoOf: ds.RepoOf(),
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}},
-	}
-	for _, im := range ds.Images {
-		for _, l := range im.Layers {
-			if _, ok := r.repoOf[l.Digest]; !ok {
-				r.repoOf[l.Digest] = im.Repo
-			}
-		}
 	}
 	return r, nil
 }
@@ -131,10 +124,12 @@ func (r *registryRun) getBlob(ctx context.Context, c *http.Client, base string, 
 	if !ok {
 		return 0, fmt.Errorf("dedupbench: no repository holds %s", l.Digest)
 	}
-	return getBlob(ctx, c, base, repo, l.Digest, l.Size)
+	return GetBlob(ctx, c, base, repo, l.Digest, l.Size)
 }
 
-func getBlob(ctx context.Context, c *http.Client, base, repo string, d digest.Digest, size int64) (time.Duration, error) {
+// GetBlob GETs blob d of repo from the registry at base, reads it to the
+// end, checks its digest and size and returns the time to the last byte.
+func GetBlob(ctx context.Context, c *http.Client, base, repo string, d digest.Digest, size int64) (time.Duration, error) {
 	start := time.Now()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v2/"+repo+"/blobs/"+d.String(), nil)
 	if err != nil {

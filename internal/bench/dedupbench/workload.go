@@ -245,7 +245,7 @@ func (r *registryRun) pull(ctx context.Context, base string, c *wclient, round i
 			sem <- struct{}{}
 			go func() {
 				defer func() { <-sem; wg.Done() }()
-				d, err := getBlob(ctx, c.http, base, im.Repo, l.Digest, l.Size)
+				d, err := GetBlob(ctx, c.http, base, im.Repo, l.Digest, l.Size)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {

@@ -65,7 +65,12 @@ func S3Bucket(t testing.TB, prefix string) (s3.Parameters, string) {
 			t.Errorf("remove bucket: %v", err)
 		}
 	})
-	yml := fmt.Sprintf("  s3:\n    region: %s\n    regionendpoint: %s\n    accesskey: %s\n    secretkey: %s\n    bucket: %s\n    forcepathstyle: true\n    secure: false\n    rootdirectory: /registry\n",
-		region, env[0], env[1], env[2], p.Bucket)
-	return p, yml
+	return p, S3Section(p)
+}
+
+// S3Section is the storage.s3 YAML section (indented under storage:) for
+// p, with its endpoint, credentials, bucket and root directory.
+func S3Section(p s3.Parameters) string {
+	return fmt.Sprintf("  s3:\n    region: %s\n    regionendpoint: %s\n    accesskey: %s\n    secretkey: %s\n    bucket: %s\n    forcepathstyle: true\n    secure: false\n    rootdirectory: %s\n",
+		p.Region, p.RegionEndpoint, p.AccessKey, p.SecretKey, p.Bucket, p.RootDirectory)
 }
