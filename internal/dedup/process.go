@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"time"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
@@ -166,6 +167,10 @@ func (w *Worker) disassemble(ctx context.Context, l digest.Digest, sum summary) 
 	}
 	rec := &Recipe{Version: recipeVersion, Digest: l, Size: size, Compression: comp, Tar: *tr}
 	files := distinctFiles(tr)
+	// A layer that holds references already is resuming an attempt that
+	// stopped (a crash): files it did not write, nobody is writing.
+	_, held := w.meta.LayerFiles(ctx, l)
+	resume := held == nil
 	refs, err := w.meta.AddLayerRefs(ctx, l, files)
 	if errors.Is(err, meta.ErrLayerFilesDiffer) {
 		// A recipe from an earlier attempt named other files (a different
@@ -216,7 +221,7 @@ func (w *Worker) disassemble(ctx context.Context, l digest.Digest, sum summary) 
 		}
 		sum.Revived = false
 	}
-	if err := w.verify(ctx, rec, open); err != nil {
+	if err := w.verify(ctx, rec, open, resume); err != nil {
 		if ctx.Err() != nil || isStorageErr(err) {
 			return "", err
 		}
@@ -236,21 +241,31 @@ func (w *Worker) disassemble(ctx context.Context, l digest.Digest, sum summary) 
 	return w.settle(ctx, l, sum, meta.StateIntact)
 }
 
-// verify rebuilds the blob from stored pieces. A file without a location
-// (a crashed earlier attempt, a racing GC, a file stored before packs), or
-// located in a pack whose object is gone (damage: GC deletes only packs
-// nothing points into), is written again from the blob, into a pack, and
-// the rebuild retried once.
-func (w *Worker) verify(ctx context.Context, rec *Recipe, open func() io.Reader) error {
-	err := w.rebuild(ctx, rec, io.Discard)
-	if err == nil || !errors.Is(err, driver.ErrNotFound) {
-		return err
-	}
-	infos, err := w.meta.Files(ctx, distinctFiles(&rec.Tar))
+// verify rebuilds the blob from stored pieces. Files without a location
+// first: on a first attempt, another worker (or node) that took the first
+// reference of a file this layer shares is writing it, so verify waits for
+// its pack to be placed (awaitFiles) rather than write a second copy; what
+// is still missing then, or on a resumed attempt, is written from the
+// blob. A rebuild that finds a file's pack gone (damage: GC deletes only
+// packs nothing points into) writes those files again and retries once.
+func (w *Worker) verify(ctx context.Context, rec *Recipe, open func() io.Reader, resume bool) error {
+	files := distinctFiles(&rec.Tar)
+	need, err := w.unlocated(ctx, files, !resume)
 	if err != nil {
 		return err
 	}
-	need := make(map[digest.Digest]bool)
+	if err := w.writeFiles(ctx, open, need); err != nil {
+		return err
+	}
+	err = w.rebuild(ctx, rec, io.Discard)
+	if err == nil || !errors.Is(err, driver.ErrNotFound) {
+		return err
+	}
+	infos, err := w.meta.Files(ctx, files)
+	if err != nil {
+		return err
+	}
+	need = make(map[digest.Digest]bool)
 	packGone := make(map[string]bool)
 	for _, fi := range infos {
 		p := fi.Location.Pack
@@ -276,6 +291,51 @@ func (w *Worker) verify(ctx context.Context, rec *Recipe, open func() io.Reader)
 		return err
 	}
 	return w.rebuild(ctx, rec, io.Discard)
+}
+
+// awaitWriters bounds how long a first attempt waits for the files
+// another writer is storing; past it (that writer died, say), the layer
+// writes them itself.
+const awaitWriters = 30 * time.Second
+
+// unlocated returns the files that have no location. With await, it first
+// waits (polling the metadata store, never storage) for them to get one,
+// up to awaitWriters. In a store that may hold files stored one object
+// each (before packs), a file without a location may be one of those: it
+// is left to the rebuild, which reads it from there.
+func (w *Worker) unlocated(ctx context.Context, files []digest.Digest, await bool) (map[digest.Digest]bool, error) {
+	legacy, err := w.files.MayHaveLegacy(ctx)
+	if err != nil || legacy {
+		return nil, err
+	}
+	deadline := time.Now().Add(awaitWriters)
+	pause := 50 * time.Millisecond
+	for {
+		infos, err := w.meta.Files(ctx, files)
+		if err != nil {
+			return nil, err
+		}
+		var left []digest.Digest
+		for _, fi := range infos {
+			if fi.Location.IsZero() {
+				left = append(left, fi.Digest)
+			}
+		}
+		if len(left) == 0 || !await || time.Now().After(deadline) {
+			need := make(map[digest.Digest]bool, len(left))
+			for _, d := range left {
+				need[d] = true
+			}
+			return need, nil
+		}
+		files = left
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		pause = min(2*pause, time.Second)
+	}
 }
 
 // settle makes a layer with a verified recipe match its mode: the intact copy

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
@@ -84,7 +85,57 @@ type Store struct {
 	smallD *zstd.Decoder // DecodeAll is safe for concurrent use
 	encs   sync.Pool     // *zstd.Encoder for large files
 	decs   sync.Pool     // *zstd.Decoder for large files
+	// legacyState caches whether cairn/files holds anything (legacyYes,
+	// legacyNo; 0: not known yet). Nothing writes there any more, so once
+	// empty it stays empty, and a file without a location costs no request.
+	legacyState atomic.Int32
 }
+
+const (
+	legacyYes = 1
+	legacyNo  = 2
+)
+
+// mayHaveLegacy reports whether files stored one object each may exist:
+// one listing, the first time.
+func (s *Store) mayHaveLegacy(ctx context.Context) (bool, error) {
+	switch s.legacyState.Load() {
+	case legacyYes:
+		return true, nil
+	case legacyNo:
+		return false, nil
+	}
+	if s.idx == nil {
+		return true, nil // nothing else can locate a file
+	}
+	names, err := s.d.List(ctx, layout.FilesDir)
+	if err != nil && !errors.Is(err, driver.ErrNotFound) {
+		return false, fmt.Errorf("pack: listing %s: %w", layout.FilesDir, err)
+	}
+	if len(names) > 0 {
+		s.legacyState.Store(legacyYes)
+		return true, nil
+	}
+	s.legacyState.Store(legacyNo)
+	return false, nil
+}
+
+// openLegacy opens file d stored as an object of its own, when such
+// objects may exist; otherwise it fails as not found at once.
+func (s *Store) openLegacy(ctx context.Context, d digest.Digest) (io.ReadCloser, error) {
+	ok, err := s.mayHaveLegacy(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("pack: file %s: %w", d, driver.PathNotFoundError{Path: layout.File(d)})
+	}
+	return s.legacy.Open(ctx, d)
+}
+
+// MayHaveLegacy reports whether the store may hold files stored one
+// object each (before packs), which no location names.
+func (s *Store) MayHaveLegacy(ctx context.Context) (bool, error) { return s.mayHaveLegacy(ctx) }
 
 // NewStore returns a Store over d; idx may be nil.
 func NewStore(d driver.Driver, idx Index, opts Options, log *slog.Logger) (*Store, error) {
@@ -147,6 +198,9 @@ func (s *Store) Has(ctx context.Context, d digest.Digest) (bool, error) {
 	if _, ok := locs[d]; ok {
 		return true, nil
 	}
+	if ok, err := s.mayHaveLegacy(ctx); err != nil || !ok {
+		return false, err
+	}
 	return s.legacy.Has(ctx, d)
 }
 
@@ -168,7 +222,7 @@ func (s *Store) Open(ctx context.Context, d digest.Digest) (io.ReadCloser, error
 	}
 	loc, ok := locs[d]
 	if !ok {
-		return s.legacy.Open(ctx, d)
+		return s.openLegacy(ctx, d)
 	}
 	return s.openAt(ctx, d, loc, -1)
 }

@@ -165,7 +165,7 @@ func (st *stream) read(sp *span) ([]byte, error) {
 		return st.s.readRange(st.ctx, sp.pack, sp.off, sp.n)
 	}
 	// A per-file object, decompressed as it is read.
-	rc, err := st.s.legacy.Open(st.ctx, st.files[sp.file].Digest)
+	rc, err := st.s.openLegacy(st.ctx, st.files[sp.file].Digest)
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +220,7 @@ func (st *stream) open(f layer.File, k int) (io.ReadCloser, error) {
 	case sp.large && located:
 		rc, err = st.s.openAt(st.ctx, f.Digest, loc, -1)
 	case sp.large:
-		rc, err = st.s.legacy.Open(st.ctx, f.Digest)
+		rc, err = st.s.openLegacy(st.ctx, f.Digest)
 	case sp.err != nil:
 		err = sp.err
 	case located:
@@ -247,7 +247,7 @@ func (st *stream) relocate(f layer.File, loc meta.Location, cause error) (io.Rea
 	case ok && now != loc:
 		return st.s.openAt(st.ctx, f.Digest, now, f.Size)
 	case !ok && !loc.IsZero():
-		return st.s.legacy.Open(st.ctx, f.Digest)
+		return st.s.openLegacy(st.ctx, f.Digest)
 	}
 	return nil, cause
 }
