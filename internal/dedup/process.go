@@ -394,7 +394,9 @@ func (w *Worker) settle(ctx context.Context, l digest.Digest, sum summary, state
 		sum.Revived = true
 		return w.disassemble(ctx, l, sum)
 	}
-	if err := w.d.Delete(ctx, layout.BlobData(l)); err != nil && !errors.Is(err, driver.ErrNotFound) {
+	// A known file: deleted without the listing a recursive Delete costs
+	// on an object store.
+	if _, err := w.d.DeleteFiles(ctx, []string{layout.BlobData(l)}); err != nil {
 		return "", err
 	}
 	if err := w.putState(ctx, l, sum, meta.StateDeduplicated); err != nil {

@@ -319,7 +319,7 @@ func (w *Worker) promote(ctx context.Context, l digest.Digest) error {
 		return err
 	}
 	if err := w.d.Move(ctx, tmp, layout.BlobData(l)); err != nil {
-		w.d.Delete(ctx, tmp)
+		w.d.DeleteFiles(ctx, []string{tmp})
 		return err
 	}
 	return nil
