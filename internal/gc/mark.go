@@ -3,7 +3,6 @@ package gc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -167,83 +166,29 @@ func (rs *repoState) add(c *collector, e layout.RepoEntry, fi driver.FileInfo) {
 // markAll lists the repositories and marks what their live manifests
 // reference, listing the next repository while one is processed.
 func (c *collector) markAll(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	ch := make(chan *repoState, 1)
-	errc := make(chan error, 1)
-	go func() {
-		defer close(ch)
-		errc <- c.listRepos(ctx, ch)
-	}()
-	for rs := range ch {
+	w := layout.RepoWalk[*repoState]{
+		// Upload sessions name no content yet; a deleted manifest's
+		// referrers link is built from its subject (see the sweep).
+		SkipDir: func(k layout.EntryKind) bool { return k == layout.EntryUploads || k == layout.EntryReferrers },
+		Open:    func(repo string) *repoState { return &repoState{name: repo} },
+		Add: func(rs *repoState, e layout.RepoEntry, fi driver.FileInfo) error {
+			rs.add(c, e, fi)
+			return nil
+		},
+	}
+	err := layout.WalkRepos(ctx, c.d, w, func(rs *repoState) error {
 		if err := c.processRepo(ctx, rs); err != nil {
-			cancel()
-			for range ch {
-			}
-			<-errc
 			return err
 		}
 		c.repoIndex[rs.name] = len(c.repos)
 		c.repos = append(c.repos, rs)
-	}
-	if err := <-errc; err != nil {
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	c.rep.Repositories = int64(len(c.repos))
 	return nil
-}
-
-// listRepos walks repositories/ once and sends each repository's state as
-// soon as the listing has passed it. A flat listing keeps a repository's
-// entries together: nested repositories' names start with a letter or a
-// digit, never with '_'.
-func (c *collector) listRepos(ctx context.Context, out chan<- *repoState) error {
-	var cur *repoState
-	seen := make(map[string]struct{})
-	flush := func() error {
-		if cur == nil {
-			return nil
-		}
-		select {
-		case out <- cur:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		cur = nil
-		return nil
-	}
-	err := c.d.Walk(ctx, layout.RepositoriesDir, func(fi driver.FileInfo) error {
-		e := layout.ParseRepoPath(fi.Path)
-		if fi.IsDir {
-			if e.Kind == layout.EntryUploads || e.Kind == layout.EntryReferrers {
-				return driver.ErrSkipDir
-			}
-			return nil
-		}
-		if e.Repo == "" {
-			return nil
-		}
-		if cur == nil || cur.name != e.Repo {
-			if err := flush(); err != nil {
-				return err
-			}
-			if _, dup := seen[e.Repo]; dup {
-				return fmt.Errorf("the listing returned repository %s twice (out of order)", e.Repo)
-			}
-			name := strings.Clone(e.Repo)
-			seen[name] = struct{}{}
-			cur = &repoState{name: name}
-		}
-		cur.add(c, e, fi)
-		return nil
-	})
-	if errors.Is(err, driver.ErrNotFound) {
-		err = nil
-	}
-	if err != nil {
-		return err
-	}
-	return flush()
 }
 
 // manifestInfo is what reading one manifest found. Workers fill it, not

@@ -92,22 +92,24 @@ type linkJob struct {
 // checkRepos lists repositories/ once and checks each repository as soon
 // as the listing has passed it.
 func (s *scrubber) checkRepos(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var links *pool[linkJob]
 	if s.opts.ReadLinks {
 		links = startPool(s.opts.Workers, func(j linkJob) { s.checkLinkContent(ctx, j) })
 	}
-	ch := make(chan *repoState, 1)
-	errc := make(chan error, 1)
-	go func() {
-		defer close(ch)
-		errc <- s.listRepos(ctx, ch, links)
-	}()
-	for rs := range ch {
-		s.checkRepo(ctx, rs)
+	w := layout.RepoWalk[*repoState]{
+		// Upload sessions are no one's content yet; the referrers index
+		// is checked.
+		SkipDir: func(k layout.EntryKind) bool { return k == layout.EntryUploads },
+		Open:    func(repo string) *repoState { return &repoState{name: repo} },
+		Add: func(rs *repoState, e layout.RepoEntry, fi driver.FileInfo) error {
+			s.nListed.Add(1)
+			return s.addEntry(ctx, rs, e, fi.Path, links)
+		},
 	}
-	err := <-errc
+	err := layout.WalkRepos(ctx, s.d, w, func(rs *repoState) error {
+		s.checkRepo(ctx, rs)
+		return nil
+	})
 	if links != nil {
 		links.wait()
 	}
@@ -115,58 +117,6 @@ func (s *scrubber) checkRepos(ctx context.Context) error {
 		err = ctx.Err()
 	}
 	return err
-}
-
-// listRepos walks repositories/ and sends each repository's state once the
-// listing is past it: a flat listing keeps a repository's entries together
-// (a nested repository's name never starts with '_').
-func (s *scrubber) listRepos(ctx context.Context, out chan<- *repoState, links *pool[linkJob]) error {
-	var cur *repoState
-	seen := make(map[string]bool)
-	flush := func() error {
-		if cur == nil {
-			return nil
-		}
-		select {
-		case out <- cur:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		cur = nil
-		return nil
-	}
-	err := s.d.Walk(ctx, layout.RepositoriesDir, func(fi driver.FileInfo) error {
-		e := layout.ParseRepoPath(fi.Path)
-		if fi.IsDir {
-			if e.Kind == layout.EntryUploads {
-				return driver.ErrSkipDir // upload sessions are no one's content yet
-			}
-			return nil
-		}
-		if e.Repo == "" {
-			return nil
-		}
-		if cur == nil || cur.name != e.Repo {
-			if err := flush(); err != nil {
-				return err
-			}
-			if seen[e.Repo] {
-				return fmt.Errorf("the listing returned repository %s twice (out of order)", e.Repo)
-			}
-			name := strings.Clone(e.Repo)
-			seen[name] = true
-			cur = &repoState{name: name}
-		}
-		s.nListed.Add(1)
-		return s.addEntry(ctx, cur, e, fi.Path, links)
-	})
-	if errors.Is(err, driver.ErrNotFound) {
-		err = nil
-	}
-	if err != nil {
-		return err
-	}
-	return flush()
 }
 
 // addEntry records one listed file of rs.
