@@ -248,8 +248,7 @@ type collector struct {
 	repos     []*repoState
 	repoIndex map[string]int
 	marked    map[dkey]struct{}
-	long      map[dkey]string // full hex of non-sha256 keys
-	longMu    sync.Mutex
+	keys      digestkey.Spellings // full hex of non-sha256 keys
 
 	blobSweepOff string // why blobs are not swept, "" to sweep
 
@@ -282,7 +281,6 @@ func newCollector(d driver.Driver, opts Options) *collector {
 		opts:      opts,
 		repoIndex: make(map[string]int),
 		marked:    make(map[dkey]struct{}),
-		long:      make(map[dkey]string),
 	}
 	c.rep = Report{
 		DryRun:         opts.DryRun,
@@ -361,29 +359,8 @@ func (c *collector) markKey(k dkey) { c.marked[k] = struct{}{} }
 
 func (c *collector) isMarked(k dkey) bool { _, ok := c.marked[k]; return ok }
 
-// keyFor parses alg:hex found in a path, remembering the full spelling of
-// a long digest.
-func (c *collector) keyFor(alg, hexs string) (dkey, bool) {
-	k, ok := digestkey.Parse(alg, hexs)
-	if ok && !k.Whole() {
-		c.longMu.Lock()
-		if _, have := c.long[k]; !have {
-			c.long[k] = hexs
-		}
-		c.longMu.Unlock()
-	}
-	return k, ok
-}
-
 // hexOf returns the hex of k for building its paths.
-func (c *collector) hexOf(k dkey) string {
-	if k.Whole() {
-		return k.WholeHex()
-	}
-	c.longMu.Lock()
-	defer c.longMu.Unlock()
-	return c.long[k]
-}
+func (c *collector) hexOf(k dkey) string { return c.keys.Hex(k) }
 
 func (c *collector) reportProgress() (stop func()) {
 	if c.opts.Progress == nil {

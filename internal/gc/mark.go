@@ -121,7 +121,7 @@ func (rs *repoState) add(c *collector, e layout.RepoEntry, fi driver.FileInfo) {
 	mod := modNS(fi.ModTime)
 	switch e.Kind {
 	case layout.EntryRevisionLink:
-		k, ok := c.keyFor(e.Alg, e.Hex)
+		k, ok := c.keys.Parse(e.Alg, e.Hex)
 		if !ok {
 			c.problem(ProblemBadPath, fi.Path)
 			return
@@ -135,7 +135,7 @@ func (rs *repoState) add(c *collector, e layout.RepoEntry, fi driver.FileInfo) {
 		t := rs.tag(e.Tag)
 		t.hasCurrent, t.curMod = true, mod
 	case layout.EntryTagIndex:
-		k, ok := c.keyFor(e.Alg, e.Hex)
+		k, ok := c.keys.Parse(e.Alg, e.Hex)
 		if !ok {
 			c.problem(ProblemBadPath, fi.Path)
 			return
@@ -154,7 +154,7 @@ func (rs *repoState) add(c *collector, e layout.RepoEntry, fi driver.FileInfo) {
 			t.stale = append(t.stale, k)
 		}
 	case layout.EntryLayerLink:
-		k, ok := c.keyFor(e.Alg, e.Hex)
+		k, ok := c.keys.Parse(e.Alg, e.Hex)
 		if !ok {
 			c.problem(ProblemBadPath, fi.Path)
 			return
@@ -392,14 +392,14 @@ func (c *collector) readManifests(ctx context.Context, rs *repoState) ([]manifes
 // revisions of the repository become edges, anything else is a blob.
 func (c *collector) fillInfo(rs *repoState, info *manifestInfo, refs registry.ManifestRefs, p string) {
 	for _, d := range refs.Blobs {
-		if k, ok := c.digestKey(d); ok {
+		if k, ok := c.keys.Of(d); ok {
 			info.blobs = append(info.blobs, k)
 		} else {
 			c.problem(ProblemBadReference, p)
 		}
 	}
 	for _, d := range refs.Manifests {
-		k, ok := c.digestKey(d)
+		k, ok := c.keys.Of(d)
 		if !ok {
 			c.problem(ProblemBadReference, p)
 			continue
@@ -411,7 +411,7 @@ func (c *collector) fillInfo(rs *repoState, info *manifestInfo, refs registry.Ma
 		}
 	}
 	if refs.Subject != "" {
-		k, ok := c.digestKey(refs.Subject)
+		k, ok := c.keys.Of(refs.Subject)
 		switch {
 		case !ok:
 			c.problem(ProblemBadReference, p)
@@ -421,14 +421,6 @@ func (c *collector) fillInfo(rs *repoState, info *manifestInfo, refs registry.Ma
 			info.subject, info.dangling = danglingSubject, k
 		}
 	}
-}
-
-func (c *collector) digestKey(d digest.Digest) (dkey, bool) {
-	alg, hexs, ok := strings.Cut(string(d), ":")
-	if !ok {
-		return dkey{}, false
-	}
-	return c.keyFor(alg, hexs)
 }
 
 // liveness decides which revisions live. Roots are tagged manifests,

@@ -35,7 +35,7 @@ func (s *scrubber) scanBlobs(ctx context.Context) error {
 		if !ok {
 			return nil // not part of the layout (a stray or temporary file)
 		}
-		k, ok := s.keyFor(alg, hexs)
+		k, ok := s.keys.Parse(alg, hexs)
 		d := digest.NewDigestFromEncoded(digest.Algorithm(alg), hexs)
 		if !ok || !d.Algorithm().Available() {
 			s.add(Finding{Kind: KindBadPath, Path: fi.Path, Detail: "the directory name is not a digest cairn can verify"})
@@ -164,7 +164,7 @@ func (s *scrubber) scanFiles(ctx context.Context) error {
 		if !ok {
 			return nil // not a file of the store
 		}
-		k, ok := s.keyFor(alg, hexs)
+		k, ok := s.keys.Parse(alg, hexs)
 		d := digest.NewDigestFromEncoded(digest.Algorithm(alg), hexs)
 		if !ok || !d.Algorithm().Available() {
 			s.add(Finding{Kind: KindBadPath, Path: fi.Path, Detail: "the file name is not a digest cairn can verify"})

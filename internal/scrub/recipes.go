@@ -90,7 +90,7 @@ func (s *scrubber) checkRecipe(ctx context.Context, j recipeJob) {
 	if ctx.Err() != nil {
 		return
 	}
-	d := s.digestOf(j.k)
+	d := s.keys.Digest(j.k)
 	p := layout.BlobRecipe(d)
 	b, err := s.getContent(ctx, p)
 	switch {
@@ -118,7 +118,7 @@ func (s *scrubber) checkRecipe(ctx context.Context, j recipeJob) {
 			continue
 		}
 		seen[f.Digest] = true
-		fk, ok := s.keyOfDigest(f.Digest)
+		fk, ok := s.keys.Of(f.Digest)
 		if !ok || !f.Digest.Algorithm().Available() {
 			s.add(Finding{Kind: KindBadRecipe, Path: p, Digest: string(d), Detail: fmt.Sprintf("names a file by %q, not a digest", f.Digest)})
 			return

@@ -123,7 +123,7 @@ func (s *scrubber) checkRepos(ctx context.Context) error {
 func (s *scrubber) addEntry(ctx context.Context, rs *repoState, e layout.RepoEntry, p string, links *pool[linkJob]) error {
 	switch e.Kind {
 	case layout.EntryLayerLink, layout.EntryRevisionLink, layout.EntryTagIndex:
-		k, ok := s.keyFor(e.Alg, e.Hex)
+		k, ok := s.keys.Parse(e.Alg, e.Hex)
 		if !ok {
 			s.add(Finding{Kind: KindBadPath, Path: p, Detail: "the link's path names no valid digest"})
 			return nil
@@ -151,8 +151,8 @@ func (s *scrubber) addEntry(ctx context.Context, rs *repoState, e layout.RepoEnt
 		if len(parts) != 5 || parts[4] != "link" {
 			return nil
 		}
-		sk, ok1 := s.keyFor(parts[0], parts[1])
-		k, ok2 := s.keyFor(parts[2], parts[3])
+		sk, ok1 := s.keys.Parse(parts[0], parts[1])
+		k, ok2 := s.keys.Parse(parts[2], parts[3])
 		if !ok1 || !ok2 {
 			s.add(Finding{Kind: KindBadPath, Path: p, Detail: "the referrers link's path names no valid digest"})
 			return nil
@@ -205,7 +205,7 @@ func (s *scrubber) checkRepo(ctx context.Context, rs *repoState) {
 // missingLayerBlob confirms and reports a _layers link whose blob the
 // listing did not find.
 func (s *scrubber) missingLayerBlob(ctx context.Context, rs *repoState, k key) {
-	d := s.digestOf(k)
+	d := s.keys.Digest(k)
 	lp := string(layout.AppendLayerLink(nil, rs.name, string(d.Algorithm()), d.Encoded()))
 	missing, err := s.missingNow(ctx, layout.BlobData(d), layout.BlobRecipe(d))
 	if err != nil {
@@ -227,7 +227,7 @@ func (s *scrubber) missingLayerBlob(ctx context.Context, rs *repoState, k key) {
 // without it: stored since (a push racing the listing) it is read with
 // the others; still missing, it is reported.
 func (s *scrubber) storedSince(ctx context.Context, rs *repoState, k key) bool {
-	d := s.digestOf(k)
+	d := s.keys.Digest(k)
 	rp := string(layout.AppendRevisionLink(nil, rs.name, string(d.Algorithm()), d.Encoded()))
 	missing, err := s.missingNow(ctx, layout.BlobData(d))
 	if err != nil {
@@ -268,7 +268,7 @@ func (s *scrubber) checkTag(ctx context.Context, rs *repoState, tag string) {
 		return
 	}
 	d, err := digest.Parse(strings.TrimSpace(string(b)))
-	k, ok := s.keyOfDigest(d)
+	k, ok := s.keys.Of(d)
 	if err != nil || !ok {
 		s.add(Finding{Kind: KindBadLink, Path: p, Detail: fmt.Sprintf("holds %s, not a digest", quoted(b))})
 		return
@@ -303,7 +303,7 @@ func (s *scrubber) relink(ctx context.Context, rs *repoState, d digest.Digest) (
 	case !ok:
 		return false, "the manifest's data is not stored"
 	}
-	if k, ok := s.keyOfDigest(d); ok {
+	if k, ok := s.keys.Of(d); ok {
 		rs.addRevision(k)
 	}
 	return true, "revision link written"
@@ -312,7 +312,7 @@ func (s *scrubber) relink(ctx context.Context, rs *repoState, d digest.Digest) (
 // checkManifest reads revision k's manifest once and checks that what it
 // names is linked into the repository, as its push required.
 func (s *scrubber) checkManifest(ctx context.Context, rs *repoState, k key) {
-	d := s.digestOf(k)
+	d := s.keys.Digest(k)
 	dp := layout.BlobData(d)
 	b, err := s.getContent(ctx, dp)
 	switch {
@@ -371,7 +371,7 @@ func (s *scrubber) badRef(rs *repoState, m, ref digest.Digest) {
 // checkBlobRef checks that manifest m's config or layer ref is linked into
 // rs (a _layers link, or a revision) and stored.
 func (s *scrubber) checkBlobRef(ctx context.Context, rs *repoState, m, ref digest.Digest) {
-	k, ok := s.keyOfDigest(ref)
+	k, ok := s.keys.Of(ref)
 	if !ok {
 		s.badRef(rs, m, ref)
 		return
@@ -424,7 +424,7 @@ func (s *scrubber) checkBlobRef(ctx context.Context, rs *repoState, m, ref diges
 
 // checkChild checks that index m's child manifest is a revision of rs.
 func (s *scrubber) checkChild(ctx context.Context, rs *repoState, m, child digest.Digest) {
-	k, ok := s.keyOfDigest(child)
+	k, ok := s.keys.Of(child)
 	if !ok {
 		s.badRef(rs, m, child)
 		return
@@ -468,8 +468,8 @@ func (s *scrubber) checkChild(ctx context.Context, rs *repoState, m, child diges
 // checkSubject checks that manifest m, whose subject is subject, is in
 // its subject's referrers index.
 func (s *scrubber) checkSubject(ctx context.Context, rs *repoState, m, subject digest.Digest) {
-	sk, ok := s.keyOfDigest(subject)
-	k, _ := s.keyOfDigest(m)
+	sk, ok := s.keys.Of(subject)
+	k, _ := s.keys.Of(m)
 	if !ok {
 		s.badRef(rs, m, subject)
 		return
@@ -493,7 +493,7 @@ func (s *scrubber) checkSubject(ctx context.Context, rs *repoState, m, subject d
 // danglingReferrer confirms and reports a referrers link naming no
 // revision: the referrers API skips it, and nothing removes it.
 func (s *scrubber) danglingReferrer(ctx context.Context, rs *repoState, r referrerLink) {
-	subject, d := s.digestOf(r.subject), s.digestOf(r.ref)
+	subject, d := s.keys.Digest(r.subject), s.keys.Digest(r.ref)
 	lp := string(layout.AppendReferrerLink(nil, rs.name, string(subject.Algorithm()), subject.Encoded(), string(d.Algorithm()), d.Encoded()))
 	rp := string(layout.AppendRevisionLink(nil, rs.name, string(d.Algorithm()), d.Encoded()))
 	if missing, err := s.missingNow(ctx, rp); err != nil || !missing || s.goneNow(ctx, lp) {

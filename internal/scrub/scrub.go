@@ -295,8 +295,7 @@ type scrubber struct {
 	blobs   blobSet // every blob listed, sealed after the blobs pass
 	fileSet keySet  // every dedup file listed, sealed after the files pass
 
-	longMu sync.Mutex
-	long   map[key]string // full hex of keys longer than sha256
+	keys digestkey.Spellings // full hex of keys longer than sha256
 
 	mu       sync.Mutex // guards the fields below
 	phases   map[string]float64
@@ -337,7 +336,6 @@ func newScrubber(d driver.Driver, opts Options) (*scrubber, error) {
 	s := &scrubber{
 		d: cd, opts: opts, files: files, eng: eng,
 		reg:      registry.New(cd, registry.Options{}),
-		long:     make(map[key]string),
 		phases:   make(map[string]float64),
 		byKind:   make(map[Kind]int64),
 		corrupt:  make(map[key]corruptBlob),
@@ -457,38 +455,6 @@ func (s *scrubber) repairedAt(i int, ok bool, how string) {
 		return
 	}
 	s.findings[i].Repaired, s.findings[i].Repair = ok, how
-}
-
-// keyFor parses alg:hex found in a path, remembering the full spelling of
-// a long digest.
-func (s *scrubber) keyFor(alg, hexs string) (key, bool) {
-	k, ok := digestkey.Parse(alg, hexs)
-	if ok && !k.Whole() {
-		s.longMu.Lock()
-		if _, have := s.long[k]; !have {
-			s.long[k] = hexs
-		}
-		s.longMu.Unlock()
-	}
-	return k, ok
-}
-
-func (s *scrubber) keyOfDigest(d digest.Digest) (key, bool) {
-	k, ok := digestkey.Of(d)
-	if ok && !k.Whole() {
-		s.keyFor(string(d.Algorithm()), d.Encoded())
-	}
-	return k, ok
-}
-
-// digestOf spells k out again.
-func (s *scrubber) digestOf(k key) digest.Digest {
-	if k.Whole() {
-		return digest.NewDigestFromBytes(digest.SHA256, k[1:])
-	}
-	s.longMu.Lock()
-	defer s.longMu.Unlock()
-	return digest.Digest(k.Alg() + ":" + s.long[k])
 }
 
 func (s *scrubber) reportProgress() (stop func()) {
