@@ -12,7 +12,6 @@ import (
 	"github.com/cairn-registry/cairn/internal/dedup"
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
 	"github.com/cairn-registry/cairn/internal/layout"
-	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
 // badFile is a dedup file found corrupt or missing, and what the recipes
@@ -92,13 +91,8 @@ func (s *scrubber) checkRecipe(ctx context.Context, j recipeJob) {
 	}
 	d := s.keys.Digest(j.k)
 	p := layout.BlobRecipe(d)
-	b, err := s.getContent(ctx, p)
-	switch {
-	case errors.Is(err, driver.ErrNotFound):
-		s.nVanished.Add(1)
-		return
-	case err != nil:
-		s.unreadable(ctx, p, d, err)
+	b, ok := s.readListed(ctx, p, d)
+	if !ok {
 		return
 	}
 	s.nRecipes.Add(1)

@@ -215,12 +215,8 @@ func (s *scrubber) missingLayerBlob(ctx context.Context, rs *repoState, k key) {
 	if !missing || s.goneNow(ctx, lp) {
 		return
 	}
-	f := Finding{Kind: KindMissingBlob, Path: lp, Digest: string(d),
-		Detail: "the linked blob has neither data nor a recipe (deleted, or a deduplicated layer whose recipe is gone)"}
-	if s.opts.Repair {
-		f.Repair = "nothing to rebuild it from"
-	}
-	s.add(f)
+	s.addUnrepairable(Finding{Kind: KindMissingBlob, Path: lp, Digest: string(d),
+		Detail: "the linked blob has neither data nor a recipe (deleted, or a deduplicated layer whose recipe is gone)"})
 }
 
 // storedSince looks again for the data of a revision the listing found
@@ -240,12 +236,34 @@ func (s *scrubber) storedSince(ctx context.Context, rs *repoState, k key) bool {
 	if s.goneNow(ctx, rp) {
 		return false
 	}
-	f := Finding{Kind: KindMissingManifest, Path: rp, Digest: string(d), Detail: "the revision's manifest data is not stored"}
+	s.addUnrepairable(Finding{Kind: KindMissingManifest, Path: rp, Digest: string(d), Detail: "the revision's manifest data is not stored"})
+	return false
+}
+
+// addUnrepairable records a finding repair has nothing to rebuild from.
+func (s *scrubber) addUnrepairable(f Finding) {
 	if s.opts.Repair {
 		f.Repair = "nothing to rebuild it from"
 	}
 	s.add(f)
-	return false
+}
+
+// storedNow reports whether blob d (key k) has one of the files want
+// names (bData, bRecipe): as listed or, for what was stored since the
+// listing, by a Stat now.
+func (s *scrubber) storedNow(ctx context.Context, k key, d digest.Digest, want uint8) (bool, error) {
+	if s.blobs.flags(k)&want != 0 {
+		return true, nil
+	}
+	var paths []string
+	if want&bData != 0 {
+		paths = append(paths, layout.BlobData(d))
+	}
+	if want&bRecipe != 0 {
+		paths = append(paths, layout.BlobRecipe(d))
+	}
+	missing, err := s.missingNow(ctx, paths...)
+	return err == nil && !missing, err
 }
 
 // goneNow reports whether p is absent now: the link a finding rests on
@@ -314,13 +332,8 @@ func (s *scrubber) relink(ctx context.Context, rs *repoState, d digest.Digest) (
 func (s *scrubber) checkManifest(ctx context.Context, rs *repoState, k key) {
 	d := s.keys.Digest(k)
 	dp := layout.BlobData(d)
-	b, err := s.getContent(ctx, dp)
-	switch {
-	case errors.Is(err, driver.ErrNotFound):
-		s.nVanished.Add(1)
-		return
-	case err != nil:
-		s.unreadable(ctx, dp, d, err)
+	b, ok := s.readListed(ctx, dp, d)
+	if !ok {
 		return
 	}
 	s.nManifests.Add(1)
@@ -389,21 +402,13 @@ func (s *scrubber) checkBlobRef(ctx context.Context, rs *repoState, m, ref diges
 	if err != nil || !missing || s.goneNow(ctx, mrp) {
 		return
 	}
-	stored := s.blobs.flags(k)&(bData|bRecipe) != 0
-	if !stored {
-		gone, err := s.missingNow(ctx, layout.BlobData(ref), layout.BlobRecipe(ref))
-		if err != nil {
-			return
-		}
-		stored = !gone
+	stored, err := s.storedNow(ctx, k, ref, bData|bRecipe)
+	if err != nil {
+		return
 	}
 	if !stored {
-		f := Finding{Kind: KindMissingBlob, Path: layout.BlobData(ref), Digest: string(ref), Ref: string(m),
-			Detail: "a manifest of " + rs.name + " names it; it has neither data nor a recipe, and no link"}
-		if s.opts.Repair {
-			f.Repair = "nothing to rebuild it from"
-		}
-		s.add(f)
+		s.addUnrepairable(Finding{Kind: KindMissingBlob, Path: layout.BlobData(ref), Digest: string(ref), Ref: string(m),
+			Detail: "a manifest of " + rs.name + " names it; it has neither data nor a recipe, and no link"})
 		return
 	}
 	f := Finding{Kind: KindMissingLink, Path: lp, Digest: string(ref), Ref: string(m),
@@ -440,21 +445,13 @@ func (s *scrubber) checkChild(ctx context.Context, rs *repoState, m, child diges
 	if missing, err := s.missingNow(ctx, rp); err != nil || !missing || s.goneNow(ctx, mrp) {
 		return
 	}
-	stored := s.blobs.flags(k)&bData != 0
-	if !stored {
-		ok, err := s.existsNow(ctx, layout.BlobData(child))
-		if err != nil {
-			return
-		}
-		stored = ok
+	stored, err := s.storedNow(ctx, k, child, bData)
+	if err != nil {
+		return
 	}
 	if !stored {
-		f := Finding{Kind: KindMissingManifest, Path: layout.BlobData(child), Digest: string(child), Ref: string(m),
-			Detail: "an index of " + rs.name + " names this manifest; its data is not stored"}
-		if s.opts.Repair {
-			f.Repair = "nothing to rebuild it from"
-		}
-		s.add(f)
+		s.addUnrepairable(Finding{Kind: KindMissingManifest, Path: layout.BlobData(child), Digest: string(child), Ref: string(m),
+			Detail: "an index of " + rs.name + " names this manifest; its data is not stored"})
 		return
 	}
 	f := Finding{Kind: KindMissingLink, Path: rp, Digest: string(child), Ref: string(m),
@@ -513,13 +510,8 @@ func (s *scrubber) checkLinkContent(ctx context.Context, j linkJob) {
 	if ctx.Err() != nil {
 		return
 	}
-	b, err := s.getContent(ctx, j.path)
-	switch {
-	case errors.Is(err, driver.ErrNotFound):
-		s.nVanished.Add(1)
-		return
-	case err != nil:
-		s.unreadable(ctx, j.path, j.d, err)
+	b, ok := s.readListed(ctx, j.path, j.d)
+	if !ok {
 		return
 	}
 	if strings.TrimSpace(string(b)) == string(j.d) {

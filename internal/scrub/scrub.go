@@ -485,6 +485,22 @@ func (s *scrubber) getContent(ctx context.Context, p string) ([]byte, error) {
 	return b, err
 }
 
+// readListed reads a small file the listing found; ok is false when it
+// was deleted since (counted as vanished) or could not be read (reported,
+// with d, the digest it holds or names).
+func (s *scrubber) readListed(ctx context.Context, p string, d digest.Digest) (b []byte, ok bool) {
+	b, err := s.getContent(ctx, p)
+	switch {
+	case errors.Is(err, driver.ErrNotFound):
+		s.nVanished.Add(1)
+		return nil, false
+	case err != nil:
+		s.unreadable(ctx, p, d, err)
+		return nil, false
+	}
+	return b, true
+}
+
 // retry runs fn up to three times while it fails with anything but
 // not-found or the end of ctx.
 func retry(ctx context.Context, fn func() error) error {
@@ -522,12 +538,6 @@ func (s *scrubber) missingNow(ctx context.Context, paths ...string) (bool, error
 		}
 	}
 	return true, nil
-}
-
-// existsNow reports whether p is stored (a Stat).
-func (s *scrubber) existsNow(ctx context.Context, p string) (bool, error) {
-	missing, err := s.missingNow(ctx, p)
-	return err == nil && !missing, err
 }
 
 // unreadable records a read that failed for another reason than absence.
