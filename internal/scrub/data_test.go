@@ -13,11 +13,12 @@ import (
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
+	"github.com/cairn-registry/cairn/internal/testutil/drivertest"
 )
 
 func TestCorruptBlob(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
 		s := newStore(t, d)
 		s.flip(layout.BlobData(s.cFull))
 		s.flip(layout.BlobData(s.lIndex)) // index mode: its recipe can rebuild it
@@ -55,7 +56,7 @@ func TestCorruptBlob(t *testing.T) {
 
 func TestEmptyBlob(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
 		s := newStore(t, d)
 		e := s.blob("app/plain", nil)
 		want(t, scrub(t, d, Options{}))
@@ -85,7 +86,7 @@ func (s *store) fileBytes(d digest.Digest) []byte {
 
 func TestCorruptFileRepairedFromIntactLayer(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
 		s := newStore(t, d)
 		f0 := s.shared[0]
 		p := filePath(t, f0)
@@ -119,7 +120,7 @@ func TestCorruptFileRepairedFromIntactLayer(t *testing.T) {
 
 func TestMissingFileRepaired(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
 		s := newStore(t, d)
 		// Two files the intact layer holds: one disassembly restores both.
 		p1, p2 := filePath(t, s.shared[1]), filePath(t, s.shared[2])
@@ -138,7 +139,7 @@ func TestMissingFileRepaired(t *testing.T) {
 
 func TestBadFileWithoutIntactCopy(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
 		s := newStore(t, d)
 		// lOwn's files are in no layer with intact data.
 		p0, p1 := filePath(t, s.own[0]), filePath(t, s.own[1])
@@ -156,7 +157,7 @@ func TestBadFileWithoutIntactCopy(t *testing.T) {
 
 func TestCorruptFileNamedByNoRecipe(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
 		s := newStore(t, d)
 		stray := digest.FromString("a file no recipe names")
 		p := filePath(t, stray)
@@ -168,7 +169,7 @@ func TestCorruptFileNamedByNoRecipe(t *testing.T) {
 
 func TestBadRecipe(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
 		s := newStore(t, d)
 		p := layout.BlobRecipe(s.lOwn)
 		s.put(p, []byte(`{"version": 1, "digest": "sha256:`))
@@ -201,7 +202,7 @@ func (s *store) editRecipe(l digest.Digest, fn func(r *dedup.Recipe)) {
 
 func TestRebuildFailed(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
 		s := newStore(t, d)
 		// Another encoder level: the recipe parses, every file is there,
 		// and the rebuild makes other bytes.
@@ -261,7 +262,7 @@ func TestSampleFollowsSeed(t *testing.T) {
 
 func TestUnreadable(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
 		s := newStore(t, d)
 		fd := newFaultDriver(d)
 		fd.failGet[layout.BlobData(s.lPlain)] = true
@@ -275,7 +276,7 @@ func TestUnreadable(t *testing.T) {
 
 func TestSHA512Blobs(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
 		s := newStore(t, d)
 		ctx := context.Background()
 		good, bad := []byte("sha512 addressed"), []byte("sha512 addressed, then changed")

@@ -23,8 +23,8 @@ import (
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
-	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
 	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
+	"github.com/cairn-registry/cairn/internal/testutil/drivertest"
 	"github.com/cairn-registry/cairn/internal/testutil/layertest"
 )
 
@@ -34,18 +34,6 @@ const (
 	mtIndex    = "application/vnd.oci.image.index.v1+json"
 	mtConfig   = "application/vnd.oci.image.config.v1+json"
 )
-
-// forDrivers runs fn over the inmemory and the filesystem driver.
-func forDrivers(t *testing.T, fn func(t *testing.T, d driver.Driver)) {
-	t.Run("inmemory", func(t *testing.T) { fn(t, inmemory.New()) })
-	t.Run("filesystem", func(t *testing.T) {
-		d, err := filesystem.New(t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		fn(t, d)
-	})
-}
 
 // store is a registry filled as a server would fill it, with dedup run
 // over some layers:
@@ -151,15 +139,17 @@ func (s *store) blob(repo string, data []byte) digest.Digest {
 	return d
 }
 
+// desc is a descriptor as the fixture's manifests write it.
+type desc struct {
+	MediaType string        `json:"mediaType"`
+	Digest    digest.Digest `json:"digest"`
+	Size      int64         `json:"size"`
+}
+
 // manifest pushes an image manifest as repo:tag (by digest when tag is
 // ""); layers alternate media types and digests.
 func (s *store) manifest(repo, tag string, config digest.Digest, subject *digest.Digest, layers ...any) digest.Digest {
 	s.t.Helper()
-	type desc struct {
-		MediaType string        `json:"mediaType"`
-		Digest    digest.Digest `json:"digest"`
-		Size      int64         `json:"size"`
-	}
 	m := struct {
 		SchemaVersion int    `json:"schemaVersion"`
 		MediaType     string `json:"mediaType"`
@@ -180,11 +170,6 @@ func (s *store) manifest(repo, tag string, config digest.Digest, subject *digest
 // index pushes an index naming children as repo:tag.
 func (s *store) index(repo, tag string, children ...digest.Digest) digest.Digest {
 	s.t.Helper()
-	type desc struct {
-		MediaType string        `json:"mediaType"`
-		Digest    digest.Digest `json:"digest"`
-		Size      int64         `json:"size"`
-	}
 	m := struct {
 		SchemaVersion int    `json:"schemaVersion"`
 		MediaType     string `json:"mediaType"`
@@ -232,11 +217,7 @@ func (s *store) get(p string) []byte {
 
 func (s *store) exists(p string) bool {
 	s.t.Helper()
-	_, err := s.d.Stat(context.Background(), p)
-	if err != nil && !errors.Is(err, driver.ErrNotFound) {
-		s.t.Fatal(err)
-	}
-	return err == nil
+	return drivertest.Exists(s.t, s.d, p)
 }
 
 func (s *store) remove(p string) {

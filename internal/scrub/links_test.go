@@ -7,11 +7,12 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
+	"github.com/cairn-registry/cairn/internal/testutil/drivertest"
 )
 
 func TestMissingRecipe(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
 		s := newStore(t, d)
 		// A deduplicated layer whose recipe is gone: its link names nothing.
 		s.remove(layout.BlobRecipe(s.lOwn))
@@ -26,7 +27,7 @@ func TestMissingRecipe(t *testing.T) {
 
 func TestMissingManifest(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
 		s := newStore(t, d)
 		s.remove(layout.BlobData(s.mIndex))
 		p := revisionLink("app/index", s.mIndex)
@@ -39,7 +40,7 @@ func TestMissingManifest(t *testing.T) {
 
 func TestDanglingTagRelinked(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
 		s := newStore(t, d)
 		s.remove(revisionLink("app/full", s.mFull))
 		// Its layers' links too: the relinked revision's manifest is read
@@ -65,7 +66,7 @@ func TestDanglingTagRelinked(t *testing.T) {
 
 func TestDanglingTagWithoutData(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
 		s := newStore(t, d)
 		s.remove(revisionLink("app/full", s.mFull))
 		s.remove(layout.BlobData(s.mFull))
@@ -80,7 +81,7 @@ func TestDanglingTagWithoutData(t *testing.T) {
 
 func TestMissingLayerLinkRelinked(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
 		s := newStore(t, d)
 		s.remove(layerLink("app/index", s.lIndex))
 		s.remove(layerLink("app/full", s.lOwn)) // deduplicated: only a recipe
@@ -100,7 +101,7 @@ func TestMissingLayerLinkRelinked(t *testing.T) {
 
 func TestMissingBlobOfManifest(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
 		s := newStore(t, d)
 		s.remove(layerLink("app/plain", s.lPlain))
 		s.remove(layout.BlobData(s.lPlain))
@@ -115,7 +116,7 @@ func TestMissingBlobOfManifest(t *testing.T) {
 
 func TestSparseSkipsReferences(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
 		s := newStore(t, d)
 		s.remove(layerLink("app/plain", s.lPlain))
 		s.remove(layout.BlobData(s.lPlain))
@@ -126,7 +127,7 @@ func TestSparseSkipsReferences(t *testing.T) {
 
 func TestIndexChildRelinked(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
 		s := newStore(t, d)
 		p := revisionLink("app/plain", s.mChild)
 		s.remove(p)
@@ -153,7 +154,7 @@ func TestIndexChildRelinked(t *testing.T) {
 
 func TestReferrerLinks(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
 		s := newStore(t, d)
 		p := referrerLinkPath("app/plain", s.mPlain, s.mRef)
 		s.remove(p)
@@ -179,7 +180,7 @@ func TestReferrerLinks(t *testing.T) {
 
 func TestBadLinks(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
 		s := newStore(t, d)
 		tag := layout.TagCurrentLink("app/index", "v1")
 		s.put(tag, []byte("not a digest"))
@@ -204,7 +205,7 @@ func TestBadLinks(t *testing.T) {
 
 func TestBadManifest(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
 		s := newStore(t, d)
 		junk := []byte("this is no manifest")
 		m := digest.FromBytes(junk)
@@ -219,7 +220,7 @@ func TestBadManifest(t *testing.T) {
 // A blob stored after the listing (a push racing the scrub) is not missing.
 func TestListingRaceConfirmed(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
 		s := newStore(t, d)
 		fd := newFaultDriver(d)
 		fd.hide[layout.BlobData(s.lPlain)] = true
@@ -241,7 +242,7 @@ func TestListingRaceConfirmed(t *testing.T) {
 // Repair deletes nothing but its own temporary files and journal records.
 func TestRepairNeverDeletes(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
 		s := newStore(t, d)
 		s.flip(filePath(t, s.shared[0]))
 		s.remove(filePath(t, s.shared[1]))
