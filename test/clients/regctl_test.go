@@ -9,17 +9,13 @@ import (
 	"testing"
 
 	"github.com/opencontainers/go-digest"
-
-	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 )
 
 func TestRegctl(t *testing.T) {
 	t.Parallel()
-	regctl := tool(t, "regctl")
-	srv := cairnproc.Start(t, "")
-	api := registryAPI{base: srv.URL}
-	e := newClientEnv(t) // regctl keeps its config in $HOME/.regctl
-	r := func(t *testing.T, args ...string) []byte { t.Helper(); return e.run(t, regctl, args...) }
+	ct := startClientTest(t, "regctl") // regctl keeps its config in $HOME/.regctl
+	srv, api := ct.srv, ct.api
+	r := ct.runner(nil)
 	r(t, "registry", "set", srv.Addr, "--tls", "disabled")
 
 	img := newImage(t, 11, false, 2<<10, 400<<10, 2<<20)
