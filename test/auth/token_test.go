@@ -15,6 +15,9 @@ import (
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/google/go-containerregistry/pkg/authn"
+
+	"github.com/cairn-registry/cairn/internal/testutil/clitool"
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 const (
@@ -160,70 +163,70 @@ func standardTokenServer(t *testing.T) *tokenServer {
 
 func TestTokenCrane(t *testing.T) {
 	t.Parallel()
-	crane := tool(t, "crane")
+	crane := clitool.Path(t, "crane")
 	ts := standardTokenServer(t)
 	srv := startConfig(t, ts.config())
 	img := newImage(t, 2)
-	login := func(user, pass string) *clientEnv {
-		e := newClientEnv(t)
-		e.run(t, crane, "auth", "login", srv.Addr, "-u", user, "-p", pass)
+	login := func(user, pass string) *clitool.Session {
+		e := clitool.NewSession(t)
+		e.Run(t, crane, "auth", "login", srv.Addr, "-u", user, "-p", pass)
 		return e
 	}
 	ref := srv.Addr + "/team/app:v1"
 
 	pusher := login("pusher", "push-pw")
-	pusher.run(t, crane, "push", "--insecure", img.dir, ref)
+	pusher.Run(t, crane, "push", "--insecure", img.dir, ref)
 	// pusher may pull team/base, not push to it.
-	if out := pusher.fail(t, crane, "push", "--insecure", img.dir, srv.Addr+"/team/base:v1"); !strings.Contains(out, "DENIED") {
+	if out := pusher.Fail(t, crane, "push", "--insecure", img.dir, srv.Addr+"/team/base:v1"); !strings.Contains(out, "DENIED") {
 		t.Errorf("push to team/base with a pull-only grant: want DENIED, got:\n%s", out)
 	}
 
 	puller := login("puller", "pull-pw")
 	pulled := filepath.Join(t.TempDir(), "pulled")
-	puller.run(t, crane, "pull", "--insecure", "--format=oci", ref, pulled)
+	puller.Run(t, crane, "pull", "--insecure", "--format=oci", ref, pulled)
 	if got := ociDigest(t, pulled); got != img.digest.String() {
 		t.Errorf("puller pulled %s, want %s", got, img.digest)
 	}
-	if out := puller.fail(t, crane, "push", "--insecure", img.dir, srv.Addr+"/team/app:v2"); !strings.Contains(out, "DENIED") {
+	if out := puller.Fail(t, crane, "push", "--insecure", img.dir, srv.Addr+"/team/app:v2"); !strings.Contains(out, "DENIED") {
 		t.Errorf("push with a pull token: want DENIED, got:\n%s", out)
 	}
-	if out := puller.fail(t, crane, "tag", "--insecure", ref, "v3"); !strings.Contains(out, "DENIED") {
+	if out := puller.Fail(t, crane, "tag", "--insecure", ref, "v3"); !strings.Contains(out, "DENIED") {
 		t.Errorf("tag with a pull token: want DENIED, got:\n%s", out)
 	}
 	// Cross-repository: team/base exists after admin pushes it, and the
 	// puller's token for team/app does not open it.
 	admin := login("admin", "admin-pw")
-	admin.run(t, crane, "push", "--insecure", img.dir, srv.Addr+"/team/base:v1")
-	if out := puller.fail(t, crane, "manifest", "--insecure", srv.Addr+"/team/base:v1"); !strings.Contains(out, "DENIED") {
+	admin.Run(t, crane, "push", "--insecure", img.dir, srv.Addr+"/team/base:v1")
+	if out := puller.Fail(t, crane, "manifest", "--insecure", srv.Addr+"/team/base:v1"); !strings.Contains(out, "DENIED") {
 		t.Errorf("pull of team/base with a team/app token: want DENIED, got:\n%s", out)
 	}
-	if out := puller.fail(t, crane, "catalog", "--insecure", srv.Addr); !strings.Contains(out, "DENIED") {
+	if out := puller.Fail(t, crane, "catalog", "--insecure", srv.Addr); !strings.Contains(out, "DENIED") {
 		t.Errorf("catalog with a pull token: want DENIED, got:\n%s", out)
 	}
-	if out := admin.run(t, crane, "catalog", "--insecure", srv.Addr); !strings.Contains(out, "team/app") || !strings.Contains(out, "team/base") {
+	if out := string(admin.Run(t, crane, "catalog", "--insecure", srv.Addr)); !strings.Contains(out, "team/app") || !strings.Contains(out, "team/base") {
 		t.Errorf("admin catalog = %q", out)
 	}
 	// The refused push and tag changed nothing.
-	tags := admin.run(t, crane, "ls", "--insecure", srv.Addr+"/team/app")
+	tags := string(admin.Run(t, crane, "ls", "--insecure", srv.Addr+"/team/app"))
 	if strings.TrimSpace(tags) != "v1" {
 		t.Errorf("tags of team/app = %q, want only v1", tags)
 	}
 	wrong := login("puller", "not-the-password")
-	wrong.fail(t, crane, "manifest", "--insecure", ref)
+	wrong.Fail(t, crane, "manifest", "--insecure", ref)
 }
 
 func TestTokenSkopeo(t *testing.T) {
 	t.Parallel()
-	skopeo := tool(t, "skopeo")
+	skopeo := clitool.Path(t, "skopeo")
 	ts := standardTokenServer(t)
 	srv := startConfig(t, ts.config())
 	img := newImage(t, 2)
-	e := newClientEnv(t)
+	e := clitool.NewSession(t)
 	s := func(args ...string) string {
-		return e.run(t, skopeo, append([]string{"--insecure-policy"}, args...)...)
+		return string(e.Run(t, skopeo, append([]string{"--insecure-policy"}, args...)...))
 	}
 	fail := func(args ...string) string {
-		return e.fail(t, skopeo, append([]string{"--insecure-policy"}, args...)...)
+		return e.Fail(t, skopeo, append([]string{"--insecure-policy"}, args...)...)
 	}
 	ref := "docker://" + srv.Addr + "/team/app:v1"
 
@@ -325,32 +328,32 @@ func TestTokenEnforcement(t *testing.T) {
 		{"basic credentials instead of a token", "GET", "/v2/team/app/manifests/v1", nil, []string{"Authorization", "Basic cHVsbGVyOnB1bGwtcHc="}, 401, "UNAUTHORIZED", ""},
 	}
 	for _, c := range cases {
-		r := do(t, hc, c.method, srv.URL+c.path, c.body, c.hdr...)
-		if r.status != c.status || r.errorCode() != c.code {
+		r := regtest.Do(t, hc, c.method, srv.URL+c.path, c.body, c.hdr...)
+		if r.Status != c.status || r.ErrorCode() != c.code {
 			t.Errorf("%s: %s %s = %v, want %d %s", c.name, c.method, c.path, r, c.status, c.code)
 			continue
 		}
-		if c.challenge != "" && r.header.Get("WWW-Authenticate") != c.challenge {
-			t.Errorf("%s: WWW-Authenticate\n got %s\nwant %s", c.name, r.header.Get("WWW-Authenticate"), c.challenge)
+		if c.challenge != "" && r.Header.Get("WWW-Authenticate") != c.challenge {
+			t.Errorf("%s: WWW-Authenticate\n got %s\nwant %s", c.name, r.Header.Get("WWW-Authenticate"), c.challenge)
 		}
-		if c.status >= 400 && strings.Contains(r.body, "NAME_UNKNOWN") {
-			t.Errorf("%s: a refusal tells whether the repository exists: %s", c.name, r.body)
+		if c.status >= 400 && strings.Contains(string(r.Body), "NAME_UNKNOWN") {
+			t.Errorf("%s: a refusal tells whether the repository exists: %s", c.name, string(r.Body))
 		}
 	}
 
 	// The refused PUT and DELETE changed nothing.
 	admin := bearer(tok(access{"repository", "team/app", []string{"pull"}}))
-	if r := do(t, hc, "GET", srv.URL+"/v2/team/app/manifests/v2", nil, admin...); r.status != 404 {
+	if r := regtest.Do(t, hc, "GET", srv.URL+"/v2/team/app/manifests/v2", nil, admin...); r.Status != 404 {
 		t.Errorf("tag v2 after a refused push: %v", r)
 	}
-	if r := do(t, hc, "GET", srv.URL+"/v2/team/app/manifests/"+img.digest.String(), nil, admin...); r.status != 200 {
+	if r := regtest.Do(t, hc, "GET", srv.URL+"/v2/team/app/manifests/"+img.digest.String(), nil, admin...); r.Status != 200 {
 		t.Errorf("manifest after refused deletes: %v", r)
 	}
 	// Refusals for a repository that exists and one that does not carry
 	// the same body, apart from the name.
-	a := do(t, hc, "GET", srv.URL+"/v2/team/base/tags/list", nil, bearer(pullApp)...)
-	b := do(t, hc, "GET", srv.URL+"/v2/team/nope/tags/list", nil, bearer(pullApp)...)
-	if a.status != b.status || strings.ReplaceAll(a.body, "team/base", "X") != strings.ReplaceAll(b.body, "team/nope", "X") {
+	a := regtest.Do(t, hc, "GET", srv.URL+"/v2/team/base/tags/list", nil, bearer(pullApp)...)
+	b := regtest.Do(t, hc, "GET", srv.URL+"/v2/team/nope/tags/list", nil, bearer(pullApp)...)
+	if a.Status != b.Status || strings.ReplaceAll(string(a.Body), "team/base", "X") != strings.ReplaceAll(string(b.Body), "team/nope", "X") {
 		t.Errorf("refusals differ between an existing and a missing repository:\n%v\n%v", a, b)
 	}
 }
@@ -395,17 +398,17 @@ func TestTokenMount(t *testing.T) {
 	withSource := token(access{"repository", "team/copy", []string{"pull", "push"}}, access{"repository", "team/app", []string{"pull"}})
 	hc := &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	defer hc.CloseIdleConnections()
-	post := func(query, tok string) response {
-		return do(t, hc, "POST", srv.URL+"/v2/team/copy/blobs/uploads/?"+query, nil, "Authorization", "Bearer "+tok)
+	post := func(query, tok string) regtest.Response {
+		return regtest.Do(t, hc, "POST", srv.URL+"/v2/team/copy/blobs/uploads/?"+query, nil, "Authorization", "Bearer "+tok)
 	}
-	wantUpload := func(r response, what string) {
+	wantUpload := func(r regtest.Response, what string) {
 		t.Helper()
-		if r.status != http.StatusAccepted || !strings.Contains(r.header.Get("Location"), "/v2/team/copy/blobs/uploads/") {
+		if r.Status != http.StatusAccepted || !strings.Contains(r.Header.Get("Location"), "/v2/team/copy/blobs/uploads/") {
 			t.Errorf("%s: %v, want 202 and an upload session", what, r)
 		}
 	}
 	blobStatus := func(d string) int {
-		return do(t, hc, "GET", srv.URL+"/v2/team/copy/blobs/"+d, nil, "Authorization", "Bearer "+copyOnly).status
+		return regtest.Do(t, hc, "GET", srv.URL+"/v2/team/copy/blobs/"+d, nil, "Authorization", "Bearer "+copyOnly).Status
 	}
 
 	// From a named source: needs pull on it.
@@ -422,10 +425,10 @@ func TestTokenMount(t *testing.T) {
 		}
 	}
 	// With pull on the repository that holds it, both find it.
-	if r := post("mount="+layer, withSource); r.status != http.StatusCreated {
+	if r := post("mount="+layer, withSource); r.Status != http.StatusCreated {
 		t.Fatalf("mount without from, pull on team/app: %v, want 201", r)
 	}
-	if r := post("mount="+m.Config.Digest.String()+"&from=team/app", withSource); r.status != http.StatusCreated {
+	if r := post("mount="+m.Config.Digest.String()+"&from=team/app", withSource); r.Status != http.StatusCreated {
 		t.Fatalf("mount with pull on the source: %v, want 201", r)
 	}
 	for _, d := range []string{layer, m.Config.Digest.String()} {
@@ -466,10 +469,10 @@ func TestTokenJWKS(t *testing.T) {
 	}
 	hc := &http.Client{Timeout: 30 * time.Second}
 	defer hc.CloseIdleConnections()
-	if r := do(t, hc, "GET", srv.URL+"/v2/team/app/tags/list", nil, "Authorization", "Bearer "+sign("signer-1")); r.status != 404 || r.errorCode() != "NAME_UNKNOWN" {
+	if r := regtest.Do(t, hc, "GET", srv.URL+"/v2/team/app/tags/list", nil, "Authorization", "Bearer "+sign("signer-1")); r.Status != 404 || r.ErrorCode() != "NAME_UNKNOWN" {
 		t.Errorf("JWKS kid: %v, want the registry's own answer (NAME_UNKNOWN)", r)
 	}
-	if r := do(t, hc, "GET", srv.URL+"/v2/team/app/tags/list", nil, "Authorization", "Bearer "+sign("unknown")); r.status != 401 {
+	if r := regtest.Do(t, hc, "GET", srv.URL+"/v2/team/app/tags/list", nil, "Authorization", "Bearer "+sign("unknown")); r.Status != 401 {
 		t.Errorf("unknown kid: %v, want 401", r)
 	}
 }
