@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 func TestErrorCodes(t *testing.T) {
@@ -144,7 +146,7 @@ func TestSizeInvalid(t *testing.T) {
 		resp := rawRequest(t, e.srv.Addr, tc.method, tc.target, len(data)+100, data)
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
 		resp.Body.Close()
-		r := response{Status: resp.StatusCode, Header: resp.Header, Body: b, req: tc.method + " " + tc.target}
+		r := regtest.Response{Status: resp.StatusCode, Header: resp.Header, Body: b, Req: tc.method + " " + tc.target}
 		wantError(t, r, http.StatusBadRequest, "SIZE_INVALID")
 		wantStatus(t, e.do(http.MethodHead, "/v2/"+repo+"/blobs/"+d, nil), http.StatusNotFound)
 	}

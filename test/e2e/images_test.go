@@ -15,29 +15,20 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 // randomImage returns an image of n random layers of size bytes each, with
 // OCI media types when oci is true, else Docker schema2 ones.
 func randomImage(t testing.TB, oci bool, n int, size int64) v1.Image {
 	t.Helper()
-	if !oci {
-		img, err := random.Image(size, int64(n))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return img
+	if oci {
+		return regtest.RandomImage(t, n, size)
 	}
-	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	for range n {
-		l, err := random.Layer(size, types.OCILayer)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if img, err = mutate.AppendLayers(img, l); err != nil {
-			t.Fatal(err)
-		}
+	img, err := random.Image(size, int64(n))
+	if err != nil {
+		t.Fatal(err)
 	}
 	return img
 }

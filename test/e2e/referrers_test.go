@@ -14,6 +14,8 @@ import (
 	"github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 const (
@@ -72,7 +74,7 @@ func (e *env) pushArtifact(repo, artifactType, configType string, subject ocispe
 
 // referrers GETs the referrers of subject (with an optional query) and
 // checks the answer is an OCI index.
-func (e *env) referrers(repo, subject, query string) ([]ocispec.Descriptor, response) {
+func (e *env) referrers(repo, subject, query string) ([]ocispec.Descriptor, regtest.Response) {
 	e.t.Helper()
 	r := e.do(http.MethodGet, "/v2/"+repo+"/referrers/"+subject+query, nil, "Accept", mtOCIIndex)
 	wantStatus(e.t, r, http.StatusOK)

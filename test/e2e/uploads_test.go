@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 // startUpload POSTs a new upload session and returns its Location.
@@ -59,7 +61,7 @@ func (e *env) wantUploadStatus(loc string, size int) string {
 }
 
 // closeUpload PUTs ?digest= with an optional final chunk and checks the 201.
-func (e *env) closeUpload(loc, digest string, final []byte, offset int) response {
+func (e *env) closeUpload(loc, digest string, final []byte, offset int) regtest.Response {
 	e.t.Helper()
 	hdr := []string{}
 	if len(final) > 0 {
