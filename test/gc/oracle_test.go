@@ -17,6 +17,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 // manifest is what the oracle knows of one pushed manifest.
@@ -71,8 +73,6 @@ func (o *oracle) layer() v1.Layer {
 }
 
 func (o *oracle) image(layers int) v1.Image {
-	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
 	var ls []v1.Layer
 	for range layers {
 		if o.rnd.IntN(3) == 0 {
@@ -81,7 +81,7 @@ func (o *oracle) image(layers int) v1.Image {
 			ls = append(ls, o.layer())
 		}
 	}
-	img, err := mutate.AppendLayers(img, ls...)
+	img, err := regtest.OCIImage(ls...)
 	if err != nil {
 		o.t.Fatal(err)
 	}
