@@ -22,13 +22,14 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(cairnproc.Main(m)) }
@@ -47,11 +48,7 @@ storage:
     mode: %s
     workers: 2
 %s`, debugAddr, mode, extra)
-	path = filepath.Join(t.TempDir(), "config.yml")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path, debugAddr
+	return cairnproc.WriteConfig(t, cfg), debugAddr
 }
 
 func digestOf(b []byte) string {
@@ -61,15 +58,11 @@ func digestOf(b []byte) string {
 
 // image is an OCI image holding layers (their exact bytes).
 func image(layers []testLayer) (v1.Image, error) {
-	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	for _, l := range layers {
-		var err error
-		img, err = mutate.AppendLayers(img, static.NewLayer(l.blob, types.MediaType(l.mediaType)))
-		if err != nil {
-			return nil, err
-		}
+	ls := make([]v1.Layer, len(layers))
+	for i, l := range layers {
+		ls[i] = static.NewLayer(l.blob, types.MediaType(l.mediaType))
 	}
-	return img, nil
+	return regtest.OCIImage(ls...)
 }
 
 // pushErr writes the image of layers as repo:v1.
@@ -94,10 +87,7 @@ func push(t *testing.T, srv *cairnproc.Server, repo string, layers []testLayer) 
 }
 
 // blobDir is the storage directory of blob dg under root.
-func blobDir(root, dg string) string {
-	hexs := strings.TrimPrefix(dg, "sha256:")
-	return filepath.Join(root, "docker/registry/v2/blobs/sha256", hexs[:2], hexs)
-}
+func blobDir(root, dg string) string { return filepath.Join(root, layout.BlobDir(digest.Digest(dg))) }
 
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }
 
@@ -154,11 +144,7 @@ func waitFor(t *testing.T, interval time.Duration, pending func() string) {
 // pullAll pulls repo:v1 with ggcr and checks every layer's bytes.
 func pullAll(t *testing.T, srv *cairnproc.Server, repo string, layers []testLayer) {
 	t.Helper()
-	ref, err := name.ParseReference(srv.Addr+"/"+repo+":v1", name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := remote.Image(ref)
+	img, err := remote.Image(regtest.Ref(t, srv.Addr, repo+":v1"))
 	if err != nil {
 		t.Fatalf("pull %s: %v", repo, err)
 	}

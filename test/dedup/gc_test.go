@@ -9,14 +9,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 // countFiles counts the unique files in the dedup file store under root.
 func countFiles(t *testing.T, root string) int {
 	t.Helper()
 	n := 0
-	filepath.WalkDir(filepath.Join(root, "docker/registry/v2/cairn/files"), func(_ string, d fs.DirEntry, err error) error {
+	filepath.WalkDir(filepath.Join(root, layout.FilesDir), func(_ string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			n++
 		}
@@ -41,14 +43,9 @@ func TestGCReleasesFiles(t *testing.T) {
 	before := countFiles(t, root)
 
 	// Delete the second image's manifest.
-	req, _ := http.NewRequest(http.MethodDelete, srv.URL+"/v2/gc/drop/manifests/v1", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("DELETE tag: %d", resp.StatusCode)
+	resp := regtest.Do(t, http.DefaultClient, http.MethodDelete, srv.URL+"/v2/gc/drop/manifests/v1", nil)
+	if resp.Status != http.StatusAccepted {
+		t.Fatalf("DELETE tag: %d", resp.Status)
 	}
 
 	// With serve running, the CLI cannot take the metadata store: clear error.

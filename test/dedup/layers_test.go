@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-registry/cairn/internal/testutil/layertest"
 	"github.com/klauspost/compress/zstd"
 	"github.com/klauspost/pgzip"
+
+	"github.com/cairn-registry/cairn/internal/testutil/layertest"
 )
 
 // testLayer is one layer blob with how it was made.

@@ -2,9 +2,7 @@ package dedup
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -15,6 +13,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/s3"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/drivertest"
 	"github.com/cairn-registry/cairn/internal/testutil/objstore"
 )
 
@@ -28,18 +27,14 @@ func TestFullModeOnS3(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "config.yml")
-	yml := fmt.Sprintf(`version: 0.1
+	cfg := cairnproc.WriteConfig(t, fmt.Sprintf(`version: 0.1
 log: {level: debug}
 storage:
 %s  dedup:
     mode: full
     metadata: {path: %q}
     cache: {preconstruct: {dir: %q}}
-`, section, filepath.Join(dir, "meta.db"), filepath.Join(dir, "cache"))
-	if err := os.WriteFile(cfg, []byte(yml), 0o644); err != nil {
-		t.Fatal(err)
-	}
+`, section, filepath.Join(dir, "meta.db"), filepath.Join(dir, "cache")))
 	layers := allLayers(t)[:6]
 	srv := cairnproc.StartArgs(t, cairnproc.Binary(t), "--config", cfg)
 	push(t, srv, "s3/img", layers)
@@ -53,13 +48,7 @@ storage:
 // waitDriverState waits until every layer has a recipe and no data in d.
 func waitDriverState(t *testing.T, d driver.Driver, layers []testLayer) {
 	t.Helper()
-	has := func(p string) bool {
-		_, err := d.Stat(t.Context(), p)
-		if err != nil && !errors.Is(err, driver.ErrNotFound) {
-			t.Fatal(err)
-		}
-		return err == nil
-	}
+	has := func(p string) bool { return drivertest.Exists(t, d, p) }
 	waitFor(t, 300*time.Millisecond, func() string {
 		for _, l := range layers {
 			dg := digest.Digest(digestOf(l.blob))

@@ -11,14 +11,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opencontainers/go-digest"
+
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 )
 
 // filePath is the file store path under root of the unique file with
 // content body.
 func filePath(root string, body []byte) string {
-	hexs := strings.TrimPrefix(digestOf(body), "sha256:")
-	return filepath.Join(root, "docker/registry/v2/cairn/files/sha256", hexs[:2], hexs)
+	return filepath.Join(root, layout.File(digest.FromBytes(body)))
 }
 
 // TestRebuildFailureReported: one deduplicated layer has a unique file

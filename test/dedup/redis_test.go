@@ -3,13 +3,12 @@ package dedup
 import (
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 	"github.com/cairn-registry/cairn/internal/testutil/objstore"
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 // TestTwoNodesSharedRedis runs two serve nodes on one storage root with the
@@ -19,8 +18,7 @@ import (
 func TestTwoNodesSharedRedis(t *testing.T) {
 	addr := objstore.Need(t, "CAIRN_TEST_REDIS_ADDR")[0]
 	prefix := objstore.RandomName("cairn-test-") + ":"
-	cfg := filepath.Join(t.TempDir(), "config.yml")
-	yml := fmt.Sprintf(`version: 0.1
+	cfg := cairnproc.WriteConfig(t, fmt.Sprintf(`version: 0.1
 log: {level: debug}
 storage:
   filesystem: {rootdirectory: /unused}
@@ -28,10 +26,7 @@ storage:
     mode: full
     workers: 1
     metadata: {redis: {addr: %q, prefix: %q}}
-`, addr, prefix)
-	if err := os.WriteFile(cfg, []byte(yml), 0o644); err != nil {
-		t.Fatal(err)
-	}
+`, addr, prefix))
 	root := t.TempDir()
 	a := cairnproc.Start(t, root, "--config", cfg)
 	b := cairnproc.Start(t, root, "--config", cfg)
@@ -50,12 +45,9 @@ storage:
 
 	// GC from the CLI while both nodes serve: the dropped image's layers and
 	// their own files go, the kept image still pulls from either node.
-	req, _ := http.NewRequest(http.MethodDelete, b.URL+"/v2/nodes/drop/manifests/v1", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	if r := regtest.Do(t, http.DefaultClient, http.MethodDelete, b.URL+"/v2/nodes/drop/manifests/v1", nil); r.Status != http.StatusAccepted {
+		t.Fatalf("DELETE nodes/drop:v1: %v", r)
 	}
-	resp.Body.Close()
 	before := countFiles(t, root)
 	out, err := exec.Command(cairnproc.Binary(t), "gc", "--config", cfg, "--root", root, "--delay", "0s", "--delete-untagged", "--quiet").CombinedOutput()
 	if err != nil {
