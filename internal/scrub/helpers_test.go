@@ -1,8 +1,6 @@
 package scrub
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -62,24 +60,24 @@ func newStore(t *testing.T, d driver.Driver) *store {
 	t.Helper()
 	ctx := context.Background()
 	s := &store{t: t, d: d, reg: registry.New(d, registry.Options{DeleteEnabled: true}), blobs: map[digest.Digest][]byte{}}
-	var sharedFiles, ownFiles, indexOwn []tfile
+	var sharedFiles, ownFiles, indexOwn []layertest.File
 	for i := range 3 {
-		sharedFiles = append(sharedFiles, tfile{fmt.Sprintf("usr/lib/shared%d", i), layertest.Body(uint64(10+i), 9_000+i*1000)})
+		sharedFiles = append(sharedFiles, layertest.File{Name: fmt.Sprintf("usr/lib/shared%d", i), Body: layertest.Body(uint64(10+i), 9_000+i*1000)})
 	}
 	for i := range 2 {
-		ownFiles = append(ownFiles, tfile{fmt.Sprintf("app/own%d", i), layertest.Body(uint64(20+i), 7_000+i*500)})
-		indexOwn = append(indexOwn, tfile{fmt.Sprintf("srv/idx%d", i), layertest.Body(uint64(30+i), 6_000+i*500)})
+		ownFiles = append(ownFiles, layertest.File{Name: fmt.Sprintf("app/own%d", i), Body: layertest.Body(uint64(20+i), 7_000+i*500)})
+		indexOwn = append(indexOwn, layertest.File{Name: fmt.Sprintf("srv/idx%d", i), Body: layertest.Body(uint64(30+i), 6_000+i*500)})
 	}
 	for _, f := range sharedFiles {
-		s.shared = append(s.shared, digest.FromBytes(f.body))
+		s.shared = append(s.shared, digest.FromBytes(f.Body))
 	}
 	for _, f := range ownFiles {
-		s.own = append(s.own, digest.FromBytes(f.body))
+		s.own = append(s.own, digest.FromBytes(f.Body))
 	}
-	shared := layertest.Gzip(t, buildTar(t, sharedFiles), 6)
-	own := layertest.Zstd(t, buildTar(t, ownFiles), zstd.SpeedDefault)
-	index := layertest.Gzip(t, buildTar(t, append(append([]tfile{}, sharedFiles...), indexOwn...)), 6)
-	plain := buildTar(t, []tfile{{"etc/plain", []byte("plain layer\n")}})
+	shared := layertest.Gzip(t, layertest.Tar(t, sharedFiles...), 6)
+	own := layertest.Zstd(t, layertest.Tar(t, ownFiles...), zstd.SpeedDefault)
+	index := layertest.Gzip(t, layertest.Tar(t, append(append([]layertest.File{}, sharedFiles...), indexOwn...)...), 6)
+	plain := layertest.Tar(t, layertest.File{Name: "etc/plain", Body: []byte("plain layer\n")})
 
 	s.cFull = s.blob("app/full", []byte(`{"architecture":"amd64","os":"linux","rootfs":{"type":"layers"},"n":1}`))
 	s.lShared = s.blob("app/full", shared)
@@ -291,33 +289,6 @@ func want(t *testing.T, rep *Report, findings ...string) map[string]Finding {
 		t.Fatalf("findings:\n  %s\nwant:\n  %s", strings.Join(lines, "\n  "), strings.Join(findings, "\n  "))
 	}
 	return got
-}
-
-// tfile is one regular file of a test layer.
-type tfile struct {
-	name string
-	body []byte
-}
-
-// buildTar writes a tar of a directory and files.
-func buildTar(t testing.TB, files []tfile) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	mod := time.Date(2025, 3, 1, 8, 0, 0, 0, time.UTC)
-	for _, f := range files {
-		h := &tar.Header{Typeflag: tar.TypeReg, Name: f.name, Mode: 0o644, Size: int64(len(f.body)), ModTime: mod, Format: tar.FormatPAX}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(f.body); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
 }
 
 // faultDriver fails reads of chosen paths, hides chosen paths from

@@ -27,7 +27,7 @@ func TestScrubThroughput(t *testing.T) {
 	const idx = "  dedup:\n    mode: index\n    workers: 4\n"
 	t.Run("filesystem", func(t *testing.T) {
 		root := t.TempDir()
-		cfg := writeConfig(t, "version: 0.1\nlog: {level: warn}\nstorage:\n  filesystem: {rootdirectory: /unused}\n"+idx)
+		cfg := cairnproc.WriteConfig(t, "version: 0.1\nlog: {level: warn}\nstorage:\n  filesystem: {rootdirectory: /unused}\n"+idx)
 		d, err := filesystem.New(root)
 		if err != nil {
 			t.Fatal(err)
@@ -41,7 +41,7 @@ func TestScrubThroughput(t *testing.T) {
 			t.Fatal(err)
 		}
 		dir := t.TempDir()
-		cfg := writeConfig(t, fmt.Sprintf("version: 0.1\nlog: {level: warn}\nstorage:\n%s%s    metadata: {path: %q}\n    cache: {preconstruct: {dir: %q}}\n",
+		cfg := cairnproc.WriteConfig(t, fmt.Sprintf("version: 0.1\nlog: {level: warn}\nstorage:\n%s%s    metadata: {path: %q}\n    cache: {preconstruct: {dir: %q}}\n",
 			section, idx, filepath.Join(dir, "meta.db"), filepath.Join(dir, "cache")))
 		benchScrub(t, d, func() *cairnproc.Server { return cairnproc.StartArgs(t, cairnproc.Binary(t), "--config", cfg) }, []string{"--config", cfg})
 	})
