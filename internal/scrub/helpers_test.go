@@ -33,6 +33,11 @@ const (
 	mtConfig   = "application/vnd.oci.image.config.v1+json"
 )
 
+// forStores runs fn over a fresh store on each serverless driver.
+func forStores(t *testing.T, fn func(t *testing.T, d driver.Driver, s *store)) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) { fn(t, d, newStore(t, d)) })
+}
+
 // store is a registry filled as a server would fill it, with dedup run
 // over some layers:
 //
@@ -289,6 +294,13 @@ func want(t *testing.T, rep *Report, findings ...string) map[string]Finding {
 		t.Fatalf("findings:\n  %s\nwant:\n  %s", strings.Join(lines, "\n  "), strings.Join(findings, "\n  "))
 	}
 	return got
+}
+
+// wantOne checks that finding ("kind path") is rep's only one and returns
+// it.
+func wantOne(t *testing.T, rep *Report, finding string) Finding {
+	t.Helper()
+	return want(t, rep, finding)[finding]
 }
 
 // faultDriver fails reads of chosen paths, hides chosen paths from

@@ -11,8 +11,7 @@ import (
 
 func TestCleanStore(t *testing.T) {
 	t.Parallel()
-	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
-		s := newStore(t, d)
+	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		fd := newFaultDriver(d)
 		rep := scrub(t, fd, Options{Repair: true, ReadLinks: true})
 		want(t, rep)
@@ -54,8 +53,7 @@ func TestEmptyStore(t *testing.T) {
 
 func TestUploadsIgnored(t *testing.T) {
 	t.Parallel()
-	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
-		s := newStore(t, d)
+	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		s.put(layout.RepositoriesDir+"/app/full/_uploads/abc/data", []byte("half an upload"))
 		s.put(layout.RepositoriesDir+"/app/full/_uploads/abc/startedat", []byte("not a time"))
 		s.put(layout.RepositoriesDir+"/fresh/_uploads/xyz/data", []byte("a repository's first upload"))
