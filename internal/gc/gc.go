@@ -299,7 +299,7 @@ func newCollector(d driver.Driver, opts Options) *collector {
 func (c *collector) run(ctx context.Context) (rep *Report, err error) {
 	c.start = time.Now()
 	c.rep.Started = c.start.UTC()
-	stopProgress := c.reportProgress()
+	stopProgress := parallel.Report(c.opts.ProgressInterval, c.opts.Progress, c.progress)
 	defer func() {
 		c.phase.Store("done")
 		stopProgress()
@@ -361,13 +361,6 @@ func (c *collector) isMarked(k dkey) bool { _, ok := c.marked[k]; return ok }
 
 // hexOf returns the hex of k for building its paths.
 func (c *collector) hexOf(k dkey) string { return c.keys.Hex(k) }
-
-func (c *collector) reportProgress() (stop func()) {
-	if c.opts.Progress == nil {
-		return func() {}
-	}
-	return parallel.Report(c.opts.ProgressInterval, func() { c.opts.Progress(c.progress()) })
-}
 
 func (c *collector) progress() Progress {
 	return Progress{

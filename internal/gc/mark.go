@@ -492,22 +492,11 @@ func (c *collector) readConcurrency() int { return 4 * c.opts.Concurrency }
 
 // getContent reads a small file, trying again after transient failures.
 func (c *collector) getContent(ctx context.Context, p string) ([]byte, error) {
-	var err error
-	for attempt := range 3 {
-		if attempt > 0 {
-			t := time.NewTimer(time.Duration(attempt*attempt) * 100 * time.Millisecond)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil, ctx.Err()
-			case <-t.C:
-			}
-		}
-		var b []byte
+	var b []byte
+	err := parallel.Retry(ctx, 3, func(err error) bool { return errors.Is(err, driver.ErrNotFound) }, func() error {
+		var err error
 		b, err = c.d.GetContent(ctx, p)
-		if err == nil || errors.Is(err, driver.ErrNotFound) || ctx.Err() != nil {
-			return b, err
-		}
-	}
-	return nil, err
+		return err
+	})
+	return b, err
 }

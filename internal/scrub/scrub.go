@@ -349,7 +349,7 @@ func newScrubber(d driver.Driver, opts Options) (*scrubber, error) {
 
 func (s *scrubber) run(ctx context.Context) (rep *Report, err error) {
 	s.start = time.Now()
-	stop := s.reportProgress()
+	stop := parallel.Report(s.opts.ProgressInterval, s.opts.Progress, s.progress)
 	defer func() {
 		s.phase.Store("done")
 		stop()
@@ -457,13 +457,6 @@ func (s *scrubber) repairedAt(i int, ok bool, how string) {
 	s.findings[i].Repaired, s.findings[i].Repair = ok, how
 }
 
-func (s *scrubber) reportProgress() (stop func()) {
-	if s.opts.Progress == nil {
-		return func() {}
-	}
-	return parallel.Report(s.opts.ProgressInterval, func() { s.opts.Progress(s.progress()) })
-}
-
 func (s *scrubber) progress() Progress {
 	return Progress{
 		Phase:    s.phase.Load().(string),
@@ -504,24 +497,10 @@ func (s *scrubber) readListed(ctx context.Context, p string, d digest.Digest) (b
 // retry runs fn up to three times while it fails with anything but
 // not-found or the end of ctx.
 func retry(ctx context.Context, fn func() error) error {
-	var err error
-	for attempt := range 3 {
-		if attempt > 0 {
-			t := time.NewTimer(time.Duration(attempt*attempt) * 100 * time.Millisecond)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return ctx.Err()
-			case <-t.C:
-			}
-		}
-		err = fn()
+	return parallel.Retry(ctx, 3, func(err error) bool {
 		// A file that does not decompress will not on a second read.
-		if err == nil || errors.Is(err, driver.ErrNotFound) || errors.Is(err, errCorruptFile) || ctx.Err() != nil {
-			return err
-		}
-	}
-	return err
+		return errors.Is(err, driver.ErrNotFound) || errors.Is(err, errCorruptFile)
+	}, fn)
 }
 
 // missingNow reports whether every path is absent now (a Stat each): the
