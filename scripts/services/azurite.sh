@@ -20,14 +20,10 @@ AZURITE_KEY='Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZ
 AZURITE_PID=
 AZURITE_DIR=
 
-_azurite_log() { printf '==> azurite: %s\n' "$*" >&2; }
+# shellcheck source=scripts/services/lib.sh
+source "${BASH_SOURCE[0]%/*}/lib.sh"
 
-# _azurite_alive PID — true while PID runs; an exited child that was not yet
-# waited for is a zombie, which kill -0 would still report as alive.
-_azurite_alive() {
-	local st
-	st=$(ps -o stat= -p "$1" 2>/dev/null) && [[ $st != Z* ]]
-}
+_azurite_log() { printf '==> azurite: %s\n' "$*" >&2; }
 
 _azurite_install() {
 	local prefix=$REPO/.cache/npm have
@@ -61,12 +57,10 @@ start_azurite() {
 		--blobHost 127.0.0.1 --blobPort "$port" --location "$AZURITE_DIR/data" \
 		--disableTelemetry --skipApiVersionCheck --silent >"$log" 2>&1 &
 	AZURITE_PID=$!
-	if declare -p SERVER_PIDS 2>/dev/null | grep -q '^declare -A'; then
-		SERVER_PIDS[azurite]=$AZURITE_PID
-	fi
+	svc_record azurite "$AZURITE_PID"
 	# Node starts in about a second; allow 60 s on a loaded machine.
 	for ((i = 0; i < 600; i++)); do
-		if ! _azurite_alive "$AZURITE_PID"; then
+		if ! svc_alive "$AZURITE_PID"; then
 			_azurite_log "exited during startup:"
 			cat "$log" >&2
 			stop_azurite
@@ -90,20 +84,9 @@ start_azurite() {
 }
 
 stop_azurite() {
-	local i
 	if [[ -n $AZURITE_PID ]]; then
-		kill -TERM "$AZURITE_PID" 2>/dev/null || true
-		for ((i = 0; i < 100; i++)); do
-			_azurite_alive "$AZURITE_PID" || break
-			sleep 0.1
-		done
-		if _azurite_alive "$AZURITE_PID"; then
-			kill -KILL "$AZURITE_PID" 2>/dev/null || true
-		fi
-		wait "$AZURITE_PID" 2>/dev/null || true
-		if declare -p SERVER_PIDS 2>/dev/null | grep -q '^declare -A'; then
-			unset 'SERVER_PIDS[azurite]'
-		fi
+		svc_stop "$AZURITE_PID"
+		svc_record azurite
 	fi
 	AZURITE_PID=
 	if [[ -n $AZURITE_DIR ]]; then

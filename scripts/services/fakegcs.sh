@@ -12,6 +12,9 @@
 
 FAKEGCS_MODULE="github.com/fsouza/fake-gcs-server@v1.56.1"
 
+# shellcheck source=scripts/services/lib.sh
+source "${BASH_SOURCE[0]%/*}/lib.sh"
+
 _fakegcs_log() { printf '==> fakegcs: %s\n' "$*" >&2; }
 
 _fakegcs_install() {
@@ -63,11 +66,9 @@ start_fakegcs() {
 		-public-host "127.0.0.1:$port" -external-url "$url" \
 		-backend memory -log-level warn >"$FAKEGCS_LOG" 2>&1 &
 	FAKEGCS_PID=$!
-	if declare -p SERVER_PIDS 2>/dev/null | grep -q '^declare -A'; then
-		SERVER_PIDS[fakegcs]=$FAKEGCS_PID
-	fi
+	svc_record fakegcs "$FAKEGCS_PID"
 	for ((i = 0; i < 300; i++)); do
-		if ! kill -0 "$FAKEGCS_PID" 2>/dev/null; then
+		if ! svc_alive "$FAKEGCS_PID"; then
 			_fakegcs_log "exited at start; log:"
 			tail -n 20 "$FAKEGCS_LOG" >&2
 			stop_fakegcs
@@ -87,20 +88,9 @@ start_fakegcs() {
 }
 
 stop_fakegcs() {
-	local i
 	if [[ -n ${FAKEGCS_PID:-} ]]; then
-		if kill -0 "$FAKEGCS_PID" 2>/dev/null; then
-			kill -TERM "$FAKEGCS_PID" 2>/dev/null || true
-			for ((i = 0; i < 100; i++)); do
-				kill -0 "$FAKEGCS_PID" 2>/dev/null || break
-				sleep 0.1
-			done
-			kill -0 "$FAKEGCS_PID" 2>/dev/null && kill -KILL "$FAKEGCS_PID" 2>/dev/null
-		fi
-		wait "$FAKEGCS_PID" 2>/dev/null || true
-		if declare -p SERVER_PIDS 2>/dev/null | grep -q '^declare -A'; then
-			unset 'SERVER_PIDS[fakegcs]'
-		fi
+		svc_stop "$FAKEGCS_PID"
+		svc_record fakegcs
 	fi
 	if [[ -n ${FAKEGCS_DIR:-} ]]; then
 		rm -rf "$FAKEGCS_DIR"

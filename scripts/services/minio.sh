@@ -22,13 +22,10 @@ MINIO_PASSWORD=cairn-test-secret
 MINIO_PID=
 MINIO_DIR=
 
-_minio_log() { printf '==> minio: %s\n' "$*" >&2; }
+# shellcheck source=scripts/services/lib.sh
+source "${BASH_SOURCE[0]%/*}/lib.sh"
 
-# _minio_alive PID — true while PID runs (a zombie does not count).
-_minio_alive() {
-	local st
-	st=$(ps -o stat= -p "$1" 2>/dev/null) && [[ $st != Z* ]]
-}
+_minio_log() { printf '==> minio: %s\n' "$*" >&2; }
 
 install_minio() {
 	local bindir=$REPO/.cache/bin stamp
@@ -72,11 +69,9 @@ start_minio() {
 		"$REPO/.cache/bin/minio" server "$MINIO_DIR/data" --quiet \
 		--address "127.0.0.1:$port" --console-address "127.0.0.1:$console" >"$log" 2>&1 &
 	MINIO_PID=$!
-	if declare -p SERVER_PIDS 2>/dev/null | grep -q '^declare -A'; then
-		SERVER_PIDS[minio]=$MINIO_PID
-	fi
+	svc_record minio "$MINIO_PID"
 	for ((i = 0; i < 600; i++)); do
-		if ! _minio_alive "$MINIO_PID"; then
+		if ! svc_alive "$MINIO_PID"; then
 			_minio_log "exited during startup:"
 			cat "$log" >&2
 			stop_minio
@@ -101,20 +96,9 @@ start_minio() {
 }
 
 stop_minio() {
-	local i
 	if [[ -n $MINIO_PID ]]; then
-		kill -TERM "$MINIO_PID" 2>/dev/null || true
-		for ((i = 0; i < 100; i++)); do
-			_minio_alive "$MINIO_PID" || break
-			sleep 0.1
-		done
-		if _minio_alive "$MINIO_PID"; then
-			kill -KILL "$MINIO_PID" 2>/dev/null || true
-		fi
-		wait "$MINIO_PID" 2>/dev/null || true
-		if declare -p SERVER_PIDS 2>/dev/null | grep -q '^declare -A'; then
-			unset 'SERVER_PIDS[minio]'
-		fi
+		svc_stop "$MINIO_PID"
+		svc_record minio
 	fi
 	MINIO_PID=
 	if [[ -n $MINIO_DIR ]]; then
