@@ -15,6 +15,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
@@ -104,6 +106,17 @@ func mustDigest(t testing.TB, x interface{ Digest() (v1.Hash, error) }) string {
 		t.Fatal(err)
 	}
 	return h.String()
+}
+
+// manifestDescriptor is the descriptor of img's OCI manifest, as a
+// referrer names its subject.
+func manifestDescriptor(t testing.TB, img v1.Image) ocispec.Descriptor {
+	t.Helper()
+	raw, err := img.RawManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ocispec.Descriptor{MediaType: mtOCIManifest, Digest: digest.FromBytes(raw), Size: int64(len(raw))}
 }
 
 // verifyImage pulls repo:reference (tag or digest) and checks it is want,

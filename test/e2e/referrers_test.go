@@ -131,8 +131,7 @@ func TestReferrers(t *testing.T) {
 	const repo = "e2e/referrers"
 	img := randomImage(t, true, 1, 1024)
 	e.push(img, repo+":app")
-	raw, _ := img.RawManifest()
-	subject := ocispec.Descriptor{MediaType: mtOCIManifest, Digest: digest.Digest(sha(raw)), Size: int64(len(raw))}
+	subject := manifestDescriptor(t, img)
 
 	sbom := e.pushArtifact(repo, artSBOM, ocispec.MediaTypeEmptyJSON, subject,
 		map[string]string{"org.opencontainers.image.created": "2024-01-01T00:00:00Z", "org.example.sbom.format": "json"})
@@ -163,8 +162,7 @@ func TestReferrers(t *testing.T) {
 
 	// A referrer may be pushed before its subject exists.
 	later := randomImage(t, true, 1, 512)
-	lraw, _ := later.RawManifest()
-	lsub := ocispec.Descriptor{MediaType: mtOCIManifest, Digest: digest.Digest(sha(lraw)), Size: int64(len(lraw))}
+	lsub := manifestDescriptor(t, later)
 	early := e.pushArtifact(repo, artSig, ocispec.MediaTypeEmptyJSON, lsub, map[string]string{"k": "v"})
 	got, _ = e.referrers(repo, lsub.Digest.String(), "")
 	sameDescriptors(t, "referrer before subject", got, early)
@@ -226,8 +224,7 @@ func TestReferrersGGCR(t *testing.T) {
 	const repo = "e2e/ggcr-referrers"
 	img := randomImage(t, true, 2, 1024)
 	e.push(img, repo+":app")
-	raw, _ := img.RawManifest()
-	subject := ocispec.Descriptor{MediaType: mtOCIManifest, Digest: digest.Digest(sha(raw)), Size: int64(len(raw))}
+	subject := manifestDescriptor(t, img)
 	sbom := e.pushArtifact(repo, artSBOM, ocispec.MediaTypeEmptyJSON, subject, map[string]string{"a": "1"})
 	sig := e.pushArtifact(repo, artSig, ocispec.MediaTypeEmptyJSON, subject, map[string]string{"b": "2"})
 
