@@ -34,8 +34,10 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(cairnproc.Main(m)) }
 
-// writeConfig writes a config with dedup in mode and a debug listener.
-func writeConfig(t *testing.T, mode string, extra string) (path, debugAddr string) {
+// startDedup starts cairn on a fresh root with dedup in mode and a debug
+// listener (extra is YAML appended to the storage section), and returns
+// the config it wrote, for the CLI and restarts.
+func startDedup(t *testing.T, mode string, extra string) (srv *cairnproc.Server, cfgPath, debugAddr string) {
 	t.Helper()
 	debugAddr = cairnproc.FreeAddr(t)
 	cfg := fmt.Sprintf(`version: 0.1
@@ -48,7 +50,8 @@ storage:
     mode: %s
     workers: 2
 %s`, debugAddr, mode, extra)
-	return cairnproc.WriteConfig(t, cfg), debugAddr
+	cfgPath = cairnproc.WriteConfig(t, cfg)
+	return cairnproc.Start(t, "", "--config", cfgPath), cfgPath, debugAddr
 }
 
 func digestOf(b []byte) string {
@@ -192,8 +195,7 @@ func layerCount(st map[string]any, state string) int {
 
 func TestFullModeByteExact(t *testing.T) {
 	layers := allLayers(t)
-	cfg, _ := writeConfig(t, "full", "")
-	srv := cairnproc.Start(t, "", "--config", cfg)
+	srv, cfg, _ := startDedup(t, "full", "")
 	push(t, srv, "features/all", layers)
 	waitState(t, srv.Root, layers, false)
 
@@ -226,8 +228,7 @@ func TestFullModeByteExact(t *testing.T) {
 
 func TestHeadAndRange(t *testing.T) {
 	layers := allLayers(t)[:3]
-	cfg, debug := writeConfig(t, "full", "")
-	srv := cairnproc.Start(t, "", "--config", cfg)
+	srv, _, debug := startDedup(t, "full", "")
 	push(t, srv, "ranges/img", layers)
 	waitState(t, srv.Root, layers, false)
 
@@ -289,8 +290,7 @@ func TestHeadAndRange(t *testing.T) {
 
 func TestIndexModeKeepsIntact(t *testing.T) {
 	layers := allLayers(t)[:4]
-	cfg, _ := writeConfig(t, "index", "")
-	srv := cairnproc.Start(t, "", "--config", cfg)
+	srv, cfg, _ := startDedup(t, "index", "")
 	push(t, srv, "index/img", layers)
 	waitState(t, srv.Root, layers, true)
 	pullAll(t, srv, "index/img", layers)
@@ -303,8 +303,7 @@ func TestIndexModeKeepsIntact(t *testing.T) {
 func TestRepositoryOverride(t *testing.T) {
 	layers := allLayers(t)[:2]
 	other := allLayers(t)[2:4]
-	cfg, _ := writeConfig(t, "off", "    repositories:\n      \"dedup/*\": full\n")
-	srv := cairnproc.Start(t, "", "--config", cfg)
+	srv, _, _ := startDedup(t, "off", "    repositories:\n      \"dedup/*\": full\n")
 	push(t, srv, "dedup/on", layers)
 	push(t, srv, "plain/off", other)
 	waitState(t, srv.Root, layers, false)
@@ -319,8 +318,7 @@ func TestRepositoryOverride(t *testing.T) {
 
 func TestDedupRunCLI(t *testing.T) {
 	layers := allLayers(t)[:5]
-	cfg, _ := writeConfig(t, "off", "")
-	srv := cairnproc.Start(t, "", "--config", cfg)
+	srv, cfg, _ := startDedup(t, "off", "")
 	push(t, srv, "cli/img", layers)
 	root := srv.Root
 
@@ -372,8 +370,7 @@ func metric(t *testing.T, debugAddr, series string) float64 {
 // intact copy; pulled often enough, it gets it back, and pulls stay exact.
 func TestSelectivePromotesHotLayer(t *testing.T) {
 	layers := allLayers(t)[:2]
-	cfg, _ := writeConfig(t, "selective", "    selective: {pulls: 3, window: 1h}\n")
-	srv := cairnproc.Start(t, "", "--config", cfg)
+	srv, _, _ := startDedup(t, "selective", "    selective: {pulls: 3, window: 1h}\n")
 	push(t, srv, "selective/img", layers)
 	waitState(t, srv.Root, layers, false)
 	for range 3 {

@@ -34,8 +34,7 @@ func countFiles(t *testing.T, root string) int {
 func TestGCReleasesFiles(t *testing.T) {
 	all := allLayers(t)
 	keep, drop := all[:3], all[3:6]
-	cfg, _ := writeConfig(t, "full", "")
-	srv := cairnproc.Start(t, "", "--config", cfg)
+	srv, cfg, _ := startDedup(t, "full", "")
 	root := srv.Root
 	push(t, srv, "gc/keep", keep)
 	push(t, srv, "gc/drop", drop)

@@ -24,8 +24,7 @@ func TestGCDuringDedup(t *testing.T) {
 	for v := range variants {
 		imgs[v] = []testLayer{{name: fmt.Sprintf("v%d", v), mediaType: mtGzip, blob: gzipStd(t, featureTar(t, 50+v, tar.FormatPAX), 6)}}
 	}
-	cfg, debug := writeConfig(t, "full", "  gc: {enabled: true, interval: 1s, delay: 0s, deleteuntagged: true}\n")
-	srv := cairnproc.Start(t, "", "--config", cfg)
+	srv, cfg, debug := startDedup(t, "full", "  gc: {enabled: true, interval: 1s, delay: 0s, deleteuntagged: true}\n")
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9))
 	live := make([]bool, variants)
 	repo := func(v int) string { return fmt.Sprintf("race/img%d", v) }

@@ -1,7 +1,6 @@
 package dedup
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
-	"github.com/cairn-registry/cairn/internal/storage/driver/s3"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 	"github.com/cairn-registry/cairn/internal/testutil/drivertest"
 	"github.com/cairn-registry/cairn/internal/testutil/objstore"
@@ -21,11 +19,7 @@ import (
 // scripts/test.sh): unique files, recipes and restores go through the s3
 // driver, and every layer pulls byte-exact after a restart.
 func TestFullModeOnS3(t *testing.T) {
-	p, section := objstore.S3Bucket(t, "cairn-dedup-")
-	d, err := s3.New(context.Background(), p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, section := objstore.S3Store(t, "cairn-dedup-")
 	dir := t.TempDir()
 	cfg := cairnproc.WriteConfig(t, fmt.Sprintf(`version: 0.1
 log: {level: debug}

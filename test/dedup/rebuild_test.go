@@ -14,7 +14,6 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/layout"
-	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 )
 
 // filePath is the file store path under root of the unique file with
@@ -35,8 +34,7 @@ func TestRebuildFailureReported(t *testing.T) {
 		{name: "corrupt", mediaType: mtGzip, blob: gzipStd(t, featureTar(t, corruptV, tar.FormatPAX), 6)},
 		{name: "missing", mediaType: mtGzip, blob: gzipStd(t, featureTar(t, missingV, tar.FormatPAX), 6)},
 	}
-	cfg, debug := writeConfig(t, "full", "")
-	srv := cairnproc.Start(t, "", "--config", cfg)
+	srv, _, debug := startDedup(t, "full", "")
 	push(t, srv, "broken/img", layers)
 	waitState(t, srv.Root, layers, false)
 

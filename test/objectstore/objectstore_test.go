@@ -22,18 +22,13 @@ import (
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/azure"
 	"github.com/cairn-registry/cairn/internal/storage/driver/gcs"
-	"github.com/cairn-registry/cairn/internal/storage/driver/s3"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 	"github.com/cairn-registry/cairn/internal/testutil/objstore"
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 func TestS3(t *testing.T) {
-	p, section := objstore.S3Bucket(t, "cairn-e2e-")
-	d, err := s3.New(context.Background(), p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, section := objstore.S3Store(t, "cairn-e2e-")
 	roundTrip(t, "version: 0.1\nstorage:\n"+section, d)
 }
 

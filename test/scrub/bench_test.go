@@ -1,7 +1,6 @@
 package scrub
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
-	"github.com/cairn-registry/cairn/internal/storage/driver/s3"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 	"github.com/cairn-registry/cairn/internal/testutil/objstore"
 )
@@ -35,11 +33,7 @@ func TestScrubThroughput(t *testing.T) {
 		benchScrub(t, d, func() *cairnproc.Server { return cairnproc.Start(t, root, "--config", cfg) }, []string{"--config", cfg, "--root", root})
 	})
 	t.Run("minio", func(t *testing.T) {
-		p, section := objstore.S3Bucket(t, "cairn-scrub-bench-")
-		d, err := s3.New(context.Background(), p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		d, section := objstore.S3Store(t, "cairn-scrub-bench-")
 		dir := t.TempDir()
 		cfg := cairnproc.WriteConfig(t, fmt.Sprintf("version: 0.1\nlog: {level: warn}\nstorage:\n%s%s    metadata: {path: %q}\n    cache: {preconstruct: {dir: %q}}\n",
 			section, idx, filepath.Join(dir, "meta.db"), filepath.Join(dir, "cache")))

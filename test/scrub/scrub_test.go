@@ -31,7 +31,6 @@ import (
 	"github.com/cairn-registry/cairn/internal/scrub"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
-	"github.com/cairn-registry/cairn/internal/storage/driver/s3"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 	"github.com/cairn-registry/cairn/internal/testutil/drivertest"
 	"github.com/cairn-registry/cairn/internal/testutil/layertest"
@@ -64,11 +63,7 @@ func TestScrubFilesystem(t *testing.T) {
 
 func TestScrubMinIO(t *testing.T) {
 	t.Parallel()
-	p, section := objstore.S3Bucket(t, "cairn-scrub-")
-	d, err := s3.New(context.Background(), p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, section := objstore.S3Store(t, "cairn-scrub-")
 	dir := t.TempDir()
 	cfg := cairnproc.WriteConfig(t, fmt.Sprintf("version: 0.1\nlog: {level: warn}\nstorage:\n%s%s    metadata: {path: %q}\n    cache: {preconstruct: {dir: %q}}\n",
 		section, dedupConfig, filepath.Join(dir, "meta.db"), filepath.Join(dir, "cache")))

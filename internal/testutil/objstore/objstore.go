@@ -69,3 +69,15 @@ func S3Bucket(t testing.TB, prefix string) (s3.Parameters, string) {
 		region, env[0], env[1], env[2], p.Bucket)
 	return p, yml
 }
+
+// S3Store is S3Bucket's bucket as an s3 driver, for tests that look at the
+// store directly, with the storage.s3 YAML section.
+func S3Store(t testing.TB, prefix string) (*s3.Driver, string) {
+	t.Helper()
+	p, yml := S3Bucket(t, prefix)
+	d, err := s3.New(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, yml
+}
