@@ -88,13 +88,9 @@ func TestPushSeenByRound(t *testing.T) {
 			start()
 			// Return (and let the round read the journal) once the
 			// writer's record is there.
-			for range 1000 {
-				if len(journalFiles(hd.Driver)) > 0 {
-					return
-				}
-				time.Sleep(time.Millisecond)
+			if !awaitRecord(hd.Driver) {
+				t.Error("the writer wrote no record")
 			}
-			t.Error("the writer wrote no record")
 		}
 	})
 	if err != nil {
@@ -116,12 +112,7 @@ func TestPushAfterJournalRead(t *testing.T) {
 			start()
 			// Give the writer time to check the blobs before the round
 			// deletes them, were it not waiting for the fence.
-			for range 1000 {
-				if len(journalFiles(hd.Driver)) > 0 {
-					break
-				}
-				time.Sleep(time.Millisecond)
-			}
+			awaitRecord(hd.Driver)
 			time.Sleep(50 * time.Millisecond)
 		}
 	})
@@ -142,4 +133,16 @@ func journalFiles(d driver.Driver) []string {
 		return nil
 	})
 	return out
+}
+
+// awaitRecord waits up to a second for a writer's journal record and
+// reports whether one appeared.
+func awaitRecord(d driver.Driver) bool {
+	for range 1000 {
+		if len(journalFiles(d)) > 0 {
+			return true
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return false
 }

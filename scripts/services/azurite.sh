@@ -49,7 +49,7 @@ s.listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); });'
 start_azurite() {
 	: "${REPO:?REPO must be set to the repo root}"
 	_azurite_install || return 1
-	local port i log
+	local port log
 	port=$(_azurite_free_port) || return 1
 	AZURITE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/cairn-azurite.XXXXXX") || return 1
 	log=$AZURITE_DIR/azurite.log
@@ -59,21 +59,7 @@ start_azurite() {
 	AZURITE_PID=$!
 	svc_record azurite "$AZURITE_PID"
 	# Node starts in about a second; allow 60 s on a loaded machine.
-	for ((i = 0; i < 600; i++)); do
-		if ! svc_alive "$AZURITE_PID"; then
-			_azurite_log "exited during startup:"
-			cat "$log" >&2
-			stop_azurite
-			return 1
-		fi
-		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-			break
-		fi
-		sleep 0.1
-	done
-	if ((i == 600)); then
-		_azurite_log "no answer on 127.0.0.1:$port after 60 s:"
-		cat "$log" >&2
+	if ! svc_await azurite "$AZURITE_PID" "$log" 60 svc_listening "$port"; then
 		stop_azurite
 		return 1
 	fi

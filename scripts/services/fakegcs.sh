@@ -48,13 +48,13 @@ _fakegcs_answers() {
 	if command -v curl >/dev/null; then
 		curl -fsS -o /dev/null "$1/storage/v1/b" 2>/dev/null
 	else
-		(exec 3<>"/dev/tcp/127.0.0.1/$2") 2>/dev/null
+		svc_listening "$2"
 	fi
 }
 
 start_fakegcs() {
 	_fakegcs_install || return 1
-	local port url i
+	local port url
 	port=$(_fakegcs_free_port)
 	url=http://127.0.0.1:$port
 	FAKEGCS_DIR=$(mktemp -d "${TMPDIR:-/tmp}/cairn-fakegcs.XXXXXX")
@@ -67,24 +67,12 @@ start_fakegcs() {
 		-backend memory -log-level warn >"$FAKEGCS_LOG" 2>&1 &
 	FAKEGCS_PID=$!
 	svc_record fakegcs "$FAKEGCS_PID"
-	for ((i = 0; i < 300; i++)); do
-		if ! svc_alive "$FAKEGCS_PID"; then
-			_fakegcs_log "exited at start; log:"
-			tail -n 20 "$FAKEGCS_LOG" >&2
-			stop_fakegcs
-			return 1
-		fi
-		if _fakegcs_answers "$url" "$port"; then
-			export CAIRN_TEST_GCS_ENDPOINT=$url
-			_fakegcs_log "listening on $url (pid $FAKEGCS_PID)"
-			return 0
-		fi
-		sleep 0.1
-	done
-	_fakegcs_log "no answer on $url after 30s; log:"
-	tail -n 20 "$FAKEGCS_LOG" >&2
-	stop_fakegcs
-	return 1
+	if ! svc_await fakegcs "$FAKEGCS_PID" "$FAKEGCS_LOG" 30 _fakegcs_answers "$url" "$port"; then
+		stop_fakegcs
+		return 1
+	fi
+	export CAIRN_TEST_GCS_ENDPOINT=$url
+	_fakegcs_log "listening on $url (pid $FAKEGCS_PID)"
 }
 
 stop_fakegcs() {

@@ -52,3 +52,30 @@ svc_free_port() {
 	printf '==> no free loopback port found\n' >&2
 	return 1
 }
+
+# svc_listening PORT — something accepts connections on the loopback PORT.
+svc_listening() {
+	(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# svc_await NAME PID LOG SECONDS CMD [ARG...] — wait until CMD succeeds
+# (its stderr dropped: it fails until the server is up). Fails, showing the
+# end of LOG, when PID exits first or SECONDS pass.
+svc_await() {
+	local name=$1 pid=$2 log=$3 secs=$4 i
+	shift 4
+	for ((i = 0; i < secs * 10; i++)); do
+		if ! svc_alive "$pid"; then
+			printf '==> %s: exited during startup; log:\n' "$name" >&2
+			tail -n 50 "$log" >&2
+			return 1
+		fi
+		if "$@" 2>/dev/null; then
+			return 0
+		fi
+		sleep 0.1
+	done
+	printf '==> %s: no answer after %d s; log:\n' "$name" "$secs" >&2
+	tail -n 50 "$log" >&2
+	return 1
+}

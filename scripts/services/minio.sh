@@ -57,7 +57,7 @@ EOF
 start_minio() {
 	: "${REPO:?REPO must be set to the repo root}"
 	install_minio || return 1
-	local ports port console i log
+	local ports port console log
 	ports=$(_minio_free_ports 2) || return 1
 	read -r port console <<<"$ports"
 	MINIO_DIR=$(mktemp -d "${TMPDIR:-/tmp}/cairn-minio.XXXXXX") || return 1
@@ -70,21 +70,7 @@ start_minio() {
 		--address "127.0.0.1:$port" --console-address "127.0.0.1:$console" >"$log" 2>&1 &
 	MINIO_PID=$!
 	svc_record minio "$MINIO_PID"
-	for ((i = 0; i < 600; i++)); do
-		if ! svc_alive "$MINIO_PID"; then
-			_minio_log "exited during startup:"
-			cat "$log" >&2
-			stop_minio
-			return 1
-		fi
-		if curl -fsS -o /dev/null "http://127.0.0.1:$port/minio/health/live" 2>/dev/null; then
-			break
-		fi
-		sleep 0.1
-	done
-	if ((i == 600)); then
-		_minio_log "no answer on 127.0.0.1:$port after 60 s:"
-		cat "$log" >&2
+	if ! svc_await minio "$MINIO_PID" "$log" 60 curl -fsS -o /dev/null "http://127.0.0.1:$port/minio/health/live"; then
 		stop_minio
 		return 1
 	fi
