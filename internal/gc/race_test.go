@@ -24,24 +24,24 @@ type hookDriver struct {
 
 func (d *hookDriver) PutContent(ctx context.Context, p string, b []byte) error {
 	err := d.Driver.PutContent(ctx, p, b)
-	d.mu.Lock()
-	h := d.afterPut
-	d.mu.Unlock()
-	if h != nil {
-		h(p)
-	}
+	d.call(&d.afterPut, p)
 	return err
 }
 
 func (d *hookDriver) Walk(ctx context.Context, p string, fn driver.WalkFn) error {
 	err := d.Driver.Walk(ctx, p, fn)
-	d.mu.Lock()
-	h := d.afterWalk
-	d.mu.Unlock()
-	if h != nil {
-		h(p)
-	}
+	d.call(&d.afterWalk, p)
 	return err
+}
+
+// call calls the hook *h with p, if one is set.
+func (d *hookDriver) call(h *func(string), p string) {
+	d.mu.Lock()
+	f := *h
+	d.mu.Unlock()
+	if f != nil {
+		f(p)
+	}
 }
 
 // retagDuringRound re-tags the untagged manifest "moved" while a GC round
