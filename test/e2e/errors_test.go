@@ -17,8 +17,7 @@ func TestErrorCodes(t *testing.T) {
 	t.Parallel()
 	e := start(t)
 	const repo = "e2e/errors"
-	img := randomImage(t, true, 1, 512)
-	e.push(img, repo+":v1")
+	img := e.pushRandom(repo+":v1", 1, 512)
 	unknown := sha(randBytes(t, 8))
 	hex64 := strings.Repeat("ab", 32)
 	longName := strings.Repeat("a/", 150) + "a"

@@ -92,6 +92,15 @@ func (e *env) push(img v1.Image, ref string) {
 	}
 }
 
+// pushRandom pushes an OCI image of n random layers of size bytes as ref
+// and returns it.
+func (e *env) pushRandom(ref string, n int, size int64) v1.Image {
+	e.t.Helper()
+	img := randomImage(e.t, true, n, size)
+	e.push(img, ref)
+	return img
+}
+
 func (e *env) pushIndex(idx v1.ImageIndex, ref string) {
 	e.t.Helper()
 	if err := remote.WriteIndex(e.ref(ref), idx, e.ropts()...); err != nil {
@@ -375,7 +384,7 @@ func TestTagsAndCatalog(t *testing.T) {
 	// Catalog.
 	repos := []string{repo, "cat/a", "cat/b", "cat/c", "zz"}
 	for _, rp := range repos[1:] {
-		e.push(randomImage(t, true, 1, 256), rp+":x")
+		e.pushRandom(rp+":x", 1, 256)
 	}
 	reg, err := name.NewRegistry(e.srv.Addr, name.Insecure)
 	if err != nil {

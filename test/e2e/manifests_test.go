@@ -233,8 +233,7 @@ func TestRejectedPushChangesNothing(t *testing.T) {
 	t.Parallel()
 	e := start(t)
 	const repo = "e2e/reject"
-	img := randomImage(t, true, 3, 4096)
-	e.push(img, repo+":stable")
+	img := e.pushRandom(repo+":stable", 3, 4096)
 	bs := e.uploadBlobSet(repo, 2)
 	missing := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: digest.Digest(sha(randBytes(t, 16))), Size: 16}
 	missingCfg := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: missing.Digest, Size: 16}

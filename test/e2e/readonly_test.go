@@ -63,8 +63,7 @@ func TestReadOnly(t *testing.T) {
 	root := t.TempDir()
 	w := startRoot(t, root)
 	const repo = "e2e/ro"
-	img := randomImage(t, true, 3, 4096)
-	w.push(img, repo+":v1")
+	img := w.pushRandom(repo+":v1", 3, 4096)
 	w.push(img, repo+":v2")
 	idx := platformIndex(t, false, v1.Platform{OS: "linux", Architecture: "amd64"}, v1.Platform{OS: "linux", Architecture: "arm64"})
 	w.pushIndex(idx, repo+"/multi:latest")

@@ -129,8 +129,7 @@ func TestReferrers(t *testing.T) {
 	t.Parallel()
 	e := start(t)
 	const repo = "e2e/referrers"
-	img := randomImage(t, true, 1, 1024)
-	e.push(img, repo+":app")
+	img := e.pushRandom(repo+":app", 1, 1024)
 	subject := manifestDescriptor(t, img)
 
 	sbom := e.pushArtifact(repo, artSBOM, ocispec.MediaTypeEmptyJSON, subject,
@@ -222,8 +221,7 @@ func TestReferrersGGCR(t *testing.T) {
 	t.Parallel()
 	e := start(t)
 	const repo = "e2e/ggcr-referrers"
-	img := randomImage(t, true, 2, 1024)
-	e.push(img, repo+":app")
+	img := e.pushRandom(repo+":app", 2, 1024)
 	subject := manifestDescriptor(t, img)
 	sbom := e.pushArtifact(repo, artSBOM, ocispec.MediaTypeEmptyJSON, subject, map[string]string{"a": "1"})
 	sig := e.pushArtifact(repo, artSig, ocispec.MediaTypeEmptyJSON, subject, map[string]string{"b": "2"})

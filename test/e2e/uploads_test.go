@@ -314,7 +314,7 @@ func TestMounts(t *testing.T) {
 	data := randBytes(t, 10000)
 	d := e.uploadBlob("e2e/mount/src", data)
 	// Blobs are scoped to repositories: the target does not have it yet.
-	e.push(randomImage(t, true, 1, 100), "e2e/mount/dst:seed")
+	e.pushRandom("e2e/mount/dst:seed", 1, 100)
 	wantError(t, e.do(http.MethodGet, "/v2/e2e/mount/dst/blobs/"+d, nil), http.StatusNotFound, "BLOB_UNKNOWN")
 
 	r := e.do(http.MethodPost, "/v2/e2e/mount/dst/blobs/uploads/?mount="+d+"&from=e2e/mount/src", nil)
@@ -330,7 +330,7 @@ func TestMounts(t *testing.T) {
 
 	// A source that lacks the blob: the server opens an upload instead.
 	other := randBytes(t, 500)
-	e.push(randomImage(t, true, 1, 100), "e2e/mount/empty:seed")
+	e.pushRandom("e2e/mount/empty:seed", 1, 100)
 	r = e.do(http.MethodPost, "/v2/e2e/mount/dst2/blobs/uploads/?mount="+sha(other)+"&from=e2e/mount/empty", nil)
 	wantStatus(t, r, http.StatusAccepted)
 	loc := r.Header.Get("Location")
