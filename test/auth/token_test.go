@@ -18,24 +18,13 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/testutil/clitool"
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
+	"github.com/cairn-registry/cairn/internal/testutil/tokentest"
 )
 
 const (
 	tokenService = "cairn-test-registry"
 	tokenIssuer  = "cairn-test-token-server"
 )
-
-// access is one entry of a token's access claim.
-type access struct {
-	Type    string   `json:"type"`
-	Name    string   `json:"name"`
-	Actions []string `json:"actions"`
-}
-
-type tokenClaims struct {
-	jwt.Claims
-	Access []access `json:"access"`
-}
 
 // tokenServer is a Docker token server: it authenticates users with Basic
 // auth and grants each requested scope only the actions its policy allows.
@@ -74,7 +63,7 @@ func (ts *tokenServer) serveToken(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "wrong service", http.StatusBadRequest)
 		return
 	}
-	var granted []access
+	var granted []tokentest.Access
 	for _, param := range r.URL.Query()["scope"] {
 		for _, scope := range strings.Fields(param) {
 			ts.mu.Lock()
@@ -93,7 +82,7 @@ func (ts *tokenServer) serveToken(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 			if len(ok) > 0 {
-				granted = append(granted, access{typ, name, ok})
+				granted = append(granted, tokentest.Access{Type: typ, Name: name, Actions: ok})
 			}
 		}
 	}
@@ -107,11 +96,11 @@ func (ts *tokenServer) serveToken(w http.ResponseWriter, r *http.Request) {
 // mint signs a token for sub with the given access, valid from now for ttl
 // (a negative ttl makes it already expired). signer nil means the server's
 // trusted signing certificate; edit may change the claims before signing.
-func (ts *tokenServer) mint(t *testing.T, sub string, acc []access, now time.Time, ttl time.Duration, signer *issued, edit ...func(*tokenClaims)) string {
+func (ts *tokenServer) mint(t *testing.T, sub string, acc []tokentest.Access, now time.Time, ttl time.Duration, signer *issued, edit ...func(*tokentest.Claims)) string {
 	if signer == nil {
 		signer = ts.signer
 	}
-	c := tokenClaims{
+	c := tokentest.Claims{
 		Claims: jwt.Claims{
 			Issuer: tokenIssuer, Subject: sub, Audience: jwt.Audience{tokenService},
 			Expiry:    jwt.NewNumericDate(now.Add(ttl)),
@@ -124,14 +113,10 @@ func (ts *tokenServer) mint(t *testing.T, sub string, acc []access, now time.Tim
 	for _, e := range edit {
 		e(&c)
 	}
-	opts := (&jose.SignerOptions{}).WithType("JWT").
-		WithHeader("x5c", []string{base64.StdEncoding.EncodeToString(signer.cert.Raw)})
-	s, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: signer.key}, opts)
+	raw, err := tokentest.Sign(jose.ES256, signer.key, c,
+		map[jose.HeaderKey]any{"x5c": []string{base64.StdEncoding.EncodeToString(signer.cert.Raw)}})
 	if err == nil {
-		var raw string
-		if raw, err = jwt.Signed(s).Claims(c).Serialize(); err == nil {
-			return raw
-		}
+		return raw
 	}
 	if t != nil {
 		t.Fatal(err)
@@ -263,15 +248,15 @@ func TestTokenEnforcement(t *testing.T) {
 	}
 
 	now := time.Now()
-	tok := func(acc ...access) string { return ts.mint(t, "tester", acc, now, 5*time.Minute, nil) }
-	pullApp := tok(access{"repository", "team/app", []string{"pull"}})
-	pushApp := tok(access{"repository", "team/app", []string{"pull", "push"}})
-	catalog := tok(access{"registry", "catalog", []string{"*"}})
+	tok := func(acc ...tokentest.Access) string { return ts.mint(t, "tester", acc, now, 5*time.Minute, nil) }
+	pullApp := tok(tokentest.Access{Type: "repository", Name: "team/app", Actions: []string{"pull"}})
+	pushApp := tok(tokentest.Access{Type: "repository", Name: "team/app", Actions: []string{"pull", "push"}})
+	catalog := tok(tokentest.Access{Type: "registry", Name: "catalog", Actions: []string{"*"}})
 	other := newCA(t, "untrusted CA").issue(t, "untrusted signer")
-	forged := ts.mint(t, "tester", []access{{"repository", "team/app", []string{"pull"}}}, now, 5*time.Minute, other)
+	forged := ts.mint(t, "tester", []tokentest.Access{{Type: "repository", Name: "team/app", Actions: []string{"pull"}}}, now, 5*time.Minute, other)
 	// A trusted certificate in x5c, but the signature made with another key.
 	stolenCert := &issued{cert: ts.signer.cert, key: other.key}
-	wrongKey := ts.mint(t, "tester", []access{{"repository", "team/app", []string{"pull"}}}, now, 5*time.Minute, stolenCert)
+	wrongKey := ts.mint(t, "tester", []tokentest.Access{{Type: "repository", Name: "team/app", Actions: []string{"pull"}}}, now, 5*time.Minute, stolenCert)
 
 	hc := &http.Client{Timeout: 30 * time.Second}
 	defer hc.CloseIdleConnections()
@@ -313,17 +298,20 @@ func TestTokenEnforcement(t *testing.T) {
 		{"app token pushes to base", "POST", "/v2/team/base/blobs/uploads/", nil, bearer(pushApp), 403, "DENIED", ""},
 		{"pull token lists the catalog", "GET", "/v2/_catalog", nil, bearer(pullApp), 403, "DENIED", challenge("registry:catalog:*", "insufficient_scope")},
 		{"catalog token lists the catalog", "GET", "/v2/_catalog", nil, bearer(catalog), 200, "", ""},
-		{"expired token", "GET", "/v2/team/app/manifests/v1", nil, bearer(ts.mint(t, "tester", []access{{"repository", "team/app", []string{"pull"}}}, now, -5*time.Minute, nil)),
+		{"expired token", "GET", "/v2/team/app/manifests/v1", nil, bearer(ts.mint(t, "tester", []tokentest.Access{{Type: "repository", Name: "team/app", Actions: []string{"pull"}}}, now, -5*time.Minute, nil)),
 			401, "UNAUTHORIZED", challenge("repository:team/app:pull", "invalid_token")},
 		{"expired token on the base", "GET", "/v2/", nil, bearer(ts.mint(t, "tester", nil, now, -5*time.Minute, nil)), 401, "UNAUTHORIZED", challenge("", "invalid_token")},
-		{"token not valid yet", "GET", "/v2/team/app/manifests/v1", nil, bearer(ts.mint(t, "tester", []access{{"repository", "team/app", []string{"pull"}}}, now.Add(10*time.Minute), 5*time.Minute, nil,
-			func(c *tokenClaims) { c.NotBefore = jwt.NewNumericDate(now.Add(10 * time.Minute)); c.IssuedAt = nil })), 401, "UNAUTHORIZED", ""},
+		{"token not valid yet", "GET", "/v2/team/app/manifests/v1", nil, bearer(ts.mint(t, "tester", []tokentest.Access{{Type: "repository", Name: "team/app", Actions: []string{"pull"}}}, now.Add(10*time.Minute), 5*time.Minute, nil,
+			func(c *tokentest.Claims) {
+				c.NotBefore = jwt.NewNumericDate(now.Add(10 * time.Minute))
+				c.IssuedAt = nil
+			})), 401, "UNAUTHORIZED", ""},
 		{"token signed by an untrusted CA", "GET", "/v2/team/app/manifests/v1", nil, bearer(forged), 401, "UNAUTHORIZED", challenge("repository:team/app:pull", "invalid_token")},
 		{"trusted certificate, wrong signing key", "GET", "/v2/team/app/manifests/v1", nil, bearer(wrongKey), 401, "UNAUTHORIZED", ""},
-		{"token for another service", "GET", "/v2/team/app/manifests/v1", nil, bearer(ts.mint(t, "tester", []access{{"repository", "team/app", []string{"pull"}}}, now, 5*time.Minute, nil,
-			func(c *tokenClaims) { c.Audience = jwt.Audience{"another-registry"} })), 401, "UNAUTHORIZED", ""},
-		{"token from another issuer", "GET", "/v2/team/app/manifests/v1", nil, bearer(ts.mint(t, "tester", []access{{"repository", "team/app", []string{"pull"}}}, now, 5*time.Minute, nil,
-			func(c *tokenClaims) { c.Issuer = "someone-else" })), 401, "UNAUTHORIZED", ""},
+		{"token for another service", "GET", "/v2/team/app/manifests/v1", nil, bearer(ts.mint(t, "tester", []tokentest.Access{{Type: "repository", Name: "team/app", Actions: []string{"pull"}}}, now, 5*time.Minute, nil,
+			func(c *tokentest.Claims) { c.Audience = jwt.Audience{"another-registry"} })), 401, "UNAUTHORIZED", ""},
+		{"token from another issuer", "GET", "/v2/team/app/manifests/v1", nil, bearer(ts.mint(t, "tester", []tokentest.Access{{Type: "repository", Name: "team/app", Actions: []string{"pull"}}}, now, 5*time.Minute, nil,
+			func(c *tokentest.Claims) { c.Issuer = "someone-else" })), 401, "UNAUTHORIZED", ""},
 		{"tampered token", "GET", "/v2/team/base/manifests/v1", nil, bearer(tamper(t, pullApp, "team/app", "team/base")), 401, "UNAUTHORIZED", ""},
 		{"basic credentials instead of a token", "GET", "/v2/team/app/manifests/v1", nil, []string{"Authorization", "Basic cHVsbGVyOnB1bGwtcHc="}, 401, "UNAUTHORIZED", ""},
 	}
@@ -342,7 +330,7 @@ func TestTokenEnforcement(t *testing.T) {
 	}
 
 	// The refused PUT and DELETE changed nothing.
-	admin := bearer(tok(access{"repository", "team/app", []string{"pull"}}))
+	admin := bearer(tok(tokentest.Access{Type: "repository", Name: "team/app", Actions: []string{"pull"}}))
 	if r := regtest.Do(t, hc, "GET", srv.URL+"/v2/team/app/manifests/v2", nil, admin...); r.Status != 404 {
 		t.Errorf("tag v2 after a refused push: %v", r)
 	}
@@ -393,9 +381,9 @@ func TestTokenMount(t *testing.T) {
 	}
 	layer := m.Layers[0].Digest.String()
 	now := time.Now()
-	token := func(acc ...access) string { return ts.mint(t, "tester", acc, now, 5*time.Minute, nil) }
-	copyOnly := token(access{"repository", "team/copy", []string{"pull", "push"}})
-	withSource := token(access{"repository", "team/copy", []string{"pull", "push"}}, access{"repository", "team/app", []string{"pull"}})
+	token := func(acc ...tokentest.Access) string { return ts.mint(t, "tester", acc, now, 5*time.Minute, nil) }
+	copyOnly := token(tokentest.Access{Type: "repository", Name: "team/copy", Actions: []string{"pull", "push"}})
+	withSource := token(tokentest.Access{Type: "repository", Name: "team/copy", Actions: []string{"pull", "push"}}, tokentest.Access{Type: "repository", Name: "team/app", Actions: []string{"pull"}})
 	hc := &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	defer hc.CloseIdleConnections()
 	post := func(query, tok string) regtest.Response {
@@ -454,9 +442,9 @@ func TestTokenJWKS(t *testing.T) {
 	srv := startConfig(t, cfg)
 
 	sign := func(kid string) string {
-		c := tokenClaims{Claims: jwt.Claims{Issuer: tokenIssuer, Audience: jwt.Audience{tokenService},
+		c := tokentest.Claims{Claims: jwt.Claims{Issuer: tokenIssuer, Audience: jwt.Audience{tokenService},
 			Expiry: jwt.NewNumericDate(time.Now().Add(time.Minute))},
-			Access: []access{{"repository", "team/app", []string{"pull"}}}}
+			Access: []tokentest.Access{{Type: "repository", Name: "team/app", Actions: []string{"pull"}}}}
 		s, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: key}, (&jose.SignerOptions{}).WithHeader("kid", kid))
 		if err != nil {
 			t.Fatal(err)
