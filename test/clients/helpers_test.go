@@ -257,6 +257,17 @@ func (l *ociLayout) writeIndex() {
 	}
 }
 
+// imageAndIndex writes a layout holding img tagged v1 and an index of amd
+// and arm tagged multi, and returns its directory and the index.
+func imageAndIndex(t *testing.T, img, amd, arm *testImage) (dir string, idxRaw []byte, idxDesc ocispec.Descriptor) {
+	t.Helper()
+	idxRaw, idxDesc = newIndex(t, amd, arm)
+	l := newLayout(t, filepath.Join(t.TempDir(), "src"))
+	l.addImage(img, "v1")
+	l.addIndex(idxRaw, idxDesc, "multi", amd, arm)
+	return l.dir, idxRaw, idxDesc
+}
+
 // tarDir writes the contents of dir as a tar archive (an oci-archive when dir
 // is an OCI layout) to path.
 func tarDir(t *testing.T, dir, path string) {

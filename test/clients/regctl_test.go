@@ -20,11 +20,7 @@ func TestRegctl(t *testing.T) {
 
 	img := newImage(t, 11, false, 2<<10, 400<<10, 2<<20)
 	amd, arm := newImage(t, 12, false, 100<<10), newImage(t, 13, false, 120<<10)
-	idxRaw, idxDesc := newIndex(t, amd, arm)
-	src := filepath.Join(t.TempDir(), "src")
-	l := newLayout(t, src)
-	l.addImage(img, "v1")
-	l.addIndex(idxRaw, idxDesc, "multi", amd, arm)
+	src, idxRaw, idxDesc := imageAndIndex(t, img, amd, arm)
 
 	repo := "clients/regctl/img"
 	ref := srv.Addr + "/" + repo

@@ -20,11 +20,7 @@ func TestSkopeo(t *testing.T) {
 
 	img := newImage(t, 31, false, 5<<10, 500<<10, 1<<20)
 	amd, arm := newImage(t, 32, false, 80<<10), newImage(t, 33, false, 90<<10)
-	idxRaw, idxDesc := newIndex(t, amd, arm)
-	src := filepath.Join(t.TempDir(), "src")
-	l := newLayout(t, src)
-	l.addImage(img, "v1")
-	l.addIndex(idxRaw, idxDesc, "multi", amd, arm)
+	src, _, idxDesc := imageAndIndex(t, img, amd, arm)
 
 	repo := "clients/skopeo/img"
 	ref := "docker://" + srv.Addr + "/" + repo
