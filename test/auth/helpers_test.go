@@ -30,6 +30,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/clitool"
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
@@ -185,6 +186,39 @@ func (ca *testCA) issue(t *testing.T, cn string, ips ...net.IP) *issued {
 		cert: cert, key: key, tls: pair,
 		certPath: writeFile(t, "cert.pem", string(certPEM)),
 		keyPath:  writeFile(t, "key.pem", string(keyPEM)),
+	}
+}
+
+// skopeoSession finds skopeo (skipping the test without it) and returns
+// functions that run it in a session of its own, with --insecure-policy
+// (no /etc/containers/policy.json needed: these tests are about
+// authentication): run's command must succeed, fail's fail. Both return
+// the output.
+func skopeoSession(t *testing.T) (run, fail func(args ...string) string) {
+	t.Helper()
+	skopeo := clitool.Path(t, "skopeo")
+	e := clitool.NewSession(t)
+	run = func(args ...string) string {
+		t.Helper()
+		return string(e.Run(t, skopeo, append([]string{"--insecure-policy"}, args...)...))
+	}
+	fail = func(args ...string) string {
+		t.Helper()
+		return e.Fail(t, skopeo, append([]string{"--insecure-policy"}, args...)...)
+	}
+	return run, fail
+}
+
+// skopeoRoundTrip copies img to ref (docker://...) with skopeo as push,
+// back into a fresh layout as pull (user:password each), and checks it
+// came back whole.
+func skopeoRoundTrip(t *testing.T, skopeo func(args ...string) string, img *testImage, ref, push, pull string) {
+	t.Helper()
+	skopeo("copy", "--preserve-digests", "--dest-tls-verify=false", "--dest-creds", push, "oci:"+img.dir+":v1", ref)
+	out := filepath.Join(t.TempDir(), "out")
+	skopeo("copy", "--preserve-digests", "--src-tls-verify=false", "--src-creds", pull, ref, "oci:"+out+":v1")
+	if got := ociDigest(t, out); got != img.digest.String() {
+		t.Errorf("pulled %s, want %s", got, img.digest)
 	}
 }
 

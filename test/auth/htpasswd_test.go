@@ -95,28 +95,16 @@ func TestHtpasswdCrane(t *testing.T) {
 
 func TestHtpasswdSkopeo(t *testing.T) {
 	t.Parallel()
-	skopeo := clitool.Path(t, "skopeo")
+	s, fail := skopeoSession(t)
 	srv := startConfig(t, htpasswdConfig(htpasswd(t, "alice", "wonderland"), ""))
 	img := newImage(t, 2)
 	ref := "docker://" + srv.Addr + "/team/skopeo:v1"
-	e := clitool.NewSession(t)
-	s := func(args ...string) string {
-		return string(e.Run(t, skopeo, append([]string{"--insecure-policy"}, args...)...))
-	}
 
-	s("copy", "--preserve-digests", "--dest-tls-verify=false", "--dest-creds", "alice:wonderland", "oci:"+img.dir+":v1", ref)
-	out := filepath.Join(t.TempDir(), "out")
-	s("copy", "--preserve-digests", "--src-tls-verify=false", "--src-creds", "alice:wonderland", ref, "oci:"+out+":v1")
-	if got := ociDigest(t, out); got != img.digest.String() {
-		t.Errorf("pulled %s, want %s", got, img.digest)
-	}
+	skopeoRoundTrip(t, s, img, ref, "alice:wonderland", "alice:wonderland")
 	if tags := s("list-tags", "--tls-verify=false", "--creds", "alice:wonderland", ref[:strings.LastIndex(ref, ":")]); !strings.Contains(tags, `"v1"`) {
 		t.Errorf("skopeo list-tags = %s", tags)
 	}
 
-	fail := func(args ...string) string {
-		return e.Fail(t, skopeo, append([]string{"--insecure-policy"}, args...)...)
-	}
 	if o := fail("inspect", "--raw", "--tls-verify=false", ref); !strings.Contains(strings.ToLower(o), "unauthorized") {
 		t.Errorf("skopeo inspect without credentials: want unauthorized, got:\n%s", o)
 	}

@@ -202,25 +202,13 @@ func TestTokenCrane(t *testing.T) {
 
 func TestTokenSkopeo(t *testing.T) {
 	t.Parallel()
-	skopeo := clitool.Path(t, "skopeo")
+	s, fail := skopeoSession(t)
 	ts := standardTokenServer(t)
 	srv := startConfig(t, ts.config())
 	img := newImage(t, 2)
-	e := clitool.NewSession(t)
-	s := func(args ...string) string {
-		return string(e.Run(t, skopeo, append([]string{"--insecure-policy"}, args...)...))
-	}
-	fail := func(args ...string) string {
-		return e.Fail(t, skopeo, append([]string{"--insecure-policy"}, args...)...)
-	}
 	ref := "docker://" + srv.Addr + "/team/app:v1"
 
-	s("copy", "--preserve-digests", "--dest-tls-verify=false", "--dest-creds", "pusher:push-pw", "oci:"+img.dir+":v1", ref)
-	out := filepath.Join(t.TempDir(), "out")
-	s("copy", "--preserve-digests", "--src-tls-verify=false", "--src-creds", "puller:pull-pw", ref, "oci:"+out+":v1")
-	if got := ociDigest(t, out); got != img.digest.String() {
-		t.Errorf("pulled %s, want %s", got, img.digest)
-	}
+	skopeoRoundTrip(t, s, img, ref, "pusher:push-pw", "puller:pull-pw")
 	if o := fail("copy", "--dest-tls-verify=false", "--dest-creds", "puller:pull-pw", "oci:"+img.dir+":v1", "docker://"+srv.Addr+"/team/app:v2"); !strings.Contains(strings.ToLower(o), "denied") {
 		t.Errorf("skopeo push with a pull token: want denied, got:\n%s", o)
 	}
