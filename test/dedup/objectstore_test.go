@@ -1,8 +1,6 @@
 package dedup
 
 import (
-	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -20,15 +18,7 @@ import (
 // driver, and every layer pulls byte-exact after a restart.
 func TestFullModeOnS3(t *testing.T) {
 	d, section := objstore.S3Store(t, "cairn-dedup-")
-	dir := t.TempDir()
-	cfg := cairnproc.WriteConfig(t, fmt.Sprintf(`version: 0.1
-log: {level: debug}
-storage:
-%s  dedup:
-    mode: full
-    metadata: {path: %q}
-    cache: {preconstruct: {dir: %q}}
-`, section, filepath.Join(dir, "meta.db"), filepath.Join(dir, "cache")))
+	cfg := cairnproc.WriteConfig(t, "version: 0.1\nlog: {level: debug}\nstorage:\n"+section+"  dedup:\n    mode: full\n"+objstore.DedupLocal(t))
 	layers := allLayers(t)[:6]
 	srv := cairnproc.StartArgs(t, cairnproc.Binary(t), "--config", cfg)
 	push(t, srv, "s3/img", layers)

@@ -3,7 +3,6 @@ package scrub
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/opencontainers/go-digest"
@@ -34,9 +33,7 @@ func TestScrubThroughput(t *testing.T) {
 	})
 	t.Run("minio", func(t *testing.T) {
 		d, section := objstore.S3Store(t, "cairn-scrub-bench-")
-		dir := t.TempDir()
-		cfg := cairnproc.WriteConfig(t, fmt.Sprintf("version: 0.1\nlog: {level: warn}\nstorage:\n%s%s    metadata: {path: %q}\n    cache: {preconstruct: {dir: %q}}\n",
-			section, idx, filepath.Join(dir, "meta.db"), filepath.Join(dir, "cache")))
+		cfg := cairnproc.WriteConfig(t, "version: 0.1\nlog: {level: warn}\nstorage:\n"+section+idx+objstore.DedupLocal(t))
 		benchScrub(t, d, func() *cairnproc.Server { return cairnproc.StartArgs(t, cairnproc.Binary(t), "--config", cfg) }, []string{"--config", cfg})
 	})
 }

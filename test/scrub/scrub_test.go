@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -64,9 +63,7 @@ func TestScrubFilesystem(t *testing.T) {
 func TestScrubMinIO(t *testing.T) {
 	t.Parallel()
 	d, section := objstore.S3Store(t, "cairn-scrub-")
-	dir := t.TempDir()
-	cfg := cairnproc.WriteConfig(t, fmt.Sprintf("version: 0.1\nlog: {level: warn}\nstorage:\n%s%s    metadata: {path: %q}\n    cache: {preconstruct: {dir: %q}}\n",
-		section, dedupConfig, filepath.Join(dir, "meta.db"), filepath.Join(dir, "cache")))
+	cfg := cairnproc.WriteConfig(t, "version: 0.1\nlog: {level: warn}\nstorage:\n"+section+dedupConfig+objstore.DedupLocal(t))
 	runScenario(t, d,
 		func() *cairnproc.Server { return cairnproc.StartArgs(t, cairnproc.Binary(t), "--config", cfg) },
 		[]string{"--config", cfg})

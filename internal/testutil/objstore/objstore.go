@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/cairn-registry/cairn/internal/storage/driver/s3"
@@ -80,4 +81,13 @@ func S3Store(t testing.TB, prefix string) (*s3.Driver, string) {
 		t.Fatal(err)
 	}
 	return d, yml
+}
+
+// DedupLocal is the YAML, below storage.dedup, that keeps dedup's metadata
+// store and preconstruct cache in a temp dir: on an object store there is
+// no storage root for their defaults.
+func DedupLocal(t testing.TB) string {
+	dir := t.TempDir()
+	return fmt.Sprintf("    metadata: {path: %q}\n    cache: {preconstruct: {dir: %q}}\n",
+		filepath.Join(dir, "meta.db"), filepath.Join(dir, "cache"))
 }
