@@ -128,23 +128,34 @@ func manifestDescriptor(t testing.TB, img v1.Image) ocispec.Descriptor {
 	return ocispec.Descriptor{MediaType: mtOCIManifest, Digest: digest.FromBytes(raw), Size: int64(len(raw))}
 }
 
+// wantManifest GETs repo:reference (tag or digest) and checks that the
+// server answers with want's manifest, byte for byte, its digest and media
+// type; it returns the digest.
+func (e *env) wantManifest(repo, reference string, want interface {
+	Digest() (v1.Hash, error)
+	RawManifest() ([]byte, error)
+	MediaType() (types.MediaType, error)
+}) string {
+	e.t.Helper()
+	wantDigest := mustDigest(e.t, want)
+	wantRaw, err := want.RawManifest()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	wantMT, _ := want.MediaType()
+	if raw := e.getManifest(repo, reference, wantDigest, string(wantMT)); string(raw) != string(wantRaw) {
+		e.t.Errorf("%s:%s: manifest bytes differ from those pushed", repo, reference)
+	}
+	return wantDigest
+}
+
 // verifyImage pulls repo:reference (tag or digest) and checks it is want,
 // byte for byte: the raw manifest, the config and every layer stream are
 // hashed and compared with the digests that name them.
 func (e *env) verifyImage(repo, reference string, want v1.Image) {
 	e.t.Helper()
 	t := e.t
-	wantDigest := mustDigest(t, want)
-	wantRaw, err := want.RawManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantMT, _ := want.MediaType()
-	raw := e.getManifest(repo, reference, wantDigest, string(wantMT))
-	if string(raw) != string(wantRaw) {
-		t.Errorf("%s:%s: manifest bytes differ from those pushed", repo, reference)
-	}
-
+	wantDigest := e.wantManifest(repo, reference, want)
 	img, err := remote.Image(e.refFor(repo, reference), e.ropts()...)
 	if err != nil {
 		t.Fatalf("pull %s %s: %v", repo, reference, err)
@@ -191,13 +202,7 @@ func (e *env) verifyImage(repo, reference string, want v1.Image) {
 func (e *env) verifyIndex(repo, reference string, want v1.ImageIndex) {
 	e.t.Helper()
 	t := e.t
-	wantDigest := mustDigest(t, want)
-	wantRaw, _ := want.RawManifest()
-	wantMT, _ := want.MediaType()
-	raw := e.getManifest(repo, reference, wantDigest, string(wantMT))
-	if string(raw) != string(wantRaw) {
-		t.Errorf("%s:%s: index bytes differ from those pushed", repo, reference)
-	}
+	wantDigest := e.wantManifest(repo, reference, want)
 	idx, err := remote.Index(e.refFor(repo, reference), e.ropts()...)
 	if err != nil {
 		t.Fatalf("pull index %s %s: %v", repo, reference, err)
