@@ -16,6 +16,7 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/google/go-containerregistry/pkg/authn"
 
+	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 	"github.com/cairn-registry/cairn/internal/testutil/clitool"
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 	"github.com/cairn-registry/cairn/internal/testutil/tokentest"
@@ -129,6 +130,14 @@ func (ts *tokenServer) config() string {
 		"\n    issuer: " + tokenIssuer + "\n    rootcertbundle: " + ts.ca.pemPath + "\n"
 }
 
+// startTokenRegistry starts a token server with the standard policy and
+// cairn trusting its tokens.
+func startTokenRegistry(t *testing.T) (*tokenServer, *cairnproc.Server) {
+	t.Helper()
+	ts := standardTokenServer(t)
+	return ts, startConfig(t, ts.config())
+}
+
 // standardPolicy: pusher may push team/app and pull team/base; puller may
 // only pull team/app; admin may list the catalog and do anything to
 // team/app and team/base.
@@ -149,8 +158,7 @@ func standardTokenServer(t *testing.T) *tokenServer {
 func TestTokenCrane(t *testing.T) {
 	t.Parallel()
 	crane := clitool.Path(t, "crane")
-	ts := standardTokenServer(t)
-	srv := startConfig(t, ts.config())
+	_, srv := startTokenRegistry(t)
 	img := newImage(t, 2)
 	login := func(user, pass string) *clitool.Session {
 		e := clitool.NewSession(t)
@@ -203,8 +211,7 @@ func TestTokenCrane(t *testing.T) {
 func TestTokenSkopeo(t *testing.T) {
 	t.Parallel()
 	s, fail := skopeoSession(t)
-	ts := standardTokenServer(t)
-	srv := startConfig(t, ts.config())
+	_, srv := startTokenRegistry(t)
 	img := newImage(t, 2)
 	ref := "docker://" + srv.Addr + "/team/app:v1"
 
@@ -220,8 +227,7 @@ func TestTokenSkopeo(t *testing.T) {
 // same whether or not the repository exists.
 func TestTokenEnforcement(t *testing.T) {
 	t.Parallel()
-	ts := standardTokenServer(t)
-	srv := startConfig(t, ts.config())
+	ts, srv := startTokenRegistry(t)
 	img := newImage(t, 1)
 	pushImage(t, srv.Addr+"/team/app:v1", img, &authn.Basic{Username: "admin", Password: "admin-pw"})
 	pushImage(t, srv.Addr+"/team/base:v1", img, &authn.Basic{Username: "admin", Password: "admin-pw"})
@@ -355,8 +361,7 @@ func tamper(t *testing.T, raw, from, to string) string {
 // 202 told it whether a digest existed.
 func TestTokenMount(t *testing.T) {
 	t.Parallel()
-	ts := standardTokenServer(t)
-	srv := startConfig(t, ts.config())
+	ts, srv := startTokenRegistry(t)
 	img := newImage(t, 1)
 	pushImage(t, srv.Addr+"/team/app:v1", img, &authn.Basic{Username: "admin", Password: "admin-pw"})
 	m, err := img.img.Manifest()
