@@ -60,6 +60,8 @@ declare -A SERVICE_NEEDS=(
 	[azurite]="node:nodejs npm:npm"
 	[redis]="redis-server:redis-server"
 )
+# shellcheck source=scripts/services/lib.sh
+source "$ROOT/scripts/services/lib.sh"
 for _s in "${SERVERS[@]}"; do
 	# shellcheck source=/dev/null
 	source "$ROOT/scripts/services/$_s.sh"
@@ -79,34 +81,11 @@ wait_port() {
 	return 1
 }
 
-# free_port — print a loopback TCP port on which nothing listens right now.
-free_port() {
-	local port i
-	for ((i = 0; i < 100; i++)); do
-		port=$((20000 + RANDOM % 40000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-			echo "$port"
-			return 0
-		fi
-	done
-	log "no free port found"
-	return 1
-}
-
-# stop_pid NAME — SIGTERM the recorded PID, SIGKILL after 10 s.
+# stop_pid NAME — stop the recorded PID of a server whose script has no
+# stop_<name> (SIGTERM, SIGKILL after 10 s).
 stop_pid() {
-	local name=$1 pid=${SERVER_PIDS[$1]:-} i
-	[[ -n $pid ]] || return 0
-	if kill -0 "$pid" 2>/dev/null; then
-		kill -TERM "$pid" 2>/dev/null || true
-		for ((i = 0; i < 100; i++)); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
-	fi
-	wait "$pid" 2>/dev/null || true
-	unset "SERVER_PIDS[$name]"
+	svc_stop "${SERVER_PIDS[$1]:-}"
+	unset "SERVER_PIDS[$1]"
 }
 
 start_servers() {

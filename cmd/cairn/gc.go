@@ -99,7 +99,7 @@ func runGC(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		opts.Concurrency = *conc
 	}
 	if !*quiet {
-		p := newProgressPrinter(stderr)
+		p := newGCProgress(stderr)
 		opts.Progress, opts.ProgressInterval = p.print, p.interval
 		defer p.finish()
 	}
@@ -221,27 +221,15 @@ func humanBytes(n int64) string {
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
-// progressPrinter draws a progress bar on a terminal and prints a line
+// gcProgress draws a progress bar on a terminal and prints a line
 // every 10 seconds otherwise.
-type progressPrinter struct {
-	w        io.Writer
-	tty      bool
-	interval time.Duration
-	last     time.Time
-	drawn    bool
+type gcProgress struct{ progressLine }
+
+func newGCProgress(w io.Writer) *gcProgress {
+	return &gcProgress{newProgressLine(w)}
 }
 
-func newProgressPrinter(w io.Writer) *progressPrinter {
-	p := &progressPrinter{w: w, interval: 10 * time.Second}
-	if f, ok := w.(*os.File); ok {
-		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-			p.tty, p.interval = true, 200*time.Millisecond
-		}
-	}
-	return p
-}
-
-func (p *progressPrinter) print(pr gc.Progress) {
+func (p *gcProgress) print(pr gc.Progress) {
 	if !p.tty {
 		if pr.Phase == "done" {
 			return // the summary follows
@@ -256,15 +244,8 @@ func (p *progressPrinter) print(pr gc.Progress) {
 		n := int(min(pr.Deleted, pr.Planned) * width / pr.Planned)
 		bar = strings.Repeat("#", n) + strings.Repeat("-", width-n)
 	}
-	fmt.Fprintf(p.w, "\r\x1b[Kgc %-5s [%s] %d/%d paths  %d repos  %d manifests  %d blobs  %s",
+	p.draw("gc %-5s [%s] %d/%d paths  %d repos  %d manifests  %d blobs  %s",
 		pr.Phase, bar, pr.Deleted, pr.Planned, pr.Repositories, pr.Manifests, pr.Blobs, pr.Elapsed.Round(100*time.Millisecond))
-	p.drawn = true
-}
-
-func (p *progressPrinter) finish() {
-	if p.tty && p.drawn {
-		fmt.Fprintln(p.w)
-	}
 }
 
 // scheduledGC is the task of a scheduled garbage collection (the Runner

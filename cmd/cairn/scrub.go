@@ -185,21 +185,12 @@ func writeScrubReport(w io.Writer, r *scrub.Report) {
 // scrubProgress draws a live line on a terminal and logs counts every 10
 // seconds otherwise.
 type scrubProgress struct {
-	w        io.Writer
-	log      *slog.Logger
-	tty      bool
-	interval time.Duration
-	drawn    bool
+	progressLine
+	log *slog.Logger
 }
 
 func newScrubProgress(w io.Writer, log *slog.Logger) *scrubProgress {
-	p := &scrubProgress{w: w, log: log, interval: 10 * time.Second}
-	if f, ok := w.(*os.File); ok {
-		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-			p.tty, p.interval = true, 200*time.Millisecond
-		}
-	}
-	return p
+	return &scrubProgress{newProgressLine(w), log}
 }
 
 func (p *scrubProgress) print(pr scrub.Progress) {
@@ -215,14 +206,7 @@ func (p *scrubProgress) print(pr scrub.Progress) {
 			"findings", pr.Findings, "elapsed", pr.Elapsed.Round(time.Second))
 		return
 	}
-	fmt.Fprintf(p.w, "\r\x1b[Kscrub %-12s %6d listed  %d blobs  %d files  %d recipes (%d rebuilt)  %d repos  %d manifests  %s  %.1f MiB/s  %d findings  %s",
+	p.draw("scrub %-12s %6d listed  %d blobs  %d files  %d recipes (%d rebuilt)  %d repos  %d manifests  %s  %.1f MiB/s  %d findings  %s",
 		pr.Phase, pr.Listed, c.Blobs, c.Files, c.Recipes, c.Rebuilt, c.Repositories, c.Manifests, humanBytes(bytes), rate, pr.Findings,
 		pr.Elapsed.Round(100*time.Millisecond))
-	p.drawn = true
-}
-
-func (p *scrubProgress) finish() {
-	if p.tty && p.drawn {
-		fmt.Fprintln(p.w)
-	}
 }

@@ -25,6 +25,8 @@ import (
 
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
+
+	"github.com/cairn-registry/cairn/internal/testutil/tokentest"
 )
 
 const (
@@ -96,20 +98,9 @@ func writePEM(t *testing.T, certs ...*x509.Certificate) string {
 	return p
 }
 
-type accessClaim struct {
-	Type    string   `json:"type"`
-	Name    string   `json:"name"`
-	Actions []string `json:"actions"`
-}
-
-type claims struct {
-	jwt.Claims
-	Access []accessClaim `json:"access,omitempty"`
-}
-
 // goodClaims are valid at testNow for testService from testIssuer.
-func goodClaims(access ...accessClaim) claims {
-	return claims{
+func goodClaims(access ...tokentest.Access) tokentest.Claims {
+	return tokentest.Claims{
 		Claims: jwt.Claims{
 			Issuer: testIssuer, Subject: "alice", Audience: jwt.Audience{testService},
 			Expiry:    jwt.NewNumericDate(testNow.Add(5 * time.Minute)),
@@ -124,15 +115,7 @@ func goodClaims(access ...accessClaim) claims {
 // header fields (kid, x5c).
 func sign(t *testing.T, alg jose.SignatureAlgorithm, key any, c any, headers map[jose.HeaderKey]any) string {
 	t.Helper()
-	opts := (&jose.SignerOptions{}).WithType("JWT")
-	for k, v := range headers {
-		opts = opts.WithHeader(k, v)
-	}
-	s, err := jose.NewSigner(jose.SigningKey{Algorithm: alg, Key: key}, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := jwt.Signed(s).Claims(c).Serialize()
+	raw, err := tokentest.Sign(alg, key, c, headers)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,9 +175,9 @@ func TestTokenVerification(t *testing.T) {
 	tok := newTestToken(t, TokenOptions{RootCertBundle: writePEM(t, p.ca), JWKS: jwksPath})
 
 	caIDs := keyIDs(&p.caKey.PublicKey)
-	pull := accessClaim{"repository", "team/app", []string{"pull"}}
+	pull := tokentest.Access{Type: "repository", Name: "team/app", Actions: []string{"pull"}}
 	good := goodClaims(pull)
-	mod := func(f func(c *claims)) claims {
+	mod := func(f func(c *tokentest.Claims)) tokentest.Claims {
 		c := goodClaims(pull)
 		f(&c)
 		return c
@@ -216,17 +199,17 @@ func TestTokenVerification(t *testing.T) {
 		{"kid: libtrust key ID of the root key", sign(t, jose.ES256, p.caKey, good, kid(caIDs[1])), true},
 		{"kid from the JWKS, EdDSA", sign(t, jose.EdDSA, edKey, good, kid("ed-1")), true},
 		{"kid from the JWKS, RS256", sign(t, jose.RS256, rsaKey, good, kid("rsa-1")), true},
-		{"audience list containing the service", sign(t, jose.ES256, p.leafKey, mod(func(c *claims) { c.Audience = jwt.Audience{"other", testService} }), x5c(p.leaf)), true},
-		{"expired within the leeway", sign(t, jose.ES256, p.leafKey, mod(func(c *claims) { c.Expiry = jwt.NewNumericDate(testNow.Add(-30 * time.Second)) }), x5c(p.leaf)), true},
+		{"audience list containing the service", sign(t, jose.ES256, p.leafKey, mod(func(c *tokentest.Claims) { c.Audience = jwt.Audience{"other", testService} }), x5c(p.leaf)), true},
+		{"expired within the leeway", sign(t, jose.ES256, p.leafKey, mod(func(c *tokentest.Claims) { c.Expiry = jwt.NewNumericDate(testNow.Add(-30 * time.Second)) }), x5c(p.leaf)), true},
 
-		{"expired", sign(t, jose.ES256, p.leafKey, mod(func(c *claims) { c.Expiry = jwt.NewNumericDate(testNow.Add(-2 * time.Minute)) }), x5c(p.leaf)), false},
-		{"no expiry", sign(t, jose.ES256, p.leafKey, mod(func(c *claims) { c.Expiry = nil }), x5c(p.leaf)), false},
-		{"not valid yet", sign(t, jose.ES256, p.leafKey, mod(func(c *claims) { c.NotBefore = jwt.NewNumericDate(testNow.Add(5 * time.Minute)) }), x5c(p.leaf)), false},
-		{"issued in the future", sign(t, jose.ES256, p.leafKey, mod(func(c *claims) { c.IssuedAt = jwt.NewNumericDate(testNow.Add(5 * time.Minute)) }), x5c(p.leaf)), false},
-		{"wrong issuer", sign(t, jose.ES256, p.leafKey, mod(func(c *claims) { c.Issuer = "evil" }), x5c(p.leaf)), false},
-		{"no issuer", sign(t, jose.ES256, p.leafKey, mod(func(c *claims) { c.Issuer = "" }), x5c(p.leaf)), false},
-		{"wrong audience", sign(t, jose.ES256, p.leafKey, mod(func(c *claims) { c.Audience = jwt.Audience{"other-registry"} }), x5c(p.leaf)), false},
-		{"no audience", sign(t, jose.ES256, p.leafKey, mod(func(c *claims) { c.Audience = nil }), x5c(p.leaf)), false},
+		{"expired", sign(t, jose.ES256, p.leafKey, mod(func(c *tokentest.Claims) { c.Expiry = jwt.NewNumericDate(testNow.Add(-2 * time.Minute)) }), x5c(p.leaf)), false},
+		{"no expiry", sign(t, jose.ES256, p.leafKey, mod(func(c *tokentest.Claims) { c.Expiry = nil }), x5c(p.leaf)), false},
+		{"not valid yet", sign(t, jose.ES256, p.leafKey, mod(func(c *tokentest.Claims) { c.NotBefore = jwt.NewNumericDate(testNow.Add(5 * time.Minute)) }), x5c(p.leaf)), false},
+		{"issued in the future", sign(t, jose.ES256, p.leafKey, mod(func(c *tokentest.Claims) { c.IssuedAt = jwt.NewNumericDate(testNow.Add(5 * time.Minute)) }), x5c(p.leaf)), false},
+		{"wrong issuer", sign(t, jose.ES256, p.leafKey, mod(func(c *tokentest.Claims) { c.Issuer = "evil" }), x5c(p.leaf)), false},
+		{"no issuer", sign(t, jose.ES256, p.leafKey, mod(func(c *tokentest.Claims) { c.Issuer = "" }), x5c(p.leaf)), false},
+		{"wrong audience", sign(t, jose.ES256, p.leafKey, mod(func(c *tokentest.Claims) { c.Audience = jwt.Audience{"other-registry"} }), x5c(p.leaf)), false},
+		{"no audience", sign(t, jose.ES256, p.leafKey, mod(func(c *tokentest.Claims) { c.Audience = nil }), x5c(p.leaf)), false},
 		{"x5c from an untrusted CA", sign(t, jose.ES256, other.leafKey, good, x5c(other.leaf)), false},
 		{"x5c of an untrusted self-signed root", sign(t, jose.ES256, other.caKey, good, x5c(other.ca)), false},
 		{"trusted x5c, signed by another key", sign(t, jose.ES256, other.leafKey, good, x5c(p.leaf)), false},
@@ -349,9 +332,9 @@ func TestNewTokenErrors(t *testing.T) {
 func TestTokenAuthorize(t *testing.T) {
 	p := newPKI(t, testNow.Add(time.Hour))
 	tok := newTestToken(t, TokenOptions{RootCertBundle: writePEM(t, p.ca)})
-	bearer := func(c claims) string { return "Bearer " + sign(t, jose.ES256, p.leafKey, c, x5c(p.leaf)) }
-	pullA := goodClaims(accessClaim{"repository", "a", []string{"pull"}})
-	all := goodClaims(accessClaim{"repository", "a", []string{"*"}}, accessClaim{"registry", "catalog", []string{"*"}})
+	bearer := func(c tokentest.Claims) string { return "Bearer " + sign(t, jose.ES256, p.leafKey, c, x5c(p.leaf)) }
+	pullA := goodClaims(tokentest.Access{Type: "repository", Name: "a", Actions: []string{"pull"}})
+	all := goodClaims(tokentest.Access{Type: "repository", Name: "a", Actions: []string{"*"}}, tokentest.Access{Type: "registry", Name: "catalog", Actions: []string{"*"}})
 
 	cases := []struct {
 		name       string
@@ -449,7 +432,7 @@ func TestTokenCacheHonoursExpiry(t *testing.T) {
 	now := testNow
 	tok := newTestToken(t, TokenOptions{RootCertBundle: writePEM(t, p.ca)})
 	tok.opts.Now = func() time.Time { return now }
-	c := goodClaims(accessClaim{"repository", "a", []string{"pull"}})
+	c := goodClaims(tokentest.Access{Type: "repository", Name: "a", Actions: []string{"pull"}})
 	c.Expiry = jwt.NewNumericDate(testNow.Add(2 * time.Minute))
 	raw := sign(t, jose.ES256, p.leafKey, c, x5c(p.leaf))
 	need := Needed(EndpointBlob, "a", http.MethodGet)

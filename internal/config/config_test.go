@@ -12,12 +12,25 @@ import (
 	"time"
 )
 
+// setting is one configuration value and what it must be.
+type setting struct {
+	name      string
+	got, want any
+}
+
+// wantSettings reports every setting whose value is not what it must be.
+func wantSettings(t *testing.T, settings []setting) {
+	t.Helper()
+	for _, s := range settings {
+		if s.got != s.want {
+			t.Errorf("%s = %v, want %v", s.name, s.got, s.want)
+		}
+	}
+}
+
 func TestDefault(t *testing.T) {
 	c := Default()
-	checks := []struct {
-		name      string
-		got, want any
-	}{
+	wantSettings(t, []setting{
 		{"version", c.Version, ""},
 		{"log.level", c.Log.Level, "info"},
 		{"http.addr", c.HTTP.Addr, "127.0.0.1:5000"},
@@ -31,12 +44,7 @@ func TestDefault(t *testing.T) {
 		{"uploadpurging.interval", c.Storage.Maintenance.UploadPurging.Interval, 24 * time.Hour},
 		{"uploadpurging.dryrun", c.Storage.Maintenance.UploadPurging.DryRun, false},
 		{"readonly.enabled", c.Storage.Maintenance.ReadOnly.Enabled, false},
-	}
-	for _, ch := range checks {
-		if ch.got != ch.want {
-			t.Errorf("%s = %v, want %v", ch.name, ch.got, ch.want)
-		}
-	}
+	})
 	if err := c.Validate(); err != nil {
 		t.Errorf("Default().Validate() = %v", err)
 	}
@@ -124,10 +132,7 @@ func TestDistributionConfigLoadsWithWarnings(t *testing.T) {
 		t.Errorf("warnings:\n%s\nwant:\n%s", strings.Join(warnings, "\n"), strings.Join(want, "\n"))
 	}
 	up := c.Storage.Maintenance.UploadPurging
-	checks := []struct {
-		name      string
-		got, want any
-	}{
+	wantSettings(t, []setting{
 		{"version", c.Version, "0.1"},
 		{"log.level", c.Log.Level, "debug"},
 		{"http.addr", c.HTTP.Addr, ":5000"},
@@ -139,12 +144,7 @@ func TestDistributionConfigLoadsWithWarnings(t *testing.T) {
 		{"delete.enabled", c.Storage.Delete.Enabled, false},
 		{"uploadpurging", up, UploadPurging{Enabled: true, Age: 72 * time.Hour, Interval: 12 * time.Hour, DryRun: true}},
 		{"readonly.enabled", c.Storage.Maintenance.ReadOnly.Enabled, true},
-	}
-	for _, ch := range checks {
-		if ch.got != ch.want {
-			t.Errorf("%s = %v, want %v", ch.name, ch.got, ch.want)
-		}
-	}
+	})
 }
 
 // distribution's example config protects the registry with htpasswd; cairn

@@ -4,13 +4,14 @@
 // 32 bytes of the sum (all of a sha256 sum): 33 bytes, no strings, no
 // pointers. Two sha384 or sha512 digests that share their first 256 bits
 // do not exist in practice; callers keep the full spelling of those rare
-// longer digests aside when they need to build paths.
+// longer digests aside (in a Spellings) when they need to build paths.
 package digestkey
 
 import (
 	"bytes"
 	"encoding/hex"
 	"strings"
+	"sync"
 
 	"github.com/opencontainers/go-digest"
 )
@@ -85,3 +86,56 @@ func (k Key) WholeHex() string { return hex.EncodeToString(k[1:]) }
 
 // Compare orders keys as the paths of their digests sort.
 func Compare(a, b Key) int { return bytes.Compare(a[:], b[:]) }
+
+// Spellings keeps the full hex of the digests a Key does not hold whole
+// (sha384, sha512), so that paths can be built again from their keys. Its
+// zero value is ready; it is safe for concurrent use.
+type Spellings struct {
+	mu   sync.Mutex
+	long map[Key]string
+}
+
+// Parse is the package's Parse, remembering the hex of a digest the key
+// does not hold whole.
+func (s *Spellings) Parse(alg, hexs string) (Key, bool) {
+	k, ok := Parse(alg, hexs)
+	if ok && !k.Whole() {
+		s.mu.Lock()
+		if _, have := s.long[k]; !have {
+			if s.long == nil {
+				s.long = make(map[Key]string)
+			}
+			s.long[k] = hexs
+		}
+		s.mu.Unlock()
+	}
+	return k, ok
+}
+
+// Of is Parse for a digest value.
+func (s *Spellings) Of(d digest.Digest) (Key, bool) {
+	alg, hexs, ok := strings.Cut(string(d), ":")
+	if !ok {
+		return Key{}, false
+	}
+	return s.Parse(alg, hexs)
+}
+
+// Hex is k's hex: from the key when it holds the whole digest, else as
+// Parse saw it ("" if it never did).
+func (s *Spellings) Hex(k Key) string {
+	if k.Whole() {
+		return k.WholeHex()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.long[k]
+}
+
+// Digest spells k out again.
+func (s *Spellings) Digest(k Key) digest.Digest {
+	if k.Whole() {
+		return digest.NewDigestFromBytes(digest.SHA256, k[1:])
+	}
+	return digest.Digest(k.Alg() + ":" + s.Hex(k))
+}

@@ -276,8 +276,7 @@ type collector struct {
 	repos     []*repoState
 	repoIndex map[string]int
 	marked    map[dkey]struct{}
-	long      map[dkey]string // full hex of non-sha256 keys
-	longMu    sync.Mutex
+	keys      digestkey.Spellings // full hex of non-sha256 keys
 
 	blobSweepOff string // why blobs are not swept, "" to sweep
 
@@ -316,7 +315,6 @@ func newCollector(d driver.Driver, opts Options) *collector {
 		opts:      opts,
 		repoIndex: make(map[string]int),
 		marked:    make(map[dkey]struct{}),
-		long:      make(map[dkey]string),
 	}
 	c.rep = Report{
 		DryRun:         opts.DryRun,
@@ -338,7 +336,7 @@ func newCollector(d driver.Driver, opts Options) *collector {
 func (c *collector) run(ctx context.Context) (rep *Report, err error) {
 	c.start = time.Now()
 	c.rep.Started = c.start.UTC()
-	stopProgress := c.reportProgress()
+	stopProgress := parallel.Report(c.opts.ProgressInterval, c.opts.Progress, c.progress)
 	defer func() {
 		c.phase.Store("done")
 		stopProgress()
@@ -404,36 +402,8 @@ func (c *collector) markKey(k dkey) { c.marked[k] = struct{}{} }
 
 func (c *collector) isMarked(k dkey) bool { _, ok := c.marked[k]; return ok }
 
-// keyFor parses alg:hex found in a path, remembering the full spelling of
-// a long digest.
-func (c *collector) keyFor(alg, hexs string) (dkey, bool) {
-	k, ok := digestkey.Parse(alg, hexs)
-	if ok && !k.Whole() {
-		c.longMu.Lock()
-		if _, have := c.long[k]; !have {
-			c.long[k] = hexs
-		}
-		c.longMu.Unlock()
-	}
-	return k, ok
-}
-
 // hexOf returns the hex of k for building its paths.
-func (c *collector) hexOf(k dkey) string {
-	if k.Whole() {
-		return k.WholeHex()
-	}
-	c.longMu.Lock()
-	defer c.longMu.Unlock()
-	return c.long[k]
-}
-
-func (c *collector) reportProgress() (stop func()) {
-	if c.opts.Progress == nil {
-		return func() {}
-	}
-	return parallel.Report(c.opts.ProgressInterval, func() { c.opts.Progress(c.progress()) })
-}
+func (c *collector) hexOf(k dkey) string { return c.keys.Hex(k) }
 
 func (c *collector) progress() Progress {
 	return Progress{

@@ -17,6 +17,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
+	"github.com/cairn-registry/cairn/internal/testutil/drivertest"
 )
 
 // fixture is a registry over a driver, filled through the registry's own
@@ -135,11 +136,7 @@ func (f *fixture) gc(opts Options) *Report {
 
 func (f *fixture) exists(p string) bool {
 	f.t.Helper()
-	_, err := f.d.Stat(context.Background(), p)
-	if err != nil && !errors.Is(err, driver.ErrNotFound) {
-		f.t.Fatal(err)
-	}
-	return err == nil
+	return drivertest.Exists(f.t, f.d, p)
 }
 
 func (f *fixture) hasBlob(d digest.Digest) bool { return f.exists(layout.BlobData(d)) }

@@ -114,7 +114,7 @@ func (c *collector) readJournal(ctx context.Context) error {
 			return nil
 		}
 		r := &record{mod: modNS(mod)}
-		k, kok := c.digestKey(rec.Digest)
+		k, kok := c.keys.Of(rec.Digest)
 		if !ok || !kok {
 			c.problem(ProblemBadJournal, p)
 			c.journal.seen[p] = r
@@ -180,12 +180,12 @@ func (c *collector) applyRecord(ctx context.Context, r *record, p, repo string, 
 		c.revive(ctx, rs, i)
 	}
 	for _, d := range rec.Blobs {
-		if bk, ok := c.digestKey(d); ok {
+		if bk, ok := c.keys.Of(d); ok {
 			c.protectBlob(rs, bk)
 		}
 	}
 	for _, d := range rec.Children {
-		ck, ok := c.digestKey(d)
+		ck, ok := c.keys.Of(d)
 		if !ok {
 			continue
 		}

@@ -8,7 +8,7 @@ import (
 
 // dkey is a digest in fixed size (package digestkey): sets of dkeys are
 // what keeps the marked set small, 33 bytes a blob. The full spelling of
-// longer digests is kept aside (collector.long) for building paths.
+// longer digests is kept aside (collector.keys) for building paths.
 type dkey = digestkey.Key
 
 // idxSet is a set of revision indexes of one repository, as a sorted list

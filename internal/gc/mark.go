@@ -3,7 +3,6 @@ package gc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -122,7 +121,7 @@ func (rs *repoState) add(c *collector, e layout.RepoEntry, fi driver.FileInfo) {
 	mod := modNS(fi.ModTime)
 	switch e.Kind {
 	case layout.EntryRevisionLink:
-		k, ok := c.keyFor(e.Alg, e.Hex)
+		k, ok := c.keys.Parse(e.Alg, e.Hex)
 		if !ok {
 			c.problem(ProblemBadPath, fi.Path)
 			return
@@ -136,7 +135,7 @@ func (rs *repoState) add(c *collector, e layout.RepoEntry, fi driver.FileInfo) {
 		t := rs.tag(e.Tag)
 		t.hasCurrent, t.curMod = true, mod
 	case layout.EntryTagIndex:
-		k, ok := c.keyFor(e.Alg, e.Hex)
+		k, ok := c.keys.Parse(e.Alg, e.Hex)
 		if !ok {
 			c.problem(ProblemBadPath, fi.Path)
 			return
@@ -155,7 +154,7 @@ func (rs *repoState) add(c *collector, e layout.RepoEntry, fi driver.FileInfo) {
 			t.stale = append(t.stale, k)
 		}
 	case layout.EntryLayerLink:
-		k, ok := c.keyFor(e.Alg, e.Hex)
+		k, ok := c.keys.Parse(e.Alg, e.Hex)
 		if !ok {
 			c.problem(ProblemBadPath, fi.Path)
 			return
@@ -167,83 +166,29 @@ func (rs *repoState) add(c *collector, e layout.RepoEntry, fi driver.FileInfo) {
 // markAll lists the repositories and marks what their live manifests
 // reference, listing the next repository while one is processed.
 func (c *collector) markAll(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	ch := make(chan *repoState, 1)
-	errc := make(chan error, 1)
-	go func() {
-		defer close(ch)
-		errc <- c.listRepos(ctx, ch)
-	}()
-	for rs := range ch {
+	w := layout.RepoWalk[*repoState]{
+		// Upload sessions name no content yet; a deleted manifest's
+		// referrers link is built from its subject (see the sweep).
+		SkipDir: func(k layout.EntryKind) bool { return k == layout.EntryUploads || k == layout.EntryReferrers },
+		Open:    func(repo string) *repoState { return &repoState{name: repo} },
+		Add: func(rs *repoState, e layout.RepoEntry, fi driver.FileInfo) error {
+			rs.add(c, e, fi)
+			return nil
+		},
+	}
+	err := layout.WalkRepos(ctx, c.d, w, func(rs *repoState) error {
 		if err := c.processRepo(ctx, rs); err != nil {
-			cancel()
-			for range ch {
-			}
-			<-errc
 			return err
 		}
 		c.repoIndex[rs.name] = len(c.repos)
 		c.repos = append(c.repos, rs)
-	}
-	if err := <-errc; err != nil {
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	c.rep.Repositories = int64(len(c.repos))
 	return nil
-}
-
-// listRepos walks repositories/ once and sends each repository's state as
-// soon as the listing has passed it. A flat listing keeps a repository's
-// entries together: nested repositories' names start with a letter or a
-// digit, never with '_'.
-func (c *collector) listRepos(ctx context.Context, out chan<- *repoState) error {
-	var cur *repoState
-	seen := make(map[string]struct{})
-	flush := func() error {
-		if cur == nil {
-			return nil
-		}
-		select {
-		case out <- cur:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		cur = nil
-		return nil
-	}
-	err := c.d.Walk(ctx, layout.RepositoriesDir, func(fi driver.FileInfo) error {
-		e := layout.ParseRepoPath(fi.Path)
-		if fi.IsDir {
-			if e.Kind == layout.EntryUploads || e.Kind == layout.EntryReferrers {
-				return driver.ErrSkipDir
-			}
-			return nil
-		}
-		if e.Repo == "" {
-			return nil
-		}
-		if cur == nil || cur.name != e.Repo {
-			if err := flush(); err != nil {
-				return err
-			}
-			if _, dup := seen[e.Repo]; dup {
-				return fmt.Errorf("the listing returned repository %s twice (out of order)", e.Repo)
-			}
-			name := strings.Clone(e.Repo)
-			seen[name] = struct{}{}
-			cur = &repoState{name: name}
-		}
-		cur.add(c, e, fi)
-		return nil
-	})
-	if errors.Is(err, driver.ErrNotFound) {
-		err = nil
-	}
-	if err != nil {
-		return err
-	}
-	return flush()
 }
 
 // manifestInfo is what reading one manifest found. Workers fill it, not
@@ -447,14 +392,14 @@ func (c *collector) readManifests(ctx context.Context, rs *repoState) ([]manifes
 // revisions of the repository become edges, anything else is a blob.
 func (c *collector) fillInfo(rs *repoState, info *manifestInfo, refs registry.ManifestRefs, p string) {
 	for _, d := range refs.Blobs {
-		if k, ok := c.digestKey(d); ok {
+		if k, ok := c.keys.Of(d); ok {
 			info.blobs = append(info.blobs, k)
 		} else {
 			c.problem(ProblemBadReference, p)
 		}
 	}
 	for _, d := range refs.Manifests {
-		k, ok := c.digestKey(d)
+		k, ok := c.keys.Of(d)
 		if !ok {
 			c.problem(ProblemBadReference, p)
 			continue
@@ -466,7 +411,7 @@ func (c *collector) fillInfo(rs *repoState, info *manifestInfo, refs registry.Ma
 		}
 	}
 	if refs.Subject != "" {
-		k, ok := c.digestKey(refs.Subject)
+		k, ok := c.keys.Of(refs.Subject)
 		switch {
 		case !ok:
 			c.problem(ProblemBadReference, p)
@@ -476,14 +421,6 @@ func (c *collector) fillInfo(rs *repoState, info *manifestInfo, refs registry.Ma
 			info.subject, info.dangling = danglingSubject, k
 		}
 	}
-}
-
-func (c *collector) digestKey(d digest.Digest) (dkey, bool) {
-	alg, hexs, ok := strings.Cut(string(d), ":")
-	if !ok {
-		return dkey{}, false
-	}
-	return c.keyFor(alg, hexs)
 }
 
 // liveness decides which revisions live. Roots are tagged manifests,
@@ -555,22 +492,11 @@ func (c *collector) readConcurrency() int { return 4 * c.opts.Concurrency }
 
 // getContent reads a small file, trying again after transient failures.
 func (c *collector) getContent(ctx context.Context, p string) ([]byte, error) {
-	var err error
-	for attempt := range 3 {
-		if attempt > 0 {
-			t := time.NewTimer(time.Duration(attempt*attempt) * 100 * time.Millisecond)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil, ctx.Err()
-			case <-t.C:
-			}
-		}
-		var b []byte
+	var b []byte
+	err := parallel.Retry(ctx, 3, func(err error) bool { return errors.Is(err, driver.ErrNotFound) }, func() error {
+		var err error
 		b, err = c.d.GetContent(ctx, p)
-		if err == nil || errors.Is(err, driver.ErrNotFound) || ctx.Err() != nil {
-			return b, err
-		}
-	}
-	return nil, err
+		return err
+	})
+	return b, err
 }

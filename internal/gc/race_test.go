@@ -24,24 +24,24 @@ type hookDriver struct {
 
 func (d *hookDriver) PutContent(ctx context.Context, p string, b []byte) error {
 	err := d.Driver.PutContent(ctx, p, b)
-	d.mu.Lock()
-	h := d.afterPut
-	d.mu.Unlock()
-	if h != nil {
-		h(p)
-	}
+	d.call(&d.afterPut, p)
 	return err
 }
 
 func (d *hookDriver) Walk(ctx context.Context, p string, fn driver.WalkFn) error {
 	err := d.Driver.Walk(ctx, p, fn)
-	d.mu.Lock()
-	h := d.afterWalk
-	d.mu.Unlock()
-	if h != nil {
-		h(p)
-	}
+	d.call(&d.afterWalk, p)
 	return err
+}
+
+// call calls the hook *h with p, if one is set.
+func (d *hookDriver) call(h *func(string), p string) {
+	d.mu.Lock()
+	f := *h
+	d.mu.Unlock()
+	if f != nil {
+		f(p)
+	}
 }
 
 // retagDuringRound re-tags the untagged manifest "moved" while a GC round
@@ -88,13 +88,9 @@ func TestPushSeenByRound(t *testing.T) {
 			start()
 			// Return (and let the round read the journal) once the
 			// writer's record is there.
-			for range 1000 {
-				if len(journalFiles(hd.Driver)) > 0 {
-					return
-				}
-				time.Sleep(time.Millisecond)
+			if !awaitRecord(hd.Driver) {
+				t.Error("the writer wrote no record")
 			}
-			t.Error("the writer wrote no record")
 		}
 	})
 	if err != nil {
@@ -116,12 +112,7 @@ func TestPushAfterJournalRead(t *testing.T) {
 			start()
 			// Give the writer time to check the blobs before the round
 			// deletes them, were it not waiting for the fence.
-			for range 1000 {
-				if len(journalFiles(hd.Driver)) > 0 {
-					break
-				}
-				time.Sleep(time.Millisecond)
-			}
+			awaitRecord(hd.Driver)
 			time.Sleep(50 * time.Millisecond)
 		}
 	})
@@ -142,4 +133,16 @@ func journalFiles(d driver.Driver) []string {
 		return nil
 	})
 	return out
+}
+
+// awaitRecord waits up to a second for a writer's journal record and
+// reports whether one appeared.
+func awaitRecord(d driver.Driver) bool {
+	for range 1000 {
+		if len(journalFiles(d)) > 0 {
+			return true
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return false
 }

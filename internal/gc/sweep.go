@@ -206,7 +206,7 @@ func (s *sweeper) blobEntries(ctx context.Context) error {
 			c.problem(ProblemBadPath, fi.Path)
 			return nil
 		}
-		k, ok := c.keyFor(alg, hexs)
+		k, ok := c.keys.Parse(alg, hexs)
 		if !ok {
 			c.problem(ProblemBadPath, fi.Path)
 			return nil

@@ -1,7 +1,8 @@
 // Package parallel runs a long operation's work on several goroutines with
 // bounded concurrency, and beside it the periodic calls it needs (progress
-// reports, heartbeats, lease renewals); the garbage collector, scrub, dedup,
-// the GC protocol and the filesystem driver's bulk delete share it.
+// reports, heartbeats, lease renewals) and the retries of its transient
+// failures; the garbage collector, scrub, dedup, the GC protocol and the
+// filesystem driver's bulk delete share it.
 package parallel
 
 import (
@@ -61,12 +62,41 @@ func Every(interval time.Duration, fn func()) (stop func()) {
 	}
 }
 
-// Report is Every for a progress report: it reports once more at stop, so
-// that the last report has the final counts.
-func Report(interval time.Duration, report func()) (stop func()) {
-	stopEvery := Every(interval, report)
+// Report is Every for a progress report: it hands progress() to report,
+// and once more at stop, so that the last report has the final counts. A
+// nil report (the caller wants none) costs nothing.
+func Report[P any](interval time.Duration, report func(P), progress func() P) (stop func()) {
+	if report == nil {
+		return func() {}
+	}
+	send := func() { report(progress()) }
+	stopEvery := Every(interval, send)
 	return func() {
 		stopEvery()
-		report()
+		send()
 	}
+}
+
+// Retry calls fn up to attempts times, waiting longer after each failure
+// (100 ms, 400 ms, 900 ms, ...), until it succeeds, fails with an error
+// final accepts (one a second try cannot change, such as not-found), or
+// ctx ends. It returns fn's last error, or ctx's.
+func Retry(ctx context.Context, attempts int, final func(error) bool, fn func() error) error {
+	var err error
+	for attempt := range attempts {
+		if attempt > 0 {
+			t := time.NewTimer(time.Duration(attempt*attempt) * 100 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
+		}
+		err = fn()
+		if err == nil || final(err) || ctx.Err() != nil {
+			return err
+		}
+	}
+	return err
 }

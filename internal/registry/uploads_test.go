@@ -10,11 +10,11 @@ import (
 	"testing"
 
 	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/testutil/drivertest"
 
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/storage/driver"
-	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
 	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
 )
 
@@ -23,18 +23,6 @@ func randomBytes(t *testing.T, n int) []byte {
 	b := make([]byte, n)
 	rand.Read(b)
 	return b
-}
-
-// drivers runs f over a fresh inmemory and a fresh filesystem driver.
-func drivers(t *testing.T, f func(t *testing.T, d driver.Driver)) {
-	t.Run("inmemory", func(t *testing.T) { f(t, inmemory.New()) })
-	t.Run("filesystem", func(t *testing.T) {
-		d, err := filesystem.New(t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		f(t, d)
-	})
 }
 
 // wantBlob checks that blob d is stored with exactly content.
@@ -79,7 +67,7 @@ func (g *gate) Read(p []byte) (int, error) {
 }
 
 func TestUploadChunksAndCommit(t *testing.T) {
-	drivers(t, func(t *testing.T, d driver.Driver) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
 		ctx := context.Background()
 		r := New(d, Options{})
 		parts := [][]byte{randomBytes(t, 1000), randomBytes(t, 1), randomBytes(t, 70000)}
@@ -161,7 +149,7 @@ func isRange(err error, size int64) bool {
 // chunk is streaming into is refused, and the streaming chunk cannot reach
 // a blob the session was committed to (covered across processes below).
 func TestUploadBusy(t *testing.T) {
-	drivers(t, func(t *testing.T, d driver.Driver) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
 		ctx := context.Background()
 		r := New(d, Options{})
 		a, b := randomBytes(t, 5000), randomBytes(t, 3000)
@@ -203,7 +191,7 @@ func TestUploadBusy(t *testing.T) {
 // chunks written at once at the same offset fork the session, and the
 // commit takes the fork its head names, or refuses.
 func TestUploadAcrossNodes(t *testing.T) {
-	drivers(t, func(t *testing.T, d driver.Driver) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
 		ctx := context.Background()
 		n1, n2 := New(d, Options{}), New(d, Options{})
 		a, b := randomBytes(t, 4000), randomBytes(t, 6000)
@@ -301,7 +289,7 @@ func (f *failAfter) Read(p []byte) (int, error) {
 // TestUploadResumeAfterCutChunk: a chunk cut short keeps the bytes that
 // arrived; the client resumes at the Range it is told.
 func TestUploadResumeAfterCutChunk(t *testing.T) {
-	drivers(t, func(t *testing.T, d driver.Driver) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
 		ctx := context.Background()
 		r := New(d, Options{})
 		all := randomBytes(t, 3<<20)

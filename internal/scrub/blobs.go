@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
@@ -27,33 +28,48 @@ type hashJob struct {
 // every data file to a worker that hashes it.
 func (s *scrubber) scanBlobs(ctx context.Context) error {
 	p := startPool(s.opts.Workers, func(j hashJob) { s.verifyBlob(ctx, j) })
-	err := s.d.Walk(ctx, layout.BlobsDir, func(fi driver.FileInfo) error {
+	parse := func(p string) (alg, hexs string, ok bool) {
+		alg, hexs, _, ok = layout.ParseBlobPath(p)
+		return alg, hexs, ok
+	}
+	err := s.walkDigests(ctx, layout.BlobsDir, parse, "the directory name", func(j hashJob) error {
+		if strings.HasSuffix(j.path, "/"+layout.BlobRecipeLeaf) { // else data: ParseBlobPath knows no other leaf
+			s.blobs.add(j.k, bRecipe)
+			return nil
+		}
+		s.blobs.add(j.k, bData)
+		return p.send(ctx, j)
+	})
+	p.wait()
+	s.blobs.seal()
+	return err
+}
+
+// walkDigests lists root once and calls found for every file whose path
+// parse accepts, named by a digest cairn can verify; a path naming another
+// is reported (what says which part of the path), anything else ignored:
+// not part of the layout (a stray or temporary file).
+func (s *scrubber) walkDigests(ctx context.Context, root string, parse func(string) (alg, hexs string, ok bool), what string, found func(hashJob) error) error {
+	err := s.d.Walk(ctx, root, func(fi driver.FileInfo) error {
 		if fi.IsDir {
 			return nil
 		}
-		alg, hexs, leaf, ok := layout.ParseBlobPath(fi.Path)
+		alg, hexs, ok := parse(fi.Path)
 		if !ok {
-			return nil // not part of the layout (a stray or temporary file)
+			return nil
 		}
-		k, ok := s.keyFor(alg, hexs)
+		k, ok := s.keys.Parse(alg, hexs)
 		d := digest.NewDigestFromEncoded(digest.Algorithm(alg), hexs)
 		if !ok || !d.Algorithm().Available() {
-			s.add(Finding{Kind: KindBadPath, Path: fi.Path, Detail: "the directory name is not a digest cairn can verify"})
+			s.add(Finding{Kind: KindBadPath, Path: fi.Path, Detail: what + " is not a digest cairn can verify"})
 			return nil
 		}
 		s.nListed.Add(1)
-		if leaf == layout.BlobRecipeLeaf {
-			s.blobs.add(k, bRecipe)
-			return nil
-		}
-		s.blobs.add(k, bData)
-		return p.send(ctx, hashJob{path: fi.Path, d: d, k: k, size: fi.Size})
+		return found(hashJob{path: fi.Path, d: d, k: k, size: fi.Size})
 	})
-	p.wait()
 	if errors.Is(err, driver.ErrNotFound) {
 		err = nil
 	}
-	s.blobs.seal()
 	return err
 }
 
@@ -156,28 +172,11 @@ func (s *scrubber) scanFiles(ctx context.Context) error {
 		return dec, func() { dec.Reset(nil); decs.Put(dec) }, nil
 	}
 	p := startPool(s.opts.Workers, func(j hashJob) { s.verifyFile(ctx, j, decode) })
-	err := s.d.Walk(ctx, layout.FilesDir, func(fi driver.FileInfo) error {
-		if fi.IsDir {
-			return nil
-		}
-		alg, hexs, ok := layout.ParseFilePath(fi.Path)
-		if !ok {
-			return nil // not a file of the store
-		}
-		k, ok := s.keyFor(alg, hexs)
-		d := digest.NewDigestFromEncoded(digest.Algorithm(alg), hexs)
-		if !ok || !d.Algorithm().Available() {
-			s.add(Finding{Kind: KindBadPath, Path: fi.Path, Detail: "the file name is not a digest cairn can verify"})
-			return nil
-		}
-		s.nListed.Add(1)
-		s.fileSet.add(k)
-		return p.send(ctx, hashJob{path: fi.Path, d: d, k: k, size: fi.Size})
+	err := s.walkDigests(ctx, layout.FilesDir, layout.ParseFilePath, "the file name", func(j hashJob) error {
+		s.fileSet.add(j.k)
+		return p.send(ctx, j)
 	})
 	p.wait()
-	if errors.Is(err, driver.ErrNotFound) {
-		err = nil
-	}
 	s.fileSet.seal()
 	return err
 }

@@ -17,8 +17,7 @@ import (
 
 func TestCorruptBlob(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
-		s := newStore(t, d)
+	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		s.flip(layout.BlobData(s.cFull))
 		s.flip(layout.BlobData(s.lIndex)) // index mode: its recipe can rebuild it
 		rep := scrub(t, d, Options{})
@@ -55,8 +54,7 @@ func TestCorruptBlob(t *testing.T) {
 
 func TestEmptyBlob(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
-		s := newStore(t, d)
+	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		e := s.blob("app/plain", nil)
 		want(t, scrub(t, d, Options{}))
 		s.put(layout.BlobData(e), []byte{0})
@@ -85,13 +83,12 @@ func (s *store) fileBytes(d digest.Digest) []byte {
 
 func TestCorruptFileRepairedFromIntactLayer(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
-		s := newStore(t, d)
+	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		f0 := s.shared[0]
 		p := filePath(t, f0)
 		s.flip(p)
 		rep := scrub(t, d, Options{})
-		f := want(t, rep, "corrupt-file "+p)["corrupt-file "+p]
+		f := wantOne(t, rep, "corrupt-file "+p)
 		if f.Digest != string(f0) || (f.Ref != string(s.lShared) && f.Ref != string(s.lIndex)) {
 			t.Errorf("finding %+v: want digest %s and a recipe's blob as ref", f, f0)
 		}
@@ -102,7 +99,7 @@ func TestCorruptFileRepairedFromIntactLayer(t *testing.T) {
 		}
 
 		rep = scrub(t, d, Options{Repair: true})
-		f = want(t, rep, "corrupt-file "+p)["corrupt-file "+p]
+		f = wantOne(t, rep, "corrupt-file "+p)
 		if !f.Repaired {
 			t.Fatalf("not repaired: %+v", f)
 		}
@@ -119,8 +116,7 @@ func TestCorruptFileRepairedFromIntactLayer(t *testing.T) {
 
 func TestMissingFileRepaired(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
-		s := newStore(t, d)
+	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		// Two files the intact layer holds: one disassembly restores both.
 		p1, p2 := filePath(t, s.shared[1]), filePath(t, s.shared[2])
 		s.remove(p1)
@@ -138,8 +134,7 @@ func TestMissingFileRepaired(t *testing.T) {
 
 func TestBadFileWithoutIntactCopy(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
-		s := newStore(t, d)
+	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		// lOwn's files are in no layer with intact data.
 		p0, p1 := filePath(t, s.own[0]), filePath(t, s.own[1])
 		s.flip(p0)
@@ -156,29 +151,27 @@ func TestBadFileWithoutIntactCopy(t *testing.T) {
 
 func TestCorruptFileNamedByNoRecipe(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
-		s := newStore(t, d)
+	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		stray := digest.FromString("a file no recipe names")
 		p := filePath(t, stray)
 		s.put(p, []byte("not zstd at all"))
-		f := want(t, scrub(t, d, Options{}), "corrupt-file "+p)["corrupt-file "+p]
+		f := wantOne(t, scrub(t, d, Options{}), "corrupt-file "+p)
 		wantDetail(t, f, "does not decompress", "no recipe names it")
 	})
 }
 
 func TestBadRecipe(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
-		s := newStore(t, d)
+	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		p := layout.BlobRecipe(s.lOwn)
 		s.put(p, []byte(`{"version": 1, "digest": "sha256:`))
-		f := want(t, scrub(t, d, Options{Repair: true}), "bad-recipe "+p)["bad-recipe "+p]
+		f := wantOne(t, scrub(t, d, Options{Repair: true}), "bad-recipe "+p)
 		if f.Digest != string(s.lOwn) || f.Repaired {
 			t.Errorf("%+v", f)
 		}
 		// A recipe of another blob is bad too.
 		s.put(p, s.get(layout.BlobRecipe(s.lShared)))
-		f = want(t, scrub(t, d, Options{}), "bad-recipe "+p)["bad-recipe "+p]
+		f = wantOne(t, scrub(t, d, Options{}), "bad-recipe "+p)
 		wantDetail(t, f, "does not describe it")
 	})
 }
@@ -201,8 +194,7 @@ func (s *store) editRecipe(l digest.Digest, fn func(r *dedup.Recipe)) {
 
 func TestRebuildFailed(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
-		s := newStore(t, d)
+	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		// Another encoder level: the recipe parses, every file is there,
 		// and the rebuild makes other bytes.
 		s.editRecipe(s.lShared, func(r *dedup.Recipe) {
@@ -211,7 +203,7 @@ func TestRebuildFailed(t *testing.T) {
 			}
 		})
 		p := layout.BlobRecipe(s.lShared)
-		f := want(t, scrub(t, d, Options{Recipes: RecipesAll}), "rebuild-failed "+p)["rebuild-failed "+p]
+		f := wantOne(t, scrub(t, d, Options{Recipes: RecipesAll}), "rebuild-failed "+p)
 		if f.Digest != string(s.lShared) {
 			t.Errorf("%+v", f)
 		}
@@ -261,8 +253,7 @@ func TestSampleFollowsSeed(t *testing.T) {
 
 func TestUnreadable(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
-		s := newStore(t, d)
+	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		fd := newFaultDriver(d)
 		fd.failGet[layout.BlobData(s.lPlain)] = true
 		fd.failGet[layout.BlobRecipe(s.lOwn)] = true
@@ -275,8 +266,7 @@ func TestUnreadable(t *testing.T) {
 
 func TestSHA512Blobs(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
-		s := newStore(t, d)
+	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		ctx := context.Background()
 		good, bad := []byte("sha512 addressed"), []byte("sha512 addressed, then changed")
 		dg, db := digest.SHA512.FromBytes(good), digest.SHA512.FromBytes(bad)

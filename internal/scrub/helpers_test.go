@@ -1,8 +1,6 @@
 package scrub
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,8 +21,8 @@ import (
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
-	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
 	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
+	"github.com/cairn-registry/cairn/internal/testutil/drivertest"
 	"github.com/cairn-registry/cairn/internal/testutil/layertest"
 )
 
@@ -35,16 +33,9 @@ const (
 	mtConfig   = "application/vnd.oci.image.config.v1+json"
 )
 
-// forDrivers runs fn over the inmemory and the filesystem driver.
-func forDrivers(t *testing.T, fn func(t *testing.T, d driver.Driver)) {
-	t.Run("inmemory", func(t *testing.T) { fn(t, inmemory.New()) })
-	t.Run("filesystem", func(t *testing.T) {
-		d, err := filesystem.New(t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		fn(t, d)
-	})
+// forStores runs fn over a fresh store on each serverless driver.
+func forStores(t *testing.T, fn func(t *testing.T, d driver.Driver, s *store)) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) { fn(t, d, newStore(t, d)) })
 }
 
 // store is a registry filled as a server would fill it, with dedup run
@@ -74,24 +65,24 @@ func newStore(t *testing.T, d driver.Driver) *store {
 	t.Helper()
 	ctx := context.Background()
 	s := &store{t: t, d: d, reg: registry.New(d, registry.Options{DeleteEnabled: true}), blobs: map[digest.Digest][]byte{}}
-	var sharedFiles, ownFiles, indexOwn []tfile
+	var sharedFiles, ownFiles, indexOwn []layertest.File
 	for i := range 3 {
-		sharedFiles = append(sharedFiles, tfile{fmt.Sprintf("usr/lib/shared%d", i), layertest.Body(uint64(10+i), 9_000+i*1000)})
+		sharedFiles = append(sharedFiles, layertest.File{Name: fmt.Sprintf("usr/lib/shared%d", i), Body: layertest.Body(uint64(10+i), 9_000+i*1000)})
 	}
 	for i := range 2 {
-		ownFiles = append(ownFiles, tfile{fmt.Sprintf("app/own%d", i), layertest.Body(uint64(20+i), 7_000+i*500)})
-		indexOwn = append(indexOwn, tfile{fmt.Sprintf("srv/idx%d", i), layertest.Body(uint64(30+i), 6_000+i*500)})
+		ownFiles = append(ownFiles, layertest.File{Name: fmt.Sprintf("app/own%d", i), Body: layertest.Body(uint64(20+i), 7_000+i*500)})
+		indexOwn = append(indexOwn, layertest.File{Name: fmt.Sprintf("srv/idx%d", i), Body: layertest.Body(uint64(30+i), 6_000+i*500)})
 	}
 	for _, f := range sharedFiles {
-		s.shared = append(s.shared, digest.FromBytes(f.body))
+		s.shared = append(s.shared, digest.FromBytes(f.Body))
 	}
 	for _, f := range ownFiles {
-		s.own = append(s.own, digest.FromBytes(f.body))
+		s.own = append(s.own, digest.FromBytes(f.Body))
 	}
-	shared := layertest.Gzip(t, buildTar(t, sharedFiles), 6)
-	own := layertest.Zstd(t, buildTar(t, ownFiles), zstd.SpeedDefault)
-	index := layertest.Gzip(t, buildTar(t, append(append([]tfile{}, sharedFiles...), indexOwn...)), 6)
-	plain := buildTar(t, []tfile{{"etc/plain", []byte("plain layer\n")}})
+	shared := layertest.Gzip(t, layertest.Tar(t, sharedFiles...), 6)
+	own := layertest.Zstd(t, layertest.Tar(t, ownFiles...), zstd.SpeedDefault)
+	index := layertest.Gzip(t, layertest.Tar(t, append(append([]layertest.File{}, sharedFiles...), indexOwn...)...), 6)
+	plain := layertest.Tar(t, layertest.File{Name: "etc/plain", Body: []byte("plain layer\n")})
 
 	s.cFull = s.blob("app/full", []byte(`{"architecture":"amd64","os":"linux","rootfs":{"type":"layers"},"n":1}`))
 	s.lShared = s.blob("app/full", shared)
@@ -151,15 +142,17 @@ func (s *store) blob(repo string, data []byte) digest.Digest {
 	return d
 }
 
+// desc is a descriptor as the fixture's manifests write it.
+type desc struct {
+	MediaType string        `json:"mediaType"`
+	Digest    digest.Digest `json:"digest"`
+	Size      int64         `json:"size"`
+}
+
 // manifest pushes an image manifest as repo:tag (by digest when tag is
 // ""); layers alternate media types and digests.
 func (s *store) manifest(repo, tag string, config digest.Digest, subject *digest.Digest, layers ...any) digest.Digest {
 	s.t.Helper()
-	type desc struct {
-		MediaType string        `json:"mediaType"`
-		Digest    digest.Digest `json:"digest"`
-		Size      int64         `json:"size"`
-	}
 	m := struct {
 		SchemaVersion int    `json:"schemaVersion"`
 		MediaType     string `json:"mediaType"`
@@ -180,11 +173,6 @@ func (s *store) manifest(repo, tag string, config digest.Digest, subject *digest
 // index pushes an index naming children as repo:tag.
 func (s *store) index(repo, tag string, children ...digest.Digest) digest.Digest {
 	s.t.Helper()
-	type desc struct {
-		MediaType string        `json:"mediaType"`
-		Digest    digest.Digest `json:"digest"`
-		Size      int64         `json:"size"`
-	}
 	m := struct {
 		SchemaVersion int    `json:"schemaVersion"`
 		MediaType     string `json:"mediaType"`
@@ -232,11 +220,7 @@ func (s *store) get(p string) []byte {
 
 func (s *store) exists(p string) bool {
 	s.t.Helper()
-	_, err := s.d.Stat(context.Background(), p)
-	if err != nil && !errors.Is(err, driver.ErrNotFound) {
-		s.t.Fatal(err)
-	}
-	return err == nil
+	return drivertest.Exists(s.t, s.d, p)
 }
 
 func (s *store) remove(p string) {
@@ -312,31 +296,11 @@ func want(t *testing.T, rep *Report, findings ...string) map[string]Finding {
 	return got
 }
 
-// tfile is one regular file of a test layer.
-type tfile struct {
-	name string
-	body []byte
-}
-
-// buildTar writes a tar of a directory and files.
-func buildTar(t testing.TB, files []tfile) []byte {
+// wantOne checks that finding ("kind path") is rep's only one and returns
+// it.
+func wantOne(t *testing.T, rep *Report, finding string) Finding {
 	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	mod := time.Date(2025, 3, 1, 8, 0, 0, 0, time.UTC)
-	for _, f := range files {
-		h := &tar.Header{Typeflag: tar.TypeReg, Name: f.name, Mode: 0o644, Size: int64(len(f.body)), ModTime: mod, Format: tar.FormatPAX}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(f.body); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return want(t, rep, finding)[finding]
 }
 
 // faultDriver fails reads of chosen paths, hides chosen paths from

@@ -8,7 +8,7 @@ import (
 
 // key is a digest in fixed size (package digestkey): the sets of every
 // blob and every file are slices of keys, 33 or 34 bytes an entry; the full
-// spelling of the rare longer digests is kept aside (longHex).
+// spelling of the rare longer digests is kept aside (scrubber.keys).
 type key = digestkey.Key
 
 // keySet is a sorted set of keys; add appends (listings deliver keys in

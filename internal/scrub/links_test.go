@@ -11,12 +11,11 @@ import (
 
 func TestMissingRecipe(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
-		s := newStore(t, d)
+	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		// A deduplicated layer whose recipe is gone: its link names nothing.
 		s.remove(layout.BlobRecipe(s.lOwn))
 		p := layerLink("app/full", s.lOwn)
-		f := want(t, scrub(t, d, Options{Repair: true}), "missing-blob "+p)["missing-blob "+p]
+		f := wantOne(t, scrub(t, d, Options{Repair: true}), "missing-blob "+p)
 		if f.Digest != string(s.lOwn) || f.Repaired {
 			t.Errorf("%+v", f)
 		}
@@ -26,11 +25,10 @@ func TestMissingRecipe(t *testing.T) {
 
 func TestMissingManifest(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
-		s := newStore(t, d)
+	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		s.remove(layout.BlobData(s.mIndex))
 		p := revisionLink("app/index", s.mIndex)
-		f := want(t, scrub(t, d, Options{Repair: true}), "missing-manifest "+p)["missing-manifest "+p]
+		f := wantOne(t, scrub(t, d, Options{Repair: true}), "missing-manifest "+p)
 		if f.Digest != string(s.mIndex) || f.Repaired {
 			t.Errorf("%+v", f)
 		}
@@ -39,8 +37,7 @@ func TestMissingManifest(t *testing.T) {
 
 func TestDanglingTagRelinked(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
-		s := newStore(t, d)
+	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		s.remove(revisionLink("app/full", s.mFull))
 		// Its layers' links too: the relinked revision's manifest is read
 		// in the same run and they come back as well.
@@ -65,12 +62,11 @@ func TestDanglingTagRelinked(t *testing.T) {
 
 func TestDanglingTagWithoutData(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
-		s := newStore(t, d)
+	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		s.remove(revisionLink("app/full", s.mFull))
 		s.remove(layout.BlobData(s.mFull))
 		tag := layout.TagCurrentLink("app/full", "v1")
-		f := want(t, scrub(t, d, Options{Repair: true}), "dangling-tag "+tag)["dangling-tag "+tag]
+		f := wantOne(t, scrub(t, d, Options{Repair: true}), "dangling-tag "+tag)
 		if f.Repaired {
 			t.Errorf("repaired without data: %+v", f)
 		}
@@ -80,8 +76,7 @@ func TestDanglingTagWithoutData(t *testing.T) {
 
 func TestMissingLayerLinkRelinked(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
-		s := newStore(t, d)
+	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		s.remove(layerLink("app/index", s.lIndex))
 		s.remove(layerLink("app/full", s.lOwn)) // deduplicated: only a recipe
 		pIndex, pOwn := layerLink("app/index", s.lIndex), layerLink("app/full", s.lOwn)
@@ -100,13 +95,12 @@ func TestMissingLayerLinkRelinked(t *testing.T) {
 
 func TestMissingBlobOfManifest(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
-		s := newStore(t, d)
+	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		s.remove(layerLink("app/plain", s.lPlain))
 		s.remove(layout.BlobData(s.lPlain))
 		p := layout.BlobData(s.lPlain)
 		// Three manifests name it: one finding.
-		f := want(t, scrub(t, d, Options{Repair: true}), "missing-blob "+p)["missing-blob "+p]
+		f := wantOne(t, scrub(t, d, Options{Repair: true}), "missing-blob "+p)
 		if f.Repaired || f.Digest != string(s.lPlain) {
 			t.Errorf("%+v", f)
 		}
@@ -115,8 +109,7 @@ func TestMissingBlobOfManifest(t *testing.T) {
 
 func TestSparseSkipsReferences(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
-		s := newStore(t, d)
+	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		s.remove(layerLink("app/plain", s.lPlain))
 		s.remove(layout.BlobData(s.lPlain))
 		s.remove(revisionLink("app/plain", s.mChild))
@@ -126,16 +119,15 @@ func TestSparseSkipsReferences(t *testing.T) {
 
 func TestIndexChildRelinked(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
-		s := newStore(t, d)
+	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		p := revisionLink("app/plain", s.mChild)
 		s.remove(p)
 		want(t, scrub(t, d, Options{IndexChildrenOptional: true}))
-		f := want(t, scrub(t, d, Options{}), "missing-link "+p)["missing-link "+p]
+		f := wantOne(t, scrub(t, d, Options{}), "missing-link "+p)
 		if f.Digest != string(s.mChild) || f.Ref != string(s.mIdx) {
 			t.Errorf("%+v", f)
 		}
-		f = want(t, scrub(t, d, Options{Repair: true}), "missing-link "+p)["missing-link "+p]
+		f = wantOne(t, scrub(t, d, Options{Repair: true}), "missing-link "+p)
 		if !f.Repaired {
 			t.Errorf("%+v", f)
 		}
@@ -144,7 +136,7 @@ func TestIndexChildRelinked(t *testing.T) {
 		s.remove(p)
 		s.remove(layout.BlobData(s.mChild))
 		dp := layout.BlobData(s.mChild)
-		f = want(t, scrub(t, d, Options{Repair: true}), "missing-manifest "+dp)["missing-manifest "+dp]
+		f = wantOne(t, scrub(t, d, Options{Repair: true}), "missing-manifest "+dp)
 		if f.Repaired || f.Ref != string(s.mIdx) {
 			t.Errorf("%+v", f)
 		}
@@ -153,11 +145,10 @@ func TestIndexChildRelinked(t *testing.T) {
 
 func TestReferrerLinks(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
-		s := newStore(t, d)
+	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		p := referrerLinkPath("app/plain", s.mPlain, s.mRef)
 		s.remove(p)
-		f := want(t, scrub(t, d, Options{Repair: true}), "missing-link "+p)["missing-link "+p]
+		f := wantOne(t, scrub(t, d, Options{Repair: true}), "missing-link "+p)
 		if !f.Repaired || f.Digest != string(s.mRef) || f.Ref != string(s.mPlain) {
 			t.Errorf("%+v", f)
 		}
@@ -167,7 +158,7 @@ func TestReferrerLinks(t *testing.T) {
 		ghost := digest.FromString("a manifest deleted long ago")
 		g := referrerLinkPath("app/plain", s.mPlain, ghost)
 		s.put(g, []byte(ghost))
-		f = want(t, scrub(t, d, Options{Repair: true}), "dangling-referrer "+g)["dangling-referrer "+g]
+		f = wantOne(t, scrub(t, d, Options{Repair: true}), "dangling-referrer "+g)
 		if f.Repaired || f.Digest != string(ghost) || f.Ref != string(s.mPlain) {
 			t.Errorf("%+v", f)
 		}
@@ -179,8 +170,7 @@ func TestReferrerLinks(t *testing.T) {
 
 func TestBadLinks(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
-		s := newStore(t, d)
+	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		tag := layout.TagCurrentLink("app/index", "v1")
 		s.put(tag, []byte("not a digest"))
 		ll := layerLink("app/full", s.lOwn)
@@ -204,14 +194,13 @@ func TestBadLinks(t *testing.T) {
 
 func TestBadManifest(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
-		s := newStore(t, d)
+	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		junk := []byte("this is no manifest")
 		m := digest.FromBytes(junk)
 		s.put(layout.BlobData(m), junk)
 		s.put(revisionLink("app/plain", m), []byte(m))
 		p := layout.BlobData(m)
-		f := want(t, scrub(t, d, Options{}), "bad-manifest "+p)["bad-manifest "+p]
+		f := wantOne(t, scrub(t, d, Options{}), "bad-manifest "+p)
 		wantDetail(t, f, "not JSON")
 	})
 }
@@ -219,8 +208,7 @@ func TestBadManifest(t *testing.T) {
 // A blob stored after the listing (a push racing the scrub) is not missing.
 func TestListingRaceConfirmed(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
-		s := newStore(t, d)
+	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		fd := newFaultDriver(d)
 		fd.hide[layout.BlobData(s.lPlain)] = true
 		fd.hide[layout.BlobData(s.mChild)] = true
@@ -241,8 +229,7 @@ func TestListingRaceConfirmed(t *testing.T) {
 // Repair deletes nothing but its own temporary files and journal records.
 func TestRepairNeverDeletes(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
-		s := newStore(t, d)
+	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		s.flip(filePath(t, s.shared[0]))
 		s.remove(filePath(t, s.shared[1]))
 		s.remove(revisionLink("app/full", s.mFull))

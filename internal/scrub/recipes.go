@@ -12,7 +12,6 @@ import (
 	"github.com/cairn-registry/cairn/internal/dedup"
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
 	"github.com/cairn-registry/cairn/internal/layout"
-	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
 // badFile is a dedup file found corrupt or missing, and what the recipes
@@ -90,15 +89,10 @@ func (s *scrubber) checkRecipe(ctx context.Context, j recipeJob) {
 	if ctx.Err() != nil {
 		return
 	}
-	d := s.digestOf(j.k)
+	d := s.keys.Digest(j.k)
 	p := layout.BlobRecipe(d)
-	b, err := s.getContent(ctx, p)
-	switch {
-	case errors.Is(err, driver.ErrNotFound):
-		s.nVanished.Add(1)
-		return
-	case err != nil:
-		s.unreadable(ctx, p, d, err)
+	b, ok := s.readListed(ctx, p, d)
+	if !ok {
 		return
 	}
 	s.nRecipes.Add(1)
@@ -118,7 +112,7 @@ func (s *scrubber) checkRecipe(ctx context.Context, j recipeJob) {
 			continue
 		}
 		seen[f.Digest] = true
-		fk, ok := s.keyOfDigest(f.Digest)
+		fk, ok := s.keys.Of(f.Digest)
 		if !ok || !f.Digest.Algorithm().Available() {
 			s.add(Finding{Kind: KindBadRecipe, Path: p, Digest: string(d), Detail: fmt.Sprintf("names a file by %q, not a digest", f.Digest)})
 			return

@@ -92,22 +92,24 @@ type linkJob struct {
 // checkRepos lists repositories/ once and checks each repository as soon
 // as the listing has passed it.
 func (s *scrubber) checkRepos(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var links *pool[linkJob]
 	if s.opts.ReadLinks {
 		links = startPool(s.opts.Workers, func(j linkJob) { s.checkLinkContent(ctx, j) })
 	}
-	ch := make(chan *repoState, 1)
-	errc := make(chan error, 1)
-	go func() {
-		defer close(ch)
-		errc <- s.listRepos(ctx, ch, links)
-	}()
-	for rs := range ch {
-		s.checkRepo(ctx, rs)
+	w := layout.RepoWalk[*repoState]{
+		// Upload sessions are no one's content yet; the referrers index
+		// is checked.
+		SkipDir: func(k layout.EntryKind) bool { return k == layout.EntryUploads },
+		Open:    func(repo string) *repoState { return &repoState{name: repo} },
+		Add: func(rs *repoState, e layout.RepoEntry, fi driver.FileInfo) error {
+			s.nListed.Add(1)
+			return s.addEntry(ctx, rs, e, fi.Path, links)
+		},
 	}
-	err := <-errc
+	err := layout.WalkRepos(ctx, s.d, w, func(rs *repoState) error {
+		s.checkRepo(ctx, rs)
+		return nil
+	})
 	if links != nil {
 		links.wait()
 	}
@@ -117,63 +119,11 @@ func (s *scrubber) checkRepos(ctx context.Context) error {
 	return err
 }
 
-// listRepos walks repositories/ and sends each repository's state once the
-// listing is past it: a flat listing keeps a repository's entries together
-// (a nested repository's name never starts with '_').
-func (s *scrubber) listRepos(ctx context.Context, out chan<- *repoState, links *pool[linkJob]) error {
-	var cur *repoState
-	seen := make(map[string]bool)
-	flush := func() error {
-		if cur == nil {
-			return nil
-		}
-		select {
-		case out <- cur:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		cur = nil
-		return nil
-	}
-	err := s.d.Walk(ctx, layout.RepositoriesDir, func(fi driver.FileInfo) error {
-		e := layout.ParseRepoPath(fi.Path)
-		if fi.IsDir {
-			if e.Kind == layout.EntryUploads {
-				return driver.ErrSkipDir // upload sessions are no one's content yet
-			}
-			return nil
-		}
-		if e.Repo == "" {
-			return nil
-		}
-		if cur == nil || cur.name != e.Repo {
-			if err := flush(); err != nil {
-				return err
-			}
-			if seen[e.Repo] {
-				return fmt.Errorf("the listing returned repository %s twice (out of order)", e.Repo)
-			}
-			name := strings.Clone(e.Repo)
-			seen[name] = true
-			cur = &repoState{name: name}
-		}
-		s.nListed.Add(1)
-		return s.addEntry(ctx, cur, e, fi.Path, links)
-	})
-	if errors.Is(err, driver.ErrNotFound) {
-		err = nil
-	}
-	if err != nil {
-		return err
-	}
-	return flush()
-}
-
 // addEntry records one listed file of rs.
 func (s *scrubber) addEntry(ctx context.Context, rs *repoState, e layout.RepoEntry, p string, links *pool[linkJob]) error {
 	switch e.Kind {
 	case layout.EntryLayerLink, layout.EntryRevisionLink, layout.EntryTagIndex:
-		k, ok := s.keyFor(e.Alg, e.Hex)
+		k, ok := s.keys.Parse(e.Alg, e.Hex)
 		if !ok {
 			s.add(Finding{Kind: KindBadPath, Path: p, Detail: "the link's path names no valid digest"})
 			return nil
@@ -201,8 +151,8 @@ func (s *scrubber) addEntry(ctx context.Context, rs *repoState, e layout.RepoEnt
 		if len(parts) != 5 || parts[4] != "link" {
 			return nil
 		}
-		sk, ok1 := s.keyFor(parts[0], parts[1])
-		k, ok2 := s.keyFor(parts[2], parts[3])
+		sk, ok1 := s.keys.Parse(parts[0], parts[1])
+		k, ok2 := s.keys.Parse(parts[2], parts[3])
 		if !ok1 || !ok2 {
 			s.add(Finding{Kind: KindBadPath, Path: p, Detail: "the referrers link's path names no valid digest"})
 			return nil
@@ -255,7 +205,7 @@ func (s *scrubber) checkRepo(ctx context.Context, rs *repoState) {
 // missingLayerBlob confirms and reports a _layers link whose blob the
 // listing did not find.
 func (s *scrubber) missingLayerBlob(ctx context.Context, rs *repoState, k key) {
-	d := s.digestOf(k)
+	d := s.keys.Digest(k)
 	lp := string(layout.AppendLayerLink(nil, rs.name, string(d.Algorithm()), d.Encoded()))
 	missing, err := s.missingNow(ctx, layout.BlobData(d), layout.BlobRecipe(d))
 	if err != nil {
@@ -265,19 +215,15 @@ func (s *scrubber) missingLayerBlob(ctx context.Context, rs *repoState, k key) {
 	if !missing || s.goneNow(ctx, lp) {
 		return
 	}
-	f := Finding{Kind: KindMissingBlob, Path: lp, Digest: string(d),
-		Detail: "the linked blob has neither data nor a recipe (deleted, or a deduplicated layer whose recipe is gone)"}
-	if s.opts.Repair {
-		f.Repair = "nothing to rebuild it from"
-	}
-	s.add(f)
+	s.addUnrepairable(Finding{Kind: KindMissingBlob, Path: lp, Digest: string(d),
+		Detail: "the linked blob has neither data nor a recipe (deleted, or a deduplicated layer whose recipe is gone)"})
 }
 
 // storedSince looks again for the data of a revision the listing found
 // without it: stored since (a push racing the listing) it is read with
 // the others; still missing, it is reported.
 func (s *scrubber) storedSince(ctx context.Context, rs *repoState, k key) bool {
-	d := s.digestOf(k)
+	d := s.keys.Digest(k)
 	rp := string(layout.AppendRevisionLink(nil, rs.name, string(d.Algorithm()), d.Encoded()))
 	missing, err := s.missingNow(ctx, layout.BlobData(d))
 	if err != nil {
@@ -290,12 +236,34 @@ func (s *scrubber) storedSince(ctx context.Context, rs *repoState, k key) bool {
 	if s.goneNow(ctx, rp) {
 		return false
 	}
-	f := Finding{Kind: KindMissingManifest, Path: rp, Digest: string(d), Detail: "the revision's manifest data is not stored"}
+	s.addUnrepairable(Finding{Kind: KindMissingManifest, Path: rp, Digest: string(d), Detail: "the revision's manifest data is not stored"})
+	return false
+}
+
+// addUnrepairable records a finding repair has nothing to rebuild from.
+func (s *scrubber) addUnrepairable(f Finding) {
 	if s.opts.Repair {
 		f.Repair = "nothing to rebuild it from"
 	}
 	s.add(f)
-	return false
+}
+
+// storedNow reports whether blob d (key k) has one of the files want
+// names (bData, bRecipe): as listed or, for what was stored since the
+// listing, by a Stat now.
+func (s *scrubber) storedNow(ctx context.Context, k key, d digest.Digest, want uint8) (bool, error) {
+	if s.blobs.flags(k)&want != 0 {
+		return true, nil
+	}
+	var paths []string
+	if want&bData != 0 {
+		paths = append(paths, layout.BlobData(d))
+	}
+	if want&bRecipe != 0 {
+		paths = append(paths, layout.BlobRecipe(d))
+	}
+	missing, err := s.missingNow(ctx, paths...)
+	return err == nil && !missing, err
 }
 
 // goneNow reports whether p is absent now: the link a finding rests on
@@ -318,7 +286,7 @@ func (s *scrubber) checkTag(ctx context.Context, rs *repoState, tag string) {
 		return
 	}
 	d, err := digest.Parse(strings.TrimSpace(string(b)))
-	k, ok := s.keyOfDigest(d)
+	k, ok := s.keys.Of(d)
 	if err != nil || !ok {
 		s.add(Finding{Kind: KindBadLink, Path: p, Detail: fmt.Sprintf("holds %s, not a digest", quoted(b))})
 		return
@@ -353,7 +321,7 @@ func (s *scrubber) relink(ctx context.Context, rs *repoState, d digest.Digest) (
 	case !ok:
 		return false, "the manifest's data is not stored"
 	}
-	if k, ok := s.keyOfDigest(d); ok {
+	if k, ok := s.keys.Of(d); ok {
 		rs.addRevision(k)
 	}
 	return true, "revision link written"
@@ -362,15 +330,10 @@ func (s *scrubber) relink(ctx context.Context, rs *repoState, d digest.Digest) (
 // checkManifest reads revision k's manifest once and checks that what it
 // names is linked into the repository, as its push required.
 func (s *scrubber) checkManifest(ctx context.Context, rs *repoState, k key) {
-	d := s.digestOf(k)
+	d := s.keys.Digest(k)
 	dp := layout.BlobData(d)
-	b, err := s.getContent(ctx, dp)
-	switch {
-	case errors.Is(err, driver.ErrNotFound):
-		s.nVanished.Add(1)
-		return
-	case err != nil:
-		s.unreadable(ctx, dp, d, err)
+	b, ok := s.readListed(ctx, dp, d)
+	if !ok {
 		return
 	}
 	s.nManifests.Add(1)
@@ -421,7 +384,7 @@ func (s *scrubber) badRef(rs *repoState, m, ref digest.Digest) {
 // checkBlobRef checks that manifest m's config or layer ref is linked into
 // rs (a _layers link, or a revision) and stored.
 func (s *scrubber) checkBlobRef(ctx context.Context, rs *repoState, m, ref digest.Digest) {
-	k, ok := s.keyOfDigest(ref)
+	k, ok := s.keys.Of(ref)
 	if !ok {
 		s.badRef(rs, m, ref)
 		return
@@ -439,21 +402,13 @@ func (s *scrubber) checkBlobRef(ctx context.Context, rs *repoState, m, ref diges
 	if err != nil || !missing || s.goneNow(ctx, mrp) {
 		return
 	}
-	stored := s.blobs.flags(k)&(bData|bRecipe) != 0
-	if !stored {
-		gone, err := s.missingNow(ctx, layout.BlobData(ref), layout.BlobRecipe(ref))
-		if err != nil {
-			return
-		}
-		stored = !gone
+	stored, err := s.storedNow(ctx, k, ref, bData|bRecipe)
+	if err != nil {
+		return
 	}
 	if !stored {
-		f := Finding{Kind: KindMissingBlob, Path: layout.BlobData(ref), Digest: string(ref), Ref: string(m),
-			Detail: "a manifest of " + rs.name + " names it; it has neither data nor a recipe, and no link"}
-		if s.opts.Repair {
-			f.Repair = "nothing to rebuild it from"
-		}
-		s.add(f)
+		s.addUnrepairable(Finding{Kind: KindMissingBlob, Path: layout.BlobData(ref), Digest: string(ref), Ref: string(m),
+			Detail: "a manifest of " + rs.name + " names it; it has neither data nor a recipe, and no link"})
 		return
 	}
 	f := Finding{Kind: KindMissingLink, Path: lp, Digest: string(ref), Ref: string(m),
@@ -474,7 +429,7 @@ func (s *scrubber) checkBlobRef(ctx context.Context, rs *repoState, m, ref diges
 
 // checkChild checks that index m's child manifest is a revision of rs.
 func (s *scrubber) checkChild(ctx context.Context, rs *repoState, m, child digest.Digest) {
-	k, ok := s.keyOfDigest(child)
+	k, ok := s.keys.Of(child)
 	if !ok {
 		s.badRef(rs, m, child)
 		return
@@ -490,21 +445,13 @@ func (s *scrubber) checkChild(ctx context.Context, rs *repoState, m, child diges
 	if missing, err := s.missingNow(ctx, rp); err != nil || !missing || s.goneNow(ctx, mrp) {
 		return
 	}
-	stored := s.blobs.flags(k)&bData != 0
-	if !stored {
-		ok, err := s.existsNow(ctx, layout.BlobData(child))
-		if err != nil {
-			return
-		}
-		stored = ok
+	stored, err := s.storedNow(ctx, k, child, bData)
+	if err != nil {
+		return
 	}
 	if !stored {
-		f := Finding{Kind: KindMissingManifest, Path: layout.BlobData(child), Digest: string(child), Ref: string(m),
-			Detail: "an index of " + rs.name + " names this manifest; its data is not stored"}
-		if s.opts.Repair {
-			f.Repair = "nothing to rebuild it from"
-		}
-		s.add(f)
+		s.addUnrepairable(Finding{Kind: KindMissingManifest, Path: layout.BlobData(child), Digest: string(child), Ref: string(m),
+			Detail: "an index of " + rs.name + " names this manifest; its data is not stored"})
 		return
 	}
 	f := Finding{Kind: KindMissingLink, Path: rp, Digest: string(child), Ref: string(m),
@@ -518,8 +465,8 @@ func (s *scrubber) checkChild(ctx context.Context, rs *repoState, m, child diges
 // checkSubject checks that manifest m, whose subject is subject, is in
 // its subject's referrers index.
 func (s *scrubber) checkSubject(ctx context.Context, rs *repoState, m, subject digest.Digest) {
-	sk, ok := s.keyOfDigest(subject)
-	k, _ := s.keyOfDigest(m)
+	sk, ok := s.keys.Of(subject)
+	k, _ := s.keys.Of(m)
 	if !ok {
 		s.badRef(rs, m, subject)
 		return
@@ -543,7 +490,7 @@ func (s *scrubber) checkSubject(ctx context.Context, rs *repoState, m, subject d
 // danglingReferrer confirms and reports a referrers link naming no
 // revision: the referrers API skips it, and nothing removes it.
 func (s *scrubber) danglingReferrer(ctx context.Context, rs *repoState, r referrerLink) {
-	subject, d := s.digestOf(r.subject), s.digestOf(r.ref)
+	subject, d := s.keys.Digest(r.subject), s.keys.Digest(r.ref)
 	lp := string(layout.AppendReferrerLink(nil, rs.name, string(subject.Algorithm()), subject.Encoded(), string(d.Algorithm()), d.Encoded()))
 	rp := string(layout.AppendRevisionLink(nil, rs.name, string(d.Algorithm()), d.Encoded()))
 	if missing, err := s.missingNow(ctx, rp); err != nil || !missing || s.goneNow(ctx, lp) {
@@ -563,13 +510,8 @@ func (s *scrubber) checkLinkContent(ctx context.Context, j linkJob) {
 	if ctx.Err() != nil {
 		return
 	}
-	b, err := s.getContent(ctx, j.path)
-	switch {
-	case errors.Is(err, driver.ErrNotFound):
-		s.nVanished.Add(1)
-		return
-	case err != nil:
-		s.unreadable(ctx, j.path, j.d, err)
+	b, ok := s.readListed(ctx, j.path, j.d)
+	if !ok {
 		return
 	}
 	if strings.TrimSpace(string(b)) == string(j.d) {

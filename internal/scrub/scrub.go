@@ -295,8 +295,7 @@ type scrubber struct {
 	blobs   blobSet // every blob listed, sealed after the blobs pass
 	fileSet keySet  // every dedup file listed, sealed after the files pass
 
-	longMu sync.Mutex
-	long   map[key]string // full hex of keys longer than sha256
+	keys digestkey.Spellings // full hex of keys longer than sha256
 
 	mu       sync.Mutex // guards the fields below
 	phases   map[string]float64
@@ -337,7 +336,6 @@ func newScrubber(d driver.Driver, opts Options) (*scrubber, error) {
 	s := &scrubber{
 		d: cd, opts: opts, files: files, eng: eng,
 		reg:      registry.New(cd, registry.Options{}),
-		long:     make(map[key]string),
 		phases:   make(map[string]float64),
 		byKind:   make(map[Kind]int64),
 		corrupt:  make(map[key]corruptBlob),
@@ -351,7 +349,7 @@ func newScrubber(d driver.Driver, opts Options) (*scrubber, error) {
 
 func (s *scrubber) run(ctx context.Context) (rep *Report, err error) {
 	s.start = time.Now()
-	stop := s.reportProgress()
+	stop := parallel.Report(s.opts.ProgressInterval, s.opts.Progress, s.progress)
 	defer func() {
 		s.phase.Store("done")
 		stop()
@@ -459,45 +457,6 @@ func (s *scrubber) repairedAt(i int, ok bool, how string) {
 	s.findings[i].Repaired, s.findings[i].Repair = ok, how
 }
 
-// keyFor parses alg:hex found in a path, remembering the full spelling of
-// a long digest.
-func (s *scrubber) keyFor(alg, hexs string) (key, bool) {
-	k, ok := digestkey.Parse(alg, hexs)
-	if ok && !k.Whole() {
-		s.longMu.Lock()
-		if _, have := s.long[k]; !have {
-			s.long[k] = hexs
-		}
-		s.longMu.Unlock()
-	}
-	return k, ok
-}
-
-func (s *scrubber) keyOfDigest(d digest.Digest) (key, bool) {
-	k, ok := digestkey.Of(d)
-	if ok && !k.Whole() {
-		s.keyFor(string(d.Algorithm()), d.Encoded())
-	}
-	return k, ok
-}
-
-// digestOf spells k out again.
-func (s *scrubber) digestOf(k key) digest.Digest {
-	if k.Whole() {
-		return digest.NewDigestFromBytes(digest.SHA256, k[1:])
-	}
-	s.longMu.Lock()
-	defer s.longMu.Unlock()
-	return digest.Digest(k.Alg() + ":" + s.long[k])
-}
-
-func (s *scrubber) reportProgress() (stop func()) {
-	if s.opts.Progress == nil {
-		return func() {}
-	}
-	return parallel.Report(s.opts.ProgressInterval, func() { s.opts.Progress(s.progress()) })
-}
-
 func (s *scrubber) progress() Progress {
 	return Progress{
 		Phase:    s.phase.Load().(string),
@@ -519,27 +478,29 @@ func (s *scrubber) getContent(ctx context.Context, p string) ([]byte, error) {
 	return b, err
 }
 
+// readListed reads a small file the listing found; ok is false when it
+// was deleted since (counted as vanished) or could not be read (reported,
+// with d, the digest it holds or names).
+func (s *scrubber) readListed(ctx context.Context, p string, d digest.Digest) (b []byte, ok bool) {
+	b, err := s.getContent(ctx, p)
+	switch {
+	case errors.Is(err, driver.ErrNotFound):
+		s.nVanished.Add(1)
+		return nil, false
+	case err != nil:
+		s.unreadable(ctx, p, d, err)
+		return nil, false
+	}
+	return b, true
+}
+
 // retry runs fn up to three times while it fails with anything but
 // not-found or the end of ctx.
 func retry(ctx context.Context, fn func() error) error {
-	var err error
-	for attempt := range 3 {
-		if attempt > 0 {
-			t := time.NewTimer(time.Duration(attempt*attempt) * 100 * time.Millisecond)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return ctx.Err()
-			case <-t.C:
-			}
-		}
-		err = fn()
+	return parallel.Retry(ctx, 3, func(err error) bool {
 		// A file that does not decompress will not on a second read.
-		if err == nil || errors.Is(err, driver.ErrNotFound) || errors.Is(err, errCorruptFile) || ctx.Err() != nil {
-			return err
-		}
-	}
-	return err
+		return errors.Is(err, driver.ErrNotFound) || errors.Is(err, errCorruptFile)
+	}, fn)
 }
 
 // missingNow reports whether every path is absent now (a Stat each): the
@@ -556,12 +517,6 @@ func (s *scrubber) missingNow(ctx context.Context, paths ...string) (bool, error
 		}
 	}
 	return true, nil
-}
-
-// existsNow reports whether p is stored (a Stat).
-func (s *scrubber) existsNow(ctx context.Context, p string) (bool, error) {
-	missing, err := s.missingNow(ctx, p)
-	return err == nil && !missing, err
 }
 
 // unreadable records a read that failed for another reason than absence.

@@ -6,12 +6,12 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
+	"github.com/cairn-registry/cairn/internal/testutil/drivertest"
 )
 
 func TestCleanStore(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
-		s := newStore(t, d)
+	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		fd := newFaultDriver(d)
 		rep := scrub(t, fd, Options{Repair: true, ReadLinks: true})
 		want(t, rep)
@@ -42,7 +42,7 @@ func TestCleanStore(t *testing.T) {
 
 func TestEmptyStore(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
+	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
 		rep := scrub(t, d, Options{})
 		want(t, rep)
 		if rep.Counts.Blobs != 0 || rep.Counts.Repositories != 0 {
@@ -53,8 +53,7 @@ func TestEmptyStore(t *testing.T) {
 
 func TestUploadsIgnored(t *testing.T) {
 	t.Parallel()
-	forDrivers(t, func(t *testing.T, d driver.Driver) {
-		s := newStore(t, d)
+	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		s.put(layout.RepositoriesDir+"/app/full/_uploads/abc/data", []byte("half an upload"))
 		s.put(layout.RepositoriesDir+"/app/full/_uploads/abc/startedat", []byte("not a time"))
 		s.put(layout.RepositoriesDir+"/fresh/_uploads/xyz/data", []byte("a repository's first upload"))

@@ -16,13 +16,20 @@ import (
 	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
 )
 
-// monolithicUpload writes the request line and headers of a POST that
-// carries a whole blob of len(body) bytes.
-func monolithicUpload(t *testing.T, conn net.Conn, body []byte) {
+// dialUpload connects to addr and sends the head of a monolithic upload
+// of body, which the caller then writes to the connection it returns (closed
+// when the test ends).
+func dialUpload(t *testing.T, addr string, body []byte) net.Conn {
 	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
 	sum := sha256.Sum256(body)
 	fmt.Fprintf(conn, "POST /v2/a/blobs/uploads/?digest=sha256:%s HTTP/1.1\r\nHost: test\r\nContent-Length: %d\r\n\r\n",
 		hex.EncodeToString(sum[:]), len(body))
+	return conn
 }
 
 // TestBodyIdleTimeout: a request body that stops flowing ends the request
@@ -37,12 +44,7 @@ func TestBodyIdleTimeout(t *testing.T) {
 	body := bytes.Repeat([]byte("cairn"), 200)
 
 	t.Run("stalled body", func(t *testing.T) {
-		conn, err := net.Dial("tcp", srv.Listener.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		monolithicUpload(t, conn, body)
+		conn := dialUpload(t, srv.Listener.Addr().String(), body)
 		conn.Write(body[:10]) // then nothing more
 		// Without the idle timeout the server would wait for the rest
 		// for as long as the connection lives.
@@ -59,12 +61,7 @@ func TestBodyIdleTimeout(t *testing.T) {
 	})
 
 	t.Run("trickling body", func(t *testing.T) {
-		conn, err := net.Dial("tcp", srv.Listener.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		monolithicUpload(t, conn, body)
+		conn := dialUpload(t, srv.Listener.Addr().String(), body)
 		// Thirty pieces, idle/20 apart: the whole body takes longer than
 		// idle.
 		const pieces = 30

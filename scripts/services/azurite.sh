@@ -20,14 +20,10 @@ AZURITE_KEY='Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZ
 AZURITE_PID=
 AZURITE_DIR=
 
-_azurite_log() { printf '==> azurite: %s\n' "$*" >&2; }
+# shellcheck source=scripts/services/lib.sh
+source "${BASH_SOURCE[0]%/*}/lib.sh"
 
-# _azurite_alive PID — true while PID runs; an exited child that was not yet
-# waited for is a zombie, which kill -0 would still report as alive.
-_azurite_alive() {
-	local st
-	st=$(ps -o stat= -p "$1" 2>/dev/null) && [[ $st != Z* ]]
-}
+_azurite_log() { printf '==> azurite: %s\n' "$*" >&2; }
 
 _azurite_install() {
 	local prefix=$REPO/.cache/npm have
@@ -53,7 +49,7 @@ s.listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); });'
 start_azurite() {
 	: "${REPO:?REPO must be set to the repo root}"
 	_azurite_install || return 1
-	local port i log
+	local port log
 	port=$(_azurite_free_port) || return 1
 	AZURITE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/cairn-azurite.XXXXXX") || return 1
 	log=$AZURITE_DIR/azurite.log
@@ -61,25 +57,9 @@ start_azurite() {
 		--blobHost 127.0.0.1 --blobPort "$port" --location "$AZURITE_DIR/data" \
 		--disableTelemetry --skipApiVersionCheck --silent >"$log" 2>&1 &
 	AZURITE_PID=$!
-	if declare -p SERVER_PIDS 2>/dev/null | grep -q '^declare -A'; then
-		SERVER_PIDS[azurite]=$AZURITE_PID
-	fi
+	svc_record azurite "$AZURITE_PID"
 	# Node starts in about a second; allow 60 s on a loaded machine.
-	for ((i = 0; i < 600; i++)); do
-		if ! _azurite_alive "$AZURITE_PID"; then
-			_azurite_log "exited during startup:"
-			cat "$log" >&2
-			stop_azurite
-			return 1
-		fi
-		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-			break
-		fi
-		sleep 0.1
-	done
-	if ((i == 600)); then
-		_azurite_log "no answer on 127.0.0.1:$port after 60 s:"
-		cat "$log" >&2
+	if ! svc_await azurite "$AZURITE_PID" "$log" 60 svc_listening "$port"; then
 		stop_azurite
 		return 1
 	fi
@@ -90,20 +70,9 @@ start_azurite() {
 }
 
 stop_azurite() {
-	local i
 	if [[ -n $AZURITE_PID ]]; then
-		kill -TERM "$AZURITE_PID" 2>/dev/null || true
-		for ((i = 0; i < 100; i++)); do
-			_azurite_alive "$AZURITE_PID" || break
-			sleep 0.1
-		done
-		if _azurite_alive "$AZURITE_PID"; then
-			kill -KILL "$AZURITE_PID" 2>/dev/null || true
-		fi
-		wait "$AZURITE_PID" 2>/dev/null || true
-		if declare -p SERVER_PIDS 2>/dev/null | grep -q '^declare -A'; then
-			unset 'SERVER_PIDS[azurite]'
-		fi
+		svc_stop "$AZURITE_PID"
+		svc_record azurite
 	fi
 	AZURITE_PID=
 	if [[ -n $AZURITE_DIR ]]; then

@@ -12,6 +12,9 @@
 
 FAKEGCS_MODULE="github.com/fsouza/fake-gcs-server@v1.56.1"
 
+# shellcheck source=scripts/services/lib.sh
+source "${BASH_SOURCE[0]%/*}/lib.sh"
+
 _fakegcs_log() { printf '==> fakegcs: %s\n' "$*" >&2; }
 
 _fakegcs_install() {
@@ -45,13 +48,13 @@ _fakegcs_answers() {
 	if command -v curl >/dev/null; then
 		curl -fsS -o /dev/null "$1/storage/v1/b" 2>/dev/null
 	else
-		(exec 3<>"/dev/tcp/127.0.0.1/$2") 2>/dev/null
+		svc_listening "$2"
 	fi
 }
 
 start_fakegcs() {
 	_fakegcs_install || return 1
-	local port url i
+	local port url
 	port=$(_fakegcs_free_port)
 	url=http://127.0.0.1:$port
 	FAKEGCS_DIR=$(mktemp -d "${TMPDIR:-/tmp}/cairn-fakegcs.XXXXXX")
@@ -63,44 +66,19 @@ start_fakegcs() {
 		-public-host "127.0.0.1:$port" -external-url "$url" \
 		-backend memory -log-level warn >"$FAKEGCS_LOG" 2>&1 &
 	FAKEGCS_PID=$!
-	if declare -p SERVER_PIDS 2>/dev/null | grep -q '^declare -A'; then
-		SERVER_PIDS[fakegcs]=$FAKEGCS_PID
+	svc_record fakegcs "$FAKEGCS_PID"
+	if ! svc_await fakegcs "$FAKEGCS_PID" "$FAKEGCS_LOG" 30 _fakegcs_answers "$url" "$port"; then
+		stop_fakegcs
+		return 1
 	fi
-	for ((i = 0; i < 300; i++)); do
-		if ! kill -0 "$FAKEGCS_PID" 2>/dev/null; then
-			_fakegcs_log "exited at start; log:"
-			tail -n 20 "$FAKEGCS_LOG" >&2
-			stop_fakegcs
-			return 1
-		fi
-		if _fakegcs_answers "$url" "$port"; then
-			export CAIRN_TEST_GCS_ENDPOINT=$url
-			_fakegcs_log "listening on $url (pid $FAKEGCS_PID)"
-			return 0
-		fi
-		sleep 0.1
-	done
-	_fakegcs_log "no answer on $url after 30s; log:"
-	tail -n 20 "$FAKEGCS_LOG" >&2
-	stop_fakegcs
-	return 1
+	export CAIRN_TEST_GCS_ENDPOINT=$url
+	_fakegcs_log "listening on $url (pid $FAKEGCS_PID)"
 }
 
 stop_fakegcs() {
-	local i
 	if [[ -n ${FAKEGCS_PID:-} ]]; then
-		if kill -0 "$FAKEGCS_PID" 2>/dev/null; then
-			kill -TERM "$FAKEGCS_PID" 2>/dev/null || true
-			for ((i = 0; i < 100; i++)); do
-				kill -0 "$FAKEGCS_PID" 2>/dev/null || break
-				sleep 0.1
-			done
-			kill -0 "$FAKEGCS_PID" 2>/dev/null && kill -KILL "$FAKEGCS_PID" 2>/dev/null
-		fi
-		wait "$FAKEGCS_PID" 2>/dev/null || true
-		if declare -p SERVER_PIDS 2>/dev/null | grep -q '^declare -A'; then
-			unset 'SERVER_PIDS[fakegcs]'
-		fi
+		svc_stop "$FAKEGCS_PID"
+		svc_record fakegcs
 	fi
 	if [[ -n ${FAKEGCS_DIR:-} ]]; then
 		rm -rf "$FAKEGCS_DIR"

@@ -22,13 +22,10 @@ MINIO_PASSWORD=cairn-test-secret
 MINIO_PID=
 MINIO_DIR=
 
-_minio_log() { printf '==> minio: %s\n' "$*" >&2; }
+# shellcheck source=scripts/services/lib.sh
+source "${BASH_SOURCE[0]%/*}/lib.sh"
 
-# _minio_alive PID — true while PID runs (a zombie does not count).
-_minio_alive() {
-	local st
-	st=$(ps -o stat= -p "$1" 2>/dev/null) && [[ $st != Z* ]]
-}
+_minio_log() { printf '==> minio: %s\n' "$*" >&2; }
 
 install_minio() {
 	local bindir=$REPO/.cache/bin stamp
@@ -60,7 +57,7 @@ EOF
 start_minio() {
 	: "${REPO:?REPO must be set to the repo root}"
 	install_minio || return 1
-	local ports port console i log
+	local ports port console log
 	ports=$(_minio_free_ports 2) || return 1
 	read -r port console <<<"$ports"
 	MINIO_DIR=$(mktemp -d "${TMPDIR:-/tmp}/cairn-minio.XXXXXX") || return 1
@@ -72,24 +69,8 @@ start_minio() {
 		"$REPO/.cache/bin/minio" server "$MINIO_DIR/data" --quiet \
 		--address "127.0.0.1:$port" --console-address "127.0.0.1:$console" >"$log" 2>&1 &
 	MINIO_PID=$!
-	if declare -p SERVER_PIDS 2>/dev/null | grep -q '^declare -A'; then
-		SERVER_PIDS[minio]=$MINIO_PID
-	fi
-	for ((i = 0; i < 600; i++)); do
-		if ! _minio_alive "$MINIO_PID"; then
-			_minio_log "exited during startup:"
-			cat "$log" >&2
-			stop_minio
-			return 1
-		fi
-		if curl -fsS -o /dev/null "http://127.0.0.1:$port/minio/health/live" 2>/dev/null; then
-			break
-		fi
-		sleep 0.1
-	done
-	if ((i == 600)); then
-		_minio_log "no answer on 127.0.0.1:$port after 60 s:"
-		cat "$log" >&2
+	svc_record minio "$MINIO_PID"
+	if ! svc_await minio "$MINIO_PID" "$log" 60 curl -fsS -o /dev/null "http://127.0.0.1:$port/minio/health/live"; then
 		stop_minio
 		return 1
 	fi
@@ -101,20 +82,9 @@ start_minio() {
 }
 
 stop_minio() {
-	local i
 	if [[ -n $MINIO_PID ]]; then
-		kill -TERM "$MINIO_PID" 2>/dev/null || true
-		for ((i = 0; i < 100; i++)); do
-			_minio_alive "$MINIO_PID" || break
-			sleep 0.1
-		done
-		if _minio_alive "$MINIO_PID"; then
-			kill -KILL "$MINIO_PID" 2>/dev/null || true
-		fi
-		wait "$MINIO_PID" 2>/dev/null || true
-		if declare -p SERVER_PIDS 2>/dev/null | grep -q '^declare -A'; then
-			unset 'SERVER_PIDS[minio]'
-		fi
+		svc_stop "$MINIO_PID"
+		svc_record minio
 	fi
 	MINIO_PID=
 	if [[ -n $MINIO_DIR ]]; then

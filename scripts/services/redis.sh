@@ -20,13 +20,10 @@ REDIS_MAJOR=7
 REDIS_PID=
 REDIS_DIR=
 
-_redis_log() { printf '==> redis: %s\n' "$*" >&2; }
+# shellcheck source=scripts/services/lib.sh
+source "${BASH_SOURCE[0]%/*}/lib.sh"
 
-# _redis_alive PID — true while PID runs (a zombie does not count).
-_redis_alive() {
-	local st
-	st=$(ps -o stat= -p "$1" 2>/dev/null) && [[ $st != Z* ]]
-}
+_redis_log() { printf '==> redis: %s\n' "$*" >&2; }
 
 # _redis_ping PORT — the server on PORT answers PING (bash's /dev/tcp, so no
 # redis-cli is needed).
@@ -37,20 +34,6 @@ _redis_ping() {
 		IFS= read -r -t 2 reply <&3 || exit 1
 		[[ $reply == +PONG* ]]
 	) 2>/dev/null
-}
-
-# _redis_free_port prints a loopback TCP port on which nothing listens now.
-_redis_free_port() {
-	local port i
-	for ((i = 0; i < 100; i++)); do
-		port=$((20000 + RANDOM % 40000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-			echo "$port"
-			return 0
-		fi
-	done
-	_redis_log "no free port found"
-	return 1
 }
 
 # _redis_check_version prints the server's version when its major is REDIS_MAJOR.
@@ -77,24 +60,22 @@ start_redis() {
 	log=${SERVER_LOGS:-$REDIS_DIR}/redis.log
 	# A port found free can be taken before redis binds it: then try another.
 	for ((attempt = 0; attempt < 3; attempt++)); do
-		port=$(_redis_free_port) || break
+		port=$(svc_free_port) || break
 		# --save "" and --appendonly no: nothing on disk; --dir: where it would go.
 		redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
 			--dir "$REDIS_DIR" --daemonize no >"$log" 2>&1 &
 		REDIS_PID=$!
-		if declare -p SERVER_PIDS 2>/dev/null | grep -q '^declare -A'; then
-			SERVER_PIDS[redis]=$REDIS_PID
-		fi
+		svc_record redis "$REDIS_PID"
 		for ((i = 0; i < 300; i++)); do
 			if _redis_ping "$port"; then
 				export CAIRN_TEST_REDIS_ADDR=127.0.0.1:$port
 				_redis_log "redis $version (pid $REDIS_PID) at $CAIRN_TEST_REDIS_ADDR"
 				return 0
 			fi
-			_redis_alive "$REDIS_PID" || break
+			svc_alive "$REDIS_PID" || break
 			sleep 0.1
 		done
-		if _redis_alive "$REDIS_PID"; then
+		if svc_alive "$REDIS_PID"; then
 			_redis_log "no answer on 127.0.0.1:$port after 30 s:"
 			break
 		fi
@@ -109,21 +90,8 @@ start_redis() {
 }
 
 stop_redis() {
-	local i
-	if [[ -n $REDIS_PID ]]; then
-		kill -TERM "$REDIS_PID" 2>/dev/null || true
-		for ((i = 0; i < 100; i++)); do
-			_redis_alive "$REDIS_PID" || break
-			sleep 0.1
-		done
-		if _redis_alive "$REDIS_PID"; then
-			kill -KILL "$REDIS_PID" 2>/dev/null || true
-		fi
-		wait "$REDIS_PID" 2>/dev/null || true
-	fi
-	if declare -p SERVER_PIDS 2>/dev/null | grep -q '^declare -A'; then
-		unset 'SERVER_PIDS[redis]'
-	fi
+	svc_stop "$REDIS_PID"
+	svc_record redis
 	REDIS_PID=
 	if [[ -n $REDIS_DIR ]]; then
 		rm -rf "$REDIS_DIR"

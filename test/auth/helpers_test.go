@@ -6,8 +6,6 @@
 package auth
 
 import (
-	"bytes"
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -17,28 +15,23 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
-	"io"
 	"math/big"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/crypto/bcrypt"
-
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 	"github.com/cairn-registry/cairn/internal/testutil/clitool"
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 // TestMain builds cairn once for the package.
@@ -80,7 +73,7 @@ func htpasswdCost(t *testing.T, cost int, userPass ...string) string {
 // storage root. The server must answer plain HTTP.
 func startConfig(t *testing.T, cfg string) *cairnproc.Server {
 	t.Helper()
-	return cairnproc.Start(t, "", "--config", writeFile(t, "config.yml", cfg))
+	return cairnproc.Start(t, "", "--config", cairnproc.WriteConfig(t, cfg))
 }
 
 // startTLS runs cairn with cfg (which configures http.tls) and waits until
@@ -91,7 +84,7 @@ func startTLS(t *testing.T, cfg string, roots *x509.CertPool, cert *tls.Certific
 	hc := httpsClient(roots, cert)
 	defer hc.CloseIdleConnections()
 	root := t.TempDir()
-	s := cairnproc.StartTLS(t, cairnproc.Binary(t), hc, "--root", root, "--config", writeFile(t, "config.yml", cfg))
+	s := cairnproc.StartTLS(t, cairnproc.Binary(t), hc, "--root", root, "--config", cairnproc.WriteConfig(t, cfg))
 	s.Root = root
 	return s
 }
@@ -122,18 +115,21 @@ func randomSerial(t *testing.T) *big.Int {
 	return n
 }
 
-func newCA(t *testing.T, name string) *testCA {
+// newCert makes a certificate of tmpl for a fresh key, with a random
+// serial, valid from an hour ago for a day, signed by parent's key (self-
+// signed when parent is nil).
+func newCert(t *testing.T, tmpl, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: randomSerial(t), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	tmpl.SerialNumber = randomSerial(t)
+	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
+	if parent == nil {
+		parent, parentKey = tmpl, key
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,9 +137,18 @@ func newCA(t *testing.T, name string) *testCA {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cert, key
+}
+
+func newCA(t *testing.T, name string) *testCA {
+	t.Helper()
+	cert, key := newCert(t, &x509.Certificate{
+		Subject: pkix.Name{CommonName: name}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}, nil, nil)
 	ca := &testCA{cert: cert, key: key, pool: x509.NewCertPool()}
 	ca.pool.AddCert(cert)
-	ca.pemPath = writeFile(t, "ca.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
+	ca.pemPath = writeFile(t, "ca.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})))
 	return ca
 }
 
@@ -159,32 +164,19 @@ type issued struct {
 // certificate), none makes a client certificate.
 func (ca *testCA) issue(t *testing.T, cn string, ips ...net.IP) *issued {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
 	tmpl := &x509.Certificate{
-		SerialNumber: randomSerial(t), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, IPAddresses: ips,
+		Subject: pkix.Name{CommonName: cn}, KeyUsage: x509.KeyUsageDigitalSignature, IPAddresses: ips,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
 	if len(ips) > 0 {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cert, key := newCert(t, tmpl, ca.cert, ca.key)
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})
 	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
 	pair, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
@@ -197,50 +189,37 @@ func (ca *testCA) issue(t *testing.T, cn string, ips ...net.IP) *issued {
 	}
 }
 
-// tool returns the path of a client binary (see clitool.Path).
-func tool(t *testing.T, name string) string { return clitool.Path(t, name) }
-
-// clientEnv runs client tools with their own HOME and config directories,
-// so no user credential leaks in and tests do not see each other's logins.
-type clientEnv struct {
-	home string
-	vars []string
-}
-
-func newClientEnv(t *testing.T, extra ...string) *clientEnv {
+// skopeoSession finds skopeo (skipping the test without it) and returns
+// functions that run it in a session of its own, with --insecure-policy
+// (no /etc/containers/policy.json needed: these tests are about
+// authentication): run's command must succeed, fail's fail. Both return
+// the output.
+func skopeoSession(t *testing.T) (run, fail func(args ...string) string) {
 	t.Helper()
-	home, vars := clitool.Env(t, extra...)
-	return &clientEnv{home: home, vars: vars}
-}
-
-func (e *clientEnv) exec(name string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = e.vars
-	cmd.Dir = e.home
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
-
-// run runs a command that must succeed and returns its output.
-func (e *clientEnv) run(t *testing.T, name string, args ...string) string {
-	t.Helper()
-	out, err := e.exec(name, args...)
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", filepath.Base(name), strings.Join(args, " "), err, out)
+	skopeo := clitool.Path(t, "skopeo")
+	e := clitool.NewSession(t)
+	run = func(args ...string) string {
+		t.Helper()
+		return string(e.Run(t, skopeo, append([]string{"--insecure-policy"}, args...)...))
 	}
-	return out
+	fail = func(args ...string) string {
+		t.Helper()
+		return e.Fail(t, skopeo, append([]string{"--insecure-policy"}, args...)...)
+	}
+	return run, fail
 }
 
-// fail runs a command that must fail and returns its output.
-func (e *clientEnv) fail(t *testing.T, name string, args ...string) string {
+// skopeoRoundTrip copies img to ref (docker://...) with skopeo as push,
+// back into a fresh layout as pull (user:password each), and checks it
+// came back whole.
+func skopeoRoundTrip(t *testing.T, skopeo func(args ...string) string, img *testImage, ref, push, pull string) {
 	t.Helper()
-	out, err := e.exec(name, args...)
-	if err == nil {
-		t.Fatalf("%s %s succeeded, want failure\n%s", filepath.Base(name), strings.Join(args, " "), out)
+	skopeo("copy", "--preserve-digests", "--dest-tls-verify=false", "--dest-creds", push, "oci:"+img.dir+":v1", ref)
+	out := filepath.Join(t.TempDir(), "out")
+	skopeo("copy", "--preserve-digests", "--src-tls-verify=false", "--src-creds", pull, ref, "oci:"+out+":v1")
+	if got := ociDigest(t, out); got != img.digest.String() {
+		t.Errorf("pulled %s, want %s", got, img.digest)
 	}
-	return out
 }
 
 // testImage is a random image written as a one-image OCI layout (what crane
@@ -252,20 +231,11 @@ type testImage struct {
 	size   int64 // bytes of config and layers
 }
 
-func newImage(t *testing.T, layers int64) *testImage {
+func newImage(t *testing.T, layers int) *testImage {
 	t.Helper()
 	// OCI media types throughout: skopeo's oci: transport finds only OCI
 	// manifests in a layout.
-	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
-	for range layers {
-		l, err := random.Layer(64<<10, types.OCILayer)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if img, err = mutate.AppendLayers(img, l); err != nil {
-			t.Fatal(err)
-		}
-	}
+	img := regtest.RandomImage(t, layers, 64<<10)
 	d, err := img.Digest()
 	if err != nil {
 		t.Fatal(err)
@@ -305,58 +275,4 @@ func ociDigest(t *testing.T, dir string) string {
 		t.Fatalf("index.json of %s: %v\n%s", dir, err, b)
 	}
 	return idx.Manifests[0].Digest
-}
-
-// response is a fully read HTTP response.
-type response struct {
-	status int
-	header http.Header
-	body   string
-}
-
-// do sends one request; hdr are key, value pairs.
-func do(t *testing.T, hc *http.Client, method, url string, body []byte, hdr ...string) response {
-	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(t.Context(), method, url, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: read body: %v", method, url, err)
-	}
-	return response{status: resp.StatusCode, header: resp.Header, body: string(b)}
-}
-
-// errorCode returns the first OCI error code of a response body.
-func (r response) errorCode() string {
-	var e struct {
-		Errors []struct {
-			Code string `json:"code"`
-		} `json:"errors"`
-	}
-	if json.Unmarshal([]byte(r.body), &e) != nil || len(e.Errors) == 0 {
-		return ""
-	}
-	return e.Errors[0].Code
-}
-
-func (r response) String() string {
-	b := r.body
-	if len(b) > 512 {
-		b = b[:512] + "..."
-	}
-	return fmt.Sprintf("%d %s %q", r.status, r.header.Get("WWW-Authenticate"), b)
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/clitool"
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 const htpasswdRealm = "cairn test realm"
@@ -39,49 +41,49 @@ func pushImage(t *testing.T, ref string, img *testImage, auth authn.Authenticato
 
 func TestHtpasswdCrane(t *testing.T) {
 	t.Parallel()
-	crane := tool(t, "crane")
+	crane := clitool.Path(t, "crane")
 	srv := startConfig(t, htpasswdConfig(htpasswd(t, "alice", "wonderland", "bob", "builder"), ""))
 	img := newImage(t, 3)
 	ref := srv.Addr + "/team/app:v1"
 
-	alice := newClientEnv(t)
-	alice.run(t, crane, "auth", "login", srv.Addr, "-u", "alice", "-p", "wonderland")
-	out := alice.run(t, crane, "push", "--insecure", img.dir, ref)
+	alice := clitool.NewSession(t)
+	alice.Run(t, crane, "auth", "login", srv.Addr, "-u", "alice", "-p", "wonderland")
+	out := string(alice.Run(t, crane, "push", "--insecure", img.dir, ref))
 	if !strings.Contains(out, img.digest.String()) {
 		t.Errorf("crane push printed %q, want the digest %s", out, img.digest)
 	}
-	if got := strings.TrimSpace(alice.run(t, crane, "digest", "--insecure", ref)); got != img.digest.String() {
+	if got := strings.TrimSpace(string(alice.Run(t, crane, "digest", "--insecure", ref))); got != img.digest.String() {
 		t.Errorf("crane digest = %s, want %s", got, img.digest)
 	}
 	pulled := filepath.Join(t.TempDir(), "pulled")
-	alice.run(t, crane, "pull", "--insecure", "--format=oci", ref, pulled)
+	alice.Run(t, crane, "pull", "--insecure", "--format=oci", ref, pulled)
 	if got := ociDigest(t, pulled); got != img.digest.String() {
 		t.Errorf("pulled %s, want %s", got, img.digest)
 	}
-	if out := alice.run(t, crane, "catalog", "--insecure", srv.Addr); !strings.Contains(out, "team/app") {
+	if out := string(alice.Run(t, crane, "catalog", "--insecure", srv.Addr)); !strings.Contains(out, "team/app") {
 		t.Errorf("crane catalog = %q, want team/app", out)
 	}
 	// Another user of the same file can pull too.
-	bob := newClientEnv(t)
-	bob.run(t, crane, "auth", "login", srv.Addr, "-u", "bob", "-p", "builder")
-	bob.run(t, crane, "manifest", "--insecure", ref)
+	bob := clitool.NewSession(t)
+	bob.Run(t, crane, "auth", "login", srv.Addr, "-u", "bob", "-p", "builder")
+	bob.Run(t, crane, "manifest", "--insecure", ref)
 
-	anonymous := newClientEnv(t)
-	if out := anonymous.fail(t, crane, "digest", "--insecure", ref); !strings.Contains(out, "UNAUTHORIZED") {
+	anonymous := clitool.NewSession(t)
+	if out := anonymous.Fail(t, crane, "digest", "--insecure", ref); !strings.Contains(out, "UNAUTHORIZED") {
 		t.Errorf("crane digest without credentials: want UNAUTHORIZED, got:\n%s", out)
 	}
-	anonymous.fail(t, crane, "push", "--insecure", img.dir, srv.Addr+"/team/anonymous:v1")
+	anonymous.Fail(t, crane, "push", "--insecure", img.dir, srv.Addr+"/team/anonymous:v1")
 
-	wrong := newClientEnv(t)
-	wrong.run(t, crane, "auth", "login", srv.Addr, "-u", "alice", "-p", "looking-glass")
-	if out := wrong.fail(t, crane, "digest", "--insecure", ref); !strings.Contains(out, "UNAUTHORIZED") {
+	wrong := clitool.NewSession(t)
+	wrong.Run(t, crane, "auth", "login", srv.Addr, "-u", "alice", "-p", "looking-glass")
+	if out := wrong.Fail(t, crane, "digest", "--insecure", ref); !strings.Contains(out, "UNAUTHORIZED") {
 		t.Errorf("crane digest with a wrong password: want UNAUTHORIZED, got:\n%s", out)
 	}
-	wrong.fail(t, crane, "push", "--insecure", img.dir, srv.Addr+"/team/wrong:v1")
+	wrong.Fail(t, crane, "push", "--insecure", img.dir, srv.Addr+"/team/wrong:v1")
 
 	// The refused pushes left nothing behind.
 	for _, repo := range []string{"team/anonymous", "team/wrong"} {
-		out := alice.fail(t, crane, "ls", "--insecure", srv.Addr+"/"+repo)
+		out := alice.Fail(t, crane, "ls", "--insecure", srv.Addr+"/"+repo)
 		if !strings.Contains(out, "NAME_UNKNOWN") {
 			t.Errorf("crane ls %s after a refused push: want NAME_UNKNOWN, got:\n%s", repo, out)
 		}
@@ -93,28 +95,16 @@ func TestHtpasswdCrane(t *testing.T) {
 
 func TestHtpasswdSkopeo(t *testing.T) {
 	t.Parallel()
-	skopeo := tool(t, "skopeo")
+	s, fail := skopeoSession(t)
 	srv := startConfig(t, htpasswdConfig(htpasswd(t, "alice", "wonderland"), ""))
 	img := newImage(t, 2)
 	ref := "docker://" + srv.Addr + "/team/skopeo:v1"
-	e := newClientEnv(t)
-	s := func(args ...string) string {
-		return e.run(t, skopeo, append([]string{"--insecure-policy"}, args...)...)
-	}
 
-	s("copy", "--preserve-digests", "--dest-tls-verify=false", "--dest-creds", "alice:wonderland", "oci:"+img.dir+":v1", ref)
-	out := filepath.Join(t.TempDir(), "out")
-	s("copy", "--preserve-digests", "--src-tls-verify=false", "--src-creds", "alice:wonderland", ref, "oci:"+out+":v1")
-	if got := ociDigest(t, out); got != img.digest.String() {
-		t.Errorf("pulled %s, want %s", got, img.digest)
-	}
+	skopeoRoundTrip(t, s, img, ref, "alice:wonderland", "alice:wonderland")
 	if tags := s("list-tags", "--tls-verify=false", "--creds", "alice:wonderland", ref[:strings.LastIndex(ref, ":")]); !strings.Contains(tags, `"v1"`) {
 		t.Errorf("skopeo list-tags = %s", tags)
 	}
 
-	fail := func(args ...string) string {
-		return e.fail(t, skopeo, append([]string{"--insecure-policy"}, args...)...)
-	}
 	if o := fail("inspect", "--raw", "--tls-verify=false", ref); !strings.Contains(strings.ToLower(o), "unauthorized") {
 		t.Errorf("skopeo inspect without credentials: want unauthorized, got:\n%s", o)
 	}
@@ -184,49 +174,35 @@ func TestHtpasswdEveryRoute(t *testing.T) {
 				t.Fatal(err)
 			}
 			c.set(req)
-			resp, err := hc.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body := make([]byte, 4096)
-			n, _ := resp.Body.Read(body)
-			resp.Body.Close()
-			r := response{status: resp.StatusCode, header: resp.Header, body: string(body[:n])}
-			if r.status != http.StatusUnauthorized || r.header.Get("WWW-Authenticate") != `Basic realm="`+htpasswdRealm+`"` {
+			r := regtest.Send(t, hc, req)
+			if r.Status != http.StatusUnauthorized || r.Header.Get("WWW-Authenticate") != `Basic realm="`+htpasswdRealm+`"` {
 				t.Errorf("%s: %s %s = %v, want 401 with the Basic challenge", c.name, rt.method, rt.path, r)
 			}
-			if rt.method != http.MethodHead && r.errorCode() != "UNAUTHORIZED" {
-				t.Errorf("%s: %s %s body %q, want UNAUTHORIZED", c.name, rt.method, rt.path, r.body)
+			if rt.method != http.MethodHead && r.ErrorCode() != "UNAUTHORIZED" {
+				t.Errorf("%s: %s %s body %q, want UNAUTHORIZED", c.name, rt.method, rt.path, string(r.Body))
 			}
 		}
 	}
 
 	// Nothing the refused requests asked for happened.
-	authed := func(method, path string) response {
+	authed := func(method, path string) regtest.Response {
 		req, err := http.NewRequest(method, srv.URL+path, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		req.SetBasicAuth("alice", "wonderland")
-		resp, err := hc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b := make([]byte, 4096)
-		n, _ := resp.Body.Read(b)
-		return response{status: resp.StatusCode, header: resp.Header, body: string(b[:n])}
+		return regtest.Send(t, hc, req)
 	}
-	if r := authed(http.MethodGet, "/v2/team/app/manifests/"+manifest); r.status != 200 {
+	if r := authed(http.MethodGet, "/v2/team/app/manifests/"+manifest); r.Status != 200 {
 		t.Errorf("manifest after refused DELETEs: %v", r)
 	}
-	if r := authed(http.MethodHead, "/v2/team/app/blobs/"+layer); r.status != 200 {
+	if r := authed(http.MethodHead, "/v2/team/app/blobs/"+layer); r.Status != 200 {
 		t.Errorf("blob after refused DELETEs: %v", r)
 	}
-	if r := authed(http.MethodGet, "/v2/team/app/manifests/v2"); r.status != 404 {
+	if r := authed(http.MethodGet, "/v2/team/app/manifests/v2"); r.Status != 404 {
 		t.Errorf("tag v2 after a refused PUT: %v", r)
 	}
-	if r := authed(http.MethodHead, "/v2/team/new/blobs/"+layer); r.status != 404 {
+	if r := authed(http.MethodHead, "/v2/team/new/blobs/"+layer); r.Status != 404 {
 		t.Errorf("blob in team/new after a refused mount: %v", r)
 	}
 	if uploadsAfter, _ := os.ReadDir(uploadsDir); len(uploadsAfter) != len(uploadsBefore) {
@@ -236,13 +212,13 @@ func TestHtpasswdEveryRoute(t *testing.T) {
 		t.Errorf("a refused mount created its target repository: %v", err)
 	}
 	// With credentials, the same routes answer as the API does.
-	if r := authed(http.MethodGet, "/v2/"); r.status != 200 {
+	if r := authed(http.MethodGet, "/v2/"); r.Status != 200 {
 		t.Errorf("GET /v2/ as alice: %v", r)
 	}
-	if r := authed(http.MethodGet, "/v2/nobody/here/tags/list"); r.status != 404 || r.errorCode() != "NAME_UNKNOWN" {
+	if r := authed(http.MethodGet, "/v2/nobody/here/tags/list"); r.Status != 404 || r.ErrorCode() != "NAME_UNKNOWN" {
 		t.Errorf("tags of a missing repository as alice: %v", r)
 	}
-	if r := authed(http.MethodGet, "/v2/_catalog"); r.status != 200 || !strings.Contains(r.body, "team/app") {
+	if r := authed(http.MethodGet, "/v2/_catalog"); r.Status != 200 || !strings.Contains(string(r.Body), "team/app") {
 		t.Errorf("catalog as alice: %v", r)
 	}
 }
@@ -330,20 +306,20 @@ func TestAnonymousPull(t *testing.T) {
 		{http.MethodGet, "/v2/public/app/manifests/v1", []string{"Authorization", "Basic YWxpY2U6bm9wZQ=="}, 401},
 	}
 	for _, c := range cases {
-		r := do(t, hc, c.method, srv.URL+c.path, nil, c.hdr...)
-		if r.status != c.status {
+		r := regtest.Do(t, hc, c.method, srv.URL+c.path, nil, c.hdr...)
+		if r.Status != c.status {
 			t.Errorf("%s %s: %v, want %d", c.method, c.path, r, c.status)
 		}
 	}
 
 	if crane, err := exec.LookPath("crane"); err == nil {
-		e := newClientEnv(t)
+		e := clitool.NewSession(t)
 		pulled := filepath.Join(t.TempDir(), "pulled")
-		e.run(t, crane, "pull", "--insecure", "--format=oci", srv.Addr+"/public/app:v1", pulled)
+		e.Run(t, crane, "pull", "--insecure", "--format=oci", srv.Addr+"/public/app:v1", pulled)
 		if got := ociDigest(t, pulled); got != img.digest.String() {
 			t.Errorf("anonymous crane pull got %s, want %s", got, img.digest)
 		}
-		e.fail(t, crane, "push", "--insecure", img.dir, srv.Addr+"/public/app:anonymous")
+		e.Fail(t, crane, "push", "--insecure", img.dir, srv.Addr+"/public/app:anonymous")
 	} else if os.Getenv("CAIRN_REQUIRE_CLIENTS") == "1" {
 		t.Fatalf("crane not found: %v", err)
 	}
@@ -364,7 +340,7 @@ func TestStartupRefusesUnusableAuth(t *testing.T) {
 	for _, c := range cases {
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		cmd := exec.CommandContext(ctx, cairnproc.Binary(t), "serve", "--addr", cairnproc.FreeAddr(t), "--root", t.TempDir(),
-			"--config", writeFile(t, "config.yml", c.cfg))
+			"--config", cairnproc.WriteConfig(t, c.cfg))
 		out, err := cmd.CombinedOutput()
 		cancel()
 		if err == nil || cmd.ProcessState.ExitCode() != 1 || !strings.Contains(string(out), c.want) {

@@ -14,6 +14,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/cairn-registry/cairn/internal/testutil/clitool"
 )
 
 func tlsConfig(cert *issued, extra string) string {
@@ -67,25 +69,25 @@ func TestTLS(t *testing.T) {
 	})
 
 	t.Run("crane trusting the CA", func(t *testing.T) {
-		crane := tool(t, "crane")
-		e := newClientEnv(t, "SSL_CERT_FILE="+ca.pemPath)
-		e.run(t, crane, "auth", "login", srv.Addr, "-u", "alice", "-p", "wonderland")
+		crane := clitool.Path(t, "crane")
+		e := clitool.NewSession(t, "SSL_CERT_FILE="+ca.pemPath)
+		e.Run(t, crane, "auth", "login", srv.Addr, "-u", "alice", "-p", "wonderland")
 		ref := srv.Addr + "/tls/crane:v1" // no --insecure: HTTPS with verification
-		e.run(t, crane, "push", img.dir, ref)
+		e.Run(t, crane, "push", img.dir, ref)
 		pulled := filepath.Join(t.TempDir(), "pulled")
-		e.run(t, crane, "pull", "--format=oci", ref, pulled)
+		e.Run(t, crane, "pull", "--format=oci", ref, pulled)
 		if got := ociDigest(t, pulled); got != img.digest.String() {
 			t.Errorf("pulled %s, want %s", got, img.digest)
 		}
-		untrusting := newClientEnv(t)
-		untrusting.run(t, crane, "auth", "login", srv.Addr, "-u", "alice", "-p", "wonderland")
-		if out := untrusting.fail(t, crane, "digest", ref); !strings.Contains(out, "certificate") {
+		untrusting := clitool.NewSession(t)
+		untrusting.Run(t, crane, "auth", "login", srv.Addr, "-u", "alice", "-p", "wonderland")
+		if out := untrusting.Fail(t, crane, "digest", ref); !strings.Contains(out, "certificate") {
 			t.Errorf("crane without the CA: want a certificate error, got:\n%s", out)
 		}
 	})
 
 	t.Run("skopeo trusting the CA", func(t *testing.T) {
-		skopeo := tool(t, "skopeo")
+		skopeo := clitool.Path(t, "skopeo")
 		certDir := t.TempDir()
 		caPEM, err := os.ReadFile(ca.pemPath)
 		if err != nil {
@@ -94,11 +96,11 @@ func TestTLS(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(certDir, "ca.crt"), caPEM, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		e := newClientEnv(t)
+		e := clitool.NewSession(t)
 		ref := "docker://" + srv.Addr + "/tls/skopeo:v1"
-		e.run(t, skopeo, "--insecure-policy", "copy", "--preserve-digests", "--dest-cert-dir", certDir, "--dest-creds", "alice:wonderland", "oci:"+img.dir+":v1", ref)
+		e.Run(t, skopeo, "--insecure-policy", "copy", "--preserve-digests", "--dest-cert-dir", certDir, "--dest-creds", "alice:wonderland", "oci:"+img.dir+":v1", ref)
 		out := filepath.Join(t.TempDir(), "out")
-		e.run(t, skopeo, "--insecure-policy", "copy", "--preserve-digests", "--src-cert-dir", certDir, "--src-creds", "alice:wonderland", ref, "oci:"+out+":v1")
+		e.Run(t, skopeo, "--insecure-policy", "copy", "--preserve-digests", "--src-cert-dir", certDir, "--src-creds", "alice:wonderland", ref, "oci:"+out+":v1")
 		if got := ociDigest(t, out); got != img.digest.String() {
 			t.Errorf("pulled %s, want %s", got, img.digest)
 		}

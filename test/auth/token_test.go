@@ -15,24 +15,17 @@ import (
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/google/go-containerregistry/pkg/authn"
+
+	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/clitool"
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
+	"github.com/cairn-registry/cairn/internal/testutil/tokentest"
 )
 
 const (
 	tokenService = "cairn-test-registry"
 	tokenIssuer  = "cairn-test-token-server"
 )
-
-// access is one entry of a token's access claim.
-type access struct {
-	Type    string   `json:"type"`
-	Name    string   `json:"name"`
-	Actions []string `json:"actions"`
-}
-
-type tokenClaims struct {
-	jwt.Claims
-	Access []access `json:"access"`
-}
 
 // tokenServer is a Docker token server: it authenticates users with Basic
 // auth and grants each requested scope only the actions its policy allows.
@@ -71,7 +64,7 @@ func (ts *tokenServer) serveToken(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "wrong service", http.StatusBadRequest)
 		return
 	}
-	var granted []access
+	var granted []tokentest.Access
 	for _, param := range r.URL.Query()["scope"] {
 		for _, scope := range strings.Fields(param) {
 			ts.mu.Lock()
@@ -90,7 +83,7 @@ func (ts *tokenServer) serveToken(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 			if len(ok) > 0 {
-				granted = append(granted, access{typ, name, ok})
+				granted = append(granted, tokentest.Access{Type: typ, Name: name, Actions: ok})
 			}
 		}
 	}
@@ -104,11 +97,11 @@ func (ts *tokenServer) serveToken(w http.ResponseWriter, r *http.Request) {
 // mint signs a token for sub with the given access, valid from now for ttl
 // (a negative ttl makes it already expired). signer nil means the server's
 // trusted signing certificate; edit may change the claims before signing.
-func (ts *tokenServer) mint(t *testing.T, sub string, acc []access, now time.Time, ttl time.Duration, signer *issued, edit ...func(*tokenClaims)) string {
+func (ts *tokenServer) mint(t *testing.T, sub string, acc []tokentest.Access, now time.Time, ttl time.Duration, signer *issued, edit ...func(*tokentest.Claims)) string {
 	if signer == nil {
 		signer = ts.signer
 	}
-	c := tokenClaims{
+	c := tokentest.Claims{
 		Claims: jwt.Claims{
 			Issuer: tokenIssuer, Subject: sub, Audience: jwt.Audience{tokenService},
 			Expiry:    jwt.NewNumericDate(now.Add(ttl)),
@@ -121,14 +114,10 @@ func (ts *tokenServer) mint(t *testing.T, sub string, acc []access, now time.Tim
 	for _, e := range edit {
 		e(&c)
 	}
-	opts := (&jose.SignerOptions{}).WithType("JWT").
-		WithHeader("x5c", []string{base64.StdEncoding.EncodeToString(signer.cert.Raw)})
-	s, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: signer.key}, opts)
+	raw, err := tokentest.Sign(jose.ES256, signer.key, c,
+		map[jose.HeaderKey]any{"x5c": []string{base64.StdEncoding.EncodeToString(signer.cert.Raw)}})
 	if err == nil {
-		var raw string
-		if raw, err = jwt.Signed(s).Claims(c).Serialize(); err == nil {
-			return raw
-		}
+		return raw
 	}
 	if t != nil {
 		t.Fatal(err)
@@ -139,6 +128,14 @@ func (ts *tokenServer) mint(t *testing.T, sub string, acc []access, now time.Tim
 func (ts *tokenServer) config() string {
 	return "auth:\n  token:\n    realm: " + ts.realm() + "\n    service: " + tokenService +
 		"\n    issuer: " + tokenIssuer + "\n    rootcertbundle: " + ts.ca.pemPath + "\n"
+}
+
+// startTokenRegistry starts a token server with the standard policy and
+// cairn trusting its tokens.
+func startTokenRegistry(t *testing.T) (*tokenServer, *cairnproc.Server) {
+	t.Helper()
+	ts := standardTokenServer(t)
+	return ts, startConfig(t, ts.config())
 }
 
 // standardPolicy: pusher may push team/app and pull team/base; puller may
@@ -160,79 +157,65 @@ func standardTokenServer(t *testing.T) *tokenServer {
 
 func TestTokenCrane(t *testing.T) {
 	t.Parallel()
-	crane := tool(t, "crane")
-	ts := standardTokenServer(t)
-	srv := startConfig(t, ts.config())
+	crane := clitool.Path(t, "crane")
+	_, srv := startTokenRegistry(t)
 	img := newImage(t, 2)
-	login := func(user, pass string) *clientEnv {
-		e := newClientEnv(t)
-		e.run(t, crane, "auth", "login", srv.Addr, "-u", user, "-p", pass)
+	login := func(user, pass string) *clitool.Session {
+		e := clitool.NewSession(t)
+		e.Run(t, crane, "auth", "login", srv.Addr, "-u", user, "-p", pass)
 		return e
 	}
 	ref := srv.Addr + "/team/app:v1"
 
 	pusher := login("pusher", "push-pw")
-	pusher.run(t, crane, "push", "--insecure", img.dir, ref)
+	pusher.Run(t, crane, "push", "--insecure", img.dir, ref)
 	// pusher may pull team/base, not push to it.
-	if out := pusher.fail(t, crane, "push", "--insecure", img.dir, srv.Addr+"/team/base:v1"); !strings.Contains(out, "DENIED") {
+	if out := pusher.Fail(t, crane, "push", "--insecure", img.dir, srv.Addr+"/team/base:v1"); !strings.Contains(out, "DENIED") {
 		t.Errorf("push to team/base with a pull-only grant: want DENIED, got:\n%s", out)
 	}
 
 	puller := login("puller", "pull-pw")
 	pulled := filepath.Join(t.TempDir(), "pulled")
-	puller.run(t, crane, "pull", "--insecure", "--format=oci", ref, pulled)
+	puller.Run(t, crane, "pull", "--insecure", "--format=oci", ref, pulled)
 	if got := ociDigest(t, pulled); got != img.digest.String() {
 		t.Errorf("puller pulled %s, want %s", got, img.digest)
 	}
-	if out := puller.fail(t, crane, "push", "--insecure", img.dir, srv.Addr+"/team/app:v2"); !strings.Contains(out, "DENIED") {
+	if out := puller.Fail(t, crane, "push", "--insecure", img.dir, srv.Addr+"/team/app:v2"); !strings.Contains(out, "DENIED") {
 		t.Errorf("push with a pull token: want DENIED, got:\n%s", out)
 	}
-	if out := puller.fail(t, crane, "tag", "--insecure", ref, "v3"); !strings.Contains(out, "DENIED") {
+	if out := puller.Fail(t, crane, "tag", "--insecure", ref, "v3"); !strings.Contains(out, "DENIED") {
 		t.Errorf("tag with a pull token: want DENIED, got:\n%s", out)
 	}
 	// Cross-repository: team/base exists after admin pushes it, and the
 	// puller's token for team/app does not open it.
 	admin := login("admin", "admin-pw")
-	admin.run(t, crane, "push", "--insecure", img.dir, srv.Addr+"/team/base:v1")
-	if out := puller.fail(t, crane, "manifest", "--insecure", srv.Addr+"/team/base:v1"); !strings.Contains(out, "DENIED") {
+	admin.Run(t, crane, "push", "--insecure", img.dir, srv.Addr+"/team/base:v1")
+	if out := puller.Fail(t, crane, "manifest", "--insecure", srv.Addr+"/team/base:v1"); !strings.Contains(out, "DENIED") {
 		t.Errorf("pull of team/base with a team/app token: want DENIED, got:\n%s", out)
 	}
-	if out := puller.fail(t, crane, "catalog", "--insecure", srv.Addr); !strings.Contains(out, "DENIED") {
+	if out := puller.Fail(t, crane, "catalog", "--insecure", srv.Addr); !strings.Contains(out, "DENIED") {
 		t.Errorf("catalog with a pull token: want DENIED, got:\n%s", out)
 	}
-	if out := admin.run(t, crane, "catalog", "--insecure", srv.Addr); !strings.Contains(out, "team/app") || !strings.Contains(out, "team/base") {
+	if out := string(admin.Run(t, crane, "catalog", "--insecure", srv.Addr)); !strings.Contains(out, "team/app") || !strings.Contains(out, "team/base") {
 		t.Errorf("admin catalog = %q", out)
 	}
 	// The refused push and tag changed nothing.
-	tags := admin.run(t, crane, "ls", "--insecure", srv.Addr+"/team/app")
+	tags := string(admin.Run(t, crane, "ls", "--insecure", srv.Addr+"/team/app"))
 	if strings.TrimSpace(tags) != "v1" {
 		t.Errorf("tags of team/app = %q, want only v1", tags)
 	}
 	wrong := login("puller", "not-the-password")
-	wrong.fail(t, crane, "manifest", "--insecure", ref)
+	wrong.Fail(t, crane, "manifest", "--insecure", ref)
 }
 
 func TestTokenSkopeo(t *testing.T) {
 	t.Parallel()
-	skopeo := tool(t, "skopeo")
-	ts := standardTokenServer(t)
-	srv := startConfig(t, ts.config())
+	s, fail := skopeoSession(t)
+	_, srv := startTokenRegistry(t)
 	img := newImage(t, 2)
-	e := newClientEnv(t)
-	s := func(args ...string) string {
-		return e.run(t, skopeo, append([]string{"--insecure-policy"}, args...)...)
-	}
-	fail := func(args ...string) string {
-		return e.fail(t, skopeo, append([]string{"--insecure-policy"}, args...)...)
-	}
 	ref := "docker://" + srv.Addr + "/team/app:v1"
 
-	s("copy", "--preserve-digests", "--dest-tls-verify=false", "--dest-creds", "pusher:push-pw", "oci:"+img.dir+":v1", ref)
-	out := filepath.Join(t.TempDir(), "out")
-	s("copy", "--preserve-digests", "--src-tls-verify=false", "--src-creds", "puller:pull-pw", ref, "oci:"+out+":v1")
-	if got := ociDigest(t, out); got != img.digest.String() {
-		t.Errorf("pulled %s, want %s", got, img.digest)
-	}
+	skopeoRoundTrip(t, s, img, ref, "pusher:push-pw", "puller:pull-pw")
 	if o := fail("copy", "--dest-tls-verify=false", "--dest-creds", "puller:pull-pw", "oci:"+img.dir+":v1", "docker://"+srv.Addr+"/team/app:v2"); !strings.Contains(strings.ToLower(o), "denied") {
 		t.Errorf("skopeo push with a pull token: want denied, got:\n%s", o)
 	}
@@ -244,8 +227,7 @@ func TestTokenSkopeo(t *testing.T) {
 // same whether or not the repository exists.
 func TestTokenEnforcement(t *testing.T) {
 	t.Parallel()
-	ts := standardTokenServer(t)
-	srv := startConfig(t, ts.config())
+	ts, srv := startTokenRegistry(t)
 	img := newImage(t, 1)
 	pushImage(t, srv.Addr+"/team/app:v1", img, &authn.Basic{Username: "admin", Password: "admin-pw"})
 	pushImage(t, srv.Addr+"/team/base:v1", img, &authn.Basic{Username: "admin", Password: "admin-pw"})
@@ -260,15 +242,15 @@ func TestTokenEnforcement(t *testing.T) {
 	}
 
 	now := time.Now()
-	tok := func(acc ...access) string { return ts.mint(t, "tester", acc, now, 5*time.Minute, nil) }
-	pullApp := tok(access{"repository", "team/app", []string{"pull"}})
-	pushApp := tok(access{"repository", "team/app", []string{"pull", "push"}})
-	catalog := tok(access{"registry", "catalog", []string{"*"}})
+	tok := func(acc ...tokentest.Access) string { return ts.mint(t, "tester", acc, now, 5*time.Minute, nil) }
+	pullApp := tok(tokentest.Access{Type: "repository", Name: "team/app", Actions: []string{"pull"}})
+	pushApp := tok(tokentest.Access{Type: "repository", Name: "team/app", Actions: []string{"pull", "push"}})
+	catalog := tok(tokentest.Access{Type: "registry", Name: "catalog", Actions: []string{"*"}})
 	other := newCA(t, "untrusted CA").issue(t, "untrusted signer")
-	forged := ts.mint(t, "tester", []access{{"repository", "team/app", []string{"pull"}}}, now, 5*time.Minute, other)
+	forged := ts.mint(t, "tester", []tokentest.Access{{Type: "repository", Name: "team/app", Actions: []string{"pull"}}}, now, 5*time.Minute, other)
 	// A trusted certificate in x5c, but the signature made with another key.
 	stolenCert := &issued{cert: ts.signer.cert, key: other.key}
-	wrongKey := ts.mint(t, "tester", []access{{"repository", "team/app", []string{"pull"}}}, now, 5*time.Minute, stolenCert)
+	wrongKey := ts.mint(t, "tester", []tokentest.Access{{Type: "repository", Name: "team/app", Actions: []string{"pull"}}}, now, 5*time.Minute, stolenCert)
 
 	hc := &http.Client{Timeout: 30 * time.Second}
 	defer hc.CloseIdleConnections()
@@ -310,47 +292,50 @@ func TestTokenEnforcement(t *testing.T) {
 		{"app token pushes to base", "POST", "/v2/team/base/blobs/uploads/", nil, bearer(pushApp), 403, "DENIED", ""},
 		{"pull token lists the catalog", "GET", "/v2/_catalog", nil, bearer(pullApp), 403, "DENIED", challenge("registry:catalog:*", "insufficient_scope")},
 		{"catalog token lists the catalog", "GET", "/v2/_catalog", nil, bearer(catalog), 200, "", ""},
-		{"expired token", "GET", "/v2/team/app/manifests/v1", nil, bearer(ts.mint(t, "tester", []access{{"repository", "team/app", []string{"pull"}}}, now, -5*time.Minute, nil)),
+		{"expired token", "GET", "/v2/team/app/manifests/v1", nil, bearer(ts.mint(t, "tester", []tokentest.Access{{Type: "repository", Name: "team/app", Actions: []string{"pull"}}}, now, -5*time.Minute, nil)),
 			401, "UNAUTHORIZED", challenge("repository:team/app:pull", "invalid_token")},
 		{"expired token on the base", "GET", "/v2/", nil, bearer(ts.mint(t, "tester", nil, now, -5*time.Minute, nil)), 401, "UNAUTHORIZED", challenge("", "invalid_token")},
-		{"token not valid yet", "GET", "/v2/team/app/manifests/v1", nil, bearer(ts.mint(t, "tester", []access{{"repository", "team/app", []string{"pull"}}}, now.Add(10*time.Minute), 5*time.Minute, nil,
-			func(c *tokenClaims) { c.NotBefore = jwt.NewNumericDate(now.Add(10 * time.Minute)); c.IssuedAt = nil })), 401, "UNAUTHORIZED", ""},
+		{"token not valid yet", "GET", "/v2/team/app/manifests/v1", nil, bearer(ts.mint(t, "tester", []tokentest.Access{{Type: "repository", Name: "team/app", Actions: []string{"pull"}}}, now.Add(10*time.Minute), 5*time.Minute, nil,
+			func(c *tokentest.Claims) {
+				c.NotBefore = jwt.NewNumericDate(now.Add(10 * time.Minute))
+				c.IssuedAt = nil
+			})), 401, "UNAUTHORIZED", ""},
 		{"token signed by an untrusted CA", "GET", "/v2/team/app/manifests/v1", nil, bearer(forged), 401, "UNAUTHORIZED", challenge("repository:team/app:pull", "invalid_token")},
 		{"trusted certificate, wrong signing key", "GET", "/v2/team/app/manifests/v1", nil, bearer(wrongKey), 401, "UNAUTHORIZED", ""},
-		{"token for another service", "GET", "/v2/team/app/manifests/v1", nil, bearer(ts.mint(t, "tester", []access{{"repository", "team/app", []string{"pull"}}}, now, 5*time.Minute, nil,
-			func(c *tokenClaims) { c.Audience = jwt.Audience{"another-registry"} })), 401, "UNAUTHORIZED", ""},
-		{"token from another issuer", "GET", "/v2/team/app/manifests/v1", nil, bearer(ts.mint(t, "tester", []access{{"repository", "team/app", []string{"pull"}}}, now, 5*time.Minute, nil,
-			func(c *tokenClaims) { c.Issuer = "someone-else" })), 401, "UNAUTHORIZED", ""},
+		{"token for another service", "GET", "/v2/team/app/manifests/v1", nil, bearer(ts.mint(t, "tester", []tokentest.Access{{Type: "repository", Name: "team/app", Actions: []string{"pull"}}}, now, 5*time.Minute, nil,
+			func(c *tokentest.Claims) { c.Audience = jwt.Audience{"another-registry"} })), 401, "UNAUTHORIZED", ""},
+		{"token from another issuer", "GET", "/v2/team/app/manifests/v1", nil, bearer(ts.mint(t, "tester", []tokentest.Access{{Type: "repository", Name: "team/app", Actions: []string{"pull"}}}, now, 5*time.Minute, nil,
+			func(c *tokentest.Claims) { c.Issuer = "someone-else" })), 401, "UNAUTHORIZED", ""},
 		{"tampered token", "GET", "/v2/team/base/manifests/v1", nil, bearer(tamper(t, pullApp, "team/app", "team/base")), 401, "UNAUTHORIZED", ""},
 		{"basic credentials instead of a token", "GET", "/v2/team/app/manifests/v1", nil, []string{"Authorization", "Basic cHVsbGVyOnB1bGwtcHc="}, 401, "UNAUTHORIZED", ""},
 	}
 	for _, c := range cases {
-		r := do(t, hc, c.method, srv.URL+c.path, c.body, c.hdr...)
-		if r.status != c.status || r.errorCode() != c.code {
+		r := regtest.Do(t, hc, c.method, srv.URL+c.path, c.body, c.hdr...)
+		if r.Status != c.status || r.ErrorCode() != c.code {
 			t.Errorf("%s: %s %s = %v, want %d %s", c.name, c.method, c.path, r, c.status, c.code)
 			continue
 		}
-		if c.challenge != "" && r.header.Get("WWW-Authenticate") != c.challenge {
-			t.Errorf("%s: WWW-Authenticate\n got %s\nwant %s", c.name, r.header.Get("WWW-Authenticate"), c.challenge)
+		if c.challenge != "" && r.Header.Get("WWW-Authenticate") != c.challenge {
+			t.Errorf("%s: WWW-Authenticate\n got %s\nwant %s", c.name, r.Header.Get("WWW-Authenticate"), c.challenge)
 		}
-		if c.status >= 400 && strings.Contains(r.body, "NAME_UNKNOWN") {
-			t.Errorf("%s: a refusal tells whether the repository exists: %s", c.name, r.body)
+		if c.status >= 400 && strings.Contains(string(r.Body), "NAME_UNKNOWN") {
+			t.Errorf("%s: a refusal tells whether the repository exists: %s", c.name, string(r.Body))
 		}
 	}
 
 	// The refused PUT and DELETE changed nothing.
-	admin := bearer(tok(access{"repository", "team/app", []string{"pull"}}))
-	if r := do(t, hc, "GET", srv.URL+"/v2/team/app/manifests/v2", nil, admin...); r.status != 404 {
+	admin := bearer(tok(tokentest.Access{Type: "repository", Name: "team/app", Actions: []string{"pull"}}))
+	if r := regtest.Do(t, hc, "GET", srv.URL+"/v2/team/app/manifests/v2", nil, admin...); r.Status != 404 {
 		t.Errorf("tag v2 after a refused push: %v", r)
 	}
-	if r := do(t, hc, "GET", srv.URL+"/v2/team/app/manifests/"+img.digest.String(), nil, admin...); r.status != 200 {
+	if r := regtest.Do(t, hc, "GET", srv.URL+"/v2/team/app/manifests/"+img.digest.String(), nil, admin...); r.Status != 200 {
 		t.Errorf("manifest after refused deletes: %v", r)
 	}
 	// Refusals for a repository that exists and one that does not carry
 	// the same body, apart from the name.
-	a := do(t, hc, "GET", srv.URL+"/v2/team/base/tags/list", nil, bearer(pullApp)...)
-	b := do(t, hc, "GET", srv.URL+"/v2/team/nope/tags/list", nil, bearer(pullApp)...)
-	if a.status != b.status || strings.ReplaceAll(a.body, "team/base", "X") != strings.ReplaceAll(b.body, "team/nope", "X") {
+	a := regtest.Do(t, hc, "GET", srv.URL+"/v2/team/base/tags/list", nil, bearer(pullApp)...)
+	b := regtest.Do(t, hc, "GET", srv.URL+"/v2/team/nope/tags/list", nil, bearer(pullApp)...)
+	if a.Status != b.Status || strings.ReplaceAll(string(a.Body), "team/base", "X") != strings.ReplaceAll(string(b.Body), "team/nope", "X") {
 		t.Errorf("refusals differ between an existing and a missing repository:\n%v\n%v", a, b)
 	}
 }
@@ -376,8 +361,7 @@ func tamper(t *testing.T, raw, from, to string) string {
 // 202 told it whether a digest existed.
 func TestTokenMount(t *testing.T) {
 	t.Parallel()
-	ts := standardTokenServer(t)
-	srv := startConfig(t, ts.config())
+	ts, srv := startTokenRegistry(t)
 	img := newImage(t, 1)
 	pushImage(t, srv.Addr+"/team/app:v1", img, &authn.Basic{Username: "admin", Password: "admin-pw"})
 	m, err := img.img.Manifest()
@@ -390,22 +374,22 @@ func TestTokenMount(t *testing.T) {
 	}
 	layer := m.Layers[0].Digest.String()
 	now := time.Now()
-	token := func(acc ...access) string { return ts.mint(t, "tester", acc, now, 5*time.Minute, nil) }
-	copyOnly := token(access{"repository", "team/copy", []string{"pull", "push"}})
-	withSource := token(access{"repository", "team/copy", []string{"pull", "push"}}, access{"repository", "team/app", []string{"pull"}})
+	token := func(acc ...tokentest.Access) string { return ts.mint(t, "tester", acc, now, 5*time.Minute, nil) }
+	copyOnly := token(tokentest.Access{Type: "repository", Name: "team/copy", Actions: []string{"pull", "push"}})
+	withSource := token(tokentest.Access{Type: "repository", Name: "team/copy", Actions: []string{"pull", "push"}}, tokentest.Access{Type: "repository", Name: "team/app", Actions: []string{"pull"}})
 	hc := &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	defer hc.CloseIdleConnections()
-	post := func(query, tok string) response {
-		return do(t, hc, "POST", srv.URL+"/v2/team/copy/blobs/uploads/?"+query, nil, "Authorization", "Bearer "+tok)
+	post := func(query, tok string) regtest.Response {
+		return regtest.Do(t, hc, "POST", srv.URL+"/v2/team/copy/blobs/uploads/?"+query, nil, "Authorization", "Bearer "+tok)
 	}
-	wantUpload := func(r response, what string) {
+	wantUpload := func(r regtest.Response, what string) {
 		t.Helper()
-		if r.status != http.StatusAccepted || !strings.Contains(r.header.Get("Location"), "/v2/team/copy/blobs/uploads/") {
+		if r.Status != http.StatusAccepted || !strings.Contains(r.Header.Get("Location"), "/v2/team/copy/blobs/uploads/") {
 			t.Errorf("%s: %v, want 202 and an upload session", what, r)
 		}
 	}
 	blobStatus := func(d string) int {
-		return do(t, hc, "GET", srv.URL+"/v2/team/copy/blobs/"+d, nil, "Authorization", "Bearer "+copyOnly).status
+		return regtest.Do(t, hc, "GET", srv.URL+"/v2/team/copy/blobs/"+d, nil, "Authorization", "Bearer "+copyOnly).Status
 	}
 
 	// From a named source: needs pull on it.
@@ -422,10 +406,10 @@ func TestTokenMount(t *testing.T) {
 		}
 	}
 	// With pull on the repository that holds it, both find it.
-	if r := post("mount="+layer, withSource); r.status != http.StatusCreated {
+	if r := post("mount="+layer, withSource); r.Status != http.StatusCreated {
 		t.Fatalf("mount without from, pull on team/app: %v, want 201", r)
 	}
-	if r := post("mount="+m.Config.Digest.String()+"&from=team/app", withSource); r.status != http.StatusCreated {
+	if r := post("mount="+m.Config.Digest.String()+"&from=team/app", withSource); r.Status != http.StatusCreated {
 		t.Fatalf("mount with pull on the source: %v, want 201", r)
 	}
 	for _, d := range []string{layer, m.Config.Digest.String()} {
@@ -451,9 +435,9 @@ func TestTokenJWKS(t *testing.T) {
 	srv := startConfig(t, cfg)
 
 	sign := func(kid string) string {
-		c := tokenClaims{Claims: jwt.Claims{Issuer: tokenIssuer, Audience: jwt.Audience{tokenService},
+		c := tokentest.Claims{Claims: jwt.Claims{Issuer: tokenIssuer, Audience: jwt.Audience{tokenService},
 			Expiry: jwt.NewNumericDate(time.Now().Add(time.Minute))},
-			Access: []access{{"repository", "team/app", []string{"pull"}}}}
+			Access: []tokentest.Access{{Type: "repository", Name: "team/app", Actions: []string{"pull"}}}}
 		s, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: key}, (&jose.SignerOptions{}).WithHeader("kid", kid))
 		if err != nil {
 			t.Fatal(err)
@@ -466,10 +450,10 @@ func TestTokenJWKS(t *testing.T) {
 	}
 	hc := &http.Client{Timeout: 30 * time.Second}
 	defer hc.CloseIdleConnections()
-	if r := do(t, hc, "GET", srv.URL+"/v2/team/app/tags/list", nil, "Authorization", "Bearer "+sign("signer-1")); r.status != 404 || r.errorCode() != "NAME_UNKNOWN" {
+	if r := regtest.Do(t, hc, "GET", srv.URL+"/v2/team/app/tags/list", nil, "Authorization", "Bearer "+sign("signer-1")); r.Status != 404 || r.ErrorCode() != "NAME_UNKNOWN" {
 		t.Errorf("JWKS kid: %v, want the registry's own answer (NAME_UNKNOWN)", r)
 	}
-	if r := do(t, hc, "GET", srv.URL+"/v2/team/app/tags/list", nil, "Authorization", "Bearer "+sign("unknown")); r.status != 401 {
+	if r := regtest.Do(t, hc, "GET", srv.URL+"/v2/team/app/tags/list", nil, "Authorization", "Bearer "+sign("unknown")); r.Status != 401 {
 		t.Errorf("unknown kid: %v, want 401", r)
 	}
 }

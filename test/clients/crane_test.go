@@ -10,19 +10,14 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 func TestCrane(t *testing.T) {
 	t.Parallel()
-	crane := tool(t, "crane")
-	srv := cairnproc.Start(t, "")
-	api := registryAPI{base: srv.URL}
-	e := newClientEnv(t)
-	c := func(t *testing.T, args ...string) []byte {
-		t.Helper()
-		return e.run(t, crane, append(args, "--insecure")...)
-	}
+	ct := startClientTest(t, "crane")
+	srv, api, e, crane := ct.srv, ct.api, ct.env, ct.tool
+	c := ct.runner(nil, "--insecure")
 
 	img := newImage(t, 1, false, 1<<10, 300<<10, 3<<20)
 	dimg := newImage(t, 2, true, 64<<10, 200<<10)
@@ -100,18 +95,10 @@ func TestCrane(t *testing.T) {
 		layer := digestOf(img.Layers[2])
 		// Blobs are scoped to repositories: before the mount, the target
 		// repository does not serve it.
-		e.runFail(t, crane, "blob", "--insecure", srv.Addr+"/clients/crane/mounted@"+layer)
-		req, err := http.NewRequest(http.MethodPost, srv.URL+"/v2/clients/crane/mounted/blobs/uploads/?mount="+layer+"&from="+repo, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusCreated {
-			t.Errorf("mount %s from %s: status %d, want 201", layer, repo, resp.StatusCode)
+		e.Fail(t, crane, "blob", "--insecure", srv.Addr+"/clients/crane/mounted@"+layer)
+		resp := regtest.Do(t, http.DefaultClient, http.MethodPost, srv.URL+"/v2/clients/crane/mounted/blobs/uploads/?mount="+layer+"&from="+repo, nil)
+		if resp.Status != http.StatusCreated {
+			t.Errorf("mount %s from %s: %v, want 201", layer, repo, resp)
 		}
 		got := c(t, "blob", srv.Addr+"/clients/crane/mounted@"+layer)
 		if !bytes.Equal(got, img.Layers[2]) {
@@ -131,11 +118,11 @@ func TestCrane(t *testing.T) {
 	t.Run("delete", func(t *testing.T) {
 		c(t, "push", ksrc, ref+":keep")
 		c(t, "delete", ref+"@"+img.Digest().String())
-		out := e.runFail(t, crane, "manifest", "--insecure", ref+":v1")
+		out := e.Fail(t, crane, "manifest", "--insecure", ref+":v1")
 		if !strings.Contains(out, "MANIFEST_UNKNOWN") && !strings.Contains(out, "404") {
 			t.Errorf("crane manifest after delete: want MANIFEST_UNKNOWN / 404, got:\n%s", out)
 		}
-		e.runFail(t, crane, "manifest", "--insecure", ref+"@"+img.Digest().String())
+		e.Fail(t, crane, "manifest", "--insecure", ref+"@"+img.Digest().String())
 		tags := lines(c(t, "ls", ref))
 		for _, gone := range []string{"v1", "v2"} {
 			if slices.Contains(tags, gone) {

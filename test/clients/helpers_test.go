@@ -4,24 +4,25 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"io/fs"
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/cairn-registry/cairn/internal/testutil/clitool"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/clitool"
+	"github.com/cairn-registry/cairn/internal/testutil/layertest"
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 // Docker schema2 media types (the OCI ones come from image-spec).
@@ -32,73 +33,32 @@ const (
 	dockerLayer    = "application/vnd.docker.image.rootfs.diff.tar.gzip"
 )
 
-// manifestAccept is what a client that understands every manifest kind sends.
-var manifestAccept = strings.Join([]string{
-	ocispec.MediaTypeImageManifest, ocispec.MediaTypeImageIndex, dockerManifest, dockerList,
-}, ", ")
-
-// cmdTimeout bounds one client command; a hung client fails its test instead
-// of eating the whole go test timeout.
-const cmdTimeout = 5 * time.Minute
-
-// tool returns the path of a client binary (see clitool.Path).
-func tool(t *testing.T, name string) string { return clitool.Path(t, name) }
-
-// clientEnv is an isolated environment for running client tools: its own
-// HOME, config and runtime dirs, so no user config or credential leaks in and
-// tests cannot see each other's state.
-type clientEnv struct {
-	home string
-	vars []string
-	dir  string // working directory for commands ("" = home)
+// clientTest is one client tool's test: the tool, a fresh server, the
+// registry API beside it as a witness of what the tool stored, and a
+// session of the tool's own.
+type clientTest struct {
+	tool string // the tool's path
+	srv  *cairnproc.Server
+	api  registryAPI
+	env  *clitool.Session
 }
 
-func newClientEnv(t *testing.T) *clientEnv {
+// startClientTest finds the tool (skipping the test without it) and
+// starts a server for it.
+func startClientTest(t *testing.T, tool string) *clientTest {
 	t.Helper()
-	home, vars := clitool.Env(t)
-	return &clientEnv{home: home, vars: vars}
+	bin := clitool.Path(t, tool)
+	srv := cairnproc.Start(t, "")
+	return &clientTest{tool: bin, srv: srv, api: registryAPI{base: srv.URL}, env: clitool.NewSession(t)}
 }
 
-// exec runs a command and returns its stdout, stderr and error.
-func (e *clientEnv) exec(name string, args ...string) (stdout, stderr []byte, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = e.vars
-	cmd.Dir = e.home
-	if e.dir != "" {
-		cmd.Dir = e.dir
+// runner returns a function that runs the tool with the arguments it is
+// given between before and after (the tool's flags), and must succeed.
+func (c *clientTest) runner(before []string, after ...string) func(t *testing.T, args ...string) []byte {
+	return func(t *testing.T, args ...string) []byte {
+		t.Helper()
+		return c.env.Run(t, c.tool, slices.Concat(before, args, after)...)
 	}
-	var out, errb bytes.Buffer
-	cmd.Stdout = &out
-	cmd.Stderr = &errb
-	err = cmd.Run()
-	if ctx.Err() != nil {
-		err = fmt.Errorf("%w (timed out after %s)", err, cmdTimeout)
-	}
-	return out.Bytes(), errb.Bytes(), err
-}
-
-// run runs a command that must succeed and returns its stdout.
-func (e *clientEnv) run(t *testing.T, name string, args ...string) []byte {
-	t.Helper()
-	start := time.Now()
-	out, errb, err := e.exec(name, args...)
-	if err != nil {
-		t.Fatalf("%s %s: %v\nstdout:\n%s\nstderr:\n%s", filepath.Base(name), strings.Join(args, " "), err, out, errb)
-	}
-	t.Logf("%s %s (%s)", filepath.Base(name), strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
-	return out
-}
-
-// runFail runs a command that must fail and returns its combined output.
-func (e *clientEnv) runFail(t *testing.T, name string, args ...string) string {
-	t.Helper()
-	out, errb, err := e.exec(name, args...)
-	if err == nil {
-		t.Fatalf("%s %s: succeeded, want failure\nstdout:\n%s", filepath.Base(name), strings.Join(args, " "), out)
-	}
-	return string(out) + string(errb)
 }
 
 // testImage is a single-platform image built in memory: random gzip layers
@@ -138,17 +98,10 @@ func newImage(t *testing.T, seed uint64, docker bool, layerSizes ...int) *testIm
 	var layerDescs []ocispec.Descriptor
 	for i, size := range layerSizes {
 		raw := randomTar(t, rng, fmt.Sprintf("layer%d", i), size)
-		var gz bytes.Buffer
-		zw := gzip.NewWriter(&gz)
-		if _, err := zw.Write(raw); err != nil {
-			t.Fatal(err)
-		}
-		if err := zw.Close(); err != nil {
-			t.Fatal(err)
-		}
-		img.Layers = append(img.Layers, gz.Bytes())
+		gz := layertest.Gzip(t, raw, gzip.DefaultCompression)
+		img.Layers = append(img.Layers, gz)
 		img.DiffIDs = append(img.DiffIDs, digest.FromBytes(raw))
-		layerDescs = append(layerDescs, ocispec.Descriptor{MediaType: layerMT, Digest: digest.FromBytes(gz.Bytes()), Size: int64(gz.Len())})
+		layerDescs = append(layerDescs, ocispec.Descriptor{MediaType: layerMT, Digest: digest.FromBytes(gz), Size: int64(len(gz))})
 	}
 	cfg := map[string]any{
 		"architecture": "amd64",
@@ -304,6 +257,17 @@ func (l *ociLayout) writeIndex() {
 	}
 }
 
+// imageAndIndex writes a layout holding img tagged v1 and an index of amd
+// and arm tagged multi, and returns its directory and the index.
+func imageAndIndex(t *testing.T, img, amd, arm *testImage) (dir string, idxRaw []byte, idxDesc ocispec.Descriptor) {
+	t.Helper()
+	idxRaw, idxDesc = newIndex(t, amd, arm)
+	l := newLayout(t, filepath.Join(t.TempDir(), "src"))
+	l.addImage(img, "v1")
+	l.addIndex(idxRaw, idxDesc, "multi", amd, arm)
+	return l.dir, idxRaw, idxDesc
+}
+
 // tarDir writes the contents of dir as a tar archive (an oci-archive when dir
 // is an OCI layout) to path.
 func tarDir(t *testing.T, dir, path string) {
@@ -412,34 +376,20 @@ type registryAPI struct {
 	base string // http://host:port
 }
 
-func (r registryAPI) get(t *testing.T, path string, header map[string]string) (*http.Response, []byte) {
+// get GETs path with headers given as key, value pairs.
+func (r registryAPI) get(t *testing.T, path string, hdr ...string) regtest.Response {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, r.base+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("GET %s: read body: %v", path, err)
-	}
-	return resp, b
+	return regtest.Do(t, http.DefaultClient, http.MethodGet, r.base+path, nil, hdr...)
 }
 
 // manifest fetches repo's manifest ref and checks status, digest header and,
 // when want is set, the digest of the body.
 func (r registryAPI) manifest(t *testing.T, repo, ref string, want digest.Digest) (raw []byte, mediaType string) {
 	t.Helper()
-	resp, b := r.get(t, "/v2/"+repo+"/manifests/"+ref, map[string]string{"Accept": manifestAccept})
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET manifest %s:%s: status %d: %s", repo, ref, resp.StatusCode, b)
+	resp := r.get(t, "/v2/"+repo+"/manifests/"+ref, "Accept", regtest.ManifestAccept)
+	b := resp.Body
+	if resp.Status != http.StatusOK {
+		t.Fatalf("GET manifest %s:%s: status %d: %s", repo, ref, resp.Status, b)
 	}
 	got := digest.FromBytes(b)
 	if want != "" && got != want {
@@ -471,11 +421,11 @@ func (r registryAPI) checkImage(t *testing.T, repo, ref string, want digest.Dige
 	}
 	readBlob := func(d ocispec.Descriptor) []byte {
 		t.Helper()
-		resp, b := r.get(t, "/v2/"+repo+"/blobs/"+d.Digest.String(), nil)
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("GET blob %s@%s: status %d: %s", repo, d.Digest, resp.StatusCode, b)
+		resp := r.get(t, "/v2/"+repo+"/blobs/"+d.Digest.String())
+		if resp.Status != http.StatusOK {
+			t.Fatalf("GET blob %s@%s: status %d: %s", repo, d.Digest, resp.Status, resp.Body)
 		}
-		return b
+		return resp.Body
 	}
 	walkManifest(t, ocispec.Descriptor{MediaType: mt, Digest: want, Size: int64(len(raw))}, readManifest, readBlob)
 	return raw, mt
@@ -484,9 +434,10 @@ func (r registryAPI) checkImage(t *testing.T, repo, ref string, want digest.Dige
 // tags returns the tag list of repo.
 func (r registryAPI) tags(t *testing.T, repo string) []string {
 	t.Helper()
-	resp, b := r.get(t, "/v2/"+repo+"/tags/list", nil)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET tags of %s: status %d: %s", repo, resp.StatusCode, b)
+	resp := r.get(t, "/v2/"+repo+"/tags/list")
+	b := resp.Body
+	if resp.Status != http.StatusOK {
+		t.Fatalf("GET tags of %s: status %d: %s", repo, resp.Status, b)
 	}
 	var tl struct {
 		Tags []string `json:"tags"`

@@ -11,20 +11,13 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-
-	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 )
 
 func TestOras(t *testing.T) {
 	t.Parallel()
-	oras := tool(t, "oras")
-	srv := cairnproc.Start(t, "")
-	api := registryAPI{base: srv.URL}
-	e := newClientEnv(t)
-	o := func(t *testing.T, args ...string) []byte {
-		t.Helper()
-		return e.run(t, oras, append(args, "--plain-http")...)
-	}
+	ct := startClientTest(t, "oras")
+	srv, api, e, oras := ct.srv, ct.api, ct.env, ct.tool
+	o := ct.runner(nil, "--plain-http")
 
 	// Files to push, in a directory of their own: oras names layers by the
 	// relative paths it is given.
@@ -44,7 +37,7 @@ func TestOras(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	e.dir = srcDir
+	e.Dir = srcDir
 
 	const artifactType = "application/vnd.cairn.test.bundle.v1"
 	repo := "clients/oras/artifact"
@@ -116,9 +109,10 @@ func TestOras(t *testing.T) {
 		}
 		// Same answer through the referrers API itself, so oras did not need
 		// its tag-schema fallback (which would leave a sha256-<hex> tag).
-		resp, body := api.get(t, "/v2/"+repo+"/referrers/"+subject.String(), nil)
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("GET referrers: status %d: %s", resp.StatusCode, body)
+		resp := api.get(t, "/v2/"+repo+"/referrers/"+subject.String())
+		body := resp.Body
+		if resp.Status != http.StatusOK {
+			t.Fatalf("GET referrers: status %d: %s", resp.Status, body)
 		}
 		if ct := resp.Header.Get("Content-Type"); ct != ocispec.MediaTypeImageIndex {
 			t.Errorf("GET referrers: Content-Type %q, want %q", ct, ocispec.MediaTypeImageIndex)
@@ -144,11 +138,11 @@ func TestOras(t *testing.T) {
 	})
 
 	t.Run("copy to another repo", func(t *testing.T) {
-		e.run(t, oras, "cp", "-r", "--from-plain-http", "--to-plain-http", ref+":v1", srv.Addr+"/clients/oras/copy:v1")
+		e.Run(t, oras, "cp", "-r", "--from-plain-http", "--to-plain-http", ref+":v1", srv.Addr+"/clients/oras/copy:v1")
 		api.checkImage(t, "clients/oras/copy", "v1", subject)
-		resp, body := api.get(t, "/v2/clients/oras/copy/referrers/"+subject.String(), nil)
-		if resp.StatusCode != http.StatusOK || len(parseManifest(t, body).Manifests) != 1 {
-			t.Errorf("referrers of the copy (oras cp -r): status %d, want one referrer:\n%s", resp.StatusCode, body)
+		resp := api.get(t, "/v2/clients/oras/copy/referrers/"+subject.String())
+		if resp.Status != http.StatusOK || len(parseManifest(t, resp.Body).Manifests) != 1 {
+			t.Errorf("referrers of the copy (oras cp -r): status %d, want one referrer:\n%s", resp.Status, resp.Body)
 		}
 	})
 }

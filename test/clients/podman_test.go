@@ -9,16 +9,12 @@ import (
 	"testing"
 
 	"github.com/opencontainers/go-digest"
-
-	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 )
 
 func TestPodman(t *testing.T) {
 	t.Parallel()
-	podman := tool(t, "podman")
-	srv := cairnproc.Start(t, "")
-	api := registryAPI{base: srv.URL}
-	e := newClientEnv(t)
+	ct := startClientTest(t, "podman")
+	srv, api, e, podman := ct.srv, ct.api, ct.env, ct.tool
 
 	// Private storage (vfs needs no kernel overlay or fuse), no systemd, no
 	// event journal, and an accept-anything signature policy, so podman runs
@@ -36,14 +32,11 @@ func TestPodman(t *testing.T) {
 		"--events-backend", "none",
 		"--cgroup-manager", "cgroupfs",
 	}
-	p := func(t *testing.T, args ...string) []byte {
-		t.Helper()
-		return e.run(t, podman, append(slices.Clone(global), args...)...)
-	}
+	p := ct.runner(global)
 	t.Cleanup(func() {
 		// vfs layers can hold read-only dirs; let podman remove its images
 		// before the temp dir goes.
-		_, _, _ = e.exec(podman, append(slices.Clone(global), "rmi", "--all", "--force")...)
+		_, _, _ = e.Exec(podman, append(slices.Clone(global), "rmi", "--all", "--force")...)
 	})
 
 	img := newImage(t, 41, false, 3<<10, 600<<10, 1<<20)

@@ -9,26 +9,18 @@ import (
 	"testing"
 
 	"github.com/opencontainers/go-digest"
-
-	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 )
 
 func TestRegctl(t *testing.T) {
 	t.Parallel()
-	regctl := tool(t, "regctl")
-	srv := cairnproc.Start(t, "")
-	api := registryAPI{base: srv.URL}
-	e := newClientEnv(t) // regctl keeps its config in $HOME/.regctl
-	r := func(t *testing.T, args ...string) []byte { t.Helper(); return e.run(t, regctl, args...) }
+	ct := startClientTest(t, "regctl") // regctl keeps its config in $HOME/.regctl
+	srv, api := ct.srv, ct.api
+	r := ct.runner(nil)
 	r(t, "registry", "set", srv.Addr, "--tls", "disabled")
 
 	img := newImage(t, 11, false, 2<<10, 400<<10, 2<<20)
 	amd, arm := newImage(t, 12, false, 100<<10), newImage(t, 13, false, 120<<10)
-	idxRaw, idxDesc := newIndex(t, amd, arm)
-	src := filepath.Join(t.TempDir(), "src")
-	l := newLayout(t, src)
-	l.addImage(img, "v1")
-	l.addIndex(idxRaw, idxDesc, "multi", amd, arm)
+	src, idxRaw, idxDesc := imageAndIndex(t, img, amd, arm)
 
 	repo := "clients/regctl/img"
 	ref := srv.Addr + "/" + repo

@@ -8,30 +8,19 @@ import (
 	"testing"
 
 	"github.com/opencontainers/go-digest"
-
-	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 )
 
 func TestSkopeo(t *testing.T) {
 	t.Parallel()
-	skopeo := tool(t, "skopeo")
-	srv := cairnproc.Start(t, "")
-	api := registryAPI{base: srv.URL}
-	e := newClientEnv(t)
+	ct := startClientTest(t, "skopeo")
+	srv, api, e, skopeo := ct.srv, ct.api, ct.env, ct.tool
 	// --insecure-policy: no /etc/containers/policy.json needed; the tests are
 	// about transport, not signature policy.
-	s := func(t *testing.T, args ...string) []byte {
-		t.Helper()
-		return e.run(t, skopeo, append([]string{"--insecure-policy"}, args...)...)
-	}
+	s := ct.runner([]string{"--insecure-policy"})
 
 	img := newImage(t, 31, false, 5<<10, 500<<10, 1<<20)
 	amd, arm := newImage(t, 32, false, 80<<10), newImage(t, 33, false, 90<<10)
-	idxRaw, idxDesc := newIndex(t, amd, arm)
-	src := filepath.Join(t.TempDir(), "src")
-	l := newLayout(t, src)
-	l.addImage(img, "v1")
-	l.addIndex(idxRaw, idxDesc, "multi", amd, arm)
+	src, _, idxDesc := imageAndIndex(t, img, amd, arm)
 
 	repo := "clients/skopeo/img"
 	ref := "docker://" + srv.Addr + "/" + repo
@@ -124,7 +113,7 @@ func TestSkopeo(t *testing.T) {
 		wantSet(t, "skopeo list-tags", tl.Tags, "v1", "multi", "docker")
 
 		s(t, "delete", "--tls-verify=false", ref+"@"+img.Digest().String())
-		e.runFail(t, skopeo, "--insecure-policy", "inspect", "--raw", "--tls-verify=false", ref+":v1")
+		e.Fail(t, skopeo, "--insecure-policy", "inspect", "--raw", "--tls-verify=false", ref+":v1")
 		if tags := api.tags(t, repo); slices.Contains(tags, "v1") {
 			t.Errorf("tag v1 still listed after its manifest was deleted: %q", tags)
 		}

@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 )
 
 // zerosLayer is a gzip (BestSpeed, cheap to make) tar of one file of n
@@ -50,8 +48,7 @@ func TestDecompressionBombStaysIntact(t *testing.T) {
 	blob := zerosLayer(t, 384<<20)
 	t.Logf("layer: %d bytes of gzip for 384 MiB of tar", len(blob))
 	layers := []testLayer{{name: "zeros", mediaType: mtGzip, blob: blob, intact: true}}
-	cfg, debug := writeConfig(t, "full", "")
-	srv := cairnproc.Start(t, "", "--config", cfg)
+	srv, cfg, debug := startDedup(t, "full", "")
 	push(t, srv, "bomb/img", layers)
 	waitFor(t, 200*time.Millisecond, func() string {
 		done := metric(t, debug, `cairn_dedup_layers_total{outcome="irreproducible"}`) +

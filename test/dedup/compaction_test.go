@@ -16,6 +16,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 	"github.com/cairn-registry/cairn/internal/testutil/objstore"
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 // redisConfig writes a config of two nodes' worth: mode full, metadata in
@@ -44,14 +45,8 @@ storage:
 // deleteTag deletes repo:v1.
 func deleteTag(t *testing.T, srv *cairnproc.Server, repo string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodDelete, srv.URL+"/v2/"+repo+"/manifests/v1", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("DELETE %s:v1: %d", repo, resp.StatusCode)
+	if r := regtest.Do(t, http.DefaultClient, http.MethodDelete, srv.URL+"/v2/"+repo+"/manifests/v1", nil); r.Status != http.StatusAccepted {
+		t.Fatalf("DELETE %s:v1: %v", repo, r)
 	}
 }
 

@@ -40,8 +40,7 @@ func bigLayers(t *testing.T) []testLayer {
 // byte-exact, and in the end every layer is deduplicated.
 func TestKillDuringDedup(t *testing.T) {
 	layers := bigLayers(t)
-	cfg, _ := writeConfig(t, "full", "")
-	srv := cairnproc.Start(t, "", "--config", cfg)
+	srv, cfg, _ := startDedup(t, "full", "")
 	root := srv.Root
 	push(t, srv, "crash/dedup", layers)
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
@@ -61,8 +60,7 @@ func TestKillDuringDedup(t *testing.T) {
 // served).
 func TestKillDuringRestore(t *testing.T) {
 	layers := bigLayers(t)[:1]
-	cfg, _ := writeConfig(t, "full", "")
-	srv := cairnproc.Start(t, "", "--config", cfg)
+	srv, cfg, _ := startDedup(t, "full", "")
 	root := srv.Root
 	push(t, srv, "crash/restore", layers)
 	waitState(t, root, layers, false)

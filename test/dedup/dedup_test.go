@@ -22,19 +22,30 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(cairnproc.Main(m)) }
 
-// writeConfig writes a config with dedup in mode and a debug listener.
-func writeConfig(t *testing.T, mode string, extra string) (path, debugAddr string) {
+// startDedup starts cairn on a fresh root with dedup in mode and a debug
+// listener (extra is YAML appended to the storage section), and returns
+// the config it wrote, for the CLI and restarts.
+func startDedup(t *testing.T, mode string, extra string) (srv *cairnproc.Server, cfgPath, debugAddr string) {
+	t.Helper()
+	cfgPath, debugAddr = dedupConfig(t, mode, extra)
+	return cairnproc.Start(t, "", "--config", cfgPath), cfgPath, debugAddr
+}
+
+// dedupConfig writes startDedup's config and returns its path and the
+// debug listener's address.
+func dedupConfig(t *testing.T, mode string, extra string) (cfgPath, debugAddr string) {
 	t.Helper()
 	debugAddr = cairnproc.FreeAddr(t)
 	cfg := fmt.Sprintf(`version: 0.1
@@ -47,11 +58,7 @@ storage:
     mode: %s
     workers: 2
 %s`, debugAddr, mode, extra)
-	path = filepath.Join(t.TempDir(), "config.yml")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path, debugAddr
+	return cairnproc.WriteConfig(t, cfg), debugAddr
 }
 
 func digestOf(b []byte) string {
@@ -61,15 +68,11 @@ func digestOf(b []byte) string {
 
 // image is an OCI image holding layers (their exact bytes).
 func image(layers []testLayer) (v1.Image, error) {
-	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	for _, l := range layers {
-		var err error
-		img, err = mutate.AppendLayers(img, static.NewLayer(l.blob, types.MediaType(l.mediaType)))
-		if err != nil {
-			return nil, err
-		}
+	ls := make([]v1.Layer, len(layers))
+	for i, l := range layers {
+		ls[i] = static.NewLayer(l.blob, types.MediaType(l.mediaType))
 	}
-	return img, nil
+	return regtest.OCIImage(ls...)
 }
 
 // pushErr writes the image of layers as repo:v1.
@@ -94,10 +97,7 @@ func push(t *testing.T, srv *cairnproc.Server, repo string, layers []testLayer) 
 }
 
 // blobDir is the storage directory of blob dg under root.
-func blobDir(root, dg string) string {
-	hexs := strings.TrimPrefix(dg, "sha256:")
-	return filepath.Join(root, "docker/registry/v2/blobs/sha256", hexs[:2], hexs)
-}
+func blobDir(root, dg string) string { return filepath.Join(root, layout.BlobDir(digest.Digest(dg))) }
 
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }
 
@@ -214,8 +214,7 @@ func layerCount(st map[string]any, state string) int {
 
 func TestFullModeByteExact(t *testing.T) {
 	layers := allLayers(t)
-	cfg, _ := writeConfig(t, "full", "")
-	srv := cairnproc.Start(t, "", "--config", cfg)
+	srv, cfg, _ := startDedup(t, "full", "")
 	push(t, srv, "features/all", layers)
 	waitState(t, srv.Root, layers, false)
 
@@ -248,8 +247,7 @@ func TestFullModeByteExact(t *testing.T) {
 
 func TestHeadAndRange(t *testing.T) {
 	layers := allLayers(t)[:3]
-	cfg, debug := writeConfig(t, "full", "")
-	srv := cairnproc.Start(t, "", "--config", cfg)
+	srv, _, debug := startDedup(t, "full", "")
 	push(t, srv, "ranges/img", layers)
 	waitState(t, srv.Root, layers, false)
 
@@ -311,8 +309,7 @@ func TestHeadAndRange(t *testing.T) {
 
 func TestIndexModeKeepsIntact(t *testing.T) {
 	layers := allLayers(t)[:4]
-	cfg, _ := writeConfig(t, "index", "")
-	srv := cairnproc.Start(t, "", "--config", cfg)
+	srv, cfg, _ := startDedup(t, "index", "")
 	push(t, srv, "index/img", layers)
 	waitState(t, srv.Root, layers, true)
 	pullAll(t, srv, "index/img", layers)
@@ -325,8 +322,7 @@ func TestIndexModeKeepsIntact(t *testing.T) {
 func TestRepositoryOverride(t *testing.T) {
 	layers := allLayers(t)[:2]
 	other := allLayers(t)[2:4]
-	cfg, _ := writeConfig(t, "off", "    repositories:\n      \"dedup/*\": full\n")
-	srv := cairnproc.Start(t, "", "--config", cfg)
+	srv, _, _ := startDedup(t, "off", "    repositories:\n      \"dedup/*\": full\n")
 	push(t, srv, "dedup/on", layers)
 	push(t, srv, "plain/off", other)
 	waitState(t, srv.Root, layers, false)
@@ -341,8 +337,7 @@ func TestRepositoryOverride(t *testing.T) {
 
 func TestDedupRunCLI(t *testing.T) {
 	layers := allLayers(t)[:5]
-	cfg, _ := writeConfig(t, "off", "")
-	srv := cairnproc.Start(t, "", "--config", cfg)
+	srv, cfg, _ := startDedup(t, "off", "")
 	push(t, srv, "cli/img", layers)
 	root := srv.Root
 
@@ -394,8 +389,7 @@ func metric(t *testing.T, debugAddr, series string) float64 {
 // intact copy; pulled often enough, it gets it back, and pulls stay exact.
 func TestSelectivePromotesHotLayer(t *testing.T) {
 	layers := allLayers(t)[:2]
-	cfg, _ := writeConfig(t, "selective", "    selective: {pulls: 3, window: 1h}\n")
-	srv := cairnproc.Start(t, "", "--config", cfg)
+	srv, _, _ := startDedup(t, "selective", "    selective: {pulls: 3, window: 1h}\n")
 	push(t, srv, "selective/img", layers)
 	waitState(t, srv.Root, layers, false)
 	for range 3 {

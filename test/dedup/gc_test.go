@@ -3,12 +3,12 @@ package dedup
 import (
 	"encoding/json"
 	"io/fs"
-	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 )
 
@@ -17,8 +17,8 @@ import (
 func storedFileBytes(t *testing.T, root string) int64 {
 	t.Helper()
 	var n int64
-	for _, dir := range []string{"packs", "files"} {
-		filepath.WalkDir(filepath.Join(root, "docker/registry/v2/cairn", dir), func(_ string, d fs.DirEntry, err error) error {
+	for _, dir := range []string{layout.PacksDir, layout.FilesDir} {
+		filepath.WalkDir(filepath.Join(root, dir), func(_ string, d fs.DirEntry, err error) error {
 			if err == nil && !d.IsDir() {
 				if fi, err := d.Info(); err == nil {
 					n += fi.Size()
@@ -66,24 +66,14 @@ func runGC(t *testing.T, args ...string) gcReport {
 func TestGCReleasesFiles(t *testing.T) {
 	all := allLayers(t)
 	keep, drop := all[:3], all[3:6]
-	cfg, _ := writeConfig(t, "full", "")
-	srv := cairnproc.Start(t, "", "--config", cfg)
+	srv, cfg, _ := startDedup(t, "full", "")
 	root := srv.Root
 	push(t, srv, "gc/keep", keep)
 	push(t, srv, "gc/drop", drop)
 	waitState(t, root, append(append([]testLayer{}, keep...), drop...), false)
 	before := storedFileBytes(t, root)
 
-	// Delete the second image's manifest.
-	req, _ := http.NewRequest(http.MethodDelete, srv.URL+"/v2/gc/drop/manifests/v1", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("DELETE tag: %d", resp.StatusCode)
-	}
+	deleteTag(t, srv, "gc/drop") // the second image's manifest
 
 	// With serve running, the CLI cannot take the metadata store: clear error.
 	out, err := exec.Command(cairnproc.Binary(t), "gc", "--config", cfg, "--root", root, "--delay", "0s").CombinedOutput()

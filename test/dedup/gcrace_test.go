@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 // TestGCDuringDedup runs scheduled GC every second with no delay while
@@ -23,8 +24,7 @@ func TestGCDuringDedup(t *testing.T) {
 	for v := range variants {
 		imgs[v] = []testLayer{{name: fmt.Sprintf("v%d", v), mediaType: mtGzip, blob: gzipStd(t, featureTar(t, 50+v, tar.FormatPAX), 6)}}
 	}
-	cfg, debug := writeConfig(t, "full", "  gc: {enabled: true, interval: 1s, delay: 0s, deleteuntagged: true}\n")
-	srv := cairnproc.Start(t, "", "--config", cfg)
+	srv, cfg, debug := startDedup(t, "full", "  gc: {enabled: true, interval: 1s, delay: 0s, deleteuntagged: true}\n")
 	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 9))
 	live := make([]bool, variants)
 	repo := func(v int) string { return fmt.Sprintf("race/img%d", v) }
@@ -51,13 +51,8 @@ func TestGCDuringDedup(t *testing.T) {
 	for range ops {
 		v := r.IntN(variants)
 		if live[v] && r.IntN(3) == 0 {
-			req, _ := http.NewRequest(http.MethodDelete, srv.URL+"/v2/"+repo(v)+"/manifests/v1", nil)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusAccepted {
+			resp := regtest.Do(t, http.DefaultClient, http.MethodDelete, srv.URL+"/v2/"+repo(v)+"/manifests/v1", nil)
+			if resp.Status == http.StatusAccepted {
 				live[v] = false
 				deletes++
 			}
@@ -73,14 +68,9 @@ func TestGCDuringDedup(t *testing.T) {
 		pushRetry(v)
 	}
 	waitState(t, srv.Root, imgs[v], false)
-	req, _ := http.NewRequest(http.MethodDelete, srv.URL+"/v2/"+repo(v)+"/manifests/v1", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("DELETE %s: %d", repo(v), resp.StatusCode)
+	resp := regtest.Do(t, http.DefaultClient, http.MethodDelete, srv.URL+"/v2/"+repo(v)+"/manifests/v1", nil)
+	if resp.Status != http.StatusAccepted {
+		t.Fatalf("DELETE %s: %d", repo(v), resp.Status)
 	}
 	live[v] = false
 	deletes++

@@ -49,7 +49,7 @@ func TestWriteLegacyFixture(t *testing.T) {
 	if bin == "" {
 		t.Skip("CAIRN_LEGACY_BIN is not set")
 	}
-	cfg, _ := writeConfig(t, "full", "")
+	cfg, _ := dedupConfig(t, "full", "")
 	root := t.TempDir()
 	srv := cairnproc.StartBinary(t, bin, root, "--config", cfg)
 	var all []testLayer
@@ -129,7 +129,7 @@ func TestLegacyStoreMigrates(t *testing.T) {
 	if legacy == 0 {
 		t.Fatal("the fixture holds no per-file objects")
 	}
-	cfg, _ := writeConfig(t, "full", "")
+	cfg, _ := dedupConfig(t, "full", "")
 	images := legacyImages(t)
 	srv := cairnproc.Start(t, root, "--config", cfg)
 	for repo, layers := range images {

@@ -15,6 +15,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/s3"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/drivertest"
 	"github.com/cairn-registry/cairn/internal/testutil/objstore"
 	"github.com/cairn-registry/cairn/test/internal/s3proxy"
 )
@@ -89,13 +90,7 @@ storage:
 // waitDriverState waits until every layer has a recipe and no data in d.
 func waitDriverState(t *testing.T, d driver.Driver, layers []testLayer) {
 	t.Helper()
-	has := func(p string) bool {
-		_, err := d.Stat(t.Context(), p)
-		if err != nil && !errors.Is(err, driver.ErrNotFound) {
-			t.Fatal(err)
-		}
-		return err == nil
-	}
+	has := func(p string) bool { return drivertest.Exists(t, d, p) }
 	waitFor(t, 300*time.Millisecond, func() string {
 		for _, l := range layers {
 			dg := digest.Digest(digestOf(l.blob))

@@ -14,15 +14,15 @@ import (
 	"time"
 
 	"github.com/cairn-registry/cairn/internal/dedup/pack"
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
-	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 )
 
 // packsUnder lists the pack objects under root by id, with their sizes.
 func packsUnder(t *testing.T, root string) map[string]int64 {
 	t.Helper()
 	out := map[string]int64{}
-	filepath.WalkDir(filepath.Join(root, "docker/registry/v2/cairn/packs"), func(p string, d fs.DirEntry, err error) error {
+	filepath.WalkDir(filepath.Join(root, layout.PacksDir), func(p string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			if fi, err := d.Info(); err == nil {
 				out[d.Name()] = fi.Size()
@@ -60,8 +60,7 @@ func TestRebuildFailureReported(t *testing.T) {
 		{name: "corrupt", mediaType: mtGzip, blob: gzipStd(t, featureTar(t, corruptV, tar.FormatPAX), 6)},
 		{name: "missing", mediaType: mtGzip, blob: gzipStd(t, featureTar(t, missingV, tar.FormatPAX), 6)},
 	}
-	cfg, debug := writeConfig(t, "full", "")
-	srv := cairnproc.Start(t, "", "--config", cfg)
+	srv, _, debug := startDedup(t, "full", "")
 	// One layer after the other, so that the second one's pack holds
 	// only files of its own (the shared ones are in the first one's).
 	push(t, srv, "broken/img", layers[:1])

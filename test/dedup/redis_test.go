@@ -2,9 +2,6 @@ package dedup
 
 import (
 	"fmt"
-	"net/http"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
@@ -18,8 +15,7 @@ import (
 func TestTwoNodesSharedRedis(t *testing.T) {
 	addr := objstore.Need(t, "CAIRN_TEST_REDIS_ADDR")[0]
 	prefix := objstore.RandomName("cairn-test-") + ":"
-	cfg := filepath.Join(t.TempDir(), "config.yml")
-	yml := fmt.Sprintf(`version: 0.1
+	cfg := cairnproc.WriteConfig(t, fmt.Sprintf(`version: 0.1
 log: {level: debug}
 storage:
   filesystem: {rootdirectory: /unused}
@@ -27,10 +23,7 @@ storage:
     mode: full
     workers: 1
     metadata: {redis: {addr: %q, prefix: %q}}
-`, addr, prefix)
-	if err := os.WriteFile(cfg, []byte(yml), 0o644); err != nil {
-		t.Fatal(err)
-	}
+`, addr, prefix))
 	root := t.TempDir()
 	a := cairnproc.Start(t, root, "--config", cfg)
 	b := cairnproc.Start(t, root, "--config", cfg)
@@ -49,12 +42,7 @@ storage:
 
 	// GC from the CLI while both nodes serve: the dropped image's layers and
 	// their own files go, the kept image still pulls from either node.
-	req, _ := http.NewRequest(http.MethodDelete, b.URL+"/v2/nodes/drop/manifests/v1", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
+	deleteTag(t, b, "nodes/drop")
 	before := storedFileBytes(t, root)
 	gcArgs := []string{"--config", cfg, "--root", root, "--delay", "0s", "--delete-untagged"}
 	if rep := runGC(t, gcArgs...); rep.Deleted.DedupFiles == 0 {

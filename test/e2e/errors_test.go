@@ -9,14 +9,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 func TestErrorCodes(t *testing.T) {
 	t.Parallel()
 	e := start(t)
 	const repo = "e2e/errors"
-	img := randomImage(t, true, 1, 512)
-	e.push(img, repo+":v1")
+	img := e.pushRandom(repo+":v1", 1, 512)
 	unknown := sha(randBytes(t, 8))
 	hex64 := strings.Repeat("ab", 32)
 	longName := strings.Repeat("a/", 150) + "a"
@@ -144,7 +145,7 @@ func TestSizeInvalid(t *testing.T) {
 		resp := rawRequest(t, e.srv.Addr, tc.method, tc.target, len(data)+100, data)
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
 		resp.Body.Close()
-		r := response{Status: resp.StatusCode, Header: resp.Header, Body: b, req: tc.method + " " + tc.target}
+		r := regtest.Response{Status: resp.StatusCode, Header: resp.Header, Body: b, Req: tc.method + " " + tc.target}
 		wantError(t, r, http.StatusBadRequest, "SIZE_INVALID")
 		wantStatus(t, e.do(http.MethodHead, "/v2/"+repo+"/blobs/"+d, nil), http.StatusNotFound)
 	}

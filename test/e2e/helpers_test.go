@@ -10,7 +10,6 @@ import (
 	"crypto/sha512"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"hash"
 	"io"
 	"net/http"
@@ -23,6 +22,7 @@ import (
 	"time"
 
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 // TestMain builds cairn once for the package.
@@ -74,22 +74,6 @@ func (e *env) with(t *testing.T) *env {
 	return &c
 }
 
-// response is a fully read HTTP response.
-type response struct {
-	Status int
-	Header http.Header
-	Body   []byte
-	req    string
-}
-
-func (r response) String() string {
-	b := r.Body
-	if len(b) > 512 {
-		b = b[:512]
-	}
-	return fmt.Sprintf("%s -> %d %q", r.req, r.Status, b)
-}
-
 // abs resolves a path or a Location header value against the server URL.
 // An absolute path is appended as it is: URL resolution would remove the
 // "." and ".." segments that some tests send on purpose.
@@ -111,39 +95,19 @@ func (e *env) abs(target string) string {
 
 // do sends one request with an in-memory body (nil means none) and
 // headers given as key, value pairs.
-func (e *env) do(method, target string, body []byte, hdr ...string) response {
+func (e *env) do(method, target string, body []byte, hdr ...string) regtest.Response {
 	e.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(e.t.Context(), method, e.abs(target), rd)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	return e.send(req)
+	return regtest.Do(e.t, e.hc, method, e.abs(target), body, hdr...)
 }
 
 // send performs req and reads the whole body.
-func (e *env) send(req *http.Request) response {
+func (e *env) send(req *http.Request) regtest.Response {
 	e.t.Helper()
-	resp, err := e.hc.Do(req)
-	if err != nil {
-		e.t.Fatalf("%s %s: %v", req.Method, req.URL, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		e.t.Fatalf("%s %s: read body: %v", req.Method, req.URL, err)
-	}
-	return response{Status: resp.StatusCode, Header: resp.Header, Body: b, req: req.Method + " " + req.URL.RequestURI()}
+	return regtest.Send(e.t, e.hc, req)
 }
 
 // wantStatus fails the test now when r has another status.
-func wantStatus(t *testing.T, r response, status int) {
+func wantStatus(t *testing.T, r regtest.Response, status int) {
 	t.Helper()
 	if r.Status != status {
 		t.Fatalf("%v: want status %d", r, status)
@@ -163,7 +127,7 @@ var codeRE = regexp.MustCompile(`^[A-Z_]+$`)
 
 // errorCodes parses r's body as the spec's error envelope and returns its
 // codes; a body of another shape is an error of the test.
-func errorCodes(t *testing.T, r response) []string {
+func errorCodes(t *testing.T, r regtest.Response) []string {
 	t.Helper()
 	var eb errorBody
 	dec := json.NewDecoder(bytes.NewReader(r.Body))
@@ -185,13 +149,13 @@ func errorCodes(t *testing.T, r response) []string {
 }
 
 // wantError checks status and that the JSON error body carries one of codes.
-func wantError(t *testing.T, r response, status int, codes ...string) {
+func wantError(t *testing.T, r regtest.Response, status int, codes ...string) {
 	t.Helper()
 	wantErrorIn(t, r, []int{status}, codes...)
 }
 
 // wantErrorIn is wantError where the spec allows several statuses.
-func wantErrorIn(t *testing.T, r response, statuses []int, codes ...string) {
+func wantErrorIn(t *testing.T, r regtest.Response, statuses []int, codes ...string) {
 	t.Helper()
 	if !slices.Contains(statuses, r.Status) {
 		t.Errorf("%v: want status in %v (codes %v)", r, statuses, codes)
@@ -320,20 +284,16 @@ func withQuery(loc, key, value string) string {
 }
 
 // putManifest PUTs body as a manifest of the given media type.
-func (e *env) putManifest(repo, reference, mediaType string, body []byte) response {
+func (e *env) putManifest(repo, reference, mediaType string, body []byte) regtest.Response {
 	e.t.Helper()
 	return e.do(http.MethodPut, "/v2/"+repo+"/manifests/"+reference, body, "Content-Type", mediaType)
 }
-
-// allManifestTypes is an Accept header naming every manifest type.
-const allManifestTypes = "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json, " +
-	"application/vnd.docker.distribution.manifest.v2+json, application/vnd.docker.distribution.manifest.list.v2+json"
 
 // getManifest GETs a manifest with every type accepted and checks the
 // status is 200, the body hashes to wantDigest and the headers agree.
 func (e *env) getManifest(repo, reference, wantDigest, wantType string) []byte {
 	e.t.Helper()
-	r := e.do(http.MethodGet, "/v2/"+repo+"/manifests/"+reference, nil, "Accept", allManifestTypes)
+	r := e.do(http.MethodGet, "/v2/"+repo+"/manifests/"+reference, nil, "Accept", regtest.ManifestAccept)
 	wantStatus(e.t, r, http.StatusOK)
 	alg, _, _ := strings.Cut(wantDigest, ":")
 	if got := digestOf(e.t, alg, r.Body); got != wantDigest {
@@ -349,7 +309,7 @@ func (e *env) getManifest(repo, reference, wantDigest, wantType string) []byte {
 }
 
 // tagsList GETs /v2/<repo>/tags/list with the query and decodes it.
-func (e *env) tagsList(repo, query string) (tags []string, r response) {
+func (e *env) tagsList(repo, query string) (tags []string, r regtest.Response) {
 	e.t.Helper()
 	r = e.do(http.MethodGet, "/v2/"+repo+"/tags/list"+query, nil)
 	if r.Status != http.StatusOK {
@@ -371,7 +331,7 @@ func (e *env) tagsList(repo, query string) (tags []string, r response) {
 var linkRE = regexp.MustCompile(`^<([^>]+)>;\s*rel="?next"?$`)
 
 // nextLink returns the target of r's Link rel="next" header, or "".
-func nextLink(t *testing.T, r response) string {
+func nextLink(t *testing.T, r regtest.Response) string {
 	t.Helper()
 	l := r.Header.Get("Link")
 	if l == "" {

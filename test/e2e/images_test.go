@@ -15,29 +15,22 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 // randomImage returns an image of n random layers of size bytes each, with
 // OCI media types when oci is true, else Docker schema2 ones.
 func randomImage(t testing.TB, oci bool, n int, size int64) v1.Image {
 	t.Helper()
-	if !oci {
-		img, err := random.Image(size, int64(n))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return img
+	if oci {
+		return regtest.RandomImage(t, n, size)
 	}
-	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	for range n {
-		l, err := random.Layer(size, types.OCILayer)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if img, err = mutate.AppendLayers(img, l); err != nil {
-			t.Fatal(err)
-		}
+	img, err := random.Image(size, int64(n))
+	if err != nil {
+		t.Fatal(err)
 	}
 	return img
 }
@@ -99,6 +92,15 @@ func (e *env) push(img v1.Image, ref string) {
 	}
 }
 
+// pushRandom pushes an OCI image of n random layers of size bytes as ref
+// and returns it.
+func (e *env) pushRandom(ref string, n int, size int64) v1.Image {
+	e.t.Helper()
+	img := randomImage(e.t, true, n, size)
+	e.push(img, ref)
+	return img
+}
+
 func (e *env) pushIndex(idx v1.ImageIndex, ref string) {
 	e.t.Helper()
 	if err := remote.WriteIndex(e.ref(ref), idx, e.ropts()...); err != nil {
@@ -115,23 +117,45 @@ func mustDigest(t testing.TB, x interface{ Digest() (v1.Hash, error) }) string {
 	return h.String()
 }
 
+// manifestDescriptor is the descriptor of img's OCI manifest, as a
+// referrer names its subject.
+func manifestDescriptor(t testing.TB, img v1.Image) ocispec.Descriptor {
+	t.Helper()
+	raw, err := img.RawManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ocispec.Descriptor{MediaType: mtOCIManifest, Digest: digest.FromBytes(raw), Size: int64(len(raw))}
+}
+
+// wantManifest GETs repo:reference (tag or digest) and checks that the
+// server answers with want's manifest, byte for byte, its digest and media
+// type; it returns the digest.
+func (e *env) wantManifest(repo, reference string, want interface {
+	Digest() (v1.Hash, error)
+	RawManifest() ([]byte, error)
+	MediaType() (types.MediaType, error)
+}) string {
+	e.t.Helper()
+	wantDigest := mustDigest(e.t, want)
+	wantRaw, err := want.RawManifest()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	wantMT, _ := want.MediaType()
+	if raw := e.getManifest(repo, reference, wantDigest, string(wantMT)); string(raw) != string(wantRaw) {
+		e.t.Errorf("%s:%s: manifest bytes differ from those pushed", repo, reference)
+	}
+	return wantDigest
+}
+
 // verifyImage pulls repo:reference (tag or digest) and checks it is want,
 // byte for byte: the raw manifest, the config and every layer stream are
 // hashed and compared with the digests that name them.
 func (e *env) verifyImage(repo, reference string, want v1.Image) {
 	e.t.Helper()
 	t := e.t
-	wantDigest := mustDigest(t, want)
-	wantRaw, err := want.RawManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantMT, _ := want.MediaType()
-	raw := e.getManifest(repo, reference, wantDigest, string(wantMT))
-	if string(raw) != string(wantRaw) {
-		t.Errorf("%s:%s: manifest bytes differ from those pushed", repo, reference)
-	}
-
+	wantDigest := e.wantManifest(repo, reference, want)
 	img, err := remote.Image(e.refFor(repo, reference), e.ropts()...)
 	if err != nil {
 		t.Fatalf("pull %s %s: %v", repo, reference, err)
@@ -178,13 +202,7 @@ func (e *env) verifyImage(repo, reference string, want v1.Image) {
 func (e *env) verifyIndex(repo, reference string, want v1.ImageIndex) {
 	e.t.Helper()
 	t := e.t
-	wantDigest := mustDigest(t, want)
-	wantRaw, _ := want.RawManifest()
-	wantMT, _ := want.MediaType()
-	raw := e.getManifest(repo, reference, wantDigest, string(wantMT))
-	if string(raw) != string(wantRaw) {
-		t.Errorf("%s:%s: index bytes differ from those pushed", repo, reference)
-	}
+	wantDigest := e.wantManifest(repo, reference, want)
 	idx, err := remote.Index(e.refFor(repo, reference), e.ropts()...)
 	if err != nil {
 		t.Fatalf("pull index %s %s: %v", repo, reference, err)
@@ -371,7 +389,7 @@ func TestTagsAndCatalog(t *testing.T) {
 	// Catalog.
 	repos := []string{repo, "cat/a", "cat/b", "cat/c", "zz"}
 	for _, rp := range repos[1:] {
-		e.push(randomImage(t, true, 1, 256), rp+":x")
+		e.pushRandom(rp+":x", 1, 256)
 	}
 	reg, err := name.NewRegistry(e.srv.Addr, name.Insecure)
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 	"github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 const (
@@ -95,7 +97,7 @@ func paddedManifest(t testing.TB, bs blobSet, size int) []byte {
 }
 
 // wantManifestHeaders checks a successful HEAD or GET of a manifest.
-func wantManifestHeaders(t *testing.T, r response, body []byte, mediaType string) {
+func wantManifestHeaders(t *testing.T, r regtest.Response, body []byte, mediaType string) {
 	t.Helper()
 	wantStatus(t, r, http.StatusOK)
 	if got := r.Header.Get("Content-Type"); got != mediaType {
@@ -110,7 +112,7 @@ func wantManifestHeaders(t *testing.T, r response, body []byte, mediaType string
 }
 
 // ociTags collects the tags named by OCI-Tag response headers.
-func ociTags(r response) []string {
+func ociTags(r regtest.Response) []string {
 	var tags []string
 	for _, h := range r.Header.Values("OCI-Tag") {
 		for _, tag := range strings.Split(h, ",") {
@@ -141,14 +143,14 @@ func TestManifests(t *testing.T) {
 	wantStatus(t, e.do(http.MethodDelete, "/v2/"+repo+"/manifests/params", nil), http.StatusAccepted)
 
 	for _, ref := range []string{"v1", sha(oci)} {
-		wantManifestHeaders(t, e.do(http.MethodHead, "/v2/"+repo+"/manifests/"+ref, nil, "Accept", allManifestTypes), oci, mtOCIManifest)
-		r := e.do(http.MethodHead, "/v2/"+repo+"/manifests/"+ref, nil, "Accept", allManifestTypes)
+		wantManifestHeaders(t, e.do(http.MethodHead, "/v2/"+repo+"/manifests/"+ref, nil, "Accept", regtest.ManifestAccept), oci, mtOCIManifest)
+		r := e.do(http.MethodHead, "/v2/"+repo+"/manifests/"+ref, nil, "Accept", regtest.ManifestAccept)
 		if len(r.Body) != 0 {
 			t.Errorf("HEAD returned a body")
 		}
 		e.getManifest(repo, ref, sha(oci), mtOCIManifest)
 	}
-	wantManifestHeaders(t, e.do(http.MethodGet, "/v2/"+repo+"/manifests/docker", nil, "Accept", allManifestTypes), docker, mtDockerManifest)
+	wantManifestHeaders(t, e.do(http.MethodGet, "/v2/"+repo+"/manifests/docker", nil, "Accept", regtest.ManifestAccept), docker, mtDockerManifest)
 
 	// Push by digest with tags in the query.
 	withTags := ociManifest(t, bs.config, bs.layers, map[string]string{"x": "tags"})
@@ -205,7 +207,7 @@ func TestManifests(t *testing.T) {
 		},
 	})
 	wantStatus(t, e.putManifest(repo, "multi", mtOCIIndex, idx), http.StatusCreated)
-	wantManifestHeaders(t, e.do(http.MethodGet, "/v2/"+repo+"/manifests/multi", nil, "Accept", allManifestTypes), idx, mtOCIIndex)
+	wantManifestHeaders(t, e.do(http.MethodGet, "/v2/"+repo+"/manifests/multi", nil, "Accept", regtest.ManifestAccept), idx, mtOCIIndex)
 }
 
 func TestManifestSizeLimit(t *testing.T) {
@@ -231,8 +233,7 @@ func TestRejectedPushChangesNothing(t *testing.T) {
 	t.Parallel()
 	e := start(t)
 	const repo = "e2e/reject"
-	img := randomImage(t, true, 3, 4096)
-	e.push(img, repo+":stable")
+	img := e.pushRandom(repo+":stable", 3, 4096)
 	bs := e.uploadBlobSet(repo, 2)
 	missing := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: digest.Digest(sha(randBytes(t, 16))), Size: 16}
 	missingCfg := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: missing.Digest, Size: 16}
@@ -305,7 +306,7 @@ func TestSHA512Manifest(t *testing.T) {
 		t.Errorf("%v: Docker-Content-Digest %q, want the client's %q", r, got, md)
 	}
 	e.getManifest(repo, md, md, mtOCIManifest)
-	r = e.do(http.MethodHead, "/v2/"+repo+"/manifests/"+md, nil, "Accept", allManifestTypes)
+	r = e.do(http.MethodHead, "/v2/"+repo+"/manifests/"+md, nil, "Accept", regtest.ManifestAccept)
 	wantStatus(t, r, http.StatusOK)
 	if r.Header.Get("Docker-Content-Digest") != md || r.Header.Get("Content-Length") != strconv.Itoa(len(m)) {
 		t.Errorf("HEAD %s: Docker-Content-Digest %q, Content-Length %q", md, r.Header.Get("Docker-Content-Digest"), r.Header.Get("Content-Length"))

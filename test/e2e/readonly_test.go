@@ -15,6 +15,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 // snapshot maps every regular file under root/docker (the registry's
@@ -50,7 +53,7 @@ func snapshot(t *testing.T, root string) map[string]string {
 
 // wantDenied checks a write refused by a read-only registry: the spec
 // leaves the status open (403 or 405 are common); cairn says DENIED.
-func wantDenied(t *testing.T, r response) {
+func wantDenied(t *testing.T, r regtest.Response) {
 	t.Helper()
 	wantErrorIn(t, r, []int{http.StatusForbidden, http.StatusMethodNotAllowed}, "DENIED")
 }
@@ -60,8 +63,7 @@ func TestReadOnly(t *testing.T) {
 	root := t.TempDir()
 	w := startRoot(t, root)
 	const repo = "e2e/ro"
-	img := randomImage(t, true, 3, 4096)
-	w.push(img, repo+":v1")
+	img := w.pushRandom(repo+":v1", 3, 4096)
 	w.push(img, repo+":v2")
 	idx := platformIndex(t, false, v1.Platform{OS: "linux", Architecture: "amd64"}, v1.Platform{OS: "linux", Architecture: "arm64"})
 	w.pushIndex(idx, repo+"/multi:latest")
@@ -75,11 +77,7 @@ func TestReadOnly(t *testing.T) {
 	w.stop()
 
 	before := snapshot(t, root)
-	cfg := filepath.Join(t.TempDir(), "config.yml")
-	yml := "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: " + root + "\n  maintenance:\n    readonly:\n      enabled: true\n"
-	if err := os.WriteFile(cfg, []byte(yml), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfg := cairnproc.WriteConfig(t, "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: "+root+"\n  maintenance:\n    readonly:\n      enabled: true\n")
 	e := startRoot(t, root, "--config", cfg)
 
 	// Reads work.
@@ -98,7 +96,7 @@ func TestReadOnly(t *testing.T) {
 	oraw, _ := other.RawManifest()
 	layers, _ := img.Layers()
 	ld, _ := layers[0].Digest()
-	for _, r := range []response{
+	for _, r := range []regtest.Response{
 		e.do(http.MethodPost, "/v2/"+repo+"/blobs/uploads/", nil),
 		e.do(http.MethodPost, "/v2/"+repo+"/blobs/uploads/?digest="+sha([]byte("x")), []byte("x"), "Content-Type", "application/octet-stream"),
 		e.do(http.MethodPost, "/v2/e2e/ro2/blobs/uploads/?mount="+ld.String()+"&from="+repo, nil),

@@ -14,6 +14,8 @@ import (
 	"github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 const (
@@ -72,7 +74,7 @@ func (e *env) pushArtifact(repo, artifactType, configType string, subject ocispe
 
 // referrers GETs the referrers of subject (with an optional query) and
 // checks the answer is an OCI index.
-func (e *env) referrers(repo, subject, query string) ([]ocispec.Descriptor, response) {
+func (e *env) referrers(repo, subject, query string) ([]ocispec.Descriptor, regtest.Response) {
 	e.t.Helper()
 	r := e.do(http.MethodGet, "/v2/"+repo+"/referrers/"+subject+query, nil, "Accept", mtOCIIndex)
 	wantStatus(e.t, r, http.StatusOK)
@@ -127,10 +129,8 @@ func TestReferrers(t *testing.T) {
 	t.Parallel()
 	e := start(t)
 	const repo = "e2e/referrers"
-	img := randomImage(t, true, 1, 1024)
-	e.push(img, repo+":app")
-	raw, _ := img.RawManifest()
-	subject := ocispec.Descriptor{MediaType: mtOCIManifest, Digest: digest.Digest(sha(raw)), Size: int64(len(raw))}
+	img := e.pushRandom(repo+":app", 1, 1024)
+	subject := manifestDescriptor(t, img)
 
 	sbom := e.pushArtifact(repo, artSBOM, ocispec.MediaTypeEmptyJSON, subject,
 		map[string]string{"org.opencontainers.image.created": "2024-01-01T00:00:00Z", "org.example.sbom.format": "json"})
@@ -161,8 +161,7 @@ func TestReferrers(t *testing.T) {
 
 	// A referrer may be pushed before its subject exists.
 	later := randomImage(t, true, 1, 512)
-	lraw, _ := later.RawManifest()
-	lsub := ocispec.Descriptor{MediaType: mtOCIManifest, Digest: digest.Digest(sha(lraw)), Size: int64(len(lraw))}
+	lsub := manifestDescriptor(t, later)
 	early := e.pushArtifact(repo, artSig, ocispec.MediaTypeEmptyJSON, lsub, map[string]string{"k": "v"})
 	got, _ = e.referrers(repo, lsub.Digest.String(), "")
 	sameDescriptors(t, "referrer before subject", got, early)
@@ -222,10 +221,8 @@ func TestReferrersGGCR(t *testing.T) {
 	t.Parallel()
 	e := start(t)
 	const repo = "e2e/ggcr-referrers"
-	img := randomImage(t, true, 2, 1024)
-	e.push(img, repo+":app")
-	raw, _ := img.RawManifest()
-	subject := ocispec.Descriptor{MediaType: mtOCIManifest, Digest: digest.Digest(sha(raw)), Size: int64(len(raw))}
+	img := e.pushRandom(repo+":app", 2, 1024)
+	subject := manifestDescriptor(t, img)
 	sbom := e.pushArtifact(repo, artSBOM, ocispec.MediaTypeEmptyJSON, subject, map[string]string{"a": "1"})
 	sig := e.pushArtifact(repo, artSig, ocispec.MediaTypeEmptyJSON, subject, map[string]string{"b": "2"})
 

@@ -18,8 +18,7 @@ func TestRestart(t *testing.T) {
 	root := t.TempDir()
 	e := startRoot(t, root)
 	const repo = "e2e/restart"
-	img := randomImage(t, true, 3, 8192)
-	e.push(img, repo+":v1")
+	img := e.pushRandom(repo+":v1", 3, 8192)
 	idx := platformIndex(t, true, v1.Platform{OS: "linux", Architecture: "amd64"}, v1.Platform{OS: "linux", Architecture: "riscv64"})
 	e.pushIndex(idx, repo+":multi")
 	data := randBytes(t, 3000)

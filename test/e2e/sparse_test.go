@@ -3,9 +3,9 @@ package e2e
 import (
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"testing"
+
+	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 )
 
 // TestSparseManifests: by default a manifest naming a layer or an index
@@ -30,19 +30,12 @@ func TestSparseManifests(t *testing.T) {
 			`{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":%q,"size":10,"platform":{"os":"linux","architecture":"arm64"}}]}`,
 			present, size, missing))
 	}
-	config := func(yml string) string {
-		p := filepath.Join(t.TempDir(), "config.yml")
-		if err := os.WriteFile(p, []byte(yml), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
 
 	strict := start(t)
 	wantError(t, strict.putManifest(repo, "img", mtOCIManifest, manifestFor(strict)), http.StatusBadRequest, "MANIFEST_BLOB_UNKNOWN")
 	wantError(t, strict.do(http.MethodGet, "/v2/"+repo+"/manifests/img", nil), http.StatusNotFound, "MANIFEST_UNKNOWN")
 
-	sparse := start(t, "--config", config("validation:\n  manifests:\n    sparse: true\n"))
+	sparse := start(t, "--config", cairnproc.WriteConfig(t, "validation:\n  manifests:\n    sparse: true\n"))
 	body := manifestFor(sparse)
 	wantStatus(t, sparse.putManifest(repo, "img", mtOCIManifest, body), http.StatusCreated)
 	sparse.getManifest(repo, "img", sha(body), mtOCIManifest)
@@ -53,7 +46,7 @@ func TestSparseManifests(t *testing.T) {
 
 	// Only amd64 must exist: the index whose arm64 child is missing is
 	// accepted, one whose amd64 child is missing is not.
-	listed := start(t, "--config", config("validation:\n  manifests:\n    indexes:\n      platforms: list\n      platformlist:\n        - os: linux\n          architecture: amd64\n"))
+	listed := start(t, "--config", cairnproc.WriteConfig(t, "validation:\n  manifests:\n    indexes:\n      platforms: list\n      platformlist:\n        - os: linux\n          architecture: amd64\n"))
 	cfg := listed.uploadBlob(repo, []byte("{}"))
 	img := []byte(fmt.Sprintf(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json",`+
 		`"config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":%q,"size":2},"layers":[]}`, cfg))

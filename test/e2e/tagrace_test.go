@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cairn-registry/cairn/internal/testutil/objstore"
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 // TestTagPutRacesDigestDelete (issue 10, item 4): a PUT of a manifest by tag
@@ -39,12 +40,12 @@ func tagRace(e *env, rounds int) {
 		tag := fmt.Sprintf("t%d", round%5)
 		// The revision exists before the round, as in the issue's runs.
 		wantStatus(t, e.putManifest(repo, d, mtOCIManifest, m), http.StatusCreated)
-		var put, del response
+		var put, del regtest.Response
 		var wg sync.WaitGroup
 		wg.Go(func() { put = e.do(http.MethodPut, "/v2/"+repo+"/manifests/"+tag, m, "Content-Type", mtOCIManifest) })
 		wg.Go(func() { del = e.do(http.MethodDelete, "/v2/"+repo+"/manifests/"+d, nil) })
 		wg.Wait()
-		for _, r := range []response{put, del} {
+		for _, r := range []regtest.Response{put, del} {
 			if r.Status >= 500 {
 				serverErrors++
 				t.Errorf("round %d: %v", round, r)
@@ -61,7 +62,7 @@ func tagRace(e *env, rounds int) {
 			t.Fatalf("round %d: %v", round, r)
 		}
 		for _, tg := range tags {
-			if g := e.do(http.MethodGet, "/v2/"+repo+"/manifests/"+tg, nil, "Accept", allManifestTypes); g.Status != http.StatusOK {
+			if g := e.do(http.MethodGet, "/v2/"+repo+"/manifests/"+tg, nil, "Accept", regtest.ManifestAccept); g.Status != http.StatusOK {
 				dangling++
 				t.Errorf("round %d: tags/list shows %s, but %v", round, tg, g)
 			}

@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 	"github.com/cairn-registry/cairn/internal/testutil/objstore"
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 // startWithDebug runs a server whose config adds the debug listener (for
@@ -22,11 +21,7 @@ import (
 func startWithDebug(t *testing.T, storage string) (*env, string) {
 	t.Helper()
 	debug := cairnproc.FreeAddr(t)
-	cfg := filepath.Join(t.TempDir(), "config.yml")
-	yml := "version: 0.1\nhttp:\n  debug:\n    addr: " + debug + "\n" + storage
-	if err := os.WriteFile(cfg, []byte(yml), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := cairnproc.WriteConfig(t, "version: 0.1\nhttp:\n  debug:\n    addr: "+debug+"\n"+storage)
 	if storage == "" {
 		return start(t, "--config", cfg), debug
 	}
@@ -53,23 +48,23 @@ func gauge(t *testing.T, debug, name string) string {
 // streamingPatch starts a PATCH of loc whose body the test writes through
 // the returned pipe; the response arrives on the channel (Status 0 when the
 // request failed).
-func (e *env) streamingPatch(loc string) (*io.PipeWriter, <-chan response) {
+func (e *env) streamingPatch(loc string) (*io.PipeWriter, <-chan regtest.Response) {
 	pr, pw := io.Pipe()
 	req, err := http.NewRequestWithContext(e.t.Context(), http.MethodPatch, e.abs(loc), pr)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/octet-stream")
-	out := make(chan response, 1)
+	out := make(chan regtest.Response, 1)
 	go func() {
 		resp, err := e.hc.Do(req)
 		if err != nil {
-			out <- response{req: "PATCH " + loc + ": " + err.Error()}
+			out <- regtest.Response{Req: "PATCH " + loc + ": " + err.Error()}
 			return
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
-		out <- response{Status: resp.StatusCode, Header: resp.Header, Body: b, req: "PATCH " + loc}
+		out <- regtest.Response{Status: resp.StatusCode, Header: resp.Header, Body: b, Req: "PATCH " + loc}
 	}()
 	return pw, out
 }

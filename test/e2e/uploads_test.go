@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 // startUpload POSTs a new upload session and returns its Location.
@@ -59,7 +61,7 @@ func (e *env) wantUploadStatus(loc string, size int) string {
 }
 
 // closeUpload PUTs ?digest= with an optional final chunk and checks the 201.
-func (e *env) closeUpload(loc, digest string, final []byte, offset int) response {
+func (e *env) closeUpload(loc, digest string, final []byte, offset int) regtest.Response {
 	e.t.Helper()
 	hdr := []string{}
 	if len(final) > 0 {
@@ -312,7 +314,7 @@ func TestMounts(t *testing.T) {
 	data := randBytes(t, 10000)
 	d := e.uploadBlob("e2e/mount/src", data)
 	// Blobs are scoped to repositories: the target does not have it yet.
-	e.push(randomImage(t, true, 1, 100), "e2e/mount/dst:seed")
+	e.pushRandom("e2e/mount/dst:seed", 1, 100)
 	wantError(t, e.do(http.MethodGet, "/v2/e2e/mount/dst/blobs/"+d, nil), http.StatusNotFound, "BLOB_UNKNOWN")
 
 	r := e.do(http.MethodPost, "/v2/e2e/mount/dst/blobs/uploads/?mount="+d+"&from=e2e/mount/src", nil)
@@ -328,7 +330,7 @@ func TestMounts(t *testing.T) {
 
 	// A source that lacks the blob: the server opens an upload instead.
 	other := randBytes(t, 500)
-	e.push(randomImage(t, true, 1, 100), "e2e/mount/empty:seed")
+	e.pushRandom("e2e/mount/empty:seed", 1, 100)
 	r = e.do(http.MethodPost, "/v2/e2e/mount/dst2/blobs/uploads/?mount="+sha(other)+"&from=e2e/mount/empty", nil)
 	wantStatus(t, r, http.StatusAccepted)
 	loc := r.Header.Get("Location")

@@ -16,6 +16,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 // pushed is what a tag must name after the test: the last push to it that
@@ -160,19 +162,21 @@ func TestConcurrentPushesAndGC(t *testing.T) {
 	}
 }
 
+// newImage is an OCI image of a random layer and, one time in three,
+// shared. It reports errors with t.Error: pushers call it from their own
+// goroutines.
 func newImage(t *testing.T, rnd *rand.Rand, shared v1.Layer) v1.Image {
-	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
 	l, err := random.Layer(int64(500+rnd.IntN(4000)), types.OCILayer)
 	if err != nil {
 		t.Error(err)
-		return img
+		return empty.Image
 	}
 	ls := []v1.Layer{l}
 	if rnd.IntN(3) == 0 {
 		ls = append(ls, shared)
 	}
-	if img, err = mutate.AppendLayers(img, ls...); err != nil {
+	img, err := regtest.OCIImage(ls...)
+	if err != nil {
 		t.Error(err)
 	}
 	return img

@@ -28,6 +28,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/gc"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 // TestMain builds cairn once for the package.
@@ -50,11 +51,7 @@ func startNode(t *testing.T, root string, args ...string) *node {
 
 func (n *node) ref(t testing.TB, s string) name.Reference {
 	t.Helper()
-	r, err := name.ParseReference(n.srv.Addr+"/"+s, name.Insecure)
-	if err != nil {
-		t.Fatalf("reference %q: %v", s, err)
-	}
-	return r
+	return regtest.Ref(t, n.srv.Addr, s)
 }
 
 func (n *node) opts(ctx context.Context) []remote.Option {
@@ -86,9 +83,6 @@ func tryGC(root string, args ...string) (*gc.Report, string, error) {
 	return &rep, stderr.String(), nil
 }
 
-const allManifestTypes = "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json, " +
-	"application/vnd.docker.distribution.manifest.v2+json, application/vnd.docker.distribution.manifest.list.v2+json"
-
 // get fetches a URL path and returns the body; status must be 200.
 func (n *node) get(ctx context.Context, path string, hdr ...string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.srv.URL+path, nil)
@@ -116,7 +110,7 @@ func (n *node) get(ctx context.Context, path string, hdr ...string) ([]byte, err
 // pullTree pulls repo:ref and everything it references, checking each
 // manifest and blob against its digest: byte-exact or an error.
 func (n *node) pullTree(ctx context.Context, repo, ref, want string) error {
-	raw, err := n.get(ctx, "/v2/"+repo+"/manifests/"+ref, "Accept", allManifestTypes)
+	raw, err := n.get(ctx, "/v2/"+repo+"/manifests/"+ref, "Accept", regtest.ManifestAccept)
 	if err != nil {
 		return err
 	}
@@ -155,35 +149,7 @@ func (n *node) pullTree(ctx context.Context, repo, ref, want string) error {
 // pullImage pulls a tagged image with go-containerregistry as a client
 // would, hashing every layer stream.
 func (n *node) pullImage(ctx context.Context, t testing.TB, repo, tag, want string) error {
-	img, err := remote.Image(n.ref(t, repo+":"+tag), n.opts(ctx)...)
-	if err != nil {
-		return err
-	}
-	d, err := img.Digest()
-	if err != nil {
-		return err
-	}
-	if d.String() != want {
-		return fmt.Errorf("%s:%s is %s, want %s", repo, tag, d, want)
-	}
-	layers, err := img.Layers()
-	if err != nil {
-		return err
-	}
-	for _, l := range layers {
-		rc, err := l.Compressed()
-		if err != nil {
-			return err
-		}
-		h := sha256.New()
-		_, err = io.Copy(h, rc)
-		rc.Close()
-		ld, _ := l.Digest()
-		if err != nil || "sha256:"+hex.EncodeToString(h.Sum(nil)) != ld.String() {
-			return fmt.Errorf("%s:%s: layer %s does not read back (%v)", repo, tag, ld, err)
-		}
-	}
-	return nil
+	return regtest.CheckPull(ctx, n.ref(t, repo+":"+tag), want, remote.WithTransport(n.tr))
 }
 
 func sha(b []byte) string { s := sha256.Sum256(b); return "sha256:" + hex.EncodeToString(s[:]) }

@@ -17,6 +17,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 // manifest is what the oracle knows of one pushed manifest.
@@ -71,8 +73,6 @@ func (o *oracle) layer() v1.Layer {
 }
 
 func (o *oracle) image(layers int) v1.Image {
-	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
 	var ls []v1.Layer
 	for range layers {
 		if o.rnd.IntN(3) == 0 {
@@ -81,7 +81,7 @@ func (o *oracle) image(layers int) v1.Image {
 			ls = append(ls, o.layer())
 		}
 	}
-	img, err := mutate.AppendLayers(img, ls...)
+	img, err := regtest.OCIImage(ls...)
 	if err != nil {
 		o.t.Fatal(err)
 	}
@@ -191,25 +191,15 @@ func (o *oracle) pushIndex(r, tag string) {
 func (o *oracle) putRaw(r, ref string, m *manifest) {
 	req, _ := http.NewRequestWithContext(o.ctx, http.MethodPut, o.n.srv.URL+"/v2/"+r+"/manifests/"+ref, bytes.NewReader(m.raw))
 	req.Header.Set("Content-Type", string(m.desc.MediaType))
-	resp, err := o.n.hc.Do(req)
-	if err != nil {
-		o.t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
-		o.t.Fatalf("PUT %s:%s: %d", r, ref, resp.StatusCode)
+	if resp := regtest.Send(o.t, o.n.hc, req); resp.Status != http.StatusCreated {
+		o.t.Fatalf("%v, want 201", resp)
 	}
 }
 
 func (o *oracle) del(r, ref string) {
 	req, _ := http.NewRequestWithContext(o.ctx, http.MethodDelete, o.n.srv.URL+"/v2/"+r+"/manifests/"+ref, nil)
-	resp, err := o.n.hc.Do(req)
-	if err != nil {
-		o.t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		o.t.Fatalf("DELETE %s:%s: %d", r, ref, resp.StatusCode)
+	if resp := regtest.Send(o.t, o.n.hc, req); resp.Status != http.StatusAccepted {
+		o.t.Fatalf("%v, want 202", resp)
 	}
 }
 

@@ -5,40 +5,30 @@ package objectstore
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"hash"
-	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	gcstorage "cloud.google.com/go/storage"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
-	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/opencontainers/go-digest"
 	"google.golang.org/api/iterator"
 	"google.golang.org/api/option"
 
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/azure"
 	"github.com/cairn-registry/cairn/internal/storage/driver/gcs"
-	"github.com/cairn-registry/cairn/internal/storage/driver/s3"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 	"github.com/cairn-registry/cairn/internal/testutil/objstore"
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 func TestS3(t *testing.T) {
-	p, section := objstore.S3Bucket(t, "cairn-e2e-")
-	d, err := s3.New(context.Background(), p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, section := objstore.S3Store(t, "cairn-e2e-")
 	roundTrip(t, "version: 0.1\nstorage:\n"+section, d)
 }
 
@@ -115,10 +105,7 @@ func TestAzure(t *testing.T) {
 // checks through d that the blobs live in the store, and pulls again from
 // a restarted server.
 func roundTrip(t *testing.T, yml string, d driver.Driver) {
-	cfg := filepath.Join(t.TempDir(), "config.yml")
-	if err := os.WriteFile(cfg, []byte(yml), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := cairnproc.WriteConfig(t, yml)
 	bin := cairnproc.Binary(t)
 	srv := cairnproc.StartArgs(t, bin, "--config", cfg)
 
@@ -134,19 +121,19 @@ func roundTrip(t *testing.T, yml string, d driver.Driver) {
 	if img, err = mutate.AppendLayers(img, big); err != nil {
 		t.Fatal(err)
 	}
-	ref, err := name.ParseReference(srv.Addr+"/store/image:v1", name.Insecure)
+	if err := remote.Write(regtest.Ref(t, srv.Addr, "store/image:v1"), img); err != nil {
+		t.Fatalf("push: %v\n%s", err, srv.Logs())
+	}
+	want, err := img.Digest()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := remote.Write(ref, img); err != nil {
-		t.Fatalf("push: %v\n%s", err, srv.Logs())
-	}
-	verifyPull(t, ref, img)
+	verifyPull(t, srv, want.String())
 
 	layers, _ := img.Layers()
 	for _, l := range layers {
 		dg, _ := l.Digest()
-		fi, err := d.Stat(context.Background(), "/docker/registry/v2/blobs/sha256/"+dg.Hex[:2]+"/"+dg.Hex+"/data")
+		fi, err := d.Stat(context.Background(), layout.BlobData(digest.Digest(dg.String())))
 		size, _ := l.Size()
 		if err != nil || fi.Size != size {
 			t.Fatalf("blob %s in the store: %+v, %v (want size %d)", dg, fi, err, size)
@@ -155,42 +142,14 @@ func roundTrip(t *testing.T, yml string, d driver.Driver) {
 
 	srv.Stop()
 	again := cairnproc.StartArgs(t, bin, "--config", cfg)
-	ref2, _ := name.ParseReference(again.Addr+"/store/image:v1", name.Insecure)
-	verifyPull(t, ref2, img)
+	verifyPull(t, again, want.String())
 }
 
-func verifyPull(t *testing.T, ref name.Reference, want v1.Image) {
+// verifyPull pulls store/image:v1 and checks it is the image want names,
+// every layer byte-exact.
+func verifyPull(t *testing.T, srv *cairnproc.Server, want string) {
 	t.Helper()
-	got, err := remote.Image(ref)
-	if err != nil {
-		t.Fatalf("pull %s: %v", ref, err)
-	}
-	wd, _ := want.Digest()
-	gd, err := got.Digest()
-	if err != nil || gd != wd {
-		t.Fatalf("pulled digest %s (%v), want %s", gd, err, wd)
-	}
-	layers, err := got.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range layers {
-		dg, _ := l.Digest()
-		rc, err := l.Compressed()
-		if err != nil {
-			t.Fatal(err)
-		}
-		h := v1.Hash{Algorithm: "sha256"}
-		hasher := newSHA256()
-		if _, err := io.Copy(hasher, rc); err != nil {
-			t.Fatalf("read layer %s: %v", dg, err)
-		}
-		rc.Close()
-		h.Hex = hex.EncodeToString(hasher.Sum(nil))
-		if h != dg {
-			t.Fatalf("layer %s pulled with digest %s", dg, h)
-		}
+	if err := regtest.CheckPull(t.Context(), regtest.Ref(t, srv.Addr, "store/image:v1"), want); err != nil {
+		t.Fatalf("pull: %v", err)
 	}
 }
-
-func newSHA256() hash.Hash { return sha256.New() }

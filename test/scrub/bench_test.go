@@ -1,17 +1,14 @@
 package scrub
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
-	"github.com/cairn-registry/cairn/internal/storage/driver/s3"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 	"github.com/cairn-registry/cairn/internal/testutil/objstore"
 )
@@ -27,7 +24,7 @@ func TestScrubThroughput(t *testing.T) {
 	const idx = "  dedup:\n    mode: index\n    workers: 4\n"
 	t.Run("filesystem", func(t *testing.T) {
 		root := t.TempDir()
-		cfg := writeConfig(t, "version: 0.1\nlog: {level: warn}\nstorage:\n  filesystem: {rootdirectory: /unused}\n"+idx)
+		cfg := cairnproc.WriteConfig(t, "version: 0.1\nlog: {level: warn}\nstorage:\n  filesystem: {rootdirectory: /unused}\n"+idx)
 		d, err := filesystem.New(root)
 		if err != nil {
 			t.Fatal(err)
@@ -35,14 +32,8 @@ func TestScrubThroughput(t *testing.T) {
 		benchScrub(t, d, func() *cairnproc.Server { return cairnproc.Start(t, root, "--config", cfg) }, []string{"--config", cfg, "--root", root})
 	})
 	t.Run("minio", func(t *testing.T) {
-		p, section := objstore.S3Bucket(t, "cairn-scrub-bench-")
-		d, err := s3.New(context.Background(), p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dir := t.TempDir()
-		cfg := writeConfig(t, fmt.Sprintf("version: 0.1\nlog: {level: warn}\nstorage:\n%s%s    metadata: {path: %q}\n    cache: {preconstruct: {dir: %q}}\n",
-			section, idx, filepath.Join(dir, "meta.db"), filepath.Join(dir, "cache")))
+		d, section := objstore.S3Store(t, "cairn-scrub-bench-")
+		cfg := cairnproc.WriteConfig(t, "version: 0.1\nlog: {level: warn}\nstorage:\n"+section+idx+objstore.DedupLocal(t))
 		benchScrub(t, d, func() *cairnproc.Server { return cairnproc.StartArgs(t, cairnproc.Binary(t), "--config", cfg) }, []string{"--config", cfg})
 	})
 }

@@ -6,25 +6,19 @@
 package scrub
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -36,10 +30,11 @@ import (
 	"github.com/cairn-registry/cairn/internal/scrub"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
-	"github.com/cairn-registry/cairn/internal/storage/driver/s3"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/drivertest"
 	"github.com/cairn-registry/cairn/internal/testutil/layertest"
 	"github.com/cairn-registry/cairn/internal/testutil/objstore"
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(cairnproc.Main(m)) }
@@ -55,7 +50,7 @@ const dedupConfig = `  dedup:
 func TestScrubFilesystem(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	cfg := writeConfig(t, "version: 0.1\nlog: {level: warn}\nstorage:\n  filesystem: {rootdirectory: /unused}\n"+dedupConfig)
+	cfg := cairnproc.WriteConfig(t, "version: 0.1\nlog: {level: warn}\nstorage:\n  filesystem: {rootdirectory: /unused}\n"+dedupConfig)
 	d, err := filesystem.New(root)
 	if err != nil {
 		t.Fatal(err)
@@ -67,26 +62,11 @@ func TestScrubFilesystem(t *testing.T) {
 
 func TestScrubMinIO(t *testing.T) {
 	t.Parallel()
-	p, section := objstore.S3Bucket(t, "cairn-scrub-")
-	d, err := s3.New(context.Background(), p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	cfg := writeConfig(t, fmt.Sprintf("version: 0.1\nlog: {level: warn}\nstorage:\n%s%s    metadata: {path: %q}\n    cache: {preconstruct: {dir: %q}}\n",
-		section, dedupConfig, filepath.Join(dir, "meta.db"), filepath.Join(dir, "cache")))
+	d, section := objstore.S3Store(t, "cairn-scrub-")
+	cfg := cairnproc.WriteConfig(t, "version: 0.1\nlog: {level: warn}\nstorage:\n"+section+dedupConfig+objstore.DedupLocal(t))
 	runScenario(t, d,
 		func() *cairnproc.Server { return cairnproc.StartArgs(t, cairnproc.Binary(t), "--config", cfg) },
 		[]string{"--config", cfg})
-}
-
-func writeConfig(t *testing.T, yml string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "config.yml")
-	if err := os.WriteFile(p, []byte(yml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // runScenario pushes keep/base (index mode) and full/app (full mode) whose
@@ -107,7 +87,7 @@ func runScenario(t *testing.T, d driver.Driver, start func() *cairnproc.Server, 
 
 	appManifest := digestOf(t, app.Digest)
 	appConfig := digestOf(t, app.ConfigName)
-	s0 := digest.FromBytes(shared[0].body)
+	s0 := digest.FromBytes(shared[0].Body)
 	configData := layout.BlobData(appConfig)
 	filePath, err := layer.FilePath(s0)
 	if err != nil {
@@ -190,19 +170,14 @@ func runScenario(t *testing.T, d driver.Driver, start func() *cairnproc.Server, 
 	}
 }
 
-type tfile struct {
-	name string
-	body []byte
-}
-
 // files returns n files under dir with bodies from seeds seed, seed+1, ...
 // (odd seeds give random bytes, even ones text).
-func files(dir string, seed uint64, n int) []tfile { return filesOf(dir, seed, n, 30_000) }
+func files(dir string, seed uint64, n int) []layertest.File { return filesOf(dir, seed, n, 30_000) }
 
-func filesOf(dir string, seed uint64, n, size int) []tfile {
-	var fs []tfile
+func filesOf(dir string, seed uint64, n, size int) []layertest.File {
+	var fs []layertest.File
 	for i := range n {
-		fs = append(fs, tfile{fmt.Sprintf("%s/f%d", dir, i), layertest.Body(seed+uint64(i), size)})
+		fs = append(fs, layertest.File{Name: fmt.Sprintf("%s/f%d", dir, i), Body: layertest.Body(seed+uint64(i), size)})
 	}
 	return fs
 }
@@ -212,26 +187,13 @@ type testLayer struct {
 	mediaType types.MediaType
 }
 
-func layerBlob(t *testing.T, compression string, fs []tfile) testLayer {
+func layerBlob(t *testing.T, compression string, fs []layertest.File) testLayer {
 	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	mod := time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC)
-	for _, f := range fs {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.name, Mode: 0o644, Size: int64(len(f.body)), ModTime: mod, Format: tar.FormatPAX}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(f.body); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
+	raw := layertest.Tar(t, fs...)
 	if compression == "zstd" {
-		return testLayer{layertest.Zstd(t, buf.Bytes(), zstd.SpeedDefault), layertest.OCIZstd}
+		return testLayer{layertest.Zstd(t, raw, zstd.SpeedDefault), layertest.OCIZstd}
 	}
-	return testLayer{layertest.Gzip(t, buf.Bytes(), 6), layertest.OCIGzip}
+	return testLayer{layertest.Gzip(t, raw, 6), layertest.OCIGzip}
 }
 
 // pushed is what a push stored: the manifest and config digests.
@@ -239,19 +201,15 @@ type pushed struct{ Digest, ConfigName v1.Hash }
 
 func push(t *testing.T, srv *cairnproc.Server, ref string, layers ...testLayer) pushed {
 	t.Helper()
-	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	for _, l := range layers {
-		var err error
-		if img, err = mutate.AppendLayers(img, static.NewLayer(l.blob, l.mediaType)); err != nil {
-			t.Fatal(err)
-		}
+	ls := make([]v1.Layer, len(layers))
+	for i, l := range layers {
+		ls[i] = static.NewLayer(l.blob, l.mediaType)
 	}
-	r, err := name.ParseReference(srv.Addr+"/"+ref, name.Insecure)
+	img, err := regtest.OCIImage(ls...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := remote.Write(r, img); err != nil {
+	if err := remote.Write(regtest.Ref(t, srv.Addr, ref), img); err != nil {
 		t.Fatalf("push %s: %v", ref, err)
 	}
 	dg, err := img.Digest()
@@ -278,13 +236,7 @@ func digestOf(t *testing.T, h v1.Hash) digest.Digest {
 // keep[layer] (index mode).
 func waitDedup(t *testing.T, d driver.Driver, keep map[digest.Digest]bool) {
 	t.Helper()
-	has := func(p string) bool {
-		_, err := d.Stat(context.Background(), p)
-		if err != nil && !errors.Is(err, driver.ErrNotFound) {
-			t.Fatal(err)
-		}
-		return err == nil
-	}
+	has := func(p string) bool { return drivertest.Exists(t, d, p) }
 	deadline := time.Now().Add(3 * time.Minute) // a hang guard, not a timing assertion
 	for {
 		done := true
@@ -387,14 +339,9 @@ func wantFindings(t *testing.T, rep *scrub.Report, want map[string]string) map[s
 // getBlob GETs blob d of repo.
 func getBlob(t *testing.T, srv *cairnproc.Server, repo string, d digest.Digest) []byte {
 	t.Helper()
-	resp, err := http.Get(srv.URL + "/v2/" + repo + "/blobs/" + d.String())
-	if err != nil {
-		t.Fatal(err)
+	r := regtest.Do(t, http.DefaultClient, http.MethodGet, srv.URL+"/v2/"+repo+"/blobs/"+d.String(), nil)
+	if r.Status != http.StatusOK {
+		t.Fatalf("GET %s blob %s: %v", repo, d, r)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s blob %s: %d %v", repo, d, resp.StatusCode, err)
-	}
-	return b
+	return r.Body
 }

@@ -247,6 +247,24 @@ func getTimes(ds []time.Duration, bytes int64) GetTimes {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+// cacheGet GETs layer l from srv and returns how long it took and how it
+// moved the preconstruct cache's counts (a miss rebuilt it, a hit did not).
+func (r *registryRun) cacheGet(ctx context.Context, srv *server, l *dataset.Layer) (time.Duration, cacheCounts, error) {
+	before, err := scrape(ctx, r.client, srv.MetricsURL)
+	if err != nil {
+		return 0, cacheCounts{}, err
+	}
+	d, err := r.getBlob(ctx, r.client, srv.URL, l)
+	if err != nil {
+		return 0, cacheCounts{}, err
+	}
+	after, err := scrape(ctx, r.client, srv.MetricsURL)
+	if err != nil {
+		return 0, cacheCounts{}, err
+	}
+	return d, countsOf(after.sub(before), "preconstruct"), nil
+}
+
 // latency serves the deduplicated registry in full mode, with prediction
 // and prefetch off, and GETs every layer twice.
 func (r *registryRun) latency(ctx context.Context, intact map[digest.Digest]time.Duration) (*LatencyFigures, error) {
@@ -259,19 +277,11 @@ func (r *registryRun) latency(ctx context.Context, intact map[digest.Digest]time
 	var restored []*dataset.Layer
 	var intactT, cold, hit []time.Duration
 	for _, l := range r.ds.Layers {
-		before, err := scrape(ctx, r.client, srv.MetricsURL)
+		d, moved, err := r.cacheGet(ctx, srv, l)
 		if err != nil {
 			return nil, err
 		}
-		d, err := r.getBlob(ctx, r.client, srv.URL, l)
-		if err != nil {
-			return nil, err
-		}
-		after, err := scrape(ctx, r.client, srv.MetricsURL)
-		if err != nil {
-			return nil, err
-		}
-		if countsOf(after.sub(before), "preconstruct").Misses == 0 {
+		if moved.Misses == 0 {
 			fig.Others++
 			continue
 		}
@@ -281,19 +291,11 @@ func (r *registryRun) latency(ctx context.Context, intact map[digest.Digest]time
 		fig.Bytes += l.Size
 	}
 	for _, l := range restored {
-		before, err := scrape(ctx, r.client, srv.MetricsURL)
+		d, moved, err := r.cacheGet(ctx, srv, l)
 		if err != nil {
 			return nil, err
 		}
-		d, err := r.getBlob(ctx, r.client, srv.URL, l)
-		if err != nil {
-			return nil, err
-		}
-		after, err := scrape(ctx, r.client, srv.MetricsURL)
-		if err != nil {
-			return nil, err
-		}
-		if countsOf(after.sub(before), "preconstruct").Hits == 0 {
+		if moved.Hits == 0 {
 			return nil, fmt.Errorf("dedupbench: second GET of %s was no preconstruct cache hit (cache %s too small?)", l.Digest, r.opts.PreconstructSize)
 		}
 		hit = append(hit, d)

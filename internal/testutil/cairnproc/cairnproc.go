@@ -96,6 +96,17 @@ func moduleRoot() (string, error) {
 	return filepath.Dir(mod), nil
 }
 
+// WriteConfig writes yml as config.yml in a new temp dir and returns its
+// path, for --config.
+func WriteConfig(t testing.TB, yml string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.yml")
+	if err := os.WriteFile(p, []byte(yml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // FreeAddr returns a loopback host:port that was free a moment ago.
 func FreeAddr(t testing.TB) string {
 	t.Helper()

@@ -1,15 +1,17 @@
 // Package layertest makes layer blobs for dedup tests: deterministic file
-// bodies and the compressors real image builders use (Go's compress/gzip,
-// klauspost gzip, pgzip and zstd, and the gzip program).
+// bodies, tars of them, and the compressors real image builders use (Go's
+// compress/gzip, klauspost gzip, pgzip and zstd, and the gzip program).
 package layertest
 
 import (
+	"archive/tar"
 	"bytes"
 	stdgzip "compress/gzip"
 	"io"
 	"math/rand/v2"
 	"os/exec"
 	"testing"
+	"time"
 
 	kgzip "github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
@@ -42,6 +44,34 @@ func Body(seed uint64, n int) []byte {
 		b[i] = byte(r.Uint32())
 	}
 	return b
+}
+
+// File is a regular file of a test layer.
+type File struct {
+	Name string
+	Body []byte
+}
+
+// Tar is a PAX tar of files, each mode 0644 with one fixed modification
+// time: the same files make the same bytes.
+func Tar(t testing.TB, files ...File) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	mod := time.Date(2025, 3, 1, 8, 0, 0, 0, time.UTC)
+	for _, f := range files {
+		h := &tar.Header{Typeflag: tar.TypeReg, Name: f.Name, Mode: 0o644, Size: int64(len(f.Body)), ModTime: mod, Format: tar.FormatPAX}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(f.Body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }
 
 // compress writes raw through the writer w wraps around a buffer.

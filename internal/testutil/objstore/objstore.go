@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/cairn-registry/cairn/internal/storage/driver/s3"
@@ -73,4 +74,25 @@ func S3Bucket(t testing.TB, prefix string) (s3.Parameters, string) {
 func S3Section(p s3.Parameters) string {
 	return fmt.Sprintf("  s3:\n    region: %s\n    regionendpoint: %s\n    accesskey: %s\n    secretkey: %s\n    bucket: %s\n    forcepathstyle: true\n    secure: false\n    rootdirectory: %s\n",
 		p.Region, p.RegionEndpoint, p.AccessKey, p.SecretKey, p.Bucket, p.RootDirectory)
+}
+
+// S3Store is S3Bucket's bucket as an s3 driver, for tests that look at the
+// store directly, with the storage.s3 YAML section.
+func S3Store(t testing.TB, prefix string) (*s3.Driver, string) {
+	t.Helper()
+	p, yml := S3Bucket(t, prefix)
+	d, err := s3.New(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, yml
+}
+
+// DedupLocal is the YAML, below storage.dedup, that keeps dedup's metadata
+// store and preconstruct cache in a temp dir: on an object store there is
+// no storage root for their defaults.
+func DedupLocal(t testing.TB) string {
+	dir := t.TempDir()
+	return fmt.Sprintf("    metadata: {path: %q}\n    cache: {preconstruct: {dir: %q}}\n",
+		filepath.Join(dir, "meta.db"), filepath.Join(dir, "cache"))
 }
