@@ -5,9 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,27 +17,22 @@ import (
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
-// redisConfig writes a config of two nodes' worth: mode full, metadata in
-// Redis under a fresh prefix, and extra lines under storage.dedup.
+// redisConfig writes a config for nodes sharing one root: mode full,
+// metadata in Redis under a fresh prefix, and extra: YAML under
+// storage.dedup (lines after the first indented by four spaces).
 func redisConfig(t *testing.T, extra string) string {
 	t.Helper()
 	addr := objstore.Need(t, "CAIRN_TEST_REDIS_ADDR")[0]
 	prefix := objstore.RandomName("cairn-test-") + ":"
-	cfg := filepath.Join(t.TempDir(), "config.yml")
-	yml := fmt.Sprintf(`version: 0.1
+	return cairnproc.WriteConfig(t, fmt.Sprintf(`version: 0.1
 log: {level: debug}
 storage:
   filesystem: {rootdirectory: /unused}
   dedup:
     mode: full
-    workers: 2
     metadata: {redis: {addr: %q, prefix: %q}}
     %s
-`, addr, prefix, extra)
-	if err := os.WriteFile(cfg, []byte(yml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return cfg
+`, addr, prefix, extra))
 }
 
 // deleteTag deletes repo:v1.
@@ -127,7 +120,7 @@ func (l *load) failed() error {
 // byte-exact from either node. Then `cairn gc` is killed (-9) while it
 // compacts, and two more runs finish the job.
 func TestCompactionUnderLoad(t *testing.T) {
-	cfg := redisConfig(t, "packs: {compactbelow: 0.9}")
+	cfg := redisConfig(t, "packs: {compactbelow: 0.9}\n    workers: 2")
 	root := t.TempDir()
 	a := cairnproc.Start(t, root, "--config", cfg)
 	b := cairnproc.Start(t, root, "--config", cfg)

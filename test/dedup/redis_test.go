@@ -1,11 +1,9 @@
 package dedup
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
-	"github.com/cairn-registry/cairn/internal/testutil/objstore"
 )
 
 // TestTwoNodesSharedRedis runs two serve nodes on one storage root with the
@@ -13,17 +11,7 @@ import (
 // deduplicated, the other node serves it byte-exact, and the CLI (stats,
 // GC) works beside both.
 func TestTwoNodesSharedRedis(t *testing.T) {
-	addr := objstore.Need(t, "CAIRN_TEST_REDIS_ADDR")[0]
-	prefix := objstore.RandomName("cairn-test-") + ":"
-	cfg := cairnproc.WriteConfig(t, fmt.Sprintf(`version: 0.1
-log: {level: debug}
-storage:
-  filesystem: {rootdirectory: /unused}
-  dedup:
-    mode: full
-    workers: 1
-    metadata: {redis: {addr: %q, prefix: %q}}
-`, addr, prefix))
+	cfg := redisConfig(t, "workers: 1")
 	root := t.TempDir()
 	a := cairnproc.Start(t, root, "--config", cfg)
 	b := cairnproc.Start(t, root, "--config", cfg)

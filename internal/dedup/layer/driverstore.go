@@ -32,7 +32,7 @@ type DriverStore struct {
 	d     driver.Driver
 	small *zstd.Encoder // EncodeAll is safe for concurrent use
 	encs  sync.Pool     // *zstd.Encoder for streamed payloads
-	decs  sync.Pool     // *zstd.Decoder
+	decs  Decoders
 }
 
 // NewDriverStore returns a DriverStore keeping payloads in d.
@@ -149,19 +149,36 @@ func (s *DriverStore) Open(ctx context.Context, d digest.Digest) (io.ReadCloser,
 	if err != nil {
 		return nil, fmt.Errorf("layer: open %s: %w", d, err)
 	}
-	dec, _ := s.decs.Get().(*zstd.Decoder)
+	out, err := s.decs.Open(rc)
+	if err != nil {
+		return nil, fmt.Errorf("layer: open %s: %w", d, err)
+	}
+	return out, nil
+}
+
+// Decoders decompresses stored payloads (zstd frames) with pooled
+// decoders. The zero value is ready to use.
+type Decoders struct{ pool sync.Pool }
+
+// Open returns the decompressed stream of rc; closing it closes rc. Bytes
+// that do not decode (zstd checks its frames and their checksums) fail
+// with ErrCorruptFile; rc's own read errors are passed on as they are.
+func (ds *Decoders) Open(rc io.ReadCloser) (io.ReadCloser, error) {
+	dec, _ := ds.pool.Get().(*zstd.Decoder)
 	if dec == nil {
+		var err error
 		if dec, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1)); err != nil {
 			rc.Close()
-			return nil, fmt.Errorf("layer: open %s: %w", d, err)
+			return nil, err
 		}
 	}
 	src := &srcReader{iocount.ErrReader{R: rc}}
 	if err := dec.Reset(src); err != nil {
 		rc.Close()
-		return nil, fmt.Errorf("layer: open %s: %w", d, src.classify(err))
+		ds.pool.Put(dec)
+		return nil, src.classify(err)
 	}
-	return &decReader{dec: dec, src: src, rc: rc, pool: &s.decs}, nil
+	return &decReader{dec: dec, src: src, rc: rc, pool: &ds.pool}, nil
 }
 
 // srcReader remembers the driver's read error, so that a decoding failure

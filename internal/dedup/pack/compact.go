@@ -224,15 +224,7 @@ func (s *Store) Migrate(ctx context.Context, files []layer.File) (Compaction, er
 	if s.idx == nil {
 		return c, nil
 	}
-	seen := make(map[digest.Digest]bool, len(files))
-	var ds []digest.Digest
-	for _, f := range files {
-		if !seen[f.Digest] {
-			seen[f.Digest] = true
-			ds = append(ds, f.Digest)
-		}
-	}
-	infos, err := s.idx.Files(ctx, ds)
+	infos, err := s.idx.Files(ctx, distinct(files))
 	if err != nil {
 		return c, fmt.Errorf("pack: migrate: %w", err)
 	}

@@ -81,10 +81,10 @@ type Store struct {
 	legacy *layer.DriverStore
 	opts   Options
 	log    *slog.Logger
-	small  *zstd.Encoder // EncodeAll is safe for concurrent use
-	smallD *zstd.Decoder // DecodeAll is safe for concurrent use
-	encs   sync.Pool     // *zstd.Encoder for large files
-	decs   sync.Pool     // *zstd.Decoder for large files
+	small  *zstd.Encoder  // EncodeAll is safe for concurrent use
+	smallD *zstd.Decoder  // DecodeAll is safe for concurrent use
+	encs   sync.Pool      // *zstd.Encoder for large files
+	decs   layer.Decoders // for large files
 	// legacyState caches whether cairn/files holds anything (legacyYes,
 	// legacyNo; 0: not known yet). Nothing writes there any more, so once
 	// empty it stays empty, and a file without a location costs no request.
@@ -273,60 +273,9 @@ func (s *Store) decodeSmall(d digest.Digest, frame []byte, size int64) (io.ReadC
 
 // decodeStream decompresses a frame as it is read from rc.
 func (s *Store) decodeStream(d digest.Digest, rc io.ReadCloser) (io.ReadCloser, error) {
-	dec, _ := s.decs.Get().(*zstd.Decoder)
-	if dec == nil {
-		var err error
-		if dec, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1)); err != nil {
-			rc.Close()
-			return nil, fmt.Errorf("pack: %w", err)
-		}
+	out, err := s.decs.Open(rc)
+	if err != nil {
+		return nil, fmt.Errorf("pack: file %s: %w", d, err)
 	}
-	src := &srcReader{ErrReader: iocount.ErrReader{R: rc}, d: d}
-	if err := dec.Reset(src); err != nil {
-		rc.Close()
-		s.decs.Put(dec)
-		return nil, src.classify(err)
-	}
-	return &decReader{dec: dec, src: src, rc: rc, pool: &s.decs}, nil
-}
-
-// srcReader remembers the storage's read error, so that a decoding failure
-// can be told apart: a failed read is the storage's, anything else means
-// the stored bytes are corrupt.
-type srcReader struct {
-	iocount.ErrReader
-	d digest.Digest
-}
-
-func (s *srcReader) classify(err error) error {
-	if err == nil || err == io.EOF || s.Err != nil {
-		return err
-	}
-	return fmt.Errorf("pack: file %s: %w: %w", s.d, layer.ErrCorruptFile, err)
-}
-
-// decReader returns its decoder to the pool on Close.
-type decReader struct {
-	dec  *zstd.Decoder
-	src  *srcReader
-	rc   io.ReadCloser
-	pool *sync.Pool
-}
-
-func (r *decReader) Read(b []byte) (int, error) {
-	if r.dec == nil {
-		return 0, io.ErrClosedPipe
-	}
-	n, err := r.dec.Read(b)
-	return n, r.src.classify(err)
-}
-
-func (r *decReader) Close() error {
-	if r.dec == nil {
-		return nil
-	}
-	r.dec.Reset(nil)
-	r.pool.Put(r.dec)
-	r.dec = nil
-	return r.rc.Close()
+	return out, nil
 }

@@ -90,10 +90,8 @@ func plan(files []layer.File, locs map[digest.Digest]meta.Location, maxSpan, max
 	return spans, of, keep
 }
 
-// Stream implements layer.Streamer: one metadata call locates every file,
-// then the spans are read ahead, at most Inflight at once, and the files
-// handed out in order.
-func (s *Store) Stream(ctx context.Context, files []layer.File) (layer.Payloads, error) {
+// distinct returns the digests of files, each once, in order.
+func distinct(files []layer.File) []digest.Digest {
 	seen := make(map[digest.Digest]bool, len(files))
 	var ds []digest.Digest
 	for _, f := range files {
@@ -102,7 +100,14 @@ func (s *Store) Stream(ctx context.Context, files []layer.File) (layer.Payloads,
 			ds = append(ds, f.Digest)
 		}
 	}
-	locs, err := s.locate(ctx, ds)
+	return ds
+}
+
+// Stream implements layer.Streamer: one metadata call locates every file,
+// then the spans are read ahead, at most Inflight at once, and the files
+// handed out in order.
+func (s *Store) Stream(ctx context.Context, files []layer.File) (layer.Payloads, error) {
+	locs, err := s.locate(ctx, distinct(files))
 	if err != nil {
 		return nil, err
 	}

@@ -604,38 +604,5 @@ func TestReadRangeRequests(t *testing.T) {
 	h := &rangeHeaders{next: http.DefaultTransport}
 	p := params(s, name)
 	p.Transport = h
-	d := newDriver(t, p)
-	ctx := context.Background()
-	if err := d.PutContent(ctx, "/f", []byte("0123456789")); err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		off, n       int64
-		want, header string // want "!": an InvalidOffsetError
-	}{
-		{0, 3, "012", "bytes=0-2"},
-		{4, 3, "456", "bytes=4-6"},
-		{8, 5, "89", "bytes=8-12"},
-		{10, 1, "!", "bytes=10-10"},
-		{11, 1, "!", "bytes=11-11"},
-	} {
-		h.take()
-		r, err := d.ReadRange(ctx, "/f", tc.off, tc.n)
-		var got []byte
-		if err == nil {
-			got, err = io.ReadAll(r)
-			r.Close()
-		}
-		var oe driver.InvalidOffsetError
-		if tc.want == "!" {
-			if !errors.As(err, &oe) {
-				t.Errorf("ReadRange(%d, %d): %v, want InvalidOffsetError", tc.off, tc.n, err)
-			}
-		} else if err != nil || string(got) != tc.want {
-			t.Errorf("ReadRange(%d, %d) = %q, %v; want %q", tc.off, tc.n, got, err, tc.want)
-		}
-		if sent := h.take(); !slices.Equal(sent, []string{"GET " + tc.header}) {
-			t.Errorf("ReadRange(%d, %d) sent %q, want one GET with x-ms-range %s", tc.off, tc.n, sent, tc.header)
-		}
-	}
+	testsuite.ReadRangeRequests(t, newDriver(t, p), h.take)
 }

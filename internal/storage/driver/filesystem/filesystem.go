@@ -171,21 +171,9 @@ func (d *Driver) Reader(_ context.Context, p string, offset int64) (io.ReadClose
 	if !driver.ValidPath(p) {
 		return nil, invalidPath(p)
 	}
-	f, err := os.Open(d.fullPath(p))
+	f, fi, err := d.openFile(p)
 	if err != nil {
-		if notExist(err) {
-			return nil, notFound(p)
-		}
-		return nil, wrap(err)
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, wrap(err)
-	}
-	if fi.IsDir() {
-		f.Close()
-		return nil, notFound(p)
+		return nil, err
 	}
 	if offset < 0 || offset > fi.Size() {
 		f.Close()
@@ -200,6 +188,28 @@ func (d *Driver) Reader(_ context.Context, p string, offset int64) (io.ReadClose
 	return f, nil
 }
 
+// openFile opens the regular file at p for reading; a directory is not
+// found.
+func (d *Driver) openFile(p string) (*os.File, os.FileInfo, error) {
+	f, err := os.Open(d.fullPath(p))
+	if err != nil {
+		if notExist(err) {
+			return nil, nil, notFound(p)
+		}
+		return nil, nil, wrap(err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, wrap(err)
+	}
+	if fi.IsDir() {
+		f.Close()
+		return nil, nil, notFound(p)
+	}
+	return f, fi, nil
+}
+
 // ReadRange implements driver.Driver with positioned reads (pread) on a file
 // of its own, so that any number of ranges of one pack read at once without
 // sharing a file offset.
@@ -211,21 +221,9 @@ func (d *Driver) ReadRange(_ context.Context, p string, offset, length int64) (i
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.Open(d.fullPath(p))
+	f, fi, err := d.openFile(p)
 	if err != nil {
-		if notExist(err) {
-			return nil, notFound(p)
-		}
-		return nil, wrap(err)
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, wrap(err)
-	}
-	if fi.IsDir() {
-		f.Close()
-		return nil, notFound(p)
+		return nil, err
 	}
 	if offset >= fi.Size() {
 		f.Close()

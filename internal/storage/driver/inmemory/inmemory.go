@@ -83,20 +83,25 @@ func (d *Driver) Reader(_ context.Context, p string, offset int64) (io.ReadClose
 	if !driver.ValidPath(p) {
 		return nil, invalidPath(p)
 	}
-	d.mu.RLock()
-	f := d.files[p]
-	var data []byte
-	if f != nil {
-		data = f.data
-	}
-	d.mu.RUnlock()
-	if f == nil {
+	data, ok := d.data(p)
+	if !ok {
 		return nil, notFound(p)
 	}
 	if offset < 0 || offset > int64(len(data)) {
 		return nil, driver.InvalidOffsetError{Path: p, Offset: offset, Driver: driverName}
 	}
 	return io.NopCloser(bytes.NewReader(data[offset:])), nil
+}
+
+// data returns the content of the file at p (shared: not to be modified).
+func (d *Driver) data(p string) ([]byte, bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	f := d.files[p]
+	if f == nil {
+		return nil, false
+	}
+	return f.data, true
 }
 
 // ReadRange implements driver.Driver.
@@ -108,14 +113,8 @@ func (d *Driver) ReadRange(_ context.Context, p string, offset, length int64) (i
 	if err != nil {
 		return nil, err
 	}
-	d.mu.RLock()
-	f := d.files[p]
-	var data []byte
-	if f != nil {
-		data = f.data
-	}
-	d.mu.RUnlock()
-	if f == nil {
+	data, ok := d.data(p)
+	if !ok {
 		return nil, notFound(p)
 	}
 	if offset >= int64(len(data)) {

@@ -517,7 +517,8 @@ func TestReaderRequests(t *testing.T) {
 	}
 }
 
-// rangeHeaders records the Range header of every request it passes on.
+// rangeHeaders records the method and Range header of every request it
+// passes on.
 type rangeHeaders struct {
 	next http.RoundTripper
 	mu   sync.Mutex
@@ -526,7 +527,7 @@ type rangeHeaders struct {
 
 func (r *rangeHeaders) RoundTrip(req *http.Request) (*http.Response, error) {
 	r.mu.Lock()
-	r.got = append(r.got, req.Header.Get("Range"))
+	r.got = append(r.got, req.Method+" "+req.Header.Get("Range"))
 	r.mu.Unlock()
 	return r.next.RoundTrip(req)
 }
@@ -539,61 +540,13 @@ func (r *rangeHeaders) take() []string {
 	return got
 }
 
-// readRangeCases are ReadRange calls on "0123456789" with what they read, or
-// "!" for an InvalidOffsetError, and the Range header they send.
-var readRangeCases = []struct {
-	off, n       int64
-	want, header string
-}{
-	{0, 3, "012", "bytes=0-2"},
-	{4, 3, "456", "bytes=4-6"},
-	{8, 5, "89", "bytes=8-12"},
-	{9, 1 << 62, "9", fmt.Sprintf("bytes=9-%d", 9+1<<62-1)},
-	{10, 1, "!", "bytes=10-10"},
-	{11, 1, "!", "bytes=11-11"},
-}
-
-func checkReadRange(t *testing.T, d *Driver, p string, off, n int64, want string) {
-	t.Helper()
-	r, err := d.ReadRange(context.Background(), p, off, n)
-	var got []byte
-	if err == nil {
-		got, err = io.ReadAll(r)
-		r.Close()
-	}
-	var oe driver.InvalidOffsetError
-	if want == "!" {
-		if !errors.As(err, &oe) {
-			t.Errorf("ReadRange(%d, %d): %v, want InvalidOffsetError", off, n, err)
-		}
-	} else if err != nil || string(got) != want {
-		t.Errorf("ReadRange(%d, %d) = %q, %v; want %q", off, n, got, err, want)
-	}
-}
-
 // TestReadRangeRequests checks that a range read is one GET with the range
 // in its Range header, also when it starts past the end.
 func TestReadRangeRequests(t *testing.T) {
 	p := testParams(t)
-	c := newCounter()
-	h := &rangeHeaders{next: c}
+	h := &rangeHeaders{next: http.DefaultTransport}
 	p.Transport = h
-	d := mustNew(t, p)
-	ctx := context.Background()
-	if err := d.PutContent(ctx, "/f", []byte("0123456789")); err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range readRangeCases {
-		c.take()
-		h.take()
-		checkReadRange(t, d, "/f", tc.off, tc.n, tc.want)
-		if ops := c.take(); !mapsEqual(ops, map[string]int{"GetObject": 1}) {
-			t.Errorf("ReadRange(%d, %d) sent %v, want one GetObject", tc.off, tc.n, ops)
-		}
-		if got := h.take(); !slices.Equal(got, []string{tc.header}) {
-			t.Errorf("ReadRange(%d, %d) sent Range %q, want %q", tc.off, tc.n, got, tc.header)
-		}
-	}
+	testsuite.ReadRangeRequests(t, mustNew(t, p), h.take)
 }
 
 // TestReadRangeWholeObject: a server that ignores Range and answers 200
@@ -611,7 +564,7 @@ func TestReadRangeWholeObject(t *testing.T) {
 		Bucket: "fake", RegionEndpoint: srv.URL, Region: "us-east-1",
 		AccessKey: "k", SecretKey: "s", ForcePathStyle: true,
 	})
-	for _, tc := range readRangeCases {
-		checkReadRange(t, d, "/f", tc.off, tc.n, tc.want)
+	for _, tc := range testsuite.ReadRangeCases {
+		testsuite.CheckReadRange(t, d, "/f", tc.Off, tc.N, tc.Want)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 
@@ -243,4 +244,55 @@ func testReadRangeConcurrent(t *testing.T, d driver.Driver, base string) {
 		})
 	}
 	wg.Wait()
+}
+
+// ReadRangeCases are ReadRange calls on a file holding "0123456789": what
+// each reads ("!": an InvalidOffsetError) and the HTTP Range it sends.
+var ReadRangeCases = []struct {
+	Off, N       int64
+	Want, Header string
+}{
+	{0, 3, "012", "bytes=0-2"},
+	{4, 3, "456", "bytes=4-6"},
+	{8, 5, "89", "bytes=8-12"},
+	{9, 1 << 62, "9", fmt.Sprintf("bytes=9-%d", 9+1<<62-1)},
+	{10, 1, "!", "bytes=10-10"},
+	{11, 1, "!", "bytes=11-11"},
+}
+
+// CheckReadRange checks one ReadRange of p against want ("!": an
+// InvalidOffsetError).
+func CheckReadRange(t *testing.T, d driver.Driver, p string, off, n int64, want string) {
+	t.Helper()
+	r, err := d.ReadRange(context.Background(), p, off, n)
+	var got []byte
+	if err == nil {
+		got, err = io.ReadAll(r)
+		r.Close()
+	}
+	var oe driver.InvalidOffsetError
+	if want == "!" {
+		if !errors.As(err, &oe) {
+			t.Errorf("ReadRange(%d, %d): %v, want InvalidOffsetError", off, n, err)
+		}
+	} else if err != nil || string(got) != want {
+		t.Errorf("ReadRange(%d, %d) = %q, %v; want %q", off, n, got, err, want)
+	}
+}
+
+// ReadRangeRequests checks, for a driver speaking HTTP, that each of
+// ReadRangeCases is one GET carrying its range: sent returns the requests
+// made since its last call, as "METHOD range".
+func ReadRangeRequests(t *testing.T, d driver.Driver, sent func() []string) {
+	t.Helper()
+	if err := d.PutContent(context.Background(), "/f", []byte("0123456789")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range ReadRangeCases {
+		sent()
+		CheckReadRange(t, d, "/f", tc.Off, tc.N, tc.Want)
+		if got := sent(); !slices.Equal(got, []string{"GET " + tc.Header}) {
+			t.Errorf("ReadRange(%d, %d) sent %q, want one GET with range %s", tc.Off, tc.N, got, tc.Header)
+		}
+	}
 }
