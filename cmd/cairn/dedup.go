@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -248,11 +250,7 @@ func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return json.NewEncoder(stdout).Encode(rs)
 	}
 	fmt.Fprintf(stdout, "dedup run: %d manifests, %d layers in %s\n", rs.Manifests, rs.Layers, time.Since(start).Round(time.Millisecond))
-	keys := make([]string, 0, len(rs.Outcomes))
-	for k := range rs.Outcomes {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(rs.Outcomes))
 	for _, k := range keys {
 		fmt.Fprintf(stdout, "  %-15s %d\n", k, rs.Outcomes[k])
 	}
@@ -334,11 +332,7 @@ func printStats(w io.Writer, st *dedup.Stats, asJSON bool) error {
 		humanBytes(st.Files.StoredBytes), st.Files.Shared)
 	fmt.Fprintf(w, "packs              %d (%s no longer used), %d files stored one object each\n",
 		st.Files.Packs, humanBytes(st.Files.DeadBytes), st.Files.Objects)
-	encs := make([]string, 0, len(st.Encoders))
-	for k := range st.Encoders {
-		encs = append(encs, k)
-	}
-	sort.Strings(encs)
+	encs := slices.Sorted(maps.Keys(st.Encoders))
 	for _, k := range encs {
 		fmt.Fprintf(w, "encoder            %-22s %d\n", k, st.Encoders[k])
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -196,11 +197,7 @@ func writeGCSummary(w io.Writer, r *gc.Report, completed bool) {
 	for _, k := range r.ProblemKinds() {
 		fmt.Fprintf(w, "  problem: %s: %d (e.g. %s)\n", k, r.Problems[k], strings.Join(r.Examples[k], ", "))
 	}
-	kinds := make([]string, 0, len(r.Requests))
-	for k := range r.Requests {
-		kinds = append(kinds, k)
-	}
-	slices.Sort(kinds)
+	kinds := slices.Sorted(maps.Keys(r.Requests))
 	parts := make([]string, len(kinds))
 	for i, k := range kinds {
 		parts[i] = fmt.Sprintf("%s %d", k, r.Requests[k])

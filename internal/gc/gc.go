@@ -104,7 +104,8 @@ package gc
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -419,10 +420,6 @@ func (c *collector) progress() Progress {
 
 // ProblemKinds returns the kinds in r.Problems in a stable order.
 func (r *Report) ProblemKinds() []string {
-	kinds := make([]string, 0, len(r.Problems))
-	for k := range r.Problems {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
+	kinds := slices.Sorted(maps.Keys(r.Problems))
 	return kinds
 }

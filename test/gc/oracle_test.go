@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -100,22 +101,14 @@ func (o *oracle) pick(r string) *manifest {
 	if len(m) == 0 {
 		return nil
 	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
+	keys := slices.Sorted(maps.Keys(m))
 	return m[keys[o.rnd.IntN(len(keys))]]
 }
 
 func (o *oracle) newTag(r string) string {
 	tags := o.repos[r].tags
 	if len(tags) > 0 && o.rnd.IntN(2) == 0 {
-		keys := make([]string, 0, len(tags))
-		for k := range tags {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
+		keys := slices.Sorted(maps.Keys(tags))
 		return keys[o.rnd.IntN(len(keys))] // re-tag
 	}
 	o.tagN++
@@ -286,11 +279,7 @@ func (o *oracle) step() {
 }
 
 func (o *oracle) newTagExisting(r string) string {
-	keys := make([]string, 0, len(o.repos[r].tags))
-	for k := range o.repos[r].tags {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
+	keys := slices.Sorted(maps.Keys(o.repos[r].tags))
 	return keys[o.rnd.IntN(len(keys))]
 }
 
