@@ -3,7 +3,6 @@ package metatest
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"testing"
 
@@ -176,10 +175,7 @@ func testBulkInvalid(t *testing.T, s meta.Store) {
 func testBulkLarge(t *testing.T, s meta.Store) {
 	ctx := context.Background()
 	const n = 50_000
-	files := make([]digest.Digest, n)
-	for i := range files {
-		files[i] = Digest(fmt.Sprintf("bulk-%d", i))
-	}
+	files := Digests("bulk", n)
 	layers := []digest.Digest{Digest("bulk-a"), Digest("bulk-b"), Digest("bulk-c")}
 	addLayer(t, s, layers[0], files...)
 	addLayer(t, s, layers[1], files[:n/2]...)

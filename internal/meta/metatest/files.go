@@ -272,10 +272,7 @@ func testTombstoneRaceBulk(t *testing.T, s meta.Store) { tombstoneRace(t, s, tru
 func tombstoneRace(t *testing.T, s meta.Store, bulk bool) {
 	ctx := context.Background()
 	const n = 64
-	files := make([]digest.Digest, n)
-	for i := range files {
-		files[i] = Digest(fmt.Sprintf("race-%d", i))
-	}
+	files := Digests("race", n)
 	addLayer(t, s, Digest("race-base"), files...)
 	release(t, s, Digest("race-base"))
 
@@ -501,10 +498,7 @@ func testLayerRefsConcurrent(t *testing.T, s meta.Store) {
 func testLargeLayer(t *testing.T, s meta.Store) {
 	ctx := context.Background()
 	const n = 50_000
-	files := make([]digest.Digest, n)
-	for i := range files {
-		files[i] = Digest(fmt.Sprintf("big-%d", i))
-	}
+	files := Digests("big", n)
 	big, half := Digest("big"), Digest("half")
 	got := addLayer(t, s, big, files...)
 	if len(got) != n {

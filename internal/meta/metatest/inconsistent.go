@@ -3,7 +3,6 @@ package metatest
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -62,10 +61,7 @@ func ReleaseLayersInconsistent(t *testing.T, s meta.Store, dropEntry func(t *tes
 func BenchAddLayerRefs(b *testing.B, s meta.Store) {
 	ctx := context.Background()
 	const n = 50_000
-	files := make([]digest.Digest, n)
-	for i := range files {
-		files[i] = Digest(fmt.Sprintf("bench-%d", i))
-	}
+	files := Digests("bench", n)
 	if _, err := s.AddLayerRefs(ctx, Digest("base"), files[:n/2]); err != nil {
 		b.Fatal(err)
 	}

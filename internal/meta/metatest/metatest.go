@@ -85,6 +85,15 @@ func Digest(label string) digest.Digest {
 	return digest.NewDigestFromBytes(digest.SHA256, func() []byte { h := sha256.Sum256([]byte(label)); return h[:] }())
 }
 
+// Digests returns n digests labelled prefix-0 ... prefix-(n-1).
+func Digests(prefix string, n int) []digest.Digest {
+	out := make([]digest.Digest, n)
+	for i := range out {
+		out[i] = Digest(fmt.Sprintf("%s-%d", prefix, i))
+	}
+	return out
+}
+
 // must(call())(t) fails t when call returned an error, else yields its value.
 func must[T any](v T, err error) func(t *testing.T) T {
 	return func(t *testing.T) T {

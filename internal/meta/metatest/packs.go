@@ -360,10 +360,7 @@ func testPackDrop(t *testing.T, s meta.Store) {
 func testPackDropBulk(t *testing.T, s meta.Store) {
 	ctx := context.Background()
 	const n = 3000
-	files := make([]digest.Digest, n)
-	for i := range files {
-		files[i] = Digest(fmt.Sprintf("drop-%d", i))
-	}
+	files := Digests("drop", n)
 	addLayer(t, s, Digest("l"), files...)
 	beginPack(t, s, "even")
 	beginPack(t, s, "odd")

@@ -570,39 +570,17 @@ func TestParameters(t *testing.T) {
 	}
 }
 
-// rangeHeaders records the method and x-ms-range header of every request it
-// passes on.
-type rangeHeaders struct {
-	next http.RoundTripper
-	mu   sync.Mutex
-	got  []string
-}
-
-func (r *rangeHeaders) RoundTrip(req *http.Request) (*http.Response, error) {
-	// The SDK sets the header under its lower-case name, which Header.Get
-	// (canonical names) does not find.
-	rng := strings.Join(req.Header["x-ms-range"], ",")
-	r.mu.Lock()
-	r.got = append(r.got, req.Method+" "+rng)
-	r.mu.Unlock()
-	return r.next.RoundTrip(req)
-}
-
-func (r *rangeHeaders) take() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	got := r.got
-	r.got = nil
-	return got
-}
-
 // TestReadRangeRequests checks that a range read is one ranged GET, also
 // when it starts at or past the end.
 func TestReadRangeRequests(t *testing.T) {
 	s := needServer(t)
 	name, _ := newContainer(t, s)
-	h := &rangeHeaders{next: http.DefaultTransport}
+	// The SDK sets x-ms-range under its lower-case name, which Header.Get
+	// (canonical names) does not find.
+	h := &testsuite.RangeRecorder{Next: http.DefaultTransport, Range: func(req *http.Request) string {
+		return strings.Join(req.Header["x-ms-range"], ",")
+	}}
 	p := params(s, name)
 	p.Transport = h
-	testsuite.ReadRangeRequests(t, newDriver(t, p), h.take)
+	testsuite.ReadRangeRequests(t, newDriver(t, p), h.Take)
 }

@@ -445,13 +445,7 @@ func TestParameterErrors(t *testing.T) {
 func TestReadRangeRequests(t *testing.T) {
 	ep := endpoint(t)
 	_, bucket := newBucket(t, ep)
-	rec := &recorder{base: http.DefaultTransport}
+	rec := &testsuite.RangeRecorder{Next: http.DefaultTransport, Range: func(req *http.Request) string { return req.Header.Get("Range") }}
 	d := newTestDriver(t, Parameters{Bucket: bucket, Endpoint: ep}, option.WithHTTPClient(&http.Client{Transport: rec}))
-	testsuite.ReadRangeRequests(t, d, func() []string {
-		var sent []string
-		for _, req := range rec.taken() {
-			sent = append(sent, req.Method+" "+req.Header.Get("Range"))
-		}
-		return sent
-	})
+	testsuite.ReadRangeRequests(t, d, rec.Take)
 }

@@ -517,36 +517,13 @@ func TestReaderRequests(t *testing.T) {
 	}
 }
 
-// rangeHeaders records the method and Range header of every request it
-// passes on.
-type rangeHeaders struct {
-	next http.RoundTripper
-	mu   sync.Mutex
-	got  []string
-}
-
-func (r *rangeHeaders) RoundTrip(req *http.Request) (*http.Response, error) {
-	r.mu.Lock()
-	r.got = append(r.got, req.Method+" "+req.Header.Get("Range"))
-	r.mu.Unlock()
-	return r.next.RoundTrip(req)
-}
-
-func (r *rangeHeaders) take() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	got := r.got
-	r.got = nil
-	return got
-}
-
 // TestReadRangeRequests checks that a range read is one GET with the range
 // in its Range header, also when it starts past the end.
 func TestReadRangeRequests(t *testing.T) {
 	p := testParams(t)
-	h := &rangeHeaders{next: http.DefaultTransport}
+	h := &testsuite.RangeRecorder{Next: http.DefaultTransport, Range: func(req *http.Request) string { return req.Header.Get("Range") }}
 	p.Transport = h
-	testsuite.ReadRangeRequests(t, mustNew(t, p), h.take)
+	testsuite.ReadRangeRequests(t, mustNew(t, p), h.Take)
 }
 
 // TestReadRangeWholeObject: a server that ignores Range and answers 200

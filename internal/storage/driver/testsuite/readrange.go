@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"net/http"
 	"slices"
 	"sync"
 	"testing"
@@ -295,4 +296,31 @@ func ReadRangeRequests(t *testing.T, d driver.Driver, sent func() []string) {
 			t.Errorf("ReadRange(%d, %d) sent %q, want one GET with range %s", tc.Off, tc.N, got, tc.Header)
 		}
 	}
+}
+
+// RangeRecorder is an http.RoundTripper that records each request it passes
+// on to Next as "METHOD range", the range as Range reads it from the
+// request, for ReadRangeRequests.
+type RangeRecorder struct {
+	Next  http.RoundTripper
+	Range func(*http.Request) string
+	mu    sync.Mutex
+	got   []string
+}
+
+// RoundTrip implements http.RoundTripper.
+func (r *RangeRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	r.mu.Lock()
+	r.got = append(r.got, req.Method+" "+r.Range(req))
+	r.mu.Unlock()
+	return r.Next.RoundTrip(req)
+}
+
+// Take returns the requests recorded since the last call.
+func (r *RangeRecorder) Take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	got := r.got
+	r.got = nil
+	return got
 }
