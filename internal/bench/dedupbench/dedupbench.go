@@ -249,6 +249,9 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	}
 	if has(PartStorage) {
 		res.Storage = storageFigures(st, res)
+		if res.Storage.Apparent, res.Storage.OnDisk, err = diskUsage(reg.root); err != nil {
+			fail(PartStorage, err)
+		}
 	}
 	if has(PartLatency) {
 		if res.Latency, err = reg.latency(ctx, intact); err != nil {

@@ -177,6 +177,10 @@ type StorageFigures struct {
 	// every image's layers separately: ImageBytes over BlobBytes.
 	BlobRatio float64 `json:"blobRatio"`
 	Stats     *Stats  `json:"stats"`
+	// Apparent and OnDisk are the bytes of the storage root's files after
+	// dedup, and what the filesystem allocates for them (du).
+	Apparent int64 `json:"apparentBytes"`
+	OnDisk   int64 `json:"onDiskBytes"`
 }
 
 func storageFigures(st *Stats, res *Result) *StorageFigures {

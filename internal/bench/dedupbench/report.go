@@ -39,6 +39,8 @@ func WriteTable(w io.Writer, r *Result) error {
 		st := s.Stats
 		fmt.Fprintf(w, "unique files %d (%d shared by several layers), %s uncompressed, %s zstd; recipes %s; intact copies %s\n",
 			st.Files.Unique, st.Files.Shared, mb(st.Files.Bytes), mb(st.Files.StoredBytes), mb(st.StoredBytes.Recipes), mb(st.StoredBytes.Intact))
+		fmt.Fprintf(w, "storage root on disk: %s apparent, %s allocated (du), %.1f%% more\n",
+			mb(s.Apparent), mb(s.OnDisk), 100*(ratio(s.OnDisk, s.Apparent)-1))
 		fmt.Fprintf(w, "\n(b) layers reproduced: %d of %d (%.0f%%); irreproducible %d, intact %d, pending %d\n",
 			s.Deduplicated, s.Layers, 100*s.Reproduced, s.Irreproducible, s.Intact, s.Pending)
 		if len(st.Encoders) > 0 {
