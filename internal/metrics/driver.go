@@ -82,7 +82,10 @@ func InstrumentDriver(d driver.Driver, m *Metrics) driver.Driver {
 	}
 }
 
-var _ driver.Driver = (*instrumented)(nil)
+var (
+	_ driver.Driver     = (*instrumented)(nil)
+	_ driver.FileStater = (*instrumented)(nil)
+)
 
 type instrumented struct {
 	d       driver.Driver
@@ -137,6 +140,15 @@ func (i *instrumented) Writer(ctx context.Context, path string, append bool) (dr
 func (i *instrumented) Stat(ctx context.Context, path string) (driver.FileInfo, error) {
 	start := time.Now()
 	fi, err := i.d.Stat(ctx, path)
+	i.stat.done(start, err)
+	return fi, err
+}
+
+// StatFile implements driver.FileStater, observed as a stat: without it
+// driver.StatFile would reach the wrapped driver past the metrics.
+func (i *instrumented) StatFile(ctx context.Context, path string) (driver.FileInfo, error) {
+	start := time.Now()
+	fi, err := driver.StatFile(ctx, i.d, path)
 	i.stat.done(start, err)
 	return fi, err
 }

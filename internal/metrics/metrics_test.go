@@ -60,10 +60,26 @@ func op(name string) map[string]string {
 	return map[string]string{"driver": "inmemory", "operation": name}
 }
 
+// fileStater is a driver with a StatFile of its own, which counts its calls.
+type fileStater struct {
+	driver.Driver
+	statFiles int
+}
+
+func (f *fileStater) StatFile(ctx context.Context, p string) (driver.FileInfo, error) {
+	f.statFiles++
+	fi, err := f.Stat(ctx, p)
+	if err == nil && fi.IsDir {
+		return driver.FileInfo{}, driver.PathNotFoundError{Path: p, Driver: f.Name()}
+	}
+	return fi, err
+}
+
 func TestInstrumentDriver(t *testing.T) {
 	ctx := context.Background()
 	m := New()
-	d := InstrumentDriver(inmemory.New(), m)
+	inner := &fileStater{Driver: inmemory.New()}
+	d := InstrumentDriver(inner, m)
 	if d.Name() != "inmemory" {
 		t.Errorf("Name() = %q", d.Name())
 	}
@@ -83,6 +99,14 @@ func TestInstrumentDriver(t *testing.T) {
 	// A missing path is an answer, not a storage failure.
 	if _, err := d.Stat(ctx, "/missing"); !errors.Is(err, driver.ErrNotFound) {
 		t.Fatalf("Stat(/missing) = %v", err)
+	}
+	// StatFile is observed as a stat, not bypassed: driver.As would find
+	// the wrapped driver's own StatFile.
+	if _, err := driver.StatFile(ctx, d, "/a"); !errors.Is(err, driver.ErrNotFound) {
+		t.Fatalf("StatFile(/a) = %v", err)
+	}
+	if inner.statFiles != 1 {
+		t.Errorf("the wrapped driver's StatFile ran %d times, want 1", inner.statFiles)
 	}
 	// An invalid path is a failure.
 	if _, err := d.GetContent(ctx, "relative"); err == nil {
@@ -128,7 +152,7 @@ func TestInstrumentDriver(t *testing.T) {
 	}{
 		{opPutContent, 1, 0},
 		{opGetContent, 2, 1},
-		{opStat, 1, 0},
+		{opStat, 2, 0},
 		{opWriter, 1, 0},
 		{opCommit, 1, 0},
 		{opReader, 1, 0},

@@ -54,7 +54,7 @@ func (r *Registry) StatBlob(ctx context.Context, repo string, d digest.Digest) (
 	if !linked {
 		return BlobInfo{}, fmt.Errorf("%w: %s", ErrBlobUnknown, d)
 	}
-	fi, err := r.d.Stat(ctx, layout.BlobData(d))
+	fi, err := driver.StatFile(ctx, r.d, layout.BlobData(d))
 	if err == nil {
 		return BlobInfo{Size: fi.Size}, nil
 	}
@@ -72,9 +72,12 @@ func (r *Registry) StatBlob(ctx context.Context, repo string, d digest.Digest) (
 
 // OpenBlob streams blob d from offset: its intact bytes, or its rebuild when
 // dedup removed them (also when that happened since StatBlob). The caller
-// has checked the blob with StatBlob. A read from the start is a pull,
-// reported to the Observer.
-func (r *Registry) OpenBlob(ctx context.Context, d digest.Digest, offset int64) (io.ReadCloser, error) {
+// has checked the blob with StatBlob, which returned info: when that found
+// it rebuilt, the dedup source is asked first, which saves a GET of the
+// missing data file; the data file is still read if the source no longer
+// knows d (promoted back to intact meanwhile). A read from the start is a
+// pull, reported to the Observer.
+func (r *Registry) OpenBlob(ctx context.Context, d digest.Digest, info BlobInfo, offset int64) (io.ReadCloser, error) {
 	if offset == 0 && r.opts.Observer != nil {
 		// A read from the middle resumes a pull already counted.
 		r.opts.Observer.BlobPulled(ctx, ClientFrom(ctx), d)
@@ -84,9 +87,18 @@ func (r *Registry) OpenBlob(ctx context.Context, d digest.Digest, offset int64) 
 			return rc, nil
 		}
 	}
-	rc, err := r.d.Reader(ctx, layout.BlobData(d), offset)
-	if errors.Is(err, driver.ErrNotFound) && r.opts.Dedup != nil {
+	var rc io.ReadCloser
+	var err error
+	if info.Rebuilt && r.opts.Dedup != nil {
 		rc, err = r.opts.Dedup.OpenBlob(ctx, d, offset)
+		if errors.Is(err, driver.ErrNotFound) {
+			rc, err = r.d.Reader(ctx, layout.BlobData(d), offset)
+		}
+	} else {
+		rc, err = r.d.Reader(ctx, layout.BlobData(d), offset)
+		if errors.Is(err, driver.ErrNotFound) && r.opts.Dedup != nil {
+			rc, err = r.opts.Dedup.OpenBlob(ctx, d, offset)
+		}
 	}
 	if errors.Is(err, driver.ErrNotFound) {
 		return nil, fmt.Errorf("%w: %s", ErrBlobUnknown, d)
@@ -98,7 +110,7 @@ func (r *Registry) OpenBlob(ctx context.Context, d digest.Digest, offset int64) 
 // dedup recipe; ok is false when neither exists. The size is -1 when only a
 // recipe exists and no dedup source can read it.
 func (r *Registry) storedSize(ctx context.Context, d digest.Digest) (size int64, ok bool, err error) {
-	fi, err := r.d.Stat(ctx, layout.BlobData(d))
+	fi, err := driver.StatFile(ctx, r.d, layout.BlobData(d))
 	if err == nil {
 		return fi.Size, true, nil
 	}

@@ -402,7 +402,7 @@ func (r *Registry) requireChild(ctx context.Context, repo, field string, desc oc
 	if !ok {
 		return fmt.Errorf("%w: manifest %s", ErrManifestBlobUnknown, desc.Digest)
 	}
-	fi, err := r.d.Stat(ctx, layout.BlobData(desc.Digest))
+	fi, err := driver.StatFile(ctx, r.d, layout.BlobData(desc.Digest))
 	if err != nil {
 		if errors.Is(err, driver.ErrNotFound) {
 			return fmt.Errorf("%w: manifest %s (revision without data)", ErrManifestBlobUnknown, desc.Digest)

@@ -93,10 +93,16 @@ func (r *Registry) writeLink(ctx context.Context, path string, d digest.Digest) 
 	return r.d.PutContent(ctx, path, []byte(d))
 }
 
-// exists reports whether path exists; errors other than not-found are
-// returned, never taken as "absent".
+// exists reports whether the file at path exists; errors other than
+// not-found are returned, never taken as "absent". Every caller asks about
+// a file (a link, blob data, a recipe), so it uses driver.StatFile: on an
+// object store a missing file then costs one request, not a HEAD and a LIST.
 func (r *Registry) exists(ctx context.Context, path string) (bool, error) {
-	_, err := r.d.Stat(ctx, path)
+	return found(driver.StatFile(ctx, r.d, path))
+}
+
+// found turns a stat's answer into whether the path exists.
+func found(_ driver.FileInfo, err error) (bool, error) {
 	if err == nil {
 		return true, nil
 	}
@@ -106,7 +112,8 @@ func (r *Registry) exists(ctx context.Context, path string) (bool, error) {
 	return false, err
 }
 
-// RepositoryExists reports whether anything is stored for repo.
+// RepositoryExists reports whether anything is stored for repo: a
+// directory, hence Stat.
 func (r *Registry) RepositoryExists(ctx context.Context, repo string) (bool, error) {
-	return r.exists(ctx, layout.Repo(repo))
+	return found(r.d.Stat(ctx, layout.Repo(repo)))
 }

@@ -58,7 +58,7 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, rt route) {
 		w.WriteHeader(status)
 		return
 	}
-	rc, err := s.reg.OpenBlob(ctx, d, start)
+	rc, err := s.reg.OpenBlob(ctx, d, info, start)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

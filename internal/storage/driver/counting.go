@@ -98,6 +98,13 @@ func (c *Counting) Stat(ctx context.Context, p string) (FileInfo, error) {
 	return c.Driver.Stat(ctx, p)
 }
 
+// StatFile implements FileStater, counted as a stat, so that StatFile (see
+// As) does not go round the count to the wrapped driver.
+func (c *Counting) StatFile(ctx context.Context, p string) (FileInfo, error) {
+	c.n[countStat].Add(1)
+	return StatFile(ctx, c.Driver, p)
+}
+
 // List implements Driver.
 func (c *Counting) List(ctx context.Context, p string) ([]string, error) {
 	c.n[countList].Add(1)

@@ -89,7 +89,10 @@ type Driver struct {
 	batch atomic.Int32
 }
 
-var _ driver.Driver = (*Driver)(nil)
+var (
+	_ driver.Driver     = (*Driver)(nil)
+	_ driver.FileStater = (*Driver)(nil)
+)
 
 // New returns a driver for p. It makes no request: a missing container or a
 // wrong key shows in the first call.
@@ -332,19 +335,8 @@ func (d *Driver) Stat(ctx context.Context, p string) (driver.FileInfo, error) {
 	if p == "/" {
 		return driver.FileInfo{Path: p, IsDir: true}, nil
 	}
-	props, err := d.blob(p).GetProperties(ctx, nil)
-	if err == nil {
-		fi := driver.FileInfo{Path: p}
-		if props.ContentLength != nil {
-			fi.Size = *props.ContentLength
-		}
-		if props.LastModified != nil {
-			fi.ModTime = *props.LastModified
-		}
-		return fi, nil
-	}
-	if !isNotFound(err) {
-		return driver.FileInfo{}, d.fail("stat", p, err)
+	if fi, err := d.StatFile(ctx, p); !errors.Is(err, driver.ErrNotFound) {
+		return fi, err
 	}
 	found, err := d.anyBelow(ctx, p)
 	if err != nil {
@@ -354,6 +346,30 @@ func (d *Driver) Stat(ctx context.Context, p string) (driver.FileInfo, error) {
 		return driver.FileInfo{}, d.notFound(p)
 	}
 	return driver.FileInfo{Path: p, IsDir: true}, nil
+}
+
+// StatFile implements driver.FileStater with the blob's properties alone:
+// unlike Stat, a missing blob is not followed by a listing to see whether p
+// is a directory.
+func (d *Driver) StatFile(ctx context.Context, p string) (driver.FileInfo, error) {
+	if !driver.ValidPath(p) {
+		return driver.FileInfo{}, d.invalid(p)
+	}
+	if p == "/" {
+		return driver.FileInfo{}, d.notFound(p)
+	}
+	props, err := d.blob(p).GetProperties(ctx, nil)
+	if err != nil {
+		return driver.FileInfo{}, d.fail("stat", p, err)
+	}
+	fi := driver.FileInfo{Path: p}
+	if props.ContentLength != nil {
+		fi.Size = *props.ContentLength
+	}
+	if props.LastModified != nil {
+		fi.ModTime = *props.LastModified
+	}
+	return fi, nil
 }
 
 // anyBelow reports whether some blob lies below the directory p.

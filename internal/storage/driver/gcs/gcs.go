@@ -99,7 +99,10 @@ type Driver struct {
 	maxComponents int64
 }
 
-var _ driver.Driver = (*Driver)(nil)
+var (
+	_ driver.Driver     = (*Driver)(nil)
+	_ driver.FileStater = (*Driver)(nil)
+)
 
 // New connects to the bucket named by p. It sends no request: a missing
 // bucket or bad credentials show up on first use.
@@ -315,18 +318,10 @@ func (d *Driver) Stat(ctx context.Context, path string) (driver.FileInfo, error)
 	if path == "/" {
 		return driver.FileInfo{Path: path, IsDir: true}, nil
 	}
-	key, err := d.fileKey(path)
-	if err != nil {
-		return driver.FileInfo{}, err
+	if fi, err := d.StatFile(ctx, path); !errors.Is(err, driver.ErrNotFound) {
+		return fi, err
 	}
-	attrs, err := d.bucket.Object(key).Attrs(ctx)
-	if err == nil {
-		return fileInfo(path, attrs), nil
-	}
-	if !errors.Is(err, storage.ErrObjectNotExist) {
-		return driver.FileInfo{}, fail("stat", path, err)
-	}
-	q := &storage.Query{Prefix: key + "/"}
+	q := &storage.Query{Prefix: d.prefix + path[1:] + "/"}
 	if err := q.SetAttrSelection([]string{"Name"}); err != nil {
 		return driver.FileInfo{}, fmt.Errorf("gcs: stat %s: %w", path, err)
 	}
@@ -340,6 +335,24 @@ func (d *Driver) Stat(ctx context.Context, path string) (driver.FileInfo, error)
 	default:
 		return driver.FileInfo{}, fail("stat", path, err)
 	}
+}
+
+// StatFile implements driver.FileStater with the object's attributes alone:
+// unlike Stat, a missing object is not followed by a listing to see whether
+// path is a directory.
+func (d *Driver) StatFile(ctx context.Context, path string) (driver.FileInfo, error) {
+	if path == "/" {
+		return driver.FileInfo{}, driver.PathNotFoundError{Path: path, Driver: driverName}
+	}
+	key, err := d.fileKey(path)
+	if err != nil {
+		return driver.FileInfo{}, err
+	}
+	attrs, err := d.bucket.Object(key).Attrs(ctx)
+	if err != nil {
+		return driver.FileInfo{}, fail("stat", path, err)
+	}
+	return fileInfo(path, attrs), nil
 }
 
 func fileInfo(path string, attrs *storage.ObjectAttrs) driver.FileInfo {

@@ -61,7 +61,10 @@ type Driver struct {
 	keyRetry backoff
 }
 
-var _ driver.Driver = (*Driver)(nil)
+var (
+	_ driver.Driver     = (*Driver)(nil)
+	_ driver.FileStater = (*Driver)(nil)
+)
 
 // New returns a driver for the bucket p names; it sends no request.
 func New(ctx context.Context, p Parameters) (*Driver, error) {
@@ -287,12 +290,8 @@ func (d *Driver) Stat(ctx context.Context, p string) (driver.FileInfo, error) {
 	if p == "/" {
 		return driver.FileInfo{Path: p, IsDir: true}, nil
 	}
-	head, err := d.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &d.bucket, Key: aws.String(d.key(p))})
-	if err == nil {
-		return driver.FileInfo{Path: p, Size: aws.ToInt64(head.ContentLength), ModTime: aws.ToTime(head.LastModified)}, nil
-	}
-	if err = d.wrap(p, err); !errors.Is(err, driver.ErrNotFound) {
-		return driver.FileInfo{}, err
+	if fi, err := d.StatFile(ctx, p); !errors.Is(err, driver.ErrNotFound) {
+		return fi, err
 	}
 	out, err := d.client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{
 		Bucket:  &d.bucket,
@@ -306,6 +305,23 @@ func (d *Driver) Stat(ctx context.Context, p string) (driver.FileInfo, error) {
 		return driver.FileInfo{}, driver.PathNotFoundError{Path: p, Driver: driverName}
 	}
 	return driver.FileInfo{Path: p, IsDir: true}, nil
+}
+
+// StatFile implements driver.FileStater with HeadObject alone: unlike Stat,
+// a missing key is not followed by a listing to see whether p is a
+// directory.
+func (d *Driver) StatFile(ctx context.Context, p string) (driver.FileInfo, error) {
+	if err := checkPath(p); err != nil {
+		return driver.FileInfo{}, err
+	}
+	if p == "/" {
+		return driver.FileInfo{}, driver.PathNotFoundError{Path: p, Driver: driverName}
+	}
+	head, err := d.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &d.bucket, Key: aws.String(d.key(p))})
+	if err != nil {
+		return driver.FileInfo{}, d.wrap(p, err)
+	}
+	return driver.FileInfo{Path: p, Size: aws.ToInt64(head.ContentLength), ModTime: aws.ToTime(head.LastModified)}, nil
 }
 
 // List returns the children of directory p from a delimited listing.

@@ -517,6 +517,47 @@ func TestReaderRequests(t *testing.T) {
 	}
 }
 
+// TestStatFileRequests checks that StatFile is one HeadObject whatever the
+// path is, also through a wrapper, where Stat lists after a 404 to look for
+// a directory.
+func TestStatFileRequests(t *testing.T) {
+	p := testParams(t)
+	c := newCounter()
+	p.Transport = c
+	d := mustNew(t, p)
+	ctx := context.Background()
+	if err := d.PutContent(ctx, "/dir/f", []byte("0123456789")); err != nil {
+		t.Fatal(err)
+	}
+	wrapped := driver.NewCounting(d)
+	for _, tc := range []struct {
+		path  string
+		found bool
+	}{{"/dir/f", true}, {"/dir/missing", false}, {"/dir", false}, {"/nodir/missing", false}} {
+		c.take()
+		fi, err := driver.StatFile(ctx, wrapped, tc.path)
+		if tc.found && (err != nil || fi.Size != 10) {
+			t.Errorf("StatFile(%s) = %+v, %v; want a 10-byte file", tc.path, fi, err)
+		}
+		if !tc.found && !errors.Is(err, driver.ErrNotFound) {
+			t.Errorf("StatFile(%s) = %+v, %v; want not found", tc.path, fi, err)
+		}
+		if ops := c.take(); !mapsEqual(ops, map[string]int{"HeadObject": 1}) {
+			t.Errorf("StatFile(%s) sent %v, want one HeadObject", tc.path, ops)
+		}
+	}
+	if got := wrapped.Counts()["stat"]; got != 4 {
+		t.Errorf("the wrapper counted %d stats, want 4", got)
+	}
+	// What StatFile saves: Stat lists after the 404.
+	if _, err := d.Stat(ctx, "/dir/missing"); !errors.Is(err, driver.ErrNotFound) {
+		t.Errorf("Stat(/dir/missing) = %v, want not found", err)
+	}
+	if ops := c.take(); !mapsEqual(ops, map[string]int{"HeadObject": 1, "ListObjectsV2": 1}) {
+		t.Errorf("Stat(/dir/missing) sent %v, want one HeadObject and one ListObjectsV2", ops)
+	}
+}
+
 // TestReadRangeRequests checks that a range read is one GET with the range
 // in its Range header, also when it starts past the end.
 func TestReadRangeRequests(t *testing.T) {

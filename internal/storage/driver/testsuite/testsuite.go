@@ -39,6 +39,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) driver.Driver) {
 		{"RootIsNotAFile", testRootIsNotAFile},
 		{"ManySegments", testManySegments},
 		{"Stat", testStat},
+		{"StatFile", testStatFile},
 		{"ReaderOffsets", testReaderOffsets},
 		{"ReadRange", testReadRange},
 		{"ReadRangeLarge", testReadRangeLarge},
@@ -255,6 +256,35 @@ func testStat(t *testing.T, d driver.Driver, base string) {
 	for _, missing := range []string{base + "/dir/fil", base + "/di", base + "/dir/file/x", base + "/nodir/x"} {
 		_, err := d.Stat(ctx, missing)
 		wantNotFound(t, d, err, missing)
+	}
+}
+
+// testStatFile checks the driver's FileStater when it has one, and
+// driver.StatFile, which falls back to Stat otherwise: a file is described,
+// anything else (missing, a directory, the root) is not found.
+func testStatFile(t *testing.T, d driver.Driver, base string) {
+	ctx := context.Background()
+	p := base + "/dir/file"
+	put(t, d, p, []byte("12345"))
+	statFiles := map[string]func(context.Context, string) (driver.FileInfo, error){
+		"driver.StatFile": func(ctx context.Context, p string) (driver.FileInfo, error) { return driver.StatFile(ctx, d, p) },
+	}
+	if fs, ok := d.(driver.FileStater); ok {
+		statFiles["StatFile"] = fs.StatFile
+	}
+	for name, statFile := range statFiles {
+		fi, err := statFile(ctx, p)
+		if err != nil || fi.Path != p || fi.Size != 5 || fi.IsDir || fi.ModTime.IsZero() {
+			t.Errorf("%s(file) = %+v, %v; want path %s, size 5, a modification time, not a directory", name, fi, err, p)
+		}
+		for _, missing := range []string{base + "/dir/fil", base + "/dir", base, base + "/dir/file/x", base + "/nodir/x", "/"} {
+			_, err := statFile(ctx, missing)
+			wantNotFound(t, d, err, missing)
+		}
+		for _, bad := range []string{"", "relative", "/trailing/", "/a//b", "/a/../b"} {
+			_, err := statFile(ctx, bad)
+			wantInvalid(t, err, name, bad)
+		}
 	}
 }
 
