@@ -419,9 +419,45 @@ func TestPlan(t *testing.T) {
 	if keep[fs[0].Digest] != 1 {
 		t.Fatalf("keep = %v", keep)
 	}
+	if spans[0].left != 3 || spans[1].left != 1 || spans[3].left != 1 {
+		t.Fatalf("files per span: %d %d %d", spans[0].left, spans[1].left, spans[3].left)
+	}
 	// A span never passes maxSpan.
 	spans, _, _ = plan(fs[:3], locs, 50, 100)
 	if len(spans) != 2 {
 		t.Fatalf("%d spans under a 50-byte bound, want 2", len(spans))
+	}
+	// Files alternating between two packs (a layer's own, a shared one)
+	// make two spans, not one per run.
+	alt := []layer.File{f(10), f(11), f(12), f(13), f(14), f(15)}
+	altLocs := map[digest.Digest]meta.Location{}
+	for i, af := range alt {
+		altLocs[af.Digest] = loc([]string{"a", "b"}[i%2], int64(8+10*(i/2)), 10)
+	}
+	spans, of, _ = plan(alt, altLocs, 1<<20, 100)
+	if want := []int{0, 1, 0, 1, 0, 1}; len(spans) != 2 || !slices.Equal(of, want) {
+		t.Fatalf("alternating packs: %d spans, of = %v; want 2, %v", len(spans), of, want)
+	}
+}
+
+// TestStreamInterleaved: a layer whose files alternate between its own
+// pack and several others reads with a few ranges per pack, and in order.
+func TestStreamInterleaved(t *testing.T) {
+	e := newEnv(t, Options{Inflight: 1})
+	var shared [][][]byte
+	for k := range 3 {
+		shared = append(shared, files(uint64(20+k), 40, 3000))
+		e.ingest(fmt.Sprint("base", k), shared[k], 0)
+	}
+	own := files(30, 40, 3000)
+	e.ingest("own", own, 0)
+	var layer [][]byte
+	for i := range 40 {
+		layer = append(layer, own[i], shared[i%3][i])
+	}
+	e.d.ranges.Store(0)
+	e.readAll(layer)
+	if got := e.d.ranges.Load(); got > 4 {
+		t.Fatalf("%d ranged reads for files alternating between 4 packs", got)
 	}
 }

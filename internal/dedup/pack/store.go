@@ -34,8 +34,9 @@ type Options struct {
 	// in memory. Default 4 MiB.
 	MaxSpan int64
 	// MaxGap is the largest run of unneeded bytes read through to join two
-	// files into one read. Default 256 KiB: on an object store a request
-	// costs a round trip, which moves far more than that.
+	// files into one read. Default 1 MiB: on an object store a request
+	// costs a round trip (20 ms first byte on S3), in which a connection
+	// moves about that much.
 	MaxGap int64
 	// Inflight is how many reads one stream keeps going at once. Default 4.
 	Inflight int
@@ -45,7 +46,7 @@ type Options struct {
 const (
 	DefaultPackSize = 32 << 20
 	DefaultMaxSpan  = 4 << 20
-	DefaultMaxGap   = 256 << 10
+	DefaultMaxGap   = 1 << 20
 	DefaultInflight = 4
 )
 

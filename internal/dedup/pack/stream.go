@@ -23,6 +23,7 @@ type span struct {
 	// large: too big to hold in memory; read as its file is reached.
 	large bool
 	file  int           // a per-file object's index in the stream's files
+	left  int           // files still to hand out from it
 	done  chan struct{} // closed once buf or err is set
 	buf   []byte        // the range's bytes, or a per-file object's content
 	err   error
@@ -40,13 +41,22 @@ const (
 // first occurrence.
 const reuse = -1
 
-// plan groups files (in order) into spans: a file joins the span before it
-// when it lies in the same pack at or after the span's end, no more than
-// maxGap past it, and the span stays within maxSpan. Files in layer order
-// were written to packs in that order, so a layer of new files reads as a
-// few long ranges; files shared with older layers break the run. A small
-// file listed again is kept from its first occurrence (of[i] == reuse),
-// within repeatMax bytes; keep counts the occurrences still to come.
+// openSpans is how many of the latest spans a file may still join: a
+// layer's files alternate between its own pack and the packs of the layers
+// it shares files with (a package of its own, then a shared one, in path
+// order), and each of those runs grows its own span instead of cutting the
+// others short. It bounds how many spans a stream holds at once (see
+// stream).
+const openSpans = 4
+
+// plan groups files (in order) into spans: a file joins one of the
+// openSpans latest spans when it lies in the same pack at or after that
+// span's end, no more than maxGap past it, and the span stays within
+// maxSpan. Files in layer order were written to packs in that order, so a
+// layer of new files reads as a few long ranges, and the files it shares
+// with other layers as a few more. A small file listed again is kept from
+// its first occurrence (of[i] == reuse), within repeatMax bytes; keep
+// counts the occurrences still to come.
 func plan(files []layer.File, locs map[digest.Digest]meta.Location, maxSpan, maxGap int64) (spans []*span, of []int, keep map[digest.Digest]int) {
 	of = make([]int, len(files))
 	count := make(map[digest.Digest]int, len(files))
@@ -71,23 +81,40 @@ func plan(files []layer.File, locs map[digest.Digest]meta.Location, maxSpan, max
 			of[i] = len(spans) - 1
 			continue
 		}
-		if k := len(spans); k > 0 {
-			sp := spans[k-1]
-			end := sp.off + sp.n
-			if sp.pack == loc.Pack && !sp.large && f.Size <= smallFile && loc.Offset >= end && loc.Offset-end <= maxGap &&
-				loc.Offset+loc.Length-sp.off <= maxSpan {
-				sp.n = loc.Offset + loc.Length - sp.off
-				of[i] = k - 1
-				continue
-			}
+		if k := joinable(spans, loc, f.Size, maxSpan, maxGap); k >= 0 {
+			spans[k].n = loc.Offset + loc.Length - spans[k].off
+			of[i] = k
+			continue
 		}
 		spans = append(spans, &span{pack: loc.Pack, off: loc.Offset, n: loc.Length, large: loc.Length > maxSpan || f.Size > smallFile})
 		of[i] = len(spans) - 1
+	}
+	for _, k := range of {
+		if k != reuse {
+			spans[k].left++
+		}
 	}
 	for _, sp := range spans {
 		sp.done = make(chan struct{})
 	}
 	return spans, of, keep
+}
+
+// joinable returns which of the openSpans latest spans a file of size
+// bytes stored at loc can join, or -1.
+func joinable(spans []*span, loc meta.Location, size, maxSpan, maxGap int64) int {
+	if size > smallFile {
+		return -1
+	}
+	for k := len(spans) - 1; k >= max(0, len(spans)-openSpans); k-- {
+		sp := spans[k]
+		end := sp.off + sp.n
+		if sp.pack == loc.Pack && !sp.large && loc.Offset >= end && loc.Offset-end <= maxGap &&
+			loc.Offset+loc.Length-sp.off <= maxSpan {
+			return k
+		}
+	}
+	return -1
 }
 
 // distinct returns the digests of files, each once, in order.
@@ -114,15 +141,18 @@ func (s *Store) Stream(ctx context.Context, files []layer.File) (layer.Payloads,
 	spans, of, keep := plan(files, locs, s.opts.MaxSpan, s.opts.MaxGap)
 	ctx, cancel := context.WithCancel(ctx)
 	st := &stream{s: s, ctx: ctx, cancel: cancel, files: files, locs: locs, spans: spans, of: of,
-		keep: keep, kept: make(map[digest.Digest][]byte), slots: make(chan struct{}, s.opts.Inflight)}
+		keep: keep, kept: make(map[digest.Digest][]byte), slots: make(chan struct{}, s.opts.Inflight+openSpans)}
 	st.wg.Add(1)
 	go st.readAhead()
 	return st, nil
 }
 
 // stream hands out a Stream's files. Each span read ahead holds a slot
-// until the reader has moved past its last file, so memory stays within
-// Inflight spans.
+// until its last file is handed out, so memory stays within
+// Inflight+openSpans spans. That many slots never deadlock: when the reader
+// needs a span, the spans before it that still hold files are among the
+// openSpans latest the plan had made by then (no file joins an older one),
+// so a slot is left for it.
 type stream struct {
 	s      *Store
 	ctx    context.Context // the stream's own, ended by Close
@@ -138,7 +168,6 @@ type stream struct {
 	slots chan struct{}
 	wg    sync.WaitGroup
 	next  int // the next file to hand out
-	freed int // spans before this one have given back their slot
 }
 
 // readAhead starts the reads of the spans in order, each when a slot is
@@ -207,14 +236,19 @@ func (st *stream) Next() (io.ReadCloser, error) {
 	return rc, err
 }
 
-// open reads file f, which lies in span k.
+// open reads file f, which lies in span k, and gives back the span's slot
+// once f was its last file.
 func (st *stream) open(f layer.File, k int) (io.ReadCloser, error) {
-	st.free(k)
 	sp := st.spans[k]
 	select {
 	case <-sp.done:
 	case <-st.ctx.Done():
 		return nil, st.ctx.Err()
+	}
+	if sp.left--; sp.left == 0 {
+		// The bytes are copied out (decodeSmall) or handed over whole (a
+		// per-file object) before anything else reads the buffer.
+		defer st.release(sp)
 	}
 	loc, located := st.locs[f.Digest]
 	var (
@@ -255,14 +289,6 @@ func (st *stream) relocate(f layer.File, loc meta.Location, cause error) (io.Rea
 		return st.s.openLegacy(st.ctx, f.Digest)
 	}
 	return nil, cause
-}
-
-// free gives back the slots of the spans before span k: the reader is
-// past their files (spans only go forward).
-func (st *stream) free(k int) {
-	for ; st.freed < k; st.freed++ {
-		st.release(st.spans[st.freed])
-	}
 }
 
 func (st *stream) release(sp *span) {
