@@ -2,6 +2,7 @@ package dedup
 
 import (
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"os/exec"
 	"path/filepath"
@@ -48,15 +49,24 @@ type gcReport struct {
 // runGC runs `cairn gc --json` with args and returns its report.
 func runGC(t *testing.T, args ...string) gcReport {
 	t.Helper()
-	out, err := exec.Command(cairnproc.Binary(t), append([]string{"gc", "--json", "--quiet"}, args...)...).CombinedOutput()
+	rep, err := gcRun(cairnproc.Binary(t), args...)
 	if err != nil {
-		t.Fatalf("cairn gc: %v\n%s", err, out)
-	}
-	var rep gcReport
-	if err := json.Unmarshal(out, &rep); err != nil {
-		t.Fatalf("gc report: %v\n%s", err, out)
+		t.Fatal(err)
 	}
 	return rep
+}
+
+// gcRun is runGC for goroutines other than the test's.
+func gcRun(bin string, args ...string) (gcReport, error) {
+	var rep gcReport
+	out, err := exec.Command(bin, append([]string{"gc", "--json", "--quiet"}, args...)...).CombinedOutput()
+	if err != nil {
+		return rep, fmt.Errorf("cairn gc: %w\n%s", err, out)
+	}
+	if err := json.Unmarshal(out, &rep); err != nil {
+		return rep, fmt.Errorf("gc report: %w\n%s", err, out)
+	}
+	return rep, nil
 }
 
 // TestGCReleasesFiles deletes one of two images that share files and runs
