@@ -13,7 +13,7 @@ func TestCleanStore(t *testing.T) {
 	t.Parallel()
 	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		fd := newFaultDriver(d)
-		rep := scrub(t, fd, Options{Repair: true, ReadLinks: true})
+		rep := s.scrub(fd, Options{Repair: true, ReadLinks: true})
 		want(t, rep)
 		c := rep.Counts
 		// Data: 4 configs and the empty one, lIndex, lPlain, 6 manifests.
@@ -57,7 +57,7 @@ func TestUploadsIgnored(t *testing.T) {
 		s.put(layout.RepositoriesDir+"/app/full/_uploads/abc/data", []byte("half an upload"))
 		s.put(layout.RepositoriesDir+"/app/full/_uploads/abc/startedat", []byte("not a time"))
 		s.put(layout.RepositoriesDir+"/fresh/_uploads/xyz/data", []byte("a repository's first upload"))
-		rep := scrub(t, d, Options{ReadLinks: true})
+		rep := s.scrub(d, Options{ReadLinks: true})
 		want(t, rep)
 		if rep.Counts.Repositories != 3 {
 			t.Errorf("%d repositories, want 3 (one that holds only an upload is none yet)", rep.Counts.Repositories)
