@@ -101,11 +101,10 @@ func (s *scrubber) repairFiles(ctx context.Context, bad []*badFile) {
 	parallel.For(ctx, len(sources), s.opts.Workers, func(i int) {
 		src := sources[i]
 		files := bySource[src]
-		stored, err := s.restoreFiles(ctx, src, files[0].sourceTar, files)
+		err := s.restoreFiles(ctx, src, files[0].sourceTar, files)
 		for _, bf := range files {
 			switch {
-			case stored[bf.d] != "":
-				bf.repaired, bf.repair = true, "rewritten from layer "+string(src)+stored[bf.d]
+			case bf.repaired || bf.repair != "":
 			case err != nil:
 				bf.repair = fmt.Sprintf("reading layer %s failed: %s", src, oneLine(err.Error()))
 			default:
@@ -120,9 +119,9 @@ var errAllStored = errors.New("scrub: every file wanted is stored")
 
 // restoreFiles disassembles blob src (intact data, uncompressing to
 // tarSize bytes) and stores exactly the files wanted: into a new pack, or
-// replacing their objects. It returns, for each file stored, what to add
-// to the repair's note.
-func (s *scrubber) restoreFiles(ctx context.Context, src digest.Digest, tarSize int64, want []*badFile) (map[digest.Digest]string, error) {
+// replacing their objects. It marks those it stored repaired (want's
+// files are its own: no other goroutine touches them).
+func (s *scrubber) restoreFiles(ctx context.Context, src digest.Digest, tarSize int64, want []*badFile) error {
 	rs := &replaceStore{files: s.packs.Legacy(), need: make(map[digest.Digest]*badFile), stored: make(map[digest.Digest]bool)}
 	for _, bf := range want {
 		rs.need[bf.d] = bf
@@ -131,35 +130,38 @@ func (s *scrubber) restoreFiles(ctx context.Context, src digest.Digest, tarSize 
 		}
 	}
 	err := s.disassemble(ctx, src, tarSize, rs)
-	out := make(map[digest.Digest]string, len(rs.stored))
+	how := "rewritten from layer " + string(src)
 	var packed []digest.Digest
 	for d := range rs.stored {
-		if rs.need[d].toPack {
+		if bf := rs.need[d]; bf.toPack {
 			packed = append(packed, d)
 		} else {
-			out[d] = ""
+			bf.repaired, bf.repair = true, how
 		}
 	}
 	if rs.w == nil {
-		return out, err
+		return err
 	}
 	// The files put are the layer's own bytes, hashed: worth keeping
 	// even when the disassembly failed later on.
 	if ferr := rs.w.Flush(ctx); ferr != nil {
-		return out, cmp.Or(err, ferr)
+		return cmp.Or(err, ferr)
 	}
-	// Flush placed each file in the new pack, unless it has no entry in
-	// the metadata store (nothing to place).
+	// Flush placed each file in the new pack, unless the metadata store
+	// has no entry for it (nothing to place).
 	locs, lerr := s.locations(ctx, packed)
 	if lerr != nil {
-		return out, cmp.Or(err, fmt.Errorf("metadata store: %w", lerr))
+		return cmp.Or(err, fmt.Errorf("metadata store: %w", lerr))
 	}
 	for _, d := range packed {
-		if loc := locs[d].Location; !loc.IsZero() && loc != rs.need[d].loc {
-			out[d] = " into pack " + loc.Pack
+		bf := rs.need[d]
+		if loc := locs[d].Location; !loc.IsZero() && loc != bf.loc {
+			bf.repaired, bf.repair = true, how+" into pack "+loc.Pack
+		} else {
+			bf.repair = "written into a new pack from layer " + string(src) + ", which the metadata store did not locate it in (it has no entry for the file)"
 		}
 	}
-	return out, err
+	return err
 }
 
 // disassemble reads blob src's intact data through layer.Disassemble into

@@ -23,8 +23,12 @@ func TestCleanStore(t *testing.T) {
 		if c.Repositories != 3 || c.Manifests != 6 || c.Tags != 4 {
 			t.Errorf("counts %+v: want 3 repositories, 6 manifests, 4 tags", c)
 		}
-		if c.BlobBytes < int64(len(s.blobs[s.lIndex])) || c.FileBytes == 0 || c.RebuiltBytes == 0 {
+		if c.BlobBytes < int64(len(s.blobs[s.lIndex])) || c.FileBytes == 0 || c.RebuiltBytes == 0 || c.PackBytes == 0 {
 			t.Errorf("counts %+v: bytes not counted", c)
+		}
+		// One pack per layer that had files of its own to store.
+		if c.Packs < 2 || c.Packs > 3 || c.DeadPacks != 0 || c.DeadFiles != 0 || !rep.Metadata || len(rep.Notes) != 0 {
+			t.Errorf("counts %+v, notes %q: want 2 or 3 packs, nothing dead", c, rep.Notes)
 		}
 		for _, k := range []string{"put", "writer", "move", "delete", "delete_files"} {
 			if rep.Requests[k] != 0 {
