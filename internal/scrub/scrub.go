@@ -578,8 +578,9 @@ func (s *scrubber) readListed(ctx context.Context, p string, d digest.Digest) (b
 // not-found or the end of ctx.
 func retry(ctx context.Context, fn func() error) error {
 	return parallel.Retry(ctx, 3, func(err error) bool {
-		// A file that does not decompress will not on a second read.
-		return errors.Is(err, driver.ErrNotFound) || errors.Is(err, errCorruptFile)
+		// A file that does not decompress will not on a second read,
+		// nor will a damaged pack.
+		return errors.Is(err, driver.ErrNotFound) || errors.Is(err, errCorruptFile) || errors.Is(err, pack.ErrFormat)
 	}, fn)
 }
 
