@@ -7,14 +7,21 @@
 //
 //   - blobs: one listing of blobs/ finds every blob's data and recipe; each
 //     data file is streamed through its digest algorithm (KindCorruptBlob).
-//   - files: one listing of cairn/files finds every unique dedup file; each
-//     is decompressed (they are stored zstd-compressed) and hashed
-//     (KindCorruptFile).
+//   - files: one listing of cairn/files finds every unique dedup file stored
+//     as an object of its own (stores from before packs); each is
+//     decompressed (they are stored zstd-compressed) and hashed
+//     (KindCorruptFile). One listing of cairn/packs finds every pack; its
+//     index is read from the object alone (KindDamagedPack when it cannot
+//     be), and its frames are streamed with one ranged read per run of them
+//     (pack.VerifyFrames), each decompressed and checked for its size and
+//     digest (KindCorruptFile naming the pack and the frame's offset).
 //   - recipes: every recipe is read and decoded (KindBadRecipe), and every
-//     file it names is looked up in the files listing (KindMissingFile, one
-//     finding per file, counting the recipes that need it). Recipes are
-//     then rebuilt, all of them or a seeded random sample, through dedup's
-//     own restore, and must reproduce their blob's digest
+//     file it names is looked up where it is read from (KindMissingFile, one
+//     finding per file, counting the recipes that need it): with a metadata
+//     store, at its location, which must name a stored pack whose index
+//     lists the file there; without one, in any pack or object found.
+//     Recipes are then rebuilt, all of them or a seeded random sample,
+//     through dedup's own restore, and must reproduce their blob's digest
 //     (KindRebuildFailed).
 //   - repositories: one listing of repositories/ (upload sessions skipped)
 //     yields each repository's _layers links, revisions, tags and
@@ -30,19 +37,40 @@
 //     only their form is checked; with Options.ReadLinks every link's
 //     content must be the digest its path names (KindBadLink).
 //
+// # The metadata store
+//
+// Recipes and packs live in storage and say what they hold, but only the
+// metadata store (Options.Meta, optional) says where each file is read
+// from. With it: packed layers are rebuilt; a pack no file is located in,
+// and a frame no location names, are dead bytes GC reclaims, not read
+// (Counts.DeadPacks, DeadFiles), so a corrupt copy there, or a corrupt
+// object of its own of a file located in a pack, is no finding; a file
+// located in a pack that is gone, damaged or does not list it is missing.
+// Without it: every pack is verified and every file found in one counts as
+// stored (a corrupt copy is a finding only when no intact copy was
+// found); layers whose files are in packs cannot be rebuilt, which the
+// report says once (Report.Notes, Counts.RebuildSkipped), and packed files
+// are not repaired.
+//
 // Memory: the blobs and the files found are held as sorted arrays of
-// fixed-size digests (34 and 33 bytes each), one repository's links at a
-// time, and nothing else per object: data streams through hashes.
+// fixed-size digests (34 and 33 bytes each), one repository's links and
+// one pack's index per worker at a time, and nothing else per object: data
+// streams through hashes.
 //
 // # Request cost on object stores
 //
 // Listings are flat (Walk: one LIST request per 1000 keys). Each blob and
-// file costs one streamed GET, each recipe one GET, each tag and each
-// manifest one GET; a rebuild one GET per file its recipe names. Nothing is
-// stat'ed per object: a finding that says something is missing rests on a
-// listing, and is confirmed by a Stat of that one path before it is
-// reported, which also keeps writes that raced the listing (a push, a GC,
-// dedup) from showing as findings. With ReadLinks, one GET per link.
+// file of its own costs one streamed GET, each pack two ranged GETs for
+// its index and one per run of frames (dead gaps over 1 MiB are skipped),
+// each recipe one GET, each tag and each manifest one GET; a rebuild reads
+// packs as a pull does. With a metadata store, one call per 4096 entries
+// of a pack and per recipe whose files the pass did not find where they
+// are read from. Nothing is stat'ed per object: a finding that says
+// something is missing rests on a listing, and is confirmed by a Stat of
+// that one path (for a packed file, its pack, its index read again and its
+// location looked up again) before it is reported, which also keeps writes
+// that raced the listing (a push, a GC, dedup, a compaction) from showing
+// as findings. With ReadLinks, one GET per link.
 //
 // # Repair
 //
@@ -51,7 +79,13 @@
 //   - a dedup file that is missing or corrupt is written anew from a layer
 //     whose intact data (verified in the blobs pass) holds it, by
 //     disassembling that layer with the dedup machinery; the bytes stored
-//     are exactly the payload that hashed to the file's digest;
+//     are exactly the payload that hashed to the file's digest. A file
+//     read from a pack goes into a new pack (pack.Writer), whose Flush
+//     locates it there in the metadata store: the old bytes are dead, for
+//     GC's compaction to reclaim, and a damaged pack whose files all moved
+//     out is deleted by GC as an empty one. This needs the metadata store;
+//     without it the finding says so. A file with no location (a store
+//     from before packs) is replaced as an object of its own;
 //   - a corrupt blob with a recipe is rebuilt from the recipe, checked
 //     against its digest, and moved over the data;
 //   - a tag whose revision link is missing, an index child not linked as a
@@ -64,9 +98,8 @@
 //     digest its path names.
 //
 // Link repairs follow the registry's GC journal protocol, so a GC running
-// meanwhile cannot delete what they link. Scrub needs no metadata store:
-// recipes live in storage, and a repaired file keeps the reference counts
-// its recipes already hold.
+// meanwhile cannot delete what they link. A repaired file keeps the
+// reference counts its recipes already hold.
 package scrub
 
 import (

@@ -28,7 +28,7 @@ const verifyGap = 1 << 20
 // bytes hashing to Digest. It reads the frames in offset order with one
 // ranged read per run of them (reading small gaps through), streaming, so
 // that memory stays within one frame decoder whatever the pack's size;
-// scrub verifies a store this way, without the metadata store.
+// scrub verifies packs this way, from the objects alone.
 //
 // check is called once per entry in offset order, with nil or a
 // *FrameError saying what is wrong; an error check
