@@ -69,7 +69,7 @@ func (s *scrubber) loadRecords(ctx context.Context) error {
 			return nil
 		}
 		for _, p := range ps {
-			if !p.Tombstoned {
+			if !p.Tombstoned && p.Live > 0 { // the others are dead: absent reads as 0
 				s.records[p.ID] = p.Live
 			}
 		}

@@ -81,12 +81,17 @@ func (s *scrubber) badFiles() []*badFile {
 func (s *scrubber) repairFiles(ctx context.Context, bad []*badFile) {
 	bySource := make(map[digest.Digest][]*badFile)
 	var sources []digest.Digest
+	s.mu.Lock()
 	packs := s.nPacks.Load() > 0 || len(s.damaged) > 0
+	s.mu.Unlock()
 	for _, bf := range bad {
 		if bf.source == "" {
 			bf.repair = "no layer with intact data is known to hold it"
 			continue
 		}
+		// Without a metadata store a file missing from a store that has
+		// packs belongs in a pack too: only a corrupt object of its own
+		// can be replaced.
 		if s.meta == nil && (!bf.loc.IsZero() || (bf.corrupt == "" && packs)) {
 			bf.repair = "a file in a pack is rewritten into a new pack, which the metadata store must then locate: " +
 				"scrub ran without one (give it the configuration's storage.dedup.metadata)"
