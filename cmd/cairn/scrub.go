@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/scrub"
 )
 
@@ -23,11 +24,15 @@ const scrubUsage = `usage: cairn scrub [--config FILE] [--root DIR] [--repair] [
 Checks the whole store and reports what is wrong, one line per finding (kind,
 path, digest, detail), then a summary:
   - every blob's data against its digest (corrupt-blob);
-  - every unique dedup file, decompressed, against its digest (corrupt-file);
+  - every unique dedup file, decompressed, against its digest (corrupt-file):
+    objects of their own under cairn/files, and every pack under cairn/packs,
+    read from its own index (damaged-pack when that cannot be read) and
+    streamed, each file in it checked (corrupt-file names the pack and the
+    file's offset);
   - every dedup recipe: it must parse (bad-recipe) and every file it names be
-    stored (missing-file); with --recipes all every recipe is rebuilt, with
-    sample (the default) --sample of them chosen by --seed, and the rebuild
-    must reproduce the blob (rebuild-failed);
+    stored where the metadata store locates it (missing-file); with --recipes
+    all every recipe is rebuilt, with sample (the default) --sample of them
+    chosen by --seed, and the rebuild must reproduce the blob (rebuild-failed);
   - every repository: _layers links name stored blobs (missing-blob, also a
     deduplicated layer whose recipe is gone), revisions have manifest data
     (missing-manifest), tags name revisions (dangling-tag), what each
@@ -35,12 +40,18 @@ path, digest, detail), then a summary:
     links name revisions (dangling-referrer); with --read-links every link's
     content must be the digest its path names (bad-link). Upload sessions
     are not looked at.
-It reads with flat listings and one streamed read per object, never a stat per
-file, and needs no metadata store: it runs beside cairn serve and cairn gc.
+It reads with flat listings and one streamed read per object (per pack), never a
+stat per file. It opens the dedup metadata store as cairn gc does, to locate
+files in packs: a bolt store is refused while a cairn serve holds it (stop it
+first); a Redis store is shared with running servers. Without a metadata store
+configured, packs are verified all the same, but layers whose files are in
+packs are not rebuilt (the report says so once), nor packed files repaired.
 
 --repair never deletes anything. It writes a missing or corrupt dedup file anew
-from a layer whose intact data holds it, rebuilds a corrupt blob that has a
-recipe, writes back a missing revision link (a dangling tag's, an index
+from a layer whose intact data holds it: into a new pack, which the metadata
+store then locates it in (the old bytes are dead, for gc to reclaim), or as an
+object of its own for a file with no location (stores from before packs). It
+rebuilds a corrupt blob that has a recipe, writes back a missing revision link (a dangling tag's, an index
 child's), referrers link or _layers link when what it names is stored, and with
 --read-links rewrites a link holding the wrong digest. The report says what was
 repaired and what remains.
@@ -95,13 +106,26 @@ func runScrub(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return exitError{2, err}
 	}
+	// The metadata store locates files in packs; as for gc, a bolt store
+	// held by a running serve is refused rather than waited for.
+	store, err := openMeta(ctx, cfg, time.Second)
+	if errors.Is(err, meta.ErrLocked) {
+		return exitError{2, errors.New("scrub: the dedup metadata store is in use by a running cairn serve; stop it, or share a Redis metadata store (storage.dedup.metadata.redis)")}
+	}
+	if err != nil {
+		return exitError{2, fmt.Errorf("scrub: %w", err)}
+	}
 	log := newLogger(stderr, cfg.Log.Level)
 	v := cfg.Validation.Manifests
 	opts := scrub.Options{
 		Recipes: mode, Sample: *sample, Seed: *seed, Workers: *workers,
-		ReadLinks: *readLinks, Repair: *repair, Log: log,
+		ReadLinks: *readLinks, Repair: *repair, Log: log, Packs: packOptions(cfg),
 		Sparse:                v.Sparse,
 		IndexChildrenOptional: v.Indexes.Platforms != "" && v.Indexes.Platforms != "all",
+	}
+	if store != nil {
+		defer store.Close()
+		opts.Meta = store
 	}
 	finish := func() {}
 	if !*quiet {
@@ -157,11 +181,21 @@ func writeScrubReport(w io.Writer, r *scrub.Report) {
 		state += fmt.Sprintf(" (%d not listed)", r.Dropped)
 	}
 	fmt.Fprintf(w, "scrub: %s in %.2fs\n", state, r.Seconds)
-	fmt.Fprintf(w, "  read:     %d blobs (%s), %d dedup files (%s), %d recipes (%d rebuilt, %s)\n",
-		c.Blobs, humanBytes(c.BlobBytes), c.Files, humanBytes(c.FileBytes), c.Recipes, c.Rebuilt, humanBytes(c.RebuiltBytes))
+	fmt.Fprintf(w, "  read:     %d blobs (%s), %d dedup files (%s; %d packs, %s stored), %d recipes (%d rebuilt, %s)\n",
+		c.Blobs, humanBytes(c.BlobBytes), c.Files, humanBytes(c.FileBytes), c.Packs, humanBytes(c.PackBytes),
+		c.Recipes, c.Rebuilt, humanBytes(c.RebuiltBytes))
 	fmt.Fprintf(w, "            %d repositories, %d manifests, %d tags, %d links\n", c.Repositories, c.Manifests, c.Tags, c.Links)
 	if r.Recipes == scrub.RecipesSample {
 		fmt.Fprintf(w, "  recipes:  a sample of up to %d rebuilt (--seed %d repeats it)\n", r.Sample, r.Seed)
+	}
+	if c.DeadPacks+c.DeadFiles > 0 {
+		fmt.Fprintf(w, "  dead:     %d packs and %d files in packs no location names (gc reclaims them; not read)\n", c.DeadPacks, c.DeadFiles)
+	}
+	if !r.Metadata && c.Packs > 0 {
+		fmt.Fprintln(w, "  metadata: none configured: files in packs could not be located")
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "  note:     %s\n", n)
 	}
 	if c.Vanished > 0 {
 		fmt.Fprintf(w, "  vanished: %d objects deleted between listing and reading (not findings)\n", c.Vanished)
@@ -201,12 +235,12 @@ func (p *scrubProgress) print(pr scrub.Progress) {
 		if pr.Phase == "done" {
 			return // the report follows
 		}
-		p.log.Info("scrub", "phase", pr.Phase, "blobs", c.Blobs, "files", c.Files, "recipes", c.Recipes, "rebuilt", c.Rebuilt,
+		p.log.Info("scrub", "phase", pr.Phase, "blobs", c.Blobs, "files", c.Files, "packs", c.Packs, "recipes", c.Recipes, "rebuilt", c.Rebuilt,
 			"repositories", c.Repositories, "manifests", c.Manifests, "bytes", bytes, "mib_per_s", fmt.Sprintf("%.1f", rate),
 			"findings", pr.Findings, "elapsed", pr.Elapsed.Round(time.Second))
 		return
 	}
-	p.draw("scrub %-12s %6d listed  %d blobs  %d files  %d recipes (%d rebuilt)  %d repos  %d manifests  %s  %.1f MiB/s  %d findings  %s",
-		pr.Phase, pr.Listed, c.Blobs, c.Files, c.Recipes, c.Rebuilt, c.Repositories, c.Manifests, humanBytes(bytes), rate, pr.Findings,
+	p.draw("scrub %-12s %6d listed  %d blobs  %d files  %d packs  %d recipes (%d rebuilt)  %d repos  %d manifests  %s  %.1f MiB/s  %d findings  %s",
+		pr.Phase, pr.Listed, c.Blobs, c.Files, c.Packs, c.Recipes, c.Rebuilt, c.Repositories, c.Manifests, humanBytes(bytes), rate, pr.Findings,
 		pr.Elapsed.Round(100*time.Millisecond))
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/opencontainers/go-digest"
+
+	"github.com/cairn-registry/cairn/internal/meta"
 )
 
 // TestScrubExitStatus: 0 for a clean store, 1 with findings (each on its
@@ -62,5 +64,28 @@ func TestScrubExitStatus(t *testing.T) {
 		if code, _, errOut := scrub(args...); code != 2 || strings.Count(errOut, "\n") != 1 {
 			t.Errorf("scrub %v: %d, want 2 and one line, got %q", args, code, errOut)
 		}
+	}
+}
+
+// TestScrubMetadataStore: scrub opens the dedup metadata store as gc does,
+// and refuses a bolt store a running serve holds.
+func TestScrubMetadataStore(t *testing.T) {
+	root := t.TempDir()
+	held, err := meta.Open(filepath.Join(root, "cairn-meta.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), []string{"scrub", "--quiet", "--root", root}, &out, &errOut)
+	if code != 2 || !strings.Contains(errOut.String(), "in use by a running cairn serve") {
+		t.Fatalf("held store: %d\n%s%s", code, out.String(), errOut.String())
+	}
+	held.Close()
+	out.Reset()
+	errOut.Reset()
+	code = run(context.Background(), []string{"scrub", "--quiet", "--json", "--root", root}, &out, &errOut)
+	var rep struct{ Metadata bool }
+	if err := json.Unmarshal(out.Bytes(), &rep); code != 0 || err != nil || !rep.Metadata {
+		t.Fatalf("free store: %d, %v, metadata %v\n%s%s", code, err, rep.Metadata, out.String(), errOut.String())
 	}
 }

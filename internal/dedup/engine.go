@@ -165,6 +165,20 @@ type job struct {
 	recheck bool // look for the recipe file in storage (see process)
 }
 
+// NewSource returns a Source alone, reading files through files: for
+// tools that only rebuild layers (cairn scrub), with whatever metadata
+// store files was given to locate them. It has no caches.
+func NewSource(d driver.Driver, files *pack.Store, log *slog.Logger) *Source {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return newSource(d, files, log, nopMetrics{})
+}
+
+func newSource(d driver.Driver, files *pack.Store, log *slog.Logger, m Metrics) *Source {
+	return &Source{d: d, files: files, log: log, metrics: m, recipes: newRecipeCache(64 << 20)}
+}
+
 // New returns an engine over d. store may be nil (restore only). Start or
 // Schedule runs the background work; Close ends it.
 func New(d driver.Driver, store meta.Store, opts Options, log *slog.Logger, m Metrics) (*Engine, error) {
@@ -183,7 +197,7 @@ func New(d driver.Driver, store meta.Store, opts Options, log *slog.Logger, m Me
 	if err != nil {
 		return nil, err
 	}
-	src := &Source{d: d, files: files, log: log, metrics: m, recipes: newRecipeCache(64 << 20)}
+	src := newSource(d, files, log, m)
 	if opts.TempDir != "" {
 		if err := os.MkdirAll(opts.TempDir, 0o755); err != nil {
 			return nil, fmt.Errorf("dedup: spool directory: %w", err)

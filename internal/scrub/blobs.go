@@ -153,8 +153,9 @@ func (p *progressReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// scanFiles lists cairn/files once: every file goes into the file set and
-// to a worker that decompresses and hashes it.
+// scanFiles verifies every dedup file: it lists cairn/files once, each
+// file going to a worker that decompresses and hashes it, then the packs
+// (scanPacks). What is found stored goes into the file sets.
 func (s *scrubber) scanFiles(ctx context.Context) error {
 	var decs sync.Pool // *zstd.Decoder
 	decode := func(r io.Reader) (io.Reader, func(), error) {
@@ -173,11 +174,19 @@ func (s *scrubber) scanFiles(ctx context.Context) error {
 	}
 	p := startPool(s.opts.Workers, func(j hashJob) { s.verifyFile(ctx, j, decode) })
 	err := s.walkDigests(ctx, layout.FilesDir, layout.ParseFilePath, "the file name", func(j hashJob) error {
-		s.fileSet.add(j.k)
 		return p.send(ctx, j)
 	})
 	p.wait()
-	s.fileSet.seal()
+	if err == nil {
+		err = s.scanPacks(ctx)
+	}
+	s.mu.Lock()
+	s.objectSet.seal()
+	s.packSet.seal()
+	s.mu.Unlock()
+	if err == nil {
+		err = s.settleCopies(ctx)
+	}
 	return err
 }
 
@@ -195,15 +204,19 @@ func (s *scrubber) verifyFile(ctx context.Context, j hashJob, decode func(io.Rea
 		detail = "does not decompress: " + oneLine(err.Error())
 	case err != nil:
 		s.unreadable(ctx, j.path, j.d, err)
+		s.mu.Lock()
+		s.objectSet.add(j.k) // stored all the same
+		s.mu.Unlock()
 		return
 	case got != j.d:
 		detail = fmt.Sprintf("decompresses to %d bytes hashing to %s", n, got)
 	}
 	s.nFiles.Add(1)
-	if detail == "" {
-		return
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if detail == "" {
+		s.objectSet.add(j.k)
+		return
+	}
 	s.bad[j.k] = &badFile{d: j.d, path: j.path, corrupt: detail}
 }

@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"testing"
 
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/dedup"
-	"github.com/cairn-registry/cairn/internal/dedup/layer"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -20,7 +20,7 @@ func TestCorruptBlob(t *testing.T) {
 	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		s.flip(layout.BlobData(s.cFull))
 		s.flip(layout.BlobData(s.lIndex)) // index mode: its recipe can rebuild it
-		rep := scrub(t, d, Options{})
+		rep := s.scrub(d, Options{})
 		fs := want(t, rep,
 			"corrupt-blob "+layout.BlobData(s.cFull),
 			"corrupt-blob "+layout.BlobData(s.lIndex))
@@ -30,7 +30,7 @@ func TestCorruptBlob(t *testing.T) {
 		}
 		wantDetail(t, f, "hashes to sha256:")
 
-		rep = scrub(t, d, Options{Repair: true})
+		rep = s.scrub(d, Options{Repair: true})
 		fs = want(t, rep,
 			"corrupt-blob "+layout.BlobData(s.cFull),
 			"corrupt-blob "+layout.BlobData(s.lIndex))
@@ -48,7 +48,7 @@ func TestCorruptBlob(t *testing.T) {
 		if !bytes.Equal(s.get(layout.BlobData(s.lIndex)), s.blobs[s.lIndex]) {
 			t.Error("the rebuilt layer's data is not the original")
 		}
-		want(t, scrub(t, d, Options{}), "corrupt-blob "+layout.BlobData(s.cFull))
+		want(t, s.scrub(d, Options{}), "corrupt-blob "+layout.BlobData(s.cFull))
 	})
 }
 
@@ -56,20 +56,16 @@ func TestEmptyBlob(t *testing.T) {
 	t.Parallel()
 	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		e := s.blob("app/plain", nil)
-		want(t, scrub(t, d, Options{}))
+		want(t, s.scrub(d, Options{}))
 		s.put(layout.BlobData(e), []byte{0})
-		want(t, scrub(t, d, Options{}), "corrupt-blob "+layout.BlobData(e))
+		want(t, s.scrub(d, Options{}), "corrupt-blob "+layout.BlobData(e))
 	})
 }
 
-// fileBytes decompresses the stored file d.
+// fileBytes reads the stored file d as dedup does.
 func (s *store) fileBytes(d digest.Digest) []byte {
 	s.t.Helper()
-	fstore, err := layer.NewDriverStore(s.d)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	rc, err := fstore.Open(context.Background(), d)
+	rc, err := s.ps.Open(context.Background(), d)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -85,32 +81,43 @@ func TestCorruptFileRepairedFromIntactLayer(t *testing.T) {
 	t.Parallel()
 	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		f0 := s.shared[0]
-		p := filePath(t, f0)
-		s.flip(p)
-		rep := scrub(t, d, Options{})
+		old := s.loc(f0)
+		p := s.flipFile(f0)
+		rep := s.scrub(d, Options{})
 		f := wantOne(t, rep, "corrupt-file "+p)
 		if f.Digest != string(f0) || (f.Ref != string(s.lShared) && f.Ref != string(s.lIndex)) {
 			t.Errorf("finding %+v: want digest %s and a recipe's blob as ref", f, f0)
 		}
+		wantDetail(t, f, fmt.Sprintf("its frame at offset %d (%d stored bytes)", old.Offset, old.Length))
 		// lShared (full mode) cannot be pulled; lIndex still has its data.
 		wantDetail(t, f, "named by 2 recipes, 1 of them")
 		if rep.Counts.Rebuilt != 1 {
 			t.Errorf("rebuilt %d recipes; the two naming the bad file are not rebuilt", rep.Counts.Rebuilt)
 		}
 
-		rep = scrub(t, d, Options{Repair: true})
+		rep = s.scrub(d, Options{Repair: true})
 		f = wantOne(t, rep, "corrupt-file "+p)
 		if !f.Repaired {
 			t.Fatalf("not repaired: %+v", f)
 		}
-		wantDetail(t, f, "rewritten from layer "+string(s.lIndex))
+		now := s.loc(f0)
+		wantDetail(t, f, "rewritten from layer "+string(s.lIndex)+" into pack "+now.Pack)
+		if now.Pack == old.Pack || !s.exists(layout.Pack(old.Pack)) {
+			t.Errorf("file now at %+v, was at %+v: want a new pack, the old one kept", now, old)
+		}
 		if got := s.fileBytes(f0); digest.FromBytes(got) != f0 {
 			t.Fatalf("repaired file hashes to %s", digest.FromBytes(got))
 		}
 		if rep.Requests["delete"]+rep.Requests["delete_files"] != 0 {
 			t.Errorf("repair deleted: %v", rep.Requests)
 		}
-		want(t, scrub(t, d, Options{}))
+		// The corrupt copy is dead now: not read, not a finding.
+		rep = s.scrub(d, Options{})
+		want(t, rep)
+		if rep.Counts.DeadFiles != 1 || rep.Counts.Rebuilt != 3 {
+			t.Errorf("counts %+v: want the old frame dead, every recipe rebuilt", rep.Counts)
+		}
+		s.wantPulls(s.lShared, s.lOwn)
 	})
 }
 
@@ -118,17 +125,19 @@ func TestMissingFileRepaired(t *testing.T) {
 	t.Parallel()
 	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		// Two files the intact layer holds: one disassembly restores both.
-		p1, p2 := filePath(t, s.shared[1]), filePath(t, s.shared[2])
-		s.remove(p1)
-		s.remove(p2)
-		fs := want(t, scrub(t, d, Options{Repair: true}), "missing-file "+p1, "missing-file "+p2)
+		p1, p2 := s.loseFile(s.shared[1]), s.loseFile(s.shared[2])
+		fs := want(t, s.scrub(d, Options{Repair: true}), "missing-file "+p1, "missing-file "+p2)
 		for _, f := range fs {
 			if !f.Repaired {
 				t.Errorf("not repaired: %+v", f)
 			}
-			wantDetail(t, f, "not stored", "named by 2 recipes")
+			wantDetail(t, f, "not stored", "which is not stored", "named by 2 recipes")
 		}
-		want(t, scrub(t, d, Options{}))
+		if s.loc(s.shared[1]).Pack != s.loc(s.shared[2]).Pack {
+			t.Error("files restored from one layer went into different packs")
+		}
+		want(t, s.scrub(d, Options{}))
+		s.wantPulls(s.lShared)
 	})
 }
 
@@ -136,10 +145,8 @@ func TestBadFileWithoutIntactCopy(t *testing.T) {
 	t.Parallel()
 	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		// lOwn's files are in no layer with intact data.
-		p0, p1 := filePath(t, s.own[0]), filePath(t, s.own[1])
-		s.flip(p0)
-		s.remove(p1)
-		fs := want(t, scrub(t, d, Options{Repair: true}), "corrupt-file "+p0, "missing-file "+p1)
+		p0, p1 := s.flipFile(s.own[0]), s.loseFile(s.own[1])
+		fs := want(t, s.scrub(d, Options{Repair: true}), "corrupt-file "+p0, "missing-file "+p1)
 		for _, f := range fs {
 			if f.Repaired || f.Ref != string(s.lOwn) {
 				t.Errorf("%+v: want unrepaired, ref %s", f, s.lOwn)
@@ -155,7 +162,7 @@ func TestCorruptFileNamedByNoRecipe(t *testing.T) {
 		stray := digest.FromString("a file no recipe names")
 		p := filePath(t, stray)
 		s.put(p, []byte("not zstd at all"))
-		f := wantOne(t, scrub(t, d, Options{}), "corrupt-file "+p)
+		f := wantOne(t, s.scrub(d, Options{}), "corrupt-file "+p)
 		wantDetail(t, f, "does not decompress", "no recipe names it")
 	})
 }
@@ -165,13 +172,13 @@ func TestBadRecipe(t *testing.T) {
 	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		p := layout.BlobRecipe(s.lOwn)
 		s.put(p, []byte(`{"version": 1, "digest": "sha256:`))
-		f := wantOne(t, scrub(t, d, Options{Repair: true}), "bad-recipe "+p)
+		f := wantOne(t, s.scrub(d, Options{Repair: true}), "bad-recipe "+p)
 		if f.Digest != string(s.lOwn) || f.Repaired {
 			t.Errorf("%+v", f)
 		}
 		// A recipe of another blob is bad too.
 		s.put(p, s.get(layout.BlobRecipe(s.lShared)))
-		f = wantOne(t, scrub(t, d, Options{}), "bad-recipe "+p)
+		f = wantOne(t, s.scrub(d, Options{}), "bad-recipe "+p)
 		wantDetail(t, f, "does not describe it")
 	})
 }
@@ -203,12 +210,12 @@ func TestRebuildFailed(t *testing.T) {
 			}
 		})
 		p := layout.BlobRecipe(s.lShared)
-		f := wantOne(t, scrub(t, d, Options{Recipes: RecipesAll}), "rebuild-failed "+p)
+		f := wantOne(t, s.scrub(d, Options{Recipes: RecipesAll}), "rebuild-failed "+p)
 		if f.Digest != string(s.lShared) {
 			t.Errorf("%+v", f)
 		}
 		// Without rebuilds only the cheap checks run.
-		rep := scrub(t, d, Options{Recipes: RecipesNone})
+		rep := s.scrub(d, Options{Recipes: RecipesNone})
 		want(t, rep)
 		if rep.Counts.Rebuilt != 0 || rep.Counts.Recipes != 3 {
 			t.Errorf("counts %+v: want 3 recipes read, none rebuilt", rep.Counts)
@@ -218,13 +225,14 @@ func TestRebuildFailed(t *testing.T) {
 
 func TestSampleFollowsSeed(t *testing.T) {
 	t.Parallel()
-	d := newFaultDriver(newStore(t, newMemDriver()).d)
+	s := newStore(t, newMemDriver())
+	d := newFaultDriver(s.d)
 	// The sampled recipe is read twice: checked, then rebuilt.
 	sampled := func(seed uint64) string {
 		d.mu.Lock()
 		clear(d.gets)
 		d.mu.Unlock()
-		rep := scrub(t, d, Options{Recipes: RecipesSample, Sample: 1, Seed: seed})
+		rep := s.scrub(d, Options{Recipes: RecipesSample, Sample: 1, Seed: seed})
 		if rep.Counts.Rebuilt != 1 || rep.Sample != 1 || rep.Seed != seed {
 			t.Fatalf("report %+v: want one recipe rebuilt with seed %d", rep, seed)
 		}
@@ -257,7 +265,7 @@ func TestUnreadable(t *testing.T) {
 		fd := newFaultDriver(d)
 		fd.failGet[layout.BlobData(s.lPlain)] = true
 		fd.failGet[layout.BlobRecipe(s.lOwn)] = true
-		fs := want(t, scrub(t, fd, Options{}),
+		fs := want(t, s.scrub(fd, Options{}),
 			"unreadable "+layout.BlobData(s.lPlain),
 			"unreadable "+layout.BlobRecipe(s.lOwn))
 		wantDetail(t, fs["unreadable "+layout.BlobData(s.lPlain)], "injected storage failure")
@@ -279,7 +287,7 @@ func TestSHA512Blobs(t *testing.T) {
 		}
 		gone := digest.SHA512.FromString("never stored")
 		s.put(layerLink("app/plain", gone), []byte(gone))
-		fs := want(t, scrub(t, d, Options{ReadLinks: true}),
+		fs := want(t, s.scrub(d, Options{ReadLinks: true}),
 			"corrupt-blob "+layout.BlobData(db),
 			"missing-blob "+layerLink("app/plain", gone))
 		if f := fs["missing-blob "+layerLink("app/plain", gone)]; f.Digest != string(gone) {

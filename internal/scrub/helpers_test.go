@@ -1,6 +1,7 @@
 package scrub
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/dedup"
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
+	"github.com/cairn-registry/cairn/internal/dedup/pack"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/registry"
@@ -51,13 +53,15 @@ func forStores(t *testing.T, fn func(t *testing.T, d driver.Driver, s *store)) {
 //	           referrer mRef whose subject is mPlain, and tag idx: an
 //	           index mIdx naming mChild, pushed by digest only
 type store struct {
-	t   *testing.T
-	d   driver.Driver
-	reg *registry.Registry
+	t    *testing.T
+	d    driver.Driver
+	reg  *registry.Registry
+	meta *meta.Bolt  // the metadata store dedup used: open for the test
+	ps   *pack.Store // reads files as dedup does
 
 	cFull, cIndex, lShared, lOwn, lIndex, lPlain digest.Digest
 	mFull, mIndex, mPlain, mRef, mChild, mIdx    digest.Digest
-	shared, own                                  []digest.Digest // file digests
+	shared, own, indexOwn                        []digest.Digest // file digests
 	blobs                                        map[digest.Digest][]byte
 }
 
@@ -78,6 +82,9 @@ func newStore(t *testing.T, d driver.Driver) *store {
 	}
 	for _, f := range ownFiles {
 		s.own = append(s.own, digest.FromBytes(f.Body))
+	}
+	for _, f := range indexOwn {
+		s.indexOwn = append(s.indexOwn, digest.FromBytes(f.Body))
 	}
 	shared := layertest.Gzip(t, layertest.Tar(t, sharedFiles...), 6)
 	own := layertest.Zstd(t, layertest.Tar(t, ownFiles...), zstd.SpeedDefault)
@@ -106,7 +113,11 @@ func newStore(t *testing.T, d driver.Driver) *store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
+	t.Cleanup(func() { store.Close() })
+	s.meta = store
+	if s.ps, err = pack.NewStore(d, store, pack.Options{}, nil); err != nil {
+		t.Fatal(err)
+	}
 	eng, err := dedup.New(d, store, dedup.Options{TempDir: t.TempDir()}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -238,6 +249,55 @@ func (s *store) flip(p string) {
 	s.put(p, b)
 }
 
+// loc is where the metadata store locates file d.
+func (s *store) loc(d digest.Digest) meta.Location {
+	s.t.Helper()
+	infos, err := s.meta.Files(context.Background(), []digest.Digest{d})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if infos[0].Location.IsZero() {
+		s.t.Fatalf("file %s has no location", d)
+	}
+	return infos[0].Location
+}
+
+// frameKey is how want names the frame at loc: its pack's path @ offset.
+func frameKey(loc meta.Location) string {
+	return fmt.Sprintf("%s@%d", layout.Pack(loc.Pack), loc.Offset)
+}
+
+// flipFile flips one byte in the middle of file d's frame in its pack and
+// returns the frame's key.
+func (s *store) flipFile(d digest.Digest) string {
+	s.t.Helper()
+	loc := s.loc(d)
+	p := layout.Pack(loc.Pack)
+	b := s.get(p)
+	b[loc.Offset+loc.Length/2] ^= 0x40
+	s.put(p, b)
+	return frameKey(loc)
+}
+
+// loseFile locates file d in a pack whose object was never written, as
+// when storage lost it, and returns that frame's key.
+func (s *store) loseFile(d digest.Digest) string {
+	s.t.Helper()
+	ctx := context.Background()
+	id, err := pack.NewID()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if err := s.meta.BeginPack(ctx, id); err != nil {
+		s.t.Fatal(err)
+	}
+	placed, err := s.meta.PlaceFiles(ctx, id, 1<<20, []meta.Placement{{Digest: d, Offset: 8, Length: 100}})
+	if err != nil || !placed[0] {
+		s.t.Fatalf("placing %s in a lost pack: %v, %v", d, placed, err)
+	}
+	return frameKey(s.loc(d))
+}
+
 func filePath(t *testing.T, d digest.Digest) string {
 	t.Helper()
 	p, err := layer.FilePath(d)
@@ -259,7 +319,18 @@ func referrerLinkPath(repo string, subject, d digest.Digest) string {
 	return string(layout.AppendReferrerLink(nil, repo, string(subject.Algorithm()), subject.Encoded(), string(d.Algorithm()), d.Encoded()))
 }
 
-// scrub runs a scrub with every recipe rebuilt unless opts says otherwise.
+// scrub runs a scrub over d (s.d, or a driver over it) with the store's
+// metadata store, every recipe rebuilt unless opts says otherwise.
+func (s *store) scrub(d driver.Driver, opts Options) *Report {
+	s.t.Helper()
+	if opts.Meta == nil {
+		opts.Meta = s.meta
+	}
+	return scrub(s.t, d, opts)
+}
+
+// scrub runs a scrub with every recipe rebuilt unless opts says otherwise,
+// with the metadata store opts names (none by default).
 func scrub(t *testing.T, d driver.Driver, opts Options) *Report {
 	t.Helper()
 	if opts.Recipes == "" {
@@ -275,14 +346,19 @@ func scrub(t *testing.T, d driver.Driver, opts Options) *Report {
 }
 
 // want checks that rep holds exactly the findings described, as
-// "kind path" pairs, and returns them by that key.
+// "kind path" pairs (path@offset for a file in a pack: frameKey), and
+// returns them by that key.
 func want(t *testing.T, rep *Report, findings ...string) map[string]Finding {
 	t.Helper()
 	got := make(map[string]Finding)
 	var lines []string
 	for _, f := range rep.Findings {
-		got[string(f.Kind)+" "+f.Path] = f
-		lines = append(lines, fmt.Sprintf("%s %s %s ref=%s: %s [repaired=%v: %s]", f.Kind, f.Path, f.Digest, f.Ref, f.Detail, f.Repaired, f.Repair))
+		k := string(f.Kind) + " " + f.Path
+		if f.Offset != 0 {
+			k += fmt.Sprintf("@%d", f.Offset)
+		}
+		got[k] = f
+		lines = append(lines, fmt.Sprintf("%s %s ref=%s: %s [repaired=%v: %s]", k, f.Digest, f.Ref, f.Detail, f.Repaired, f.Repair))
 	}
 	ok := len(got) == len(findings) && len(rep.Findings) == len(findings)
 	for _, w := range findings {
@@ -368,3 +444,21 @@ func (f *faultDriver) DeleteFiles(ctx context.Context, paths []string) (int, err
 }
 
 func newMemDriver() driver.Driver { return inmemory.New() }
+
+// wantPulls rebuilds each deduplicated layer as a pull would, through the
+// metadata store, and checks it is the blob pushed.
+func (s *store) wantPulls(layers ...digest.Digest) {
+	s.t.Helper()
+	src := dedup.NewSource(s.d, s.ps, nil)
+	for _, l := range layers {
+		rc, err := src.OpenBlob(context.Background(), l, 0)
+		if err != nil {
+			s.t.Fatalf("layer %s: %v", l, err)
+		}
+		b, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil || !bytes.Equal(b, s.blobs[l]) {
+			s.t.Errorf("layer %s: rebuilt %d bytes (%v), want the %d pushed", l, len(b), err, len(s.blobs[l]))
+		}
+	}
+}

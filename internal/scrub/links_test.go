@@ -15,7 +15,7 @@ func TestMissingRecipe(t *testing.T) {
 		// A deduplicated layer whose recipe is gone: its link names nothing.
 		s.remove(layout.BlobRecipe(s.lOwn))
 		p := layerLink("app/full", s.lOwn)
-		f := wantOne(t, scrub(t, d, Options{Repair: true}), "missing-blob "+p)
+		f := wantOne(t, s.scrub(d, Options{Repair: true}), "missing-blob "+p)
 		if f.Digest != string(s.lOwn) || f.Repaired {
 			t.Errorf("%+v", f)
 		}
@@ -28,7 +28,7 @@ func TestMissingManifest(t *testing.T) {
 	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		s.remove(layout.BlobData(s.mIndex))
 		p := revisionLink("app/index", s.mIndex)
-		f := wantOne(t, scrub(t, d, Options{Repair: true}), "missing-manifest "+p)
+		f := wantOne(t, s.scrub(d, Options{Repair: true}), "missing-manifest "+p)
 		if f.Digest != string(s.mIndex) || f.Repaired {
 			t.Errorf("%+v", f)
 		}
@@ -43,11 +43,11 @@ func TestDanglingTagRelinked(t *testing.T) {
 		// in the same run and they come back as well.
 		s.remove(layerLink("app/full", s.cFull))
 		tag := layout.TagCurrentLink("app/full", "v1")
-		fs := want(t, scrub(t, d, Options{}), "dangling-tag "+tag)
+		fs := want(t, s.scrub(d, Options{}), "dangling-tag "+tag)
 		if f := fs["dangling-tag "+tag]; f.Digest != string(s.mFull) {
 			t.Errorf("%+v", f)
 		}
-		fs = want(t, scrub(t, d, Options{Repair: true}), "dangling-tag "+tag, "missing-link "+layerLink("app/full", s.cFull))
+		fs = want(t, s.scrub(d, Options{Repair: true}), "dangling-tag "+tag, "missing-link "+layerLink("app/full", s.cFull))
 		for _, f := range fs {
 			if !f.Repaired {
 				t.Errorf("not repaired: %+v", f)
@@ -56,7 +56,7 @@ func TestDanglingTagRelinked(t *testing.T) {
 		if string(s.get(revisionLink("app/full", s.mFull))) != string(s.mFull) {
 			t.Error("revision link not rewritten")
 		}
-		want(t, scrub(t, d, Options{ReadLinks: true}))
+		want(t, s.scrub(d, Options{ReadLinks: true}))
 	})
 }
 
@@ -66,7 +66,7 @@ func TestDanglingTagWithoutData(t *testing.T) {
 		s.remove(revisionLink("app/full", s.mFull))
 		s.remove(layout.BlobData(s.mFull))
 		tag := layout.TagCurrentLink("app/full", "v1")
-		f := wantOne(t, scrub(t, d, Options{Repair: true}), "dangling-tag "+tag)
+		f := wantOne(t, s.scrub(d, Options{Repair: true}), "dangling-tag "+tag)
 		if f.Repaired {
 			t.Errorf("repaired without data: %+v", f)
 		}
@@ -80,16 +80,16 @@ func TestMissingLayerLinkRelinked(t *testing.T) {
 		s.remove(layerLink("app/index", s.lIndex))
 		s.remove(layerLink("app/full", s.lOwn)) // deduplicated: only a recipe
 		pIndex, pOwn := layerLink("app/index", s.lIndex), layerLink("app/full", s.lOwn)
-		fs := want(t, scrub(t, d, Options{}), "missing-link "+pIndex, "missing-link "+pOwn)
+		fs := want(t, s.scrub(d, Options{}), "missing-link "+pIndex, "missing-link "+pOwn)
 		if f := fs["missing-link "+pIndex]; f.Digest != string(s.lIndex) || f.Ref != string(s.mIndex) {
 			t.Errorf("%+v: want digest %s, ref %s", f, s.lIndex, s.mIndex)
 		}
-		for _, f := range want(t, scrub(t, d, Options{Repair: true}), "missing-link "+pIndex, "missing-link "+pOwn) {
+		for _, f := range want(t, s.scrub(d, Options{Repair: true}), "missing-link "+pIndex, "missing-link "+pOwn) {
 			if !f.Repaired {
 				t.Errorf("not repaired: %+v", f)
 			}
 		}
-		want(t, scrub(t, d, Options{}))
+		want(t, s.scrub(d, Options{}))
 	})
 }
 
@@ -100,7 +100,7 @@ func TestMissingBlobOfManifest(t *testing.T) {
 		s.remove(layout.BlobData(s.lPlain))
 		p := layout.BlobData(s.lPlain)
 		// Three manifests name it: one finding.
-		f := wantOne(t, scrub(t, d, Options{Repair: true}), "missing-blob "+p)
+		f := wantOne(t, s.scrub(d, Options{Repair: true}), "missing-blob "+p)
 		if f.Repaired || f.Digest != string(s.lPlain) {
 			t.Errorf("%+v", f)
 		}
@@ -113,7 +113,7 @@ func TestSparseSkipsReferences(t *testing.T) {
 		s.remove(layerLink("app/plain", s.lPlain))
 		s.remove(layout.BlobData(s.lPlain))
 		s.remove(revisionLink("app/plain", s.mChild))
-		want(t, scrub(t, d, Options{Sparse: true}))
+		want(t, s.scrub(d, Options{Sparse: true}))
 	})
 }
 
@@ -122,21 +122,21 @@ func TestIndexChildRelinked(t *testing.T) {
 	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		p := revisionLink("app/plain", s.mChild)
 		s.remove(p)
-		want(t, scrub(t, d, Options{IndexChildrenOptional: true}))
-		f := wantOne(t, scrub(t, d, Options{}), "missing-link "+p)
+		want(t, s.scrub(d, Options{IndexChildrenOptional: true}))
+		f := wantOne(t, s.scrub(d, Options{}), "missing-link "+p)
 		if f.Digest != string(s.mChild) || f.Ref != string(s.mIdx) {
 			t.Errorf("%+v", f)
 		}
-		f = wantOne(t, scrub(t, d, Options{Repair: true}), "missing-link "+p)
+		f = wantOne(t, s.scrub(d, Options{Repair: true}), "missing-link "+p)
 		if !f.Repaired {
 			t.Errorf("%+v", f)
 		}
-		want(t, scrub(t, d, Options{}))
+		want(t, s.scrub(d, Options{}))
 
 		s.remove(p)
 		s.remove(layout.BlobData(s.mChild))
 		dp := layout.BlobData(s.mChild)
-		f = wantOne(t, scrub(t, d, Options{Repair: true}), "missing-manifest "+dp)
+		f = wantOne(t, s.scrub(d, Options{Repair: true}), "missing-manifest "+dp)
 		if f.Repaired || f.Ref != string(s.mIdx) {
 			t.Errorf("%+v", f)
 		}
@@ -148,17 +148,17 @@ func TestReferrerLinks(t *testing.T) {
 	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		p := referrerLinkPath("app/plain", s.mPlain, s.mRef)
 		s.remove(p)
-		f := wantOne(t, scrub(t, d, Options{Repair: true}), "missing-link "+p)
+		f := wantOne(t, s.scrub(d, Options{Repair: true}), "missing-link "+p)
 		if !f.Repaired || f.Digest != string(s.mRef) || f.Ref != string(s.mPlain) {
 			t.Errorf("%+v", f)
 		}
-		want(t, scrub(t, d, Options{}))
+		want(t, s.scrub(d, Options{}))
 
 		// A referrers link naming no revision: reported, never removed.
 		ghost := digest.FromString("a manifest deleted long ago")
 		g := referrerLinkPath("app/plain", s.mPlain, ghost)
 		s.put(g, []byte(ghost))
-		f = wantOne(t, scrub(t, d, Options{Repair: true}), "dangling-referrer "+g)
+		f = wantOne(t, s.scrub(d, Options{Repair: true}), "dangling-referrer "+g)
 		if f.Repaired || f.Digest != string(ghost) || f.Ref != string(s.mPlain) {
 			t.Errorf("%+v", f)
 		}
@@ -181,14 +181,14 @@ func TestBadLinks(t *testing.T) {
 		s.put(bad, []byte("x"))
 
 		// Without ReadLinks only the tag's link (always read) is checked.
-		fs := want(t, scrub(t, d, Options{}), "bad-link "+tag, "bad-path "+bad)
+		fs := want(t, s.scrub(d, Options{}), "bad-link "+tag, "bad-path "+bad)
 		wantDetail(t, fs["bad-link "+tag], `"not a digest"`)
 
-		fs = want(t, scrub(t, d, Options{ReadLinks: true, Repair: true}), "bad-link "+tag, "bad-path "+bad, "bad-link "+ll, "bad-link "+tl)
+		fs = want(t, s.scrub(d, Options{ReadLinks: true, Repair: true}), "bad-link "+tag, "bad-path "+bad, "bad-link "+ll, "bad-link "+tl)
 		if fs["bad-link "+tag].Repaired || !fs["bad-link "+ll].Repaired || !fs["bad-link "+tl].Repaired {
 			t.Errorf("repairs: %+v", fs)
 		}
-		want(t, scrub(t, d, Options{ReadLinks: true}), "bad-link "+tag, "bad-path "+bad)
+		want(t, s.scrub(d, Options{ReadLinks: true}), "bad-link "+tag, "bad-path "+bad)
 	})
 }
 
@@ -200,7 +200,7 @@ func TestBadManifest(t *testing.T) {
 		s.put(layout.BlobData(m), junk)
 		s.put(revisionLink("app/plain", m), []byte(m))
 		p := layout.BlobData(m)
-		f := wantOne(t, scrub(t, d, Options{}), "bad-manifest "+p)
+		f := wantOne(t, s.scrub(d, Options{}), "bad-manifest "+p)
 		wantDetail(t, f, "not JSON")
 	})
 }
@@ -212,8 +212,8 @@ func TestListingRaceConfirmed(t *testing.T) {
 		fd := newFaultDriver(d)
 		fd.hide[layout.BlobData(s.lPlain)] = true
 		fd.hide[layout.BlobData(s.mChild)] = true
-		fd.hide[filePath(t, s.own[0])] = true
-		rep := scrub(t, fd, Options{})
+		fd.hide[layout.Pack(s.loc(s.own[0]).Pack)] = true // its files look missing
+		rep := s.scrub(fd, Options{})
 		want(t, rep)
 		if rep.Counts.Manifests != 6 {
 			t.Errorf("%d manifests read, want 6 (one listed without data, found stored since)", rep.Counts.Manifests)
@@ -222,7 +222,7 @@ func TestListingRaceConfirmed(t *testing.T) {
 		// listed: the tag and the manifest naming them find them stored.
 		fd.hide[revisionLink("app/full", s.mFull)] = true
 		fd.hide[layerLink("app/index", s.lIndex)] = true
-		want(t, scrub(t, fd, Options{}))
+		want(t, s.scrub(fd, Options{}))
 	})
 }
 
@@ -230,14 +230,14 @@ func TestListingRaceConfirmed(t *testing.T) {
 func TestRepairNeverDeletes(t *testing.T) {
 	t.Parallel()
 	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
-		s.flip(filePath(t, s.shared[0]))
-		s.remove(filePath(t, s.shared[1]))
+		s.flipFile(s.shared[0])
+		s.loseFile(s.shared[1])
 		s.remove(revisionLink("app/full", s.mFull))
 		s.remove(layerLink("app/index", s.cIndex))
 		s.remove(referrerLinkPath("app/plain", s.mPlain, s.mRef))
 		s.put(layerLink("app/full", s.lOwn), []byte("wrong"))
 		fd := newFaultDriver(d)
-		rep := scrub(t, fd, Options{Repair: true, ReadLinks: true})
+		rep := s.scrub(fd, Options{Repair: true, ReadLinks: true})
 		if rep.Remaining() != 0 || rep.Repaired != 6 {
 			t.Errorf("repaired %d, remaining %d; want 6, 0: %+v", rep.Repaired, rep.Remaining(), rep.Findings)
 		}
@@ -246,7 +246,7 @@ func TestRepairNeverDeletes(t *testing.T) {
 				t.Errorf("repair deleted %s", p)
 			}
 		}
-		want(t, scrub(t, d, Options{ReadLinks: true}))
+		want(t, s.scrub(d, Options{ReadLinks: true}))
 	})
 }
 
@@ -258,7 +258,7 @@ func TestMaxFindings(t *testing.T) {
 	s.flip(layout.BlobData(s.cFull))
 	s.flip(layout.BlobData(s.cIndex))
 	s.flip(layout.BlobData(s.lPlain))
-	rep := scrub(t, s.d, Options{MaxFindings: 2})
+	rep := s.scrub(s.d, Options{MaxFindings: 2})
 	if len(rep.Findings) != 2 || rep.Dropped != 1 || rep.ByKind[KindCorruptBlob] != 3 || rep.Remaining() != 3 {
 		t.Errorf("report %+v: want 2 findings kept, 1 dropped, 3 counted", rep)
 	}

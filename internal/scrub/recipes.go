@@ -12,14 +12,22 @@ import (
 	"github.com/cairn-registry/cairn/internal/dedup"
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
 	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/meta"
 )
 
 // badFile is a dedup file found corrupt or missing, and what the recipes
 // say of it: one finding per file, however many recipes name it.
 type badFile struct {
-	d       digest.Digest
-	path    string
+	d digest.Digest
+	// path is the object at fault, or where the file should be: its
+	// pack (at offset) when it has a location, else its own object.
+	path   string
+	offset int64
+	// loc is where the file is read from, when in a pack (zero: an object
+	// of its own, or not known without a metadata store).
+	loc     meta.Location
 	corrupt string // why it is corrupt; "" when it is missing
+	missing string // why it counts as missing ("not stored", ...)
 	// namedBy counts the recipes naming it; unservable those of layers
 	// without intact data, whose pulls fail while it is bad.
 	namedBy, unservable int64
@@ -28,6 +36,7 @@ type badFile struct {
 	// repair takes it from; sourceTar bounds that layer's decompression.
 	source    digest.Digest
 	sourceTar int64
+	toPack    bool // repair writes it into a new pack
 	repaired  bool
 	repair    string
 }
@@ -104,8 +113,9 @@ func (s *scrubber) checkRecipe(ctx context.Context, j recipeJob) {
 	s.mu.Lock()
 	_, corrupt := s.corrupt[j.k]
 	s.mu.Unlock()
-	intact := j.intact && !corrupt
-	broken := false
+	named := recipeUse{blob: d, intact: j.intact && !corrupt, tarSize: r.Tar.TarSize}
+	broken, packed := false, false
+	var unknown []fileRef
 	seen := make(map[digest.Digest]bool, len(r.Tar.Files))
 	for _, f := range r.Tar.Files {
 		if seen[f.Digest] {
@@ -117,66 +127,34 @@ func (s *scrubber) checkRecipe(ctx context.Context, j recipeJob) {
 			s.add(Finding{Kind: KindBadRecipe, Path: p, Digest: string(d), Detail: fmt.Sprintf("names a file by %q, not a digest", f.Digest)})
 			return
 		}
-		if s.fileBroken(ctx, fk, f.Digest, d, intact, r.Tar.TarSize) {
+		switch s.fileState(fk) {
+		case fileBad:
+			s.noteBad(fk, nil, named)
 			broken = true
+		case fileUnknown:
+			unknown = append(unknown, fileRef{fk, f.Digest})
+		}
+		if !s.objectSet.has(fk) {
+			packed = true
 		}
 	}
-	// A recipe naming a bad file cannot rebuild: the file's finding says
-	// so, a rebuild would only say it again.
-	if !broken && j.rebuild {
-		s.verifyRebuild(ctx, d, r.Size)
+	if len(unknown) > 0 && s.resolveFiles(ctx, unknown, named) {
+		broken = true
 	}
-}
-
-// fileBroken reports whether file fd, which blob's recipe names, is corrupt
-// or missing, and records the recipe against it.
-func (s *scrubber) fileBroken(ctx context.Context, fk key, fd, blob digest.Digest, intact bool, tarSize int64) bool {
-	s.mu.Lock()
-	bf, appeared := s.bad[fk], s.appeared[fk]
-	s.mu.Unlock()
-	if bf == nil {
-		if appeared || s.fileSet.has(fk) {
-			return false
-		}
-		// Not listed: missing, or written since the listing by dedup.
-		fp := layout.File(fd)
-		missing, err := s.missingNow(ctx, fp)
-		if err != nil {
-			s.unreadable(ctx, fp, fd, err)
-			return true
-		}
-		if missing {
-			// A GC deletes a blob's recipe before its files: a recipe
-			// gone since is no witness.
-			if gone, err := s.missingNow(ctx, layout.BlobRecipe(blob)); err != nil || gone {
-				return true
-			}
-		}
+	if packed && s.meta == nil && corrupt {
 		s.mu.Lock()
-		if !missing {
-			s.appeared[fk] = true
-			s.mu.Unlock()
-			return false
-		}
-		if bf = s.bad[fk]; bf == nil {
-			bf = &badFile{d: fd, path: fp}
-			s.bad[fk] = bf
-		}
+		s.needMeta[j.k] = true // for repair: it cannot rebuild the blob
 		s.mu.Unlock()
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	bf.namedBy++
-	if !intact {
-		bf.unservable++
+	switch {
+	case broken || !j.rebuild:
+		// A recipe naming a bad file cannot rebuild: the file's finding
+		// says so, a rebuild would only say it again.
+	case packed && s.meta == nil:
+		s.nRebuildSkipped.Add(1) // said once, in the report's notes
+	default:
+		s.verifyRebuild(ctx, d, r.Size)
 	}
-	if bf.example == "" {
-		bf.example = blob
-	}
-	if intact && bf.source == "" {
-		bf.source, bf.sourceTar = blob, tarSize
-	}
-	return true
 }
 
 // verifyRebuild rebuilds blob d from its recipe through dedup's restore,
@@ -213,7 +191,7 @@ func (s *scrubber) verifyRebuild(ctx context.Context, d digest.Digest, size int6
 
 // rebuildDigest streams the rebuild of blob d into w and a hash.
 func (s *scrubber) rebuildDigest(ctx context.Context, d digest.Digest, w io.Writer, progress interface{ Add(int64) int64 }) (digest.Digest, int64, error) {
-	rc, err := s.eng.OpenBlob(ctx, d, 0)
+	rc, err := s.src.OpenBlob(ctx, d, 0)
 	if err != nil {
 		return "", 0, err
 	}

@@ -3,12 +3,14 @@ package scrub
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -18,6 +20,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
+	"github.com/cairn-registry/cairn/internal/dedup/pack"
 	"github.com/cairn-registry/cairn/internal/digestkey"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/parallel"
@@ -29,12 +32,13 @@ func (s *scrubber) repairStore(ctx context.Context) error {
 	bad := s.badFiles()
 	if s.opts.Repair {
 		s.repairFiles(ctx, bad)
+		s.repairDamaged(bad)
 		s.repairBlobs(ctx)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, bf := range bad {
-		f := Finding{Kind: KindMissingFile, Path: bf.path, Digest: string(bf.d), Ref: string(bf.example), Detail: "not stored"}
+		f := Finding{Kind: KindMissingFile, Path: bf.path, Offset: bf.offset, Digest: string(bf.d), Ref: string(bf.example), Detail: cmp.Or(bf.missing, "not stored")}
 		if bf.corrupt != "" {
 			f.Kind, f.Detail = KindCorruptFile, bf.corrupt
 		}
@@ -70,14 +74,30 @@ func (s *scrubber) badFiles() []*badFile {
 
 // repairFiles writes each bad file anew from a layer with intact data
 // that holds it; each such layer is read once for all the files it gives.
+// A file read from a pack goes into a new pack, which the metadata store
+// then locates it in (the old bytes become dead, for GC to reclaim); one
+// without a location (a store from before packs) is replaced as an
+// object of its own.
 func (s *scrubber) repairFiles(ctx context.Context, bad []*badFile) {
 	bySource := make(map[digest.Digest][]*badFile)
 	var sources []digest.Digest
+	s.mu.Lock()
+	packs := s.nPacks.Load() > 0 || len(s.damaged) > 0
+	s.mu.Unlock()
 	for _, bf := range bad {
 		if bf.source == "" {
 			bf.repair = "no layer with intact data is known to hold it"
 			continue
 		}
+		// Without a metadata store a file missing from a store that has
+		// packs belongs in a pack too: only a corrupt object of its own
+		// can be replaced.
+		if s.meta == nil && (!bf.loc.IsZero() || (bf.corrupt == "" && packs)) {
+			bf.repair = "a file in a pack is rewritten into a new pack, which the metadata store must then locate: " +
+				"scrub ran without one (give it the configuration's storage.dedup.metadata)"
+			continue
+		}
+		bf.toPack = !bf.loc.IsZero()
 		if _, ok := bySource[bf.source]; !ok {
 			sources = append(sources, bf.source)
 		}
@@ -86,11 +106,10 @@ func (s *scrubber) repairFiles(ctx context.Context, bad []*badFile) {
 	parallel.For(ctx, len(sources), s.opts.Workers, func(i int) {
 		src := sources[i]
 		files := bySource[src]
-		stored, err := s.restoreFiles(ctx, src, files[0].sourceTar, files)
+		err := s.restoreFiles(ctx, src, files[0].sourceTar, files)
 		for _, bf := range files {
 			switch {
-			case stored[bf.d]:
-				bf.repaired, bf.repair = true, "rewritten from layer "+string(src)
+			case bf.repaired || bf.repair != "":
 			case err != nil:
 				bf.repair = fmt.Sprintf("reading layer %s failed: %s", src, oneLine(err.Error()))
 			default:
@@ -104,36 +123,80 @@ func (s *scrubber) repairFiles(ctx context.Context, bad []*badFile) {
 var errAllStored = errors.New("scrub: every file wanted is stored")
 
 // restoreFiles disassembles blob src (intact data, uncompressing to
-// tarSize bytes) and stores exactly the files wanted, replacing what is
-// stored under their digests.
-func (s *scrubber) restoreFiles(ctx context.Context, src digest.Digest, tarSize int64, want []*badFile) (map[digest.Digest]bool, error) {
-	rs := &replaceStore{files: s.files, need: make(map[digest.Digest]bool), stored: make(map[digest.Digest]bool)}
+// tarSize bytes) and stores exactly the files wanted: into a new pack, or
+// replacing their objects. It marks those it stored repaired (want's
+// files are its own: no other goroutine touches them).
+func (s *scrubber) restoreFiles(ctx context.Context, src digest.Digest, tarSize int64, want []*badFile) error {
+	rs := &replaceStore{files: s.packs.Legacy(), need: make(map[digest.Digest]*badFile), stored: make(map[digest.Digest]bool)}
 	for _, bf := range want {
-		rs.need[bf.d] = true
+		rs.need[bf.d] = bf
+		if bf.toPack && rs.w == nil {
+			rs.w = s.packs.NewWriter(0)
+		}
 	}
+	err := s.disassemble(ctx, src, tarSize, rs)
+	how := "rewritten from layer " + string(src)
+	var packed []digest.Digest
+	for d := range rs.stored {
+		if bf := rs.need[d]; bf.toPack {
+			packed = append(packed, d)
+		} else {
+			bf.repaired, bf.repair = true, how
+		}
+	}
+	if rs.w == nil {
+		return err
+	}
+	// The files put are the layer's own bytes, hashed: worth keeping
+	// even when the disassembly failed later on.
+	if ferr := rs.w.Flush(ctx); ferr != nil {
+		return cmp.Or(err, ferr)
+	}
+	// Flush placed each file in the new pack, unless the metadata store
+	// has no entry for it (nothing to place).
+	locs, lerr := s.locations(ctx, packed)
+	if lerr != nil {
+		return cmp.Or(err, fmt.Errorf("metadata store: %w", lerr))
+	}
+	for _, d := range packed {
+		bf := rs.need[d]
+		if loc := locs[d].Location; !loc.IsZero() && loc != bf.loc {
+			bf.repaired, bf.repair = true, how+" into pack "+loc.Pack
+		} else {
+			bf.repair = "written into a new pack from layer " + string(src) + ", which the metadata store did not locate it in (it has no entry for the file)"
+		}
+	}
+	return err
+}
+
+// disassemble reads blob src's intact data through layer.Disassemble into
+// rs, until every file rs needs is stored.
+func (s *scrubber) disassemble(ctx context.Context, src digest.Digest, tarSize int64, rs *replaceStore) error {
 	rc, err := s.d.Reader(ctx, layout.BlobData(src), 0)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer rc.Close()
 	tr, done, err := uncompressed(rc)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer done()
 	_, err = layer.Disassemble(ctx, io.LimitReader(tr, tarSize), rs)
 	if errors.Is(err, errAllStored) {
 		err = nil
 	}
-	return rs.stored, err
+	return err
 }
 
 // replaceStore is the FileStore a repairing disassembly writes through: it
-// takes the files needed and replaces whatever is stored under them.
+// takes the files needed and writes them into a new pack (w) or replaces
+// their objects of their own.
 type replaceStore struct {
 	files  *layer.DriverStore
+	w      *pack.Writer // nil: no file needs a pack
 	mu     sync.Mutex
-	need   map[digest.Digest]bool
+	need   map[digest.Digest]*badFile
 	stored map[digest.Digest]bool
 }
 
@@ -143,16 +206,22 @@ func (r *replaceStore) Has(_ context.Context, d digest.Digest) (bool, error) {
 	if len(r.stored) == len(r.need) {
 		return false, errAllStored
 	}
-	return !r.need[d] || r.stored[d], nil
+	return r.need[d] == nil || r.stored[d], nil
 }
 
 // Put is called with bytes Disassemble hashed to d itself.
 func (r *replaceStore) Put(ctx context.Context, d digest.Digest, size int64, body io.Reader) error {
-	if err := r.files.Replace(ctx, d, size, body); err != nil {
-		return err
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	var err error
+	if r.need[d].toPack {
+		err = r.w.Put(ctx, d, size, body) // a Writer is not safe for concurrent use
+	} else {
+		err = r.files.Replace(ctx, d, size, body)
+	}
+	if err != nil {
+		return err
+	}
 	r.stored[d] = true
 	return nil
 }
@@ -210,6 +279,13 @@ func (s *scrubber) repairBlobs(ctx context.Context) {
 			s.repairedAt(c.finding, false, "no recipe to rebuild it from")
 			return
 		}
+		s.mu.Lock()
+		needMeta := s.needMeta[c.k]
+		s.mu.Unlock()
+		if needMeta {
+			s.repairedAt(c.finding, false, "its recipe names files in packs, which only the metadata store locates: scrub ran without one")
+			return
+		}
 		if err := s.rewriteBlob(ctx, c.digest); err != nil {
 			s.repairedAt(c.finding, false, "rebuild from its recipe failed: "+oneLine(err.Error()))
 			return
@@ -246,4 +322,40 @@ func (s *scrubber) rewriteBlob(ctx context.Context, d digest.Digest) error {
 		return err
 	}
 	return nil
+}
+
+// repairDamaged says, for each damaged pack, what the file repairs did:
+// the files located in it that recipes name were rewritten into new packs
+// with the other bad files, and once no file is located in it GC deletes
+// it as it does any empty pack. Scrub cannot tell other files apart
+// without its index, but the metadata store counts their bytes (Live).
+func (s *scrubber) repairDamaged(bad []*badFile) {
+	s.mu.Lock()
+	damaged := maps.Clone(s.damaged)
+	s.mu.Unlock()
+	for _, id := range slices.Sorted(maps.Keys(damaged)) {
+		dp := damaged[id]
+		var n, fixed int
+		var moved int64
+		for _, bf := range bad {
+			if bf.loc.Pack == id {
+				n++
+				if bf.repaired {
+					fixed++
+					moved += bf.loc.Length
+				}
+			}
+		}
+		switch {
+		case s.meta == nil:
+			s.repairedAt(dp.finding, false, "moving the files located in it out needs the metadata store: scrub ran without one")
+		case n == 0:
+			s.repairedAt(dp.finding, false, "no recipe names a file located in it")
+		case moved >= dp.live:
+			s.repairedAt(dp.finding, true, fmt.Sprintf("its %d files were rewritten into new packs: no file is located in it, and GC deletes it", fixed))
+		default:
+			s.repairedAt(dp.finding, false, fmt.Sprintf("%d files (%d of its %d live bytes) were rewritten into new packs; "+
+				"the rest belong to files no recipe with intact data names", fixed, moved, dp.live))
+		}
+	}
 }

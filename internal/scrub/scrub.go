@@ -7,14 +7,21 @@
 //
 //   - blobs: one listing of blobs/ finds every blob's data and recipe; each
 //     data file is streamed through its digest algorithm (KindCorruptBlob).
-//   - files: one listing of cairn/files finds every unique dedup file; each
-//     is decompressed (they are stored zstd-compressed) and hashed
-//     (KindCorruptFile).
+//   - files: one listing of cairn/files finds every unique dedup file stored
+//     as an object of its own (stores from before packs); each is
+//     decompressed (they are stored zstd-compressed) and hashed
+//     (KindCorruptFile). One listing of cairn/packs finds every pack; its
+//     index is read from the object alone (KindDamagedPack when it cannot
+//     be), and its frames are streamed with one ranged read per run of them
+//     (pack.VerifyFrames), each decompressed and checked for its size and
+//     digest (KindCorruptFile naming the pack and the frame's offset).
 //   - recipes: every recipe is read and decoded (KindBadRecipe), and every
-//     file it names is looked up in the files listing (KindMissingFile, one
-//     finding per file, counting the recipes that need it). Recipes are
-//     then rebuilt, all of them or a seeded random sample, through dedup's
-//     own restore, and must reproduce their blob's digest
+//     file it names is looked up where it is read from (KindMissingFile, one
+//     finding per file, counting the recipes that need it): with a metadata
+//     store, at its location, which must name a stored pack whose index
+//     lists the file there; without one, in any pack or object found.
+//     Recipes are then rebuilt, all of them or a seeded random sample,
+//     through dedup's own restore, and must reproduce their blob's digest
 //     (KindRebuildFailed).
 //   - repositories: one listing of repositories/ (upload sessions skipped)
 //     yields each repository's _layers links, revisions, tags and
@@ -30,19 +37,40 @@
 //     only their form is checked; with Options.ReadLinks every link's
 //     content must be the digest its path names (KindBadLink).
 //
+// # The metadata store
+//
+// Recipes and packs live in storage and say what they hold, but only the
+// metadata store (Options.Meta, optional) says where each file is read
+// from. With it: packed layers are rebuilt; a pack no file is located in,
+// and a frame no location names, are dead bytes GC reclaims, not read
+// (Counts.DeadPacks, DeadFiles), so a corrupt copy there, or a corrupt
+// object of its own of a file located in a pack, is no finding; a file
+// located in a pack that is gone, damaged or does not list it is missing.
+// Without it: every pack is verified and every file found in one counts as
+// stored (a corrupt copy is a finding only when no intact copy was
+// found); layers whose files are in packs cannot be rebuilt, which the
+// report says once (Report.Notes, Counts.RebuildSkipped), and packed files
+// are not repaired.
+//
 // Memory: the blobs and the files found are held as sorted arrays of
-// fixed-size digests (34 and 33 bytes each), one repository's links at a
-// time, and nothing else per object: data streams through hashes.
+// fixed-size digests (34 and 33 bytes each), one repository's links and
+// one pack's index per worker at a time, and nothing else per object: data
+// streams through hashes.
 //
 // # Request cost on object stores
 //
 // Listings are flat (Walk: one LIST request per 1000 keys). Each blob and
-// file costs one streamed GET, each recipe one GET, each tag and each
-// manifest one GET; a rebuild one GET per file its recipe names. Nothing is
-// stat'ed per object: a finding that says something is missing rests on a
-// listing, and is confirmed by a Stat of that one path before it is
-// reported, which also keeps writes that raced the listing (a push, a GC,
-// dedup) from showing as findings. With ReadLinks, one GET per link.
+// file of its own costs one streamed GET, each pack two ranged GETs for
+// its index and one per run of frames (dead gaps over 1 MiB are skipped),
+// each recipe one GET, each tag and each manifest one GET; a rebuild reads
+// packs as a pull does. With a metadata store, one call per 4096 entries
+// of a pack and per recipe whose files the pass did not find where they
+// are read from. Nothing is stat'ed per object: a finding that says
+// something is missing rests on a listing, and is confirmed by a Stat of
+// that one path (for a packed file, its pack, its index read again and its
+// location looked up again) before it is reported, which also keeps writes
+// that raced the listing (a push, a GC, dedup, a compaction) from showing
+// as findings. With ReadLinks, one GET per link.
 //
 // # Repair
 //
@@ -51,7 +79,13 @@
 //   - a dedup file that is missing or corrupt is written anew from a layer
 //     whose intact data (verified in the blobs pass) holds it, by
 //     disassembling that layer with the dedup machinery; the bytes stored
-//     are exactly the payload that hashed to the file's digest;
+//     are exactly the payload that hashed to the file's digest. A file
+//     read from a pack goes into a new pack (pack.Writer), whose Flush
+//     locates it there in the metadata store: the old bytes are dead, for
+//     GC's compaction to reclaim, and a damaged pack whose files all moved
+//     out is deleted by GC as an empty one. This needs the metadata store;
+//     without it the finding says so. A file with no location (a store
+//     from before packs) is replaced as an object of its own;
 //   - a corrupt blob with a recipe is rebuilt from the recipe, checked
 //     against its digest, and moved over the data;
 //   - a tag whose revision link is missing, an index child not linked as a
@@ -64,9 +98,8 @@
 //     digest its path names.
 //
 // Link repairs follow the registry's GC journal protocol, so a GC running
-// meanwhile cannot delete what they link. Scrub needs no metadata store:
-// recipes live in storage, and a repaired file keeps the reference counts
-// its recipes already hold.
+// meanwhile cannot delete what they link. A repaired file keeps the
+// reference counts its recipes already hold.
 package scrub
 
 import (
@@ -88,8 +121,9 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/dedup"
-	"github.com/cairn-registry/cairn/internal/dedup/layer"
+	"github.com/cairn-registry/cairn/internal/dedup/pack"
 	"github.com/cairn-registry/cairn/internal/digestkey"
+	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/parallel"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
@@ -113,6 +147,7 @@ const (
 	KindBadLink          Kind = "bad-link"          // a link's content is not the digest it should hold
 	KindBadManifest      Kind = "bad-manifest"      // a manifest does not parse
 	KindBadPath          Kind = "bad-path"          // a layout path whose digest does not parse
+	KindDamagedPack      Kind = "damaged-pack"      // a pack object whose index cannot be read
 	KindUnreadable       Kind = "unreadable"        // storage failed to return an object
 )
 
@@ -125,7 +160,10 @@ type Finding struct {
 	Digest string `json:"digest,omitempty"`
 	// Ref is the other digest involved: the manifest naming a missing
 	// link's target, a missing file's example recipe, a referrer's subject.
-	Ref    string `json:"ref,omitempty"`
+	Ref string `json:"ref,omitempty"`
+	// Offset is where in the pack at Path the file at fault is (its
+	// frame), for a file stored in a pack.
+	Offset int64  `json:"offset,omitempty"`
 	Detail string `json:"detail"`
 	// Repaired: Repair fixed it. Repair says how, or why it could not.
 	Repaired bool   `json:"repaired,omitempty"`
@@ -187,6 +225,22 @@ type Options struct {
 	ProgressInterval time.Duration
 	// Log receives what the dedup restore logs (default: discarded).
 	Log *slog.Logger
+	// Meta is the metadata store (nil: none), which locates files in
+	// packs: with it packed layers are rebuilt, each file a recipe names
+	// is checked where its location says, only the frames files are
+	// located at count, and repair writes files into new packs. Without
+	// it packs are verified all the same, but layers whose files are in
+	// packs cannot be rebuilt, nor packed files repaired.
+	Meta Meta
+	// Packs tunes the pack store repair writes through.
+	Packs pack.Options
+}
+
+// Meta is what scrub uses of the metadata store: file locations, pack
+// records, and placing repaired files into new packs.
+type Meta interface {
+	pack.Index
+	ListPacks(ctx context.Context, after string, limit int) ([]meta.PackInfo, error)
 }
 
 func (o Options) withDefaults() Options {
@@ -213,17 +267,27 @@ func (o Options) withDefaults() Options {
 
 // Counts tell what a run read.
 type Counts struct {
-	Blobs        int64 `json:"blobs"`      // data files verified
-	BlobBytes    int64 `json:"blob_bytes"` // bytes hashed
-	Files        int64 `json:"files"`      // dedup files verified
-	FileBytes    int64 `json:"file_bytes"` // uncompressed bytes hashed
-	Recipes      int64 `json:"recipes"`    // recipes read
-	Rebuilt      int64 `json:"rebuilt"`    // recipes rebuilt
+	Blobs     int64 `json:"blobs"`      // data files verified
+	BlobBytes int64 `json:"blob_bytes"` // bytes hashed
+	Files     int64 `json:"files"`      // dedup files verified (objects of their own and frames of packs)
+	FileBytes int64 `json:"file_bytes"` // uncompressed bytes hashed
+	Packs     int64 `json:"packs"`      // pack objects whose index was read
+	PackBytes int64 `json:"pack_bytes"` // stored bytes of packs read
+	// DeadPacks and DeadFiles are packs and frames in packs that no
+	// location names (only known with Options.Meta): dead bytes GC
+	// reclaims, never read by a pull, and so not verified.
+	DeadPacks    int64 `json:"dead_packs,omitempty"`
+	DeadFiles    int64 `json:"dead_files,omitempty"`
+	Recipes      int64 `json:"recipes"` // recipes read
+	Rebuilt      int64 `json:"rebuilt"` // recipes rebuilt
 	RebuiltBytes int64 `json:"rebuilt_bytes"`
-	Repositories int64 `json:"repositories"`
-	Manifests    int64 `json:"manifests"`
-	Tags         int64 `json:"tags"`
-	Links        int64 `json:"links"` // _layers, revision, tag index and referrers links
+	// RebuildSkipped counts recipes chosen for a rebuild that could not
+	// be: their files are in packs, and no metadata store locates them.
+	RebuildSkipped int64 `json:"rebuild_skipped,omitempty"`
+	Repositories   int64 `json:"repositories"`
+	Manifests      int64 `json:"manifests"`
+	Tags           int64 `json:"tags"`
+	Links          int64 `json:"links"` // _layers, revision, tag index and referrers links
 	// Vanished counts objects listed but deleted before they were read
 	// (a GC or dedup at work): not findings.
 	Vanished int64 `json:"vanished"`
@@ -237,7 +301,11 @@ type Report struct {
 	Sample  int        `json:"sample,omitempty"`
 	Seed    uint64     `json:"seed"`
 	Repair  bool       `json:"repair"`
-	Counts  Counts     `json:"counts"`
+	// Metadata: a metadata store located files (Options.Meta).
+	Metadata bool   `json:"metadata"`
+	Counts   Counts `json:"counts"`
+	// Notes say what the run could not check, once each.
+	Notes []string `json:"notes,omitempty"`
 	// Findings, sorted by path then kind; ByKind counts them all,
 	// including the Dropped ones beyond Options.MaxFindings.
 	Findings []Finding      `json:"findings"`
@@ -278,7 +346,6 @@ func Run(ctx context.Context, d driver.Driver, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer s.eng.Close()
 	return s.run(ctx)
 }
 
@@ -286,14 +353,21 @@ func Run(ctx context.Context, d driver.Driver, opts Options) (*Report, error) {
 type scrubber struct {
 	d     *driver.Counting
 	opts  Options
-	files *layer.DriverStore
-	eng   *dedup.Engine // restore only: no metadata store
+	meta  Meta        // nil: none
+	packs *pack.Store // locates files through meta; repair writes through it
+	src   *dedup.Source
 	reg   *registry.Registry
 	start time.Time
 	bufs  sync.Pool // *[]byte copy buffers, one per object streamed
 
-	blobs   blobSet // every blob listed, sealed after the blobs pass
-	fileSet keySet  // every dedup file listed, sealed after the files pass
+	blobs blobSet // every blob listed, sealed after the blobs pass
+	// The dedup files found stored and not corrupt (or unreadable: stored
+	// all the same), sealed after the files pass: objects of their own,
+	// and files in packs (with meta only those located where found).
+	objectSet, packSet keySet
+	// records is every pack's live bytes, as the metadata store had them
+	// before the files pass (with meta only); read-only after.
+	records map[string]int64
 
 	keys digestkey.Spellings // full hex of keys longer than sha256
 
@@ -303,14 +377,22 @@ type scrubber struct {
 	byKind   map[Kind]int64
 	dropped  int64
 	repaired int64
-	corrupt  map[key]corruptBlob // blobs whose data failed its digest
-	bad      map[key]*badFile    // dedup files corrupt or missing
-	appeared map[key]bool        // files not listed but stored when looked for
+	corrupt  map[key]corruptBlob     // blobs whose data failed its digest
+	bad      map[key]*badFile        // dedup files corrupt or missing
+	appeared map[key]bool            // files not found where listed but stored when looked for
+	damaged  map[string]*damagedPack // packs whose index cannot be read, by id
+	// needMeta: corrupt blobs whose recipe names files in packs, which
+	// only a metadata store locates.
+	needMeta map[key]bool
+	fatal    error // the first failure of the metadata store: ends the run
 
 	phase                           atomic.Value
 	nListed                         atomic.Int64
 	nBlobs, nBlobBytes              atomic.Int64
 	nFiles, nFileBytes              atomic.Int64
+	nPacks, nPackBytes              atomic.Int64
+	nDeadPacks, nDeadFiles          atomic.Int64
+	nRebuildSkipped                 atomic.Int64
 	nRecipes, nRebuilt, nRebuiltB   atomic.Int64
 	nRepos, nManifests, nTags, nLnk atomic.Int64
 	nVanished, nFindings            atomic.Int64
@@ -325,22 +407,25 @@ type corruptBlob struct {
 func newScrubber(d driver.Driver, opts Options) (*scrubber, error) {
 	opts = opts.withDefaults()
 	cd := driver.NewCounting(d)
-	files, err := layer.NewDriverStore(cd)
-	if err != nil {
-		return nil, err
+	var idx pack.Index
+	if opts.Meta != nil {
+		idx = opts.Meta
 	}
-	eng, err := dedup.New(cd, nil, dedup.Options{}, opts.Log, nil)
+	packs, err := pack.NewStore(cd, idx, opts.Packs, opts.Log)
 	if err != nil {
 		return nil, err
 	}
 	s := &scrubber{
-		d: cd, opts: opts, files: files, eng: eng,
+		d: cd, opts: opts, meta: opts.Meta, packs: packs,
+		src:      dedup.NewSource(cd, packs, opts.Log),
 		reg:      registry.New(cd, registry.Options{}),
 		phases:   make(map[string]float64),
 		byKind:   make(map[Kind]int64),
 		corrupt:  make(map[key]corruptBlob),
 		bad:      make(map[key]*badFile),
 		appeared: make(map[key]bool),
+		damaged:  make(map[string]*damagedPack),
+		needMeta: make(map[key]bool),
 	}
 	s.bufs.New = func() any { b := make([]byte, 256<<10); return &b }
 	s.phase.Store("blobs")
@@ -372,6 +457,9 @@ func (s *scrubber) run(ctx context.Context) (rep *Report, err error) {
 		err := st.fn(ctx)
 		s.mu.Lock()
 		s.phases[st.phase] = time.Since(t).Seconds()
+		if err == nil {
+			err = s.fatal
+		}
 		s.mu.Unlock()
 		if err != nil {
 			return nil, fmt.Errorf("scrub: %s: %w", st.phase, err)
@@ -385,7 +473,7 @@ func (s *scrubber) report() *Report {
 	defer s.mu.Unlock()
 	fs := slices.Clone(s.findings)
 	slices.SortStableFunc(fs, func(a, b Finding) int {
-		return cmp.Or(cmp.Compare(a.Path, b.Path), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Ref, b.Ref))
+		return cmp.Or(cmp.Compare(a.Path, b.Path), cmp.Compare(a.Offset, b.Offset), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Ref, b.Ref))
 	})
 	r := &Report{
 		Started:      s.start.UTC(),
@@ -393,7 +481,9 @@ func (s *scrubber) report() *Report {
 		Recipes:      s.opts.Recipes,
 		Seed:         s.opts.Seed,
 		Repair:       s.opts.Repair,
+		Metadata:     s.meta != nil,
 		Counts:       s.counts(),
+		Notes:        s.notes(),
 		Findings:     fs,
 		ByKind:       make(map[Kind]int64, len(s.byKind)),
 		Dropped:      s.dropped,
@@ -417,9 +507,32 @@ func (s *scrubber) counts() Counts {
 	return Counts{
 		Blobs: s.nBlobs.Load(), BlobBytes: s.nBlobBytes.Load(),
 		Files: s.nFiles.Load(), FileBytes: s.nFileBytes.Load(),
+		Packs: s.nPacks.Load(), PackBytes: s.nPackBytes.Load(),
+		DeadPacks: s.nDeadPacks.Load(), DeadFiles: s.nDeadFiles.Load(),
 		Recipes: s.nRecipes.Load(), Rebuilt: s.nRebuilt.Load(), RebuiltBytes: s.nRebuiltB.Load(),
-		Repositories: s.nRepos.Load(), Manifests: s.nManifests.Load(), Tags: s.nTags.Load(),
+		RebuildSkipped: s.nRebuildSkipped.Load(),
+		Repositories:   s.nRepos.Load(), Manifests: s.nManifests.Load(), Tags: s.nTags.Load(),
 		Links: s.nLnk.Load(), Vanished: s.nVanished.Load(),
+	}
+}
+
+// notes says once what the run could not check.
+func (s *scrubber) notes() []string {
+	var out []string
+	if n := s.nRebuildSkipped.Load(); n > 0 {
+		out = append(out, fmt.Sprintf("%d recipes were not rebuilt: their files are in packs, which only the metadata store "+
+			"locates, and scrub ran without one (give it the configuration's storage.dedup.metadata)", n))
+	}
+	return out
+}
+
+// failMeta ends the run after the metadata store failed: without it
+// findings would rest on guesses.
+func (s *scrubber) failMeta(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fatal == nil {
+		s.fatal = fmt.Errorf("metadata store: %w", err)
 	}
 }
 
@@ -498,8 +611,9 @@ func (s *scrubber) readListed(ctx context.Context, p string, d digest.Digest) (b
 // not-found or the end of ctx.
 func retry(ctx context.Context, fn func() error) error {
 	return parallel.Retry(ctx, 3, func(err error) bool {
-		// A file that does not decompress will not on a second read.
-		return errors.Is(err, driver.ErrNotFound) || errors.Is(err, errCorruptFile)
+		// A file that does not decompress will not on a second read,
+		// nor will a damaged pack.
+		return errors.Is(err, driver.ErrNotFound) || errors.Is(err, errCorruptFile) || errors.Is(err, pack.ErrFormat)
 	}, fn)
 }
 

@@ -13,7 +13,7 @@ func TestCleanStore(t *testing.T) {
 	t.Parallel()
 	forStores(t, func(t *testing.T, d driver.Driver, s *store) {
 		fd := newFaultDriver(d)
-		rep := scrub(t, fd, Options{Repair: true, ReadLinks: true})
+		rep := s.scrub(fd, Options{Repair: true, ReadLinks: true})
 		want(t, rep)
 		c := rep.Counts
 		// Data: 4 configs and the empty one, lIndex, lPlain, 6 manifests.
@@ -23,8 +23,12 @@ func TestCleanStore(t *testing.T) {
 		if c.Repositories != 3 || c.Manifests != 6 || c.Tags != 4 {
 			t.Errorf("counts %+v: want 3 repositories, 6 manifests, 4 tags", c)
 		}
-		if c.BlobBytes < int64(len(s.blobs[s.lIndex])) || c.FileBytes == 0 || c.RebuiltBytes == 0 {
+		if c.BlobBytes < int64(len(s.blobs[s.lIndex])) || c.FileBytes == 0 || c.RebuiltBytes == 0 || c.PackBytes == 0 {
 			t.Errorf("counts %+v: bytes not counted", c)
+		}
+		// One pack per layer that had files of its own to store.
+		if c.Packs < 2 || c.Packs > 3 || c.DeadPacks != 0 || c.DeadFiles != 0 || !rep.Metadata || len(rep.Notes) != 0 {
+			t.Errorf("counts %+v, notes %q: want 2 or 3 packs, nothing dead", c, rep.Notes)
 		}
 		for _, k := range []string{"put", "writer", "move", "delete", "delete_files"} {
 			if rep.Requests[k] != 0 {
@@ -57,7 +61,7 @@ func TestUploadsIgnored(t *testing.T) {
 		s.put(layout.RepositoriesDir+"/app/full/_uploads/abc/data", []byte("half an upload"))
 		s.put(layout.RepositoriesDir+"/app/full/_uploads/abc/startedat", []byte("not a time"))
 		s.put(layout.RepositoriesDir+"/fresh/_uploads/xyz/data", []byte("a repository's first upload"))
-		rep := scrub(t, d, Options{ReadLinks: true})
+		rep := s.scrub(d, Options{ReadLinks: true})
 		want(t, rep)
 		if rep.Counts.Repositories != 3 {
 			t.Errorf("%d repositories, want 3 (one that holds only an upload is none yet)", rep.Counts.Repositories)

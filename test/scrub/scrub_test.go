@@ -1,8 +1,9 @@
 // Package scrub runs `cairn scrub` against stores a real `cairn serve` filled
 // and deduplicated, on the filesystem and on MinIO: it corrupts them the ways
-// storage fails (a flipped byte in a blob and in a dedup file, a lost recipe,
-// a lost revision link), checks that each is reported with its path and
-// digest, repairs, and checks what remains and that pulls are byte-exact.
+// storage fails (a flipped byte in a blob and in a dedup file's frame in its
+// pack, a lost recipe, a lost revision link), checks that each is reported
+// with its path and digest, repairs, and checks what remains and that pulls
+// are byte-exact.
 package scrub
 
 import (
@@ -25,7 +26,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/cairn-registry/cairn/internal/dedup/layer"
+	"github.com/cairn-registry/cairn/internal/dedup/pack"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/scrub"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
@@ -89,21 +90,20 @@ func runScenario(t *testing.T, d driver.Driver, start func() *cairnproc.Server, 
 	appConfig := digestOf(t, app.ConfigName)
 	s0 := digest.FromBytes(shared[0].Body)
 	configData := layout.BlobData(appConfig)
-	filePath, err := layer.FilePath(s0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	packID, frame := packedFrame(t, d, s0)
+	packPath := layout.Pack(packID)
 	lcLink := string(layout.AppendLayerLink(nil, "full/app", "sha256", lc.Encoded()))
 	tagLink := layout.TagCurrentLink("full/app", "v1")
 
-	flip(t, d, configData)              // a blob: no other copy
-	flip(t, d, filePath)                // a dedup file keep/base's intact layer holds
+	flip(t, d, configData) // a blob: no other copy
+	// A dedup file keep/base's intact layer holds: a byte in its frame.
+	flipAt(t, d, packPath, frame.Offset+frame.Length/2)
 	remove(t, d, layout.BlobRecipe(lc)) // a deduplicated layer's recipe
 	remove(t, d, string(layout.AppendRevisionLink(nil, "full/app", "sha256", appManifest.Encoded())))
 
 	all := map[string]string{
 		"corrupt-blob " + configData: appConfig.String(),
-		"corrupt-file " + filePath:   s0.String(),
+		"corrupt-file " + packPath:   s0.String(),
 		"missing-blob " + lcLink:     lc.String(),
 		"dangling-tag " + tagLink:    appManifest.String(),
 	}
@@ -120,9 +120,11 @@ func runScenario(t *testing.T, d driver.Driver, start func() *cairnproc.Server, 
 	}
 
 	rep := scrubJSON(t, 1, append(args, "--recipes", "all")...)
-	wantFindings(t, rep, all)
-	if rep.Counts.Recipes != 2 || rep.Counts.Rebuilt != 0 || rep.Counts.Files == 0 || rep.Counts.Repositories != 2 {
-		t.Errorf("counts %+v: want 2 recipes (both name the bad file: none rebuilt), 2 repositories", rep.Counts)
+	if f := wantFindings(t, rep, all)["corrupt-file "+packPath]; f.Offset != frame.Offset {
+		t.Errorf("corrupt file at offset %d of its pack, want %d", f.Offset, frame.Offset)
+	}
+	if c := rep.Counts; c.Recipes != 2 || c.Rebuilt != 0 || c.Files == 0 || c.Repositories != 2 || c.Packs == 0 || !rep.Metadata {
+		t.Errorf("counts %+v: want 2 recipes (both name the bad file: none rebuilt), 2 repositories, packs read with the metadata store", c)
 	}
 	t.Logf("scrub: %d blobs (%d bytes), %d files (%d bytes) in %.3fs; requests %v",
 		rep.Counts.Blobs, rep.Counts.BlobBytes, rep.Counts.Files, rep.Counts.FileBytes, rep.Seconds, rep.Requests)
@@ -147,8 +149,8 @@ func runScenario(t *testing.T, d driver.Driver, start func() *cairnproc.Server, 
 		"corrupt-blob " + configData: appConfig.String(),
 		"missing-blob " + lcLink:     lc.String(),
 	})
-	if rep.Counts.Rebuilt != 2 {
-		t.Errorf("rebuilt %d recipes after the repair, want 2", rep.Counts.Rebuilt)
+	if rep.Counts.Rebuilt != 2 || rep.Counts.DeadFiles != 1 {
+		t.Errorf("counts %+v after the repair: want 2 recipes rebuilt, the corrupt frame dead", rep.Counts)
 	}
 
 	// What was repaired serves again: the layer rebuilt from the rewritten
@@ -255,17 +257,52 @@ func waitDedup(t *testing.T, d driver.Driver, keep map[digest.Digest]bool) {
 	}
 }
 
-func flip(t *testing.T, d driver.Driver, p string) {
+func flip(t *testing.T, d driver.Driver, p string) { t.Helper(); flipAt(t, d, p, -1) }
+
+// flipAt changes the byte at off of the object at p (-1: its middle).
+func flipAt(t *testing.T, d driver.Driver, p string, off int64) {
 	t.Helper()
 	ctx := context.Background()
 	b, err := d.GetContent(ctx, p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b[len(b)/2] ^= 0x20
+	if off < 0 {
+		off = int64(len(b) / 2)
+	}
+	b[off] ^= 0x20
 	if err := d.PutContent(ctx, p, b); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// packedFrame finds file f in the store's packs, from their own indexes:
+// dedup stores a file once.
+func packedFrame(t *testing.T, d driver.Driver, f digest.Digest) (string, pack.Entry) {
+	t.Helper()
+	ctx := context.Background()
+	var ids []string
+	var found []pack.Entry
+	err := d.Walk(ctx, layout.PacksDir, func(fi driver.FileInfo) error {
+		id, ok := layout.ParsePackPath(fi.Path)
+		if !ok || fi.IsDir {
+			return nil
+		}
+		entries, _, err := pack.ObjectIndex(ctx, d, id, fi.Size)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if e.Digest == f {
+				ids, found = append(ids, id), append(found, e)
+			}
+		}
+		return nil
+	})
+	if err != nil || len(found) != 1 {
+		t.Fatalf("file %s in packs %v (%v): want one copy", f, ids, err)
+	}
+	return ids[0], found[0]
 }
 
 func remove(t *testing.T, d driver.Driver, p string) {
