@@ -307,22 +307,7 @@ func (w *Worker) promote(ctx context.Context, l digest.Digest) error {
 	if err != nil {
 		return err
 	}
-	if err := w.restore(ctx, r, fw); err != nil {
-		fw.Cancel(ctx)
-		return err
-	}
-	if err := fw.Commit(ctx); err != nil {
-		fw.Cancel(ctx)
-		return err
-	}
-	if err := fw.Close(); err != nil {
-		return err
-	}
-	if err := w.d.Move(ctx, tmp, layout.BlobData(l)); err != nil {
-		w.d.DeleteFiles(ctx, []string{tmp})
-		return err
-	}
-	return nil
+	return driver.Publish(ctx, w.d, fw, tmp, layout.BlobData(l), w.restore(ctx, r, fw))
 }
 
 // hot reports whether l was pulled often enough lately to keep its intact

@@ -24,6 +24,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/digestkey"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/parallel"
+	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
 // repairStore mends bad dedup files, then corrupt blobs (whose rebuild may
@@ -309,19 +310,7 @@ func (s *scrubber) rewriteBlob(ctx context.Context, d digest.Digest) error {
 	if err == nil && got != d {
 		err = fmt.Errorf("rebuilt bytes hash to %s", got)
 	}
-	if err == nil {
-		err = fw.Commit(ctx)
-	}
-	if err != nil {
-		fw.Cancel(ctx)
-		return err
-	}
-	fw.Close()
-	if err := s.d.Move(ctx, tmp, layout.BlobData(d)); err != nil {
-		s.d.Delete(ctx, tmp) // only our temporary copy
-		return err
-	}
-	return nil
+	return driver.Publish(ctx, s.d, fw, tmp, layout.BlobData(d), err)
 }
 
 // repairDamaged says, for each damaged pack, what the file repairs did:

@@ -28,6 +28,18 @@ func testData(n int, seed uint64) []byte {
 func digestKey(seed uint64) string { return fmt.Sprintf("sha256:%064x", seed) }
 
 // writeAll writes p in 4 KiB chunks, as a restore writes in pieces.
+// gatedFill returns a fill writing data once release is closed, and how
+// many times it was called.
+func gatedFill(data []byte) (fill func(context.Context, io.Writer) error, release chan struct{}, calls *atomic.Int32) {
+	release, calls = make(chan struct{}), new(atomic.Int32)
+	fill = func(ctx context.Context, w io.Writer) error {
+		calls.Add(1)
+		<-release
+		return writeAll(w, data)
+	}
+	return fill, release, calls
+}
+
 func writeAll(w io.Writer, p []byte) error {
 	for len(p) > 0 {
 		n := min(len(p), 4096)
@@ -424,13 +436,7 @@ func TestDiskOversizeAndZeroCapacity(t *testing.T) {
 			d, dir := openDisk(t, capacity)
 			data := testData(10_000, 8)
 			key := digestKey(8)
-			release := make(chan struct{})
-			var calls atomic.Int32
-			fill := func(ctx context.Context, w io.Writer) error {
-				calls.Add(1)
-				<-release
-				return writeAll(w, data)
-			}
+			fill, release, calls := gatedFill(data)
 			r1, _, err := d.Open(t.Context(), key, int64(len(data)), 0, fill)
 			if err != nil {
 				t.Fatal(err)
@@ -503,13 +509,7 @@ func TestDiskPrefill(t *testing.T) {
 	d, _ := openDisk(t, 1<<20)
 	data := testData(50_000, 10)
 	key := digestKey(10)
-	release := make(chan struct{})
-	var calls atomic.Int32
-	fill := func(ctx context.Context, w io.Writer) error {
-		calls.Add(1)
-		<-release
-		return writeAll(w, data)
-	}
+	fill, release, calls := gatedFill(data)
 	d.Prefill(t.Context(), key, int64(len(data)), fill)
 	d.Prefill(t.Context(), key, int64(len(data)), fill) // already running: no-op
 	r, hit, err := d.Open(t.Context(), key, int64(len(data)), 0, fill)

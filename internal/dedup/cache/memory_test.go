@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"sync"
-	"sync/atomic"
 	"testing"
 )
 
@@ -14,13 +13,7 @@ func TestMemorySingleflight(t *testing.T) {
 	m := NewMemory(1 << 20)
 	data := testData(100_000, 40)
 	key := digestKey(40)
-	release := make(chan struct{})
-	var calls atomic.Int32
-	fill := func(ctx context.Context, w io.Writer) error {
-		calls.Add(1)
-		<-release
-		return writeAll(w, data)
-	}
+	fill, release, calls := gatedFill(data)
 	const n = 16
 	var wg, started sync.WaitGroup
 	started.Add(n)

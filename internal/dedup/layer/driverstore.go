@@ -122,19 +122,7 @@ func (s *DriverStore) putLarge(ctx context.Context, d digest.Digest, p string, s
 	}
 	enc.Reset(nil)
 	s.encs.Put(enc)
-	if err == nil {
-		err = fw.Commit(ctx)
-	}
-	if err != nil {
-		fw.Cancel(ctx)
-		return err
-	}
-	fw.Close()
-	if err := s.d.Move(ctx, tmp, p); err != nil {
-		s.d.Delete(ctx, tmp)
-		return err
-	}
-	return nil
+	return driver.Publish(ctx, s.d, fw, tmp, p, err)
 }
 
 // Open implements FileStore. Bytes that do not decode (zstd checks its

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"slices"
@@ -240,7 +241,7 @@ func TestDeleteFilesRequests(t *testing.T) {
 			if n != 600 || err != nil {
 				t.Fatalf("DeleteFiles(600 files) = %d, %v; want 600, nil", n, err)
 			}
-			if !maps(got, c.want) {
+			if !maps.Equal(got, c.want) {
 				t.Errorf("DeleteFiles(600 files) sent %v, want %v", got, c.want)
 			}
 			if c.mode == "false" && (peak > 20 || peak < 2) {
@@ -251,18 +252,6 @@ func TestDeleteFilesRequests(t *testing.T) {
 			}
 		})
 	}
-}
-
-func maps(a, b map[string]int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // refuseBatches answers every blob batch request the way a service without
@@ -297,13 +286,13 @@ func TestBatchRefused(t *testing.T) {
 	paths := putFiles(t, d, "/one", 600)
 	cnt.take()
 	n, err := d.DeleteFiles(context.Background(), paths)
-	if got, want := cnt.take(), map[string]int{"batch": 1, http.MethodDelete: 600}; n != 600 || err != nil || !maps(got, want) {
+	if got, want := cnt.take(), map[string]int{"batch": 1, http.MethodDelete: 600}; n != 600 || err != nil || !maps.Equal(got, want) {
 		t.Fatalf("DeleteFiles(600) with batches refused = %d, %v, sending %v; want 600, nil, sending %v", n, err, got, want)
 	}
 	paths = putFiles(t, d, "/two", 300)
 	cnt.take()
 	n, err = d.DeleteFiles(context.Background(), paths)
-	if got, want := cnt.take(), map[string]int{http.MethodDelete: 300}; n != 300 || err != nil || !maps(got, want) {
+	if got, want := cnt.take(), map[string]int{http.MethodDelete: 300}; n != 300 || err != nil || !maps.Equal(got, want) {
 		t.Fatalf("second DeleteFiles(300) = %d, %v, sending %v; want 300, nil, sending %v (no batch tried again)", n, err, got, want)
 	}
 	if left := countFiles(t, d, "/"); left != 0 {

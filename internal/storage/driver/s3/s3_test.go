@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -173,7 +174,7 @@ func TestDeleteFilesRequests(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if ops := c.take(); n != files || !mapsEqual(ops, map[string]int{"ListObjectsV2": 3}) {
+	if ops := c.take(); n != files || !maps.Equal(ops, map[string]int{"ListObjectsV2": 3}) {
 		t.Errorf("Walk of %d files found %d with requests %v, want 3 ListObjectsV2", files, n, ops)
 	}
 
@@ -195,7 +196,7 @@ func TestDeleteFilesRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"/blobs", "/repositories", "/repositories/r", "/repositories/r/_layers", "/repositories/r/_layers/link"}
-	if ops := c.take(); !slices.Equal(visited, want) || !mapsEqual(ops, map[string]int{"ListObjectsV2": 2}) {
+	if ops := c.take(); !slices.Equal(visited, want) || !maps.Equal(ops, map[string]int{"ListObjectsV2": 2}) {
 		t.Errorf("Walk skipping blobs visited %q with requests %v, want %q with 2 ListObjectsV2", visited, ops, want)
 	}
 	if _, err := d.DeleteFiles(ctx, []string{link}); err != nil {
@@ -207,7 +208,7 @@ func TestDeleteFilesRequests(t *testing.T) {
 	if deleted != files || err != nil {
 		t.Fatalf("DeleteFiles = %d, %v; want %d, nil", deleted, err, files)
 	}
-	if ops := c.take(); !mapsEqual(ops, map[string]int{"DeleteObjects": 3}) {
+	if ops := c.take(); !maps.Equal(ops, map[string]int{"DeleteObjects": 3}) {
 		t.Errorf("DeleteFiles of %d files sent %v, want exactly 3 DeleteObjects", files, ops)
 	}
 	for _, i := range []int{0, 999, 1000, files - 1} {
@@ -227,21 +228,9 @@ func TestDeleteFilesRequests(t *testing.T) {
 	if deleted != files || err != nil {
 		t.Errorf("DeleteFiles of missing files = %d, %v; want %d, nil", deleted, err, files)
 	}
-	if ops := c.take(); !mapsEqual(ops, map[string]int{"DeleteObjects": 3}) {
+	if ops := c.take(); !maps.Equal(ops, map[string]int{"DeleteObjects": 3}) {
 		t.Errorf("DeleteFiles of %d missing files sent %v, want exactly 3 DeleteObjects", files, ops)
 	}
-}
-
-func mapsEqual(a, b map[string]int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // TestDeleteFilesKeyErrors makes MinIO refuse some keys of a DeleteObjects
@@ -434,7 +423,7 @@ func TestWriterResume(t *testing.T) {
 	if err := w.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if ops := c.take(); !mapsEqual(ops, map[string]int{"PutObject": 1}) {
+	if ops := c.take(); !maps.Equal(ops, map[string]int{"PutObject": 1}) {
 		t.Errorf("small Writer sent %v, want one PutObject", ops)
 	}
 }
@@ -470,7 +459,7 @@ func TestMoveMultipart(t *testing.T) {
 		t.Fatalf("Move: %v", err)
 	}
 	want := map[string]int{"HeadObject": 1, "CreateMultipartUpload": 1, "UploadPartCopy": 2, "CompleteMultipartUpload": 1, "DeleteObject": 1}
-	if ops := c.take(); !mapsEqual(ops, want) {
+	if ops := c.take(); !maps.Equal(ops, want) {
 		t.Errorf("Move sent %v, want %v", ops, want)
 	}
 	if got, err := d.GetContent(ctx, "/blobs/x/data"); err != nil || !bytes.Equal(got, content) {
@@ -511,7 +500,7 @@ func TestReaderRequests(t *testing.T) {
 		} else if err != nil || string(got) != tc.want {
 			t.Errorf("Reader(%d) = %q, %v; want %q", tc.off, got, err, tc.want)
 		}
-		if ops := c.take(); !mapsEqual(ops, map[string]int{"GetObject": 1}) {
+		if ops := c.take(); !maps.Equal(ops, map[string]int{"GetObject": 1}) {
 			t.Errorf("Reader(%d) sent %v, want one GetObject", tc.off, ops)
 		}
 	}
@@ -542,7 +531,7 @@ func TestStatFileRequests(t *testing.T) {
 		if !tc.found && !errors.Is(err, driver.ErrNotFound) {
 			t.Errorf("StatFile(%s) = %+v, %v; want not found", tc.path, fi, err)
 		}
-		if ops := c.take(); !mapsEqual(ops, map[string]int{"HeadObject": 1}) {
+		if ops := c.take(); !maps.Equal(ops, map[string]int{"HeadObject": 1}) {
 			t.Errorf("StatFile(%s) sent %v, want one HeadObject", tc.path, ops)
 		}
 	}
@@ -553,7 +542,7 @@ func TestStatFileRequests(t *testing.T) {
 	if _, err := d.Stat(ctx, "/dir/missing"); !errors.Is(err, driver.ErrNotFound) {
 		t.Errorf("Stat(/dir/missing) = %v, want not found", err)
 	}
-	if ops := c.take(); !mapsEqual(ops, map[string]int{"HeadObject": 1, "ListObjectsV2": 1}) {
+	if ops := c.take(); !maps.Equal(ops, map[string]int{"HeadObject": 1, "ListObjectsV2": 1}) {
 		t.Errorf("Stat(/dir/missing) sent %v, want one HeadObject and one ListObjectsV2", ops)
 	}
 }
