@@ -72,35 +72,19 @@ func ownFiles(variant int) []tfile {
 // a symlink and a hard link (members without payloads) around them.
 func buildTar(t testing.TB, files []tfile) []byte {
 	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	mod := time.Date(2025, 3, 1, 8, 0, 0, 0, time.UTC)
-	write := func(h *tar.Header, body []byte) {
-		t.Helper()
-		h.ModTime = mod
-		h.Format = tar.FormatPAX
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatalf("tar header %s: %v", h.Name, err)
-		}
-		if _, err := tw.Write(body); err != nil {
-			t.Fatalf("tar body %s: %v", h.Name, err)
-		}
-	}
+	w := layertest.NewWriter(t, tar.FormatPAX, time.Date(2025, 3, 1, 8, 0, 0, 0, time.UTC))
 	for _, dir := range []string{"usr/", "usr/lib/", "app/", "etc/"} {
-		write(&tar.Header{Typeflag: tar.TypeDir, Name: dir, Mode: 0o755}, nil)
+		w.Add(&tar.Header{Typeflag: tar.TypeDir, Name: dir, Mode: 0o755}, nil)
 	}
 	for _, f := range files {
-		write(&tar.Header{Typeflag: tar.TypeReg, Name: f.name, Mode: 0o644, Size: int64(len(f.body)), Uname: "root", Gname: "root"}, f.body)
+		w.Add(&tar.Header{Typeflag: tar.TypeReg, Name: f.name, Mode: 0o644, Size: int64(len(f.body)), Uname: "root", Gname: "root"}, f.body)
 	}
-	write(&tar.Header{Typeflag: tar.TypeReg, Name: "etc/empty", Mode: 0o644}, nil)
-	write(&tar.Header{Typeflag: tar.TypeSymlink, Name: "etc/link", Linkname: "../usr/lib"}, nil)
+	w.Add(&tar.Header{Typeflag: tar.TypeReg, Name: "etc/empty", Mode: 0o644}, nil)
+	w.Add(&tar.Header{Typeflag: tar.TypeSymlink, Name: "etc/link", Linkname: "../usr/lib"}, nil)
 	if len(files) > 0 {
-		write(&tar.Header{Typeflag: tar.TypeLink, Name: "etc/hard", Linkname: files[0].name}, nil)
+		w.Add(&tar.Header{Typeflag: tar.TypeLink, Name: "etc/hard", Linkname: files[0].name}, nil)
 	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return w.Close()
 }
 
 // variantFiles is a layer's files: the shared ones, then its own.

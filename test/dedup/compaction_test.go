@@ -2,7 +2,6 @@ package dedup
 
 import (
 	"archive/tar"
-	"bytes"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/layertest"
 	"github.com/cairn-registry/cairn/internal/testutil/objstore"
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
@@ -226,19 +226,11 @@ func TestCompactionUnderLoad(t *testing.T) {
 // tarOf is a tar of the bodies as files, in order.
 func tarOf(t *testing.T, bodies [][]byte) []byte {
 	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
+	w := layertest.NewWriter(t, tar.FormatUnknown, time.Unix(1700000000, 0))
 	for i, b := range bodies {
-		h := &tar.Header{Typeflag: tar.TypeReg, Name: fmt.Sprintf("data/%d.bin", i), Mode: 0o644, Size: int64(len(b)), ModTime: time.Unix(1700000000, 0)}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		tw.Write(b)
+		w.Add(&tar.Header{Typeflag: tar.TypeReg, Name: fmt.Sprintf("data/%d.bin", i), Mode: 0o644, Size: int64(len(b))}, b)
 	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return w.Close()
 }
 
 // killGCWhileCompacting starts `cairn gc` and kills it (-9) as soon as a

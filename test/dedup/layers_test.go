@@ -36,24 +36,8 @@ func content(seed uint64, n int) []byte { return layertest.Body(seed, n) }
 // (seeds below 10 are common to every variant).
 func featureTar(t testing.TB, variant int, format tar.Format) []byte {
 	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	mod := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
-	add := func(h *tar.Header, body []byte) {
-		t.Helper()
-		h.ModTime = mod
-		if h.Format == tar.FormatUnknown {
-			h.Format = format
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatalf("tar header %s: %v", h.Name, err)
-		}
-		if len(body) > 0 {
-			if _, err := tw.Write(body); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	w := layertest.NewWriter(t, format, time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC))
+	add := w.Add
 	file := func(name string, body []byte) {
 		add(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(body)), Uid: 0, Gid: 0, Uname: "root", Gname: "root"}, body)
 	}
@@ -79,10 +63,7 @@ func featureTar(t testing.TB, variant int, format tar.Format) []byte {
 		}, []byte("caps"))
 	}
 	add(&tar.Header{Typeflag: tar.TypeReg, Name: "etc/big-uid", Mode: 0o644, Uid: 3_000_000, Gid: 3_000_000, Size: 3}, []byte("uid"))
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return w.Close()
 }
 
 // ownBody is the body of file i of the six only featureTar(variant) holds.

@@ -25,16 +25,11 @@ import (
 // output (sparse, oldgnu, v7, posix) lives in testdata/fuzz.
 func seedTars(t testing.TB) [][]byte {
 	long := strings.Repeat("long-directory-name/", 6) + "file.txt"
-	base := []member{
-		{hdr: tar.Header{Typeflag: tar.TypeDir, Name: "etc/", Mode: 0o755}},
-		reg("etc/hosts", "127.0.0.1 localhost\n"),
-		reg("etc/empty", ""),
-		{hdr: tar.Header{Typeflag: tar.TypeSymlink, Name: "etc/link", Linkname: "hosts"}},
-		{hdr: tar.Header{Typeflag: tar.TypeLink, Name: "etc/hard", Linkname: "etc/hosts"}},
+	base := append(etcMembers(),
 		reg("b511", strings.Repeat("x", 511)),
 		reg("b512", strings.Repeat("y", 512)),
 		reg("b513", strings.Repeat("z", 513)),
-	}
+	)
 	devs := []member{
 		{hdr: tar.Header{Typeflag: tar.TypeChar, Name: "dev/null", Devmajor: 1, Devminor: 3, Mode: 0o666}},
 		{hdr: tar.Header{Typeflag: tar.TypeBlock, Name: "dev/sda", Devmajor: 8, Mode: 0o660}},
@@ -97,16 +92,7 @@ func FuzzDisassembleAssemble(f *testing.F) {
 			t.Fatal(err)
 		}
 		for _, rec := range []*Recipe{r, &back} {
-			var out bytes.Buffer
-			if err := Assemble(ctx, &out, rec, fs); err != nil {
-				t.Fatalf("Assemble: %v", err)
-			}
-			if !bytes.Equal(out.Bytes(), data) {
-				t.Fatalf("assembled %d bytes differ from the %d input bytes (first difference at %d)", out.Len(), len(data), firstDiff(out.Bytes(), data))
-			}
-			if err := Verify(ctx, rec, fs); err != nil {
-				t.Fatalf("Verify: %v", err)
-			}
+			wantRebuilt(t, rec, fs, data)
 		}
 	})
 }

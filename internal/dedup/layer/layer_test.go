@@ -62,16 +62,7 @@ func roundTrip(t *testing.T, tarBytes []byte, fs FileStore) *Recipe {
 	if r.TarDigest != digest.FromBytes(tarBytes) || r.TarSize != int64(len(tarBytes)) {
 		t.Fatalf("recipe describes %s/%d, input is %s/%d", r.TarDigest, r.TarSize, digest.FromBytes(tarBytes), len(tarBytes))
 	}
-	var out bytes.Buffer
-	if err := Assemble(ctx, &out, r, fs); err != nil {
-		t.Fatalf("Assemble: %v", err)
-	}
-	if !bytes.Equal(out.Bytes(), tarBytes) {
-		t.Fatalf("assembled %d bytes differ from the %d input bytes (first difference at %d)", out.Len(), len(tarBytes), firstDiff(out.Bytes(), tarBytes))
-	}
-	if err := Verify(ctx, r, fs); err != nil {
-		t.Fatalf("Verify: %v", err)
-	}
+	wantRebuilt(t, r, fs, tarBytes)
 	return r
 }
 
@@ -84,16 +75,23 @@ func firstDiff(a, b []byte) int {
 	return min(len(a), len(b))
 }
 
-func TestRoundTripArchiveTar(t *testing.T) {
-	long := strings.Repeat("very-long-directory-name/", 12) + "file.txt"
-	base := []member{
+// etcMembers are a directory, a file, an empty file, a symlink and a hard
+// link: what every test tar starts with.
+func etcMembers() []member {
+	return []member{
 		{hdr: tar.Header{Typeflag: tar.TypeDir, Name: "etc/", Mode: 0o755}},
 		reg("etc/hosts", "127.0.0.1 localhost\n"),
 		reg("etc/empty", ""),
 		{hdr: tar.Header{Typeflag: tar.TypeSymlink, Name: "etc/link", Linkname: "hosts"}},
 		{hdr: tar.Header{Typeflag: tar.TypeLink, Name: "etc/hard", Linkname: "etc/hosts"}},
-		reg("bin/big", strings.Repeat("0123456789abcdef", 1<<16)+"tail"), // > spoolMax
 	}
+}
+
+func TestRoundTripArchiveTar(t *testing.T) {
+	long := strings.Repeat("very-long-directory-name/", 12) + "file.txt"
+	base := append(etcMembers(),
+		reg("bin/big", strings.Repeat("0123456789abcdef", 1<<16)+"tail"), // > spoolMax
+	)
 	cases := []struct {
 		name    string
 		format  tar.Format
@@ -306,5 +304,22 @@ func TestLargeFileStreamed(t *testing.T) {
 	}
 	if err := Verify(ctx, r, fs); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// wantRebuilt checks that rec assembles from fs into exactly data, and
+// verifies.
+func wantRebuilt(t testing.TB, rec *Recipe, fs FileStore, data []byte) {
+	t.Helper()
+	ctx := context.Background()
+	var out bytes.Buffer
+	if err := Assemble(ctx, &out, rec, fs); err != nil {
+		t.Fatalf("Assemble: %v", err)
+	}
+	if !bytes.Equal(out.Bytes(), data) {
+		t.Fatalf("assembled %d bytes differ from the %d input bytes (first difference at %d)", out.Len(), len(data), firstDiff(out.Bytes(), data))
+	}
+	if err := Verify(ctx, rec, fs); err != nil {
+		t.Fatalf("Verify: %v", err)
 	}
 }

@@ -56,22 +56,52 @@ type File struct {
 // time: the same files make the same bytes.
 func Tar(t testing.TB, files ...File) []byte {
 	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	mod := time.Date(2025, 3, 1, 8, 0, 0, 0, time.UTC)
+	w := NewWriter(t, tar.FormatPAX, time.Date(2025, 3, 1, 8, 0, 0, 0, time.UTC))
 	for _, f := range files {
-		h := &tar.Header{Typeflag: tar.TypeReg, Name: f.Name, Mode: 0o644, Size: int64(len(f.Body)), ModTime: mod, Format: tar.FormatPAX}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(f.Body); err != nil {
-			t.Fatal(err)
-		}
+		w.Add(&tar.Header{Typeflag: tar.TypeReg, Name: f.Name, Mode: 0o644, Size: int64(len(f.Body))}, f.Body)
 	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
+	return w.Close()
+}
+
+// Writer writes a test tar in memory, failing the test on any error.
+type Writer struct {
+	t      testing.TB
+	buf    bytes.Buffer
+	tw     *tar.Writer
+	format tar.Format
+	mod    time.Time
+}
+
+// NewWriter starts a tar whose members are in format unless their header
+// names one, all modified at mod.
+func NewWriter(t testing.TB, format tar.Format, mod time.Time) *Writer {
+	w := &Writer{t: t, format: format, mod: mod}
+	w.tw = tar.NewWriter(&w.buf)
+	return w
+}
+
+// Add writes one member.
+func (w *Writer) Add(h *tar.Header, body []byte) {
+	w.t.Helper()
+	h.ModTime = w.mod
+	if h.Format == tar.FormatUnknown {
+		h.Format = w.format
 	}
-	return buf.Bytes()
+	if err := w.tw.WriteHeader(h); err != nil {
+		w.t.Fatalf("tar header %s: %v", h.Name, err)
+	}
+	if _, err := w.tw.Write(body); err != nil {
+		w.t.Fatalf("tar body %s: %v", h.Name, err)
+	}
+}
+
+// Close ends the tar and returns its bytes.
+func (w *Writer) Close() []byte {
+	w.t.Helper()
+	if err := w.tw.Close(); err != nil {
+		w.t.Fatal(err)
+	}
+	return w.buf.Bytes()
 }
 
 // compress writes raw through the writer w wraps around a buffer.
