@@ -190,6 +190,17 @@ func RangeEnd(driverName, path string, offset, length int64) (int64, error) {
 	return offset + length, nil
 }
 
+// CheckFiles returns an InvalidPathError (for driver name) for the first
+// path that cannot name a file: an invalid path, or the root.
+func CheckFiles(name string, paths ...string) error {
+	for _, p := range paths {
+		if p == "/" || !ValidPath(p) {
+			return InvalidPathError{Path: p, Driver: name}
+		}
+	}
+	return nil
+}
+
 // ValidPath reports whether p satisfies the path rules: "/" or one or more
 // "/segment" parts of [A-Za-z0-9._:@+=-], none of them "." or "..". A byte
 // loop rather than a regexp: GC validates hundreds of millions of paths.
@@ -243,4 +254,15 @@ const (
 
 func (s WriterState) String() string {
 	return [...]string{"open", "closed", "committed", "cancelled"}[s]
+}
+
+// Close is a FileWriter's Close: an open writer becomes closed and finish
+// keeps what was written for a later appending writer; closing again, or
+// after Commit or Cancel, does nothing.
+func (s *WriterState) Close(finish func() error) error {
+	if *s != WriterOpen {
+		return nil
+	}
+	*s = WriterClosed
+	return finish()
 }

@@ -160,11 +160,7 @@ func (w *writer) Size() int64 { return w.size }
 // Close commits what was written, for a later appending writer. Closing
 // again, or after Commit or Cancel, does nothing.
 func (w *writer) Close() error {
-	if w.state != driver.WriterOpen {
-		return nil
-	}
-	w.state = driver.WriterClosed
-	return w.commit(w.ctx)
+	return w.state.Close(func() error { return w.commit(w.ctx) })
 }
 
 // Commit commits everything written as the blob's content.

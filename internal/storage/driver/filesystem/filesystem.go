@@ -109,8 +109,8 @@ func (d *Driver) GetContent(_ context.Context, p string) ([]byte, error) {
 // tag PUT) removes the temporary file with it; the write then starts over,
 // as a PUT that came after the DELETE would.
 func (d *Driver) PutContent(_ context.Context, p string, content []byte) error {
-	if !validFilePath(p) {
-		return invalidPath(p)
+	if err := driver.CheckFiles(driverName, p); err != nil {
+		return err
 	}
 	full := d.fullPath(p)
 	var err error
@@ -244,8 +244,8 @@ func (s *sectionFile) Close() error { return s.f.Close() }
 // writers are used for uploads, which no client reads before they are moved
 // into place.
 func (d *Driver) Writer(_ context.Context, p string, append bool) (driver.FileWriter, error) {
-	if !validFilePath(p) {
-		return nil, invalidPath(p)
+	if err := driver.CheckFiles(driverName, p); err != nil {
+		return nil, err
 	}
 	full := d.fullPath(p)
 	var (
@@ -323,11 +323,8 @@ func (d *Driver) List(_ context.Context, p string) ([]string, error) {
 // Move implements driver.Driver with one rename, creating dst's parent
 // directories only when the rename needs them.
 func (d *Driver) Move(_ context.Context, src, dst string) error {
-	if !validFilePath(src) {
-		return invalidPath(src)
-	}
-	if !validFilePath(dst) {
-		return invalidPath(dst)
+	if err := driver.CheckFiles(driverName, src, dst); err != nil {
+		return err
 	}
 	s, t := d.fullPath(src), d.fullPath(dst)
 	err := inDir(filepath.Dir(t), func() error {
@@ -632,10 +629,6 @@ func mkdirAll(dir string) error {
 	}
 	return err
 }
-
-// validFilePath reports whether p can name a file: a valid path other than
-// the root.
-func validFilePath(p string) bool { return p != "/" && driver.ValidPath(p) }
 
 // childPrefix is what a child's name is appended to for its path.
 func childPrefix(p string) string {

@@ -46,11 +46,7 @@ func (w *fileWriter) Size() int64 { return w.size }
 // Close flushes and closes the file, keeping what was written for a later
 // appending writer. Closing again, or after Commit or Cancel, does nothing.
 func (w *fileWriter) Close() error {
-	if w.state != driver.WriterOpen {
-		return nil
-	}
-	w.state = driver.WriterClosed
-	return w.finish(false)
+	return w.state.Close(func() error { return w.finish(false) })
 }
 
 // Commit flushes, syncs and closes the file.

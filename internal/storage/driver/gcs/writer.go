@@ -113,11 +113,7 @@ func (w *writer) Size() int64 { return w.size }
 // Close finalises what was written so that a later appending writer can
 // continue it. Closing again, or after Commit or Cancel, does nothing.
 func (w *writer) Close() error {
-	if w.state != driver.WriterOpen {
-		return nil
-	}
-	w.state = driver.WriterClosed
-	return w.finish(w.ctx)
+	return w.state.Close(func() error { return w.finish(w.ctx) })
 }
 
 // Commit implements driver.FileWriter.

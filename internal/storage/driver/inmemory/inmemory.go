@@ -66,8 +66,8 @@ func (d *Driver) GetContent(_ context.Context, p string) ([]byte, error) {
 
 // PutContent implements driver.Driver.
 func (d *Driver) PutContent(_ context.Context, p string, content []byte) error {
-	if !validFilePath(p) {
-		return invalidPath(p)
+	if err := driver.CheckFiles(driverName, p); err != nil {
+		return err
 	}
 	f := &file{data: bytes.Clone(content), modTime: time.Now()}
 	d.mu.Lock()
@@ -127,8 +127,8 @@ func (d *Driver) ReadRange(_ context.Context, p string, offset, length int64) (i
 // Writer implements driver.Driver. Like the filesystem driver it writes in
 // place: what is written is visible at p before Commit.
 func (d *Driver) Writer(_ context.Context, p string, append bool) (driver.FileWriter, error) {
-	if !validFilePath(p) {
-		return nil, invalidPath(p)
+	if err := driver.CheckFiles(driverName, p); err != nil {
+		return nil, err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -190,11 +190,8 @@ func (d *Driver) List(_ context.Context, p string) ([]string, error) {
 
 // Move implements driver.Driver for files; moving a directory is an error.
 func (d *Driver) Move(_ context.Context, src, dst string) error {
-	if !validFilePath(src) {
-		return invalidPath(src)
-	}
-	if !validFilePath(dst) {
-		return invalidPath(dst)
+	if err := driver.CheckFiles(driverName, src, dst); err != nil {
+		return err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -445,7 +442,6 @@ func (w *writer) stateError() error {
 	return fmt.Errorf("%s: writer for %s is %s", driverName, w.path, w.state)
 }
 
-func validFilePath(p string) bool { return p != "/" && driver.ValidPath(p) }
 
 func childPrefix(p string) string {
 	if p == "/" {
