@@ -442,7 +442,6 @@ func (w *writer) stateError() error {
 	return fmt.Errorf("%s: writer for %s is %s", driverName, w.path, w.state)
 }
 
-
 func childPrefix(p string) string {
 	if p == "/" {
 		return p
