@@ -165,8 +165,11 @@ func TestCompactionUnderLoad(t *testing.T) {
 	second := runGC(t, gcArgs...)
 	pushed := ld.finish(t)
 	t.Logf("under load: first gc %+v / %+v, second %+v; %d images pushed meanwhile", first.Deleted, first.Packs, second.Packs, len(pushed))
-	if first.Deleted.DedupFiles == 0 || first.Packs.Compacted+second.Packs.Compacted == 0 || second.Packs.Deleted == 0 {
-		t.Fatalf("gc under load compacted or deleted nothing: first %+v, second %+v", first.Packs, second.Packs)
+	// Which layer packed the files all images share depends on which
+	// worker came first: if a deleted one did, its pack is left sparse and
+	// compacted, otherwise only emptied packs go. Either way packs go.
+	if first.Deleted.DedupFiles == 0 || first.Packs.Compacted+second.Packs.Compacted+second.Packs.Deleted == 0 {
+		t.Fatalf("gc under load freed no pack: first %+v, second %+v", first.Packs, second.Packs)
 	}
 	if after := storedFileBytes(t, root); after >= before {
 		t.Fatalf("file store: %d bytes before, %d after; want space back", before, after)
