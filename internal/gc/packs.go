@@ -96,7 +96,6 @@ type packSweep struct {
 	end       bool            // no more pages
 	paths     []string        // objects to delete
 	ids       []string        // records to delete once paths are gone
-	sizes     int64
 	sparse    []meta.PackInfo // compaction candidates
 	sparseLiv int64
 }
