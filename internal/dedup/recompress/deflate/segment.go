@@ -69,10 +69,16 @@ func Restartable(level int) bool {
 // the window for levels 2–9, the previous block for level 1.
 func HistoryLen(level int) int {
 	if level == BestSpeed {
-		return maxStoreBlockSize
+		return speedWarmUp * maxStoreBlockSize
 	}
 	return 2 * windowSize
 }
+
+// speedWarmUp is how many BestSpeed blocks before a boundary a restart
+// encodes to rebuild the encoder's match table. One block leaves it
+// different wherever the first block's matches reached further back (on a
+// run of zeros, at every boundary); two mostly converge.
+const speedWarmUp = 2
 
 // Lookahead is how many input bytes past its last boundary a segment that
 // does not end the stream needs: the matcher looks that far ahead before it
@@ -119,10 +125,13 @@ func CompressSegment(level int, from Boundary, hist, in []byte, to *Boundary) ([
 		hist = hist[int64(len(hist))-n:]
 	}
 	if d.compressionLevel.level == BestSpeed {
-		if len(hist) > 0 {
-			d.tokens = d.bestSpeed.encode(d.tokens[:0], hist)
-			d.tokens = d.tokens[:0]
+		// The previous blocks, as the original split them.
+		for len(hist) > 0 {
+			k := (len(hist)-1)%maxStoreBlockSize + 1
+			d.tokens = d.bestSpeed.encode(d.tokens[:0], hist[:k])
+			hist = hist[k:]
 		}
+		d.tokens = d.tokens[:0]
 	} else if err := d.restart(hist, int(from.Win)); err != nil {
 		return nil, err
 	}
