@@ -257,7 +257,7 @@ func (w *Worker) verify(ctx context.Context, rec *Recipe, open func() io.Reader,
 	if err := w.writeFiles(ctx, open, need); err != nil {
 		return err
 	}
-	err = w.rebuild(ctx, rec, io.Discard)
+	err = w.rebuildChecked(ctx, rec)
 	if err == nil || !errors.Is(err, driver.ErrNotFound) {
 		return err
 	}
@@ -290,6 +290,22 @@ func (w *Worker) verify(ctx context.Context, rec *Recipe, open func() io.Reader,
 	if err := w.writeFiles(ctx, open, need); err != nil {
 		return err
 	}
+	return w.rebuildChecked(ctx, rec)
+}
+
+// rebuildChecked rebuilds rec from stored pieces and discards the bytes:
+// the check that the recipe reproduces the blob. A recipe whose restart
+// points fail it (recompress, segments.go) is checked again without them,
+// and keeps none if that passes: a point is only ever stored after it
+// reproduced the blob.
+func (w *Worker) rebuildChecked(ctx context.Context, rec *Recipe) error {
+	err := w.rebuild(ctx, rec, io.Discard)
+	if err == nil || !rec.Compression.HasRestarts() ||
+		!(errors.Is(err, ErrRebuildMismatch) || errors.Is(err, recompress.ErrMismatch)) {
+		return err
+	}
+	w.log.Warn("dedup: the restart points of a layer do not reproduce it; checking it without them", "layer", rec.Digest, "err", err)
+	rec.Compression = rec.Compression.WithoutRestarts()
 	return w.rebuild(ctx, rec, io.Discard)
 }
 

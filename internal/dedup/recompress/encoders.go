@@ -1,7 +1,6 @@
 package recompress
 
 import (
-	stdflate "compress/flate"
 	"fmt"
 	"io"
 	"strconv"
@@ -10,6 +9,8 @@ import (
 	kflate "github.com/klauspost/compress/flate"
 	"github.com/klauspost/compress/zstd"
 	"github.com/klauspost/pgzip"
+
+	"github.com/cairn-registry/cairn/internal/dedup/recompress/deflate"
 )
 
 // Encoder ids. Each names one implementation, level and (for pgzip) block
@@ -54,7 +55,9 @@ func newEncoder(id string, w io.Writer) (bodyEncoder, error) {
 	}
 	switch fam {
 	case famStdlib:
-		return stdflate.NewWriter(w, level)
+		// The copy of compress/flate: same output, and it reports block
+		// boundaries for restart points.
+		return deflate.NewWriter(w, level)
 	case famKlaus:
 		return kflate.NewWriter(w, level)
 	case famPgzip:

@@ -22,6 +22,8 @@ import (
 	"sync/atomic"
 
 	"github.com/opencontainers/go-digest"
+
+	"github.com/cairn-registry/cairn/internal/dedup/recompress/deflate"
 )
 
 // ErrIrreproducible means no candidate encoder reproduces the blob; the
@@ -59,6 +61,9 @@ type Member struct {
 	Size int64 `json:"size"`
 	// Trailer is the gzip CRC32 and ISIZE verbatim (empty for zstd).
 	Trailer []byte `json:"trailer,omitempty"`
+	// Restarts are points from which the member's deflate stream can be
+	// compressed in parallel segments (see segments.go).
+	Restarts []deflate.Boundary `json:"restarts,omitempty"`
 }
 
 // Tally adds one count per member encoder of r to counts, to learn which
@@ -105,7 +110,7 @@ func findGzip(ctx context.Context, ra io.ReaderAt, size int64, uncompressed func
 		if err != nil {
 			return Recipe{}, fmt.Errorf("gzip member %d: %w", i, err)
 		}
-		rec.Members = append(rec.Members, Member{Header: m.header, Encoder: id, Size: m.size, Trailer: m.trailer})
+		rec.Members = append(rec.Members, Member{Header: m.header, Encoder: id, Size: m.size, Trailer: m.trailer, Restarts: s.lastRestarts})
 		off += m.size
 	}
 	return rec, nil
@@ -132,6 +137,8 @@ type source struct {
 	r       io.Reader
 	pos     int64 // position of r, -1 when unknown
 	lastLen int64 // bytes the last winning candidate consumed
+	// lastRestarts are the restart points of the last winning candidate.
+	lastRestarts []deflate.Boundary
 }
 
 func (s *source) close() {
@@ -173,13 +180,14 @@ func (s *source) match(ctx context.Context, candidates []string, off, n int64, w
 		if err != nil {
 			return "", err
 		}
-		ok, used, err := tryCandidate(ctx, id, r, n, want, buf)
+		ok, used, restarts, err := tryCandidate(ctx, id, r, n, want, buf)
 		if err != nil {
 			return "", err
 		}
 		if ok {
 			s.pos = off + used
 			s.lastLen = used
+			s.lastRestarts = restarts
 			return id, nil
 		}
 		s.pos = -1
@@ -188,14 +196,20 @@ func (s *source) match(ctx context.Context, candidates []string, off, n int64, w
 }
 
 // tryCandidate feeds up to n bytes of r (n < 0: all) to encoder id and
-// reports whether its output equals want. It stops feeding at the first
-// mismatch. Source and context errors are returned; encoder failures are
-// just a non-match.
-func tryCandidate(ctx context.Context, id string, r io.Reader, n int64, want io.Reader, buf []byte) (bool, int64, error) {
+// reports whether its output equals want, and the restart points of its
+// stream if it has any. It stops feeding at the first mismatch. Source and
+// context errors are returned; encoder failures are just a non-match.
+func tryCandidate(ctx context.Context, id string, r io.Reader, n int64, want io.Reader, buf []byte) (bool, int64, []deflate.Boundary, error) {
 	cmp := &compareWriter{want: want}
 	enc, err := newEncoder(id, cmp)
 	if err != nil {
-		return false, 0, err
+		return false, 0, nil, err
+	}
+	thin := &boundaryThinner{size: n}
+	if dw, ok := enc.(*deflate.Writer); ok {
+		if _, ok := restartLevel(id); ok {
+			dw.OnBlock(thin.add)
+		}
 	}
 	if n >= 0 {
 		r = io.LimitReader(r, n)
@@ -204,14 +218,14 @@ func tryCandidate(ctx context.Context, id string, r io.Reader, n int64, want io.
 	for !cmp.failed.Load() {
 		if err := ctx.Err(); err != nil {
 			enc.Close()
-			return false, 0, err
+			return false, 0, nil, err
 		}
 		k, rerr := r.Read(buf)
 		if k > 0 {
 			used += int64(k)
 			if _, err := enc.Write(buf[:k]); err != nil {
 				enc.Close()
-				return false, 0, nil
+				return false, 0, nil, nil
 			}
 		}
 		if rerr == io.EOF {
@@ -219,20 +233,23 @@ func tryCandidate(ctx context.Context, id string, r io.Reader, n int64, want io.
 		}
 		if rerr != nil {
 			enc.Close()
-			return false, 0, fmt.Errorf("recompress: read uncompressed: %w", rerr)
+			return false, 0, nil, fmt.Errorf("recompress: read uncompressed: %w", rerr)
 		}
 	}
 	if cmp.failed.Load() {
 		enc.Close()
-		return false, 0, nil
+		return false, 0, nil, nil
 	}
 	if n >= 0 && used != n {
-		return false, 0, fmt.Errorf("recompress: uncompressed stream ended after %d of %d bytes", used, n)
+		return false, 0, nil, fmt.Errorf("recompress: uncompressed stream ended after %d of %d bytes", used, n)
 	}
 	if err := enc.Close(); err != nil {
-		return false, 0, nil
+		return false, 0, nil, nil
 	}
-	return cmp.done(), used, nil
+	if !cmp.done() {
+		return false, 0, nil, nil
+	}
+	return true, used, thin.kept, nil
 }
 
 // compareWriter checks bytes written against want. After the first
@@ -291,6 +308,15 @@ func Rebuild(w io.Writer, recipe Recipe, uncompressed io.Reader) error {
 	for i, m := range recipe.Members {
 		if _, err := w.Write(m.Header); err != nil {
 			return err
+		}
+		if level, ok := restartLevel(m.Encoder); ok && len(m.Restarts) > 0 {
+			if err := rebuildSegments(w, level, m, uncompressed, rebuildWorkers()); err != nil {
+				return fmt.Errorf("recompress: member %d: %w", i, err)
+			}
+			if _, err := w.Write(m.Trailer); err != nil {
+				return err
+			}
+			continue
 		}
 		cw := &cutWriter{w: w}
 		enc, err := newEncoder(m.Encoder, cw)

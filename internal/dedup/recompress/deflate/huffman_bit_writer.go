@@ -108,7 +108,6 @@ func newHuffmanBitWriter(w io.Writer) *huffmanBitWriter {
 	}
 }
 
-
 func (w *huffmanBitWriter) flush() {
 	if w.err != nil {
 		w.nbits = 0

@@ -1,0 +1,244 @@
+package recompress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+
+	"github.com/cairn-registry/cairn/internal/dedup/recompress/deflate"
+)
+
+// Restart points. While the recipe search tries a compress/gzip candidate
+// (the deflate package's copy of it), the candidate reports where each of
+// its blocks ends; the winner's boundaries, thinned to one per
+// restartSpacing input bytes, are kept in the member as restart points. A
+// rebuild then compresses the segments between them on every core and
+// joins them bit for bit (deflate.Joiner). Levels 4–9 and 1 restart exactly
+// (deflate's package doc and tests); levels 2–3 often do not, so their
+// members keep no points. The dedup worker's verifying rebuild uses the
+// points, and a layer whose points fail it is verified again without them
+// (Recipe.WithoutRestarts): a point reaches a stored recipe only after it
+// reproduced the original.
+
+// restartSpacing is the least input between two restart points: small
+// enough to spread a layer of a few MiB over the cores, large enough that
+// the history each segment rehashes (32 KiB) and the lookahead it
+// compresses twice stay small against it.
+const restartSpacing = 1 << 20
+
+// restartLevel reports whether members encoded by id keep restart points,
+// and at which deflate level.
+func restartLevel(id string) (int, bool) {
+	fam, level, _, err := parseID(id)
+	if err != nil || fam != famStdlib || level == 2 || level == 3 {
+		return 0, false
+	}
+	return level, deflate.Restartable(level)
+}
+
+// boundaryThinner keeps the block boundaries of a candidate's stream that
+// make good restart points for a member of size bytes (size < 0: unknown,
+// keep none).
+type boundaryThinner struct {
+	size int64
+	kept []deflate.Boundary
+}
+
+func (t *boundaryThinner) add(b deflate.Boundary) {
+	last := int64(0)
+	if n := len(t.kept); n > 0 {
+		last = t.kept[n-1].In
+	}
+	if b.In-last >= restartSpacing && b.In+restartSpacing/2 <= t.size {
+		t.kept = append(t.kept, b)
+	}
+}
+
+// WithoutRestarts returns r with no restart points: rebuilt by one
+// encoder, as the blob was written.
+func (r Recipe) WithoutRestarts() Recipe {
+	out := r
+	out.Members = make([]Member, len(r.Members))
+	for i, m := range r.Members {
+		m.Restarts = nil
+		out.Members[i] = m
+	}
+	return out
+}
+
+// HasRestarts reports whether any member of r has restart points.
+func (r Recipe) HasRestarts() bool {
+	for _, m := range r.Members {
+		if len(m.Restarts) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// maxSegment bounds the input of one segment: points are about
+// restartSpacing apart (a block of highly compressible input can add a few
+// MiB), so only a damaged recipe asks for more, and its rebuild must not
+// hold gigabytes.
+const maxSegment = 64 << 20
+
+// checkRestarts rejects restart points a rebuild could not use.
+func checkRestarts(m Member) error {
+	var prev deflate.Boundary
+	for _, b := range m.Restarts {
+		if b.In <= prev.In || b.Bit <= prev.Bit || b.In-prev.In > maxSegment || b.In+deflate.Lookahead > m.Size {
+			return fmt.Errorf("%w: restart point at %d after %d in a member of %d bytes", ErrMismatch, b.In, prev.In, m.Size)
+		}
+		prev = b
+	}
+	if m.Size-prev.In > maxSegment {
+		return fmt.Errorf("%w: last restart point at %d in a member of %d bytes", ErrMismatch, prev.In, m.Size)
+	}
+	return nil
+}
+
+// segment is one unit of a parallel rebuild.
+type segment struct {
+	from deflate.Boundary
+	to   *deflate.Boundary
+	hist []byte // input before from
+	in   []byte // input from from, lookahead included
+	done chan segmentResult
+}
+
+type segmentResult struct {
+	out []byte
+	err error
+}
+
+// rebuildSegments writes the deflate body of m (size bytes of input read
+// from r) by compressing the segments between its restart points on
+// workers goroutines and joining them in order. Memory stays bounded:
+// about 2×workers segments are in flight.
+func rebuildSegments(w io.Writer, level int, m Member, r io.Reader, workers int) error {
+	if err := checkRestarts(m); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	jobs := make(chan *segment, workers)
+	order := make(chan *segment, workers)
+	for range workers {
+		go func() {
+			for s := range jobs {
+				if ctx.Err() != nil {
+					s.done <- segmentResult{err: ctx.Err()}
+					continue
+				}
+				out, err := deflate.CompressSegment(level, s.from, s.hist, s.in, s.to)
+				s.done <- segmentResult{out: out, err: err}
+			}
+		}()
+	}
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(order)
+		defer close(jobs)
+		readErr <- feedSegments(ctx, level, m, r, jobs, order)
+	}()
+	j := &deflate.Joiner{W: w}
+	var err error
+	for s := range order {
+		res := <-s.done
+		if err != nil {
+			continue
+		}
+		if res.err != nil {
+			err = fmt.Errorf("recompress: segment at %d: %w", s.from.In, res.err)
+			if errors.Is(res.err, deflate.ErrDiverged) {
+				err = fmt.Errorf("%w: segment at %d: %w", ErrMismatch, s.from.In, res.err)
+			}
+			cancel()
+			continue
+		}
+		to := int64(-1)
+		if s.to != nil {
+			to = s.to.Bit
+		}
+		if err = j.Add(res.out, s.from.Bit, to); err != nil {
+			err = fmt.Errorf("%w: %w", ErrMismatch, err)
+			cancel()
+		}
+	}
+	if rerr := <-readErr; err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// feedSegments reads the member's input and hands out its segments in
+// order. Each segment gets its own copy of the history and lookahead it
+// shares with its neighbours.
+func feedSegments(ctx context.Context, level int, m Member, r io.Reader, jobs, order chan<- *segment) error {
+	histLen := int64(deflate.HistoryLen(level))
+	var buf []byte // input from bufStart
+	var bufStart int64
+	var read int64 // input bytes read
+	fill := func(upTo int64) error {
+		if upTo <= read {
+			return nil
+		}
+		need := upTo - read
+		old := len(buf)
+		buf = append(buf, make([]byte, need)...)
+		n, err := io.ReadFull(r, buf[old:])
+		read += int64(n)
+		buf = buf[:old+n]
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				return fmt.Errorf("recompress: uncompressed stream ended after %d of %d bytes", read, m.Size)
+			}
+			return fmt.Errorf("recompress: read uncompressed: %w", err)
+		}
+		return nil
+	}
+	from := deflate.Boundary{}
+	for i := 0; i <= len(m.Restarts); i++ {
+		var to *deflate.Boundary
+		end := m.Size
+		if i < len(m.Restarts) {
+			to = &m.Restarts[i]
+			end = min(m.Size, to.In+deflate.Lookahead)
+		}
+		if err := fill(end); err != nil {
+			return err
+		}
+		lo := max(0, from.In-histLen)
+		s := &segment{
+			from: from,
+			to:   to,
+			hist: append([]byte(nil), buf[lo-bufStart:from.In-bufStart]...),
+			in:   append([]byte(nil), buf[from.In-bufStart:end-bufStart]...),
+			done: make(chan segmentResult, 1),
+		}
+		select {
+		case order <- s:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		select {
+		case jobs <- s:
+		case <-ctx.Done():
+			s.done <- segmentResult{err: ctx.Err()}
+			return ctx.Err()
+		}
+		if to != nil {
+			from = *to
+			// Keep only what the next segment needs.
+			keep := max(0, from.In-histLen)
+			buf = append(buf[:0], buf[keep-bufStart:]...)
+			bufStart = keep
+		}
+	}
+	return nil
+}
+
+// rebuildWorkers is how many goroutines a segmented rebuild uses.
+func rebuildWorkers() int { return runtime.GOMAXPROCS(0) }

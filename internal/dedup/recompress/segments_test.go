@@ -1,0 +1,139 @@
+package recompress
+
+import (
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"runtime"
+	"strconv"
+	"testing"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// withProcs runs f with GOMAXPROCS set to n, so the segmented rebuild runs
+// however many cores the machine has.
+func withProcs(n int, f func()) {
+	old := runtime.GOMAXPROCS(n)
+	defer runtime.GOMAXPROCS(old)
+	f()
+}
+
+func stdlibGzip(t *testing.T, level int, plain []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&buf, level)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeChunked(t, zw, plain)
+	return buf.Bytes()
+}
+
+// goldenSegmented pins the output of rebuilds from restart points: the
+// sha256 of the compress/gzip blob of testInput(6 MiB) per level, which a
+// segmented rebuild must reproduce.
+var goldenSegmented = map[int]string{
+	1: "fdccab5087fde114b892f35fc4f49678a2f14305e67fe85508ed78841386f58a",
+	6: "41ea592e45da9de6571eb83c2b3f0cf67567e601bb651f0bf833ffa489f21487",
+	9: "02ad063f50a60e1b6a2588564b97378ce8c558d1ce761223430202f32de0d0ea",
+}
+
+// TestRestartPoints: a compress/gzip blob at levels 1 and 4–9 gets restart
+// points, rebuilds byte-exact from them on several cores (pinned by golden
+// hashes), and levels 2–3 get none.
+func TestRestartPoints(t *testing.T) {
+	plain := testInput(6 << 20)
+	for _, level := range []int{1, 2, 3, 4, 6, 9} {
+		blob := stdlibGzip(t, level, plain)
+		var rec Recipe
+		withProcs(4, func() { rec = roundTrip(t, blob, plain) })
+		n := len(rec.Members[0].Restarts)
+		switch {
+		case level == 2 || level == 3:
+			if n != 0 {
+				t.Errorf("level %d: %d restart points, want none", level, n)
+			}
+			continue
+		case n < 4:
+			t.Fatalf("level %d: %d restart points in 6 MiB, want at least 4", level, n)
+		}
+		if want, ok := goldenSegmented[level]; ok {
+			var out bytes.Buffer
+			withProcs(3, func() {
+				if err := Rebuild(&out, rec, bytes.NewReader(plain)); err != nil {
+					t.Fatal(err)
+				}
+			})
+			sum := sha256.Sum256(out.Bytes())
+			if got := hex.EncodeToString(sum[:]); got != want {
+				t.Errorf("level %d: segmented rebuild sha256 %s, golden %s", level, got, want)
+			}
+		}
+	}
+}
+
+// TestBadRestartPointFails: a restart point that does not match the
+// stream (a damaged recipe, or a restart that does not reproduce) makes
+// the rebuild fail, never return other bytes as the blob; without the
+// points the recipe still verifies.
+func TestBadRestartPointFails(t *testing.T) {
+	plain := testInput(4 << 20)
+	blob := stdlibGzip(t, 6, plain)
+	rec := roundTrip(t, blob, plain)
+	if !rec.HasRestarts() {
+		t.Fatal("no restart points")
+	}
+	for name, damage := range map[string]func(*Member){
+		"history": func(m *Member) { m.Restarts[1].Win = 0 },
+		"bit":    func(m *Member) { m.Restarts[1].Bit += 3 },
+		"input":  func(m *Member) { m.Restarts[1].In += 1 },
+	} {
+		bad := rec.WithoutRestarts()
+		bad.Members[0].Restarts = append(bad.Members[0].Restarts, rec.Members[0].Restarts...)
+		damage(&bad.Members[0])
+		withProcs(2, func() {
+			err := Verify(bad, bytes.NewReader(plain), digest.FromBytes(blob), int64(len(blob)))
+			if err == nil {
+				t.Errorf("%s: a damaged restart point verified", name)
+			} else if !errors.Is(err, ErrMismatch) {
+				t.Errorf("%s: error %v, want a mismatch", name, err)
+			}
+			if err := Verify(bad.WithoutRestarts(), bytes.NewReader(plain), digest.FromBytes(blob), int64(len(blob))); err != nil {
+				t.Errorf("%s: without restart points: %v", name, err)
+			}
+		})
+	}
+}
+
+// BenchmarkRebuildGzip6 rebuilds a compress/gzip default-level blob with
+// one core (one encoder, as before restart points) and with every core
+// (segments): compare their MB/s side by side.
+func BenchmarkRebuildGzip6(b *testing.B) {
+	plain := testInput(32 << 20)
+	var blob bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&blob, 6)
+	zw.Write(plain)
+	zw.Close()
+	rec, err := FindRecipe(b.Context(), bytes.NewReader(blob.Bytes()), int64(blob.Len()), opener(plain))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, procs := range []int{1, runtime.NumCPU()} {
+		for name, r := range map[string]Recipe{"serial": rec.WithoutRestarts(), "segments": rec} {
+			b.Run(name+"/procs="+strconv.Itoa(procs), func(b *testing.B) {
+				withProcs(procs, func() {
+					b.SetBytes(int64(blob.Len()))
+					for b.Loop() {
+						if err := Rebuild(io.Discard, r, bytes.NewReader(plain)); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			})
+		}
+	}
+}
