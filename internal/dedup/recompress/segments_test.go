@@ -89,8 +89,8 @@ func TestBadRestartPointFails(t *testing.T) {
 	}
 	for name, damage := range map[string]func(*Member){
 		"history": func(m *Member) { m.Restarts[1].Win = 0 },
-		"bit":    func(m *Member) { m.Restarts[1].Bit += 3 },
-		"input":  func(m *Member) { m.Restarts[1].In += 1 },
+		"bit":     func(m *Member) { m.Restarts[1].Bit += 3 },
+		"input":   func(m *Member) { m.Restarts[1].In += 1 },
 	} {
 		bad := rec.WithoutRestarts()
 		bad.Members[0].Restarts = append(bad.Members[0].Restarts, rec.Members[0].Restarts...)
