@@ -5,10 +5,12 @@
 package deflate
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"math/bits"
 )
 
 const (
@@ -331,12 +333,20 @@ func bulkHash4(b []byte, dst []uint32) {
 // matchLen returns the number of matching bytes in a and b
 // up to length 'max'. Both slices must be at least 'max'
 // bytes in size.
+// It compares eight bytes at a time (the one change from compress/flate
+// in the matcher: the result is the same, found sooner).
 func matchLen(a, b []byte, max int) int {
 	a = a[:max]
 	b = b[:len(a)]
-	for i, av := range a {
-		if b[i] != av {
-			return i
+	n := 0
+	for ; n+8 <= len(a); n += 8 {
+		if x := binary.LittleEndian.Uint64(a[n:]) ^ binary.LittleEndian.Uint64(b[n:]); x != 0 {
+			return n + bits.TrailingZeros64(x)>>3
+		}
+	}
+	for ; n < len(a); n++ {
+		if a[n] != b[n] {
+			return n
 		}
 	}
 	return max
