@@ -149,7 +149,10 @@ func (w *Worker) disassemble(ctx context.Context, l digest.Digest, sum summary) 
 	}()
 	open := uncompressed(f, size)
 
-	comp, err := recompress.FindRecipe(ctx, f, size, open)
+	// A probe guesses the recipe from the start of each member; the
+	// verifying rebuild below is the only full compression (see
+	// recompress.ProbeRecipe).
+	comp, err := recompress.ProbeRecipe(ctx, f, size, open)
 	if err != nil {
 		if ctx.Err() != nil {
 			return "", ctx.Err()
@@ -221,7 +224,19 @@ func (w *Worker) disassemble(ctx context.Context, l digest.Digest, sum summary) 
 		}
 		sum.Revived = false
 	}
-	if err := w.verify(ctx, rec, open, resume); err != nil {
+	err = w.verify(ctx, rec, open, resume)
+	if isMismatch(err) {
+		// The probe guessed wrong (or the restart points failed and so did
+		// the guess without them): search in full, and check again.
+		w.log.Info("dedup: probed recipe does not reproduce the layer; searching in full", "layer", l, "err", err)
+		full, ferr := recompress.FindRecipe(ctx, f, size, open)
+		if err = ferr; err == nil {
+			rec.Compression = full
+			sum.Encoders = encoders(full)
+			err = w.rebuildChecked(ctx, rec)
+		}
+	}
+	if err != nil {
 		if ctx.Err() != nil || isStorageErr(err) {
 			return "", err
 		}
@@ -293,6 +308,12 @@ func (w *Worker) verify(ctx context.Context, rec *Recipe, open func() io.Reader,
 	return w.rebuildChecked(ctx, rec)
 }
 
+// isMismatch reports whether err says a rebuild produced other bytes than
+// the blob's.
+func isMismatch(err error) bool {
+	return errors.Is(err, ErrRebuildMismatch) || errors.Is(err, recompress.ErrMismatch)
+}
+
 // rebuildChecked rebuilds rec from stored pieces and discards the bytes:
 // the check that the recipe reproduces the blob. A recipe whose restart
 // points fail it (recompress, segments.go) is checked again without them,
@@ -300,8 +321,7 @@ func (w *Worker) verify(ctx context.Context, rec *Recipe, open func() io.Reader,
 // reproduced the blob.
 func (w *Worker) rebuildChecked(ctx context.Context, rec *Recipe) error {
 	err := w.rebuild(ctx, rec, io.Discard)
-	if err == nil || !rec.Compression.HasRestarts() ||
-		!(errors.Is(err, ErrRebuildMismatch) || errors.Is(err, recompress.ErrMismatch)) {
+	if !rec.Compression.HasRestarts() || !isMismatch(err) {
 		return err
 	}
 	w.log.Warn("dedup: the restart points of a layer do not reproduce it; checking it without them", "layer", rec.Digest, "err", err)

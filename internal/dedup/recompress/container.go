@@ -3,10 +3,11 @@ package recompress
 import (
 	"bufio"
 	"bytes"
-	"compress/flate"
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/cairn-registry/cairn/internal/dedup/recompress/deflate"
 )
 
 // gzip header flag bits (RFC 1952).
@@ -38,6 +39,11 @@ type member struct {
 	trailer   []byte
 	size      int64 // uncompressed bytes
 	endsSync  bool  // body ends with 00 00 ff ff (stdlib's empty final stored block)
+	// boundaries are the body's block boundaries that make restart points
+	// (segments.go), if its encoder turns out to restart.
+	boundaries []deflate.Boundary
+	// speedBoundaries are those for BestSpeed, which needs no window index.
+	speedBoundaries []deflate.Boundary
 }
 
 // container is a parsed gzip blob.
@@ -61,13 +67,17 @@ func (c *countingReader) Read(p []byte) (int, error) {
 
 var errNotGzip = errors.New("recompress: not a gzip member")
 
-// parseGzip walks every member of a gzip blob. flate's reader is given a
-// bufio.Reader, which implements io.ByteReader, so it consumes exactly the
-// deflate stream and the exact body end is known.
+// parseGzip walks every member of a gzip blob. deflate.Walk finds where
+// each body ends (its last bit), its inflated size and its block
+// boundaries, without inflating it; reading resumes right after the body.
 func parseGzip(ra io.ReaderAt, size int64) (*container, error) {
 	cr := &countingReader{r: io.NewSectionReader(ra, 0, size)}
 	br := bufio.NewReaderSize(cr, 64<<10)
 	pos := func() int64 { return cr.n - int64(br.Buffered()) }
+	seek := func(off int64) {
+		cr = &countingReader{r: io.NewSectionReader(ra, off, size-off), n: off}
+		br.Reset(cr)
+	}
 	c := &container{}
 	for {
 		start := pos()
@@ -82,16 +92,18 @@ func parseGzip(ra io.ReaderAt, size int64) (*container, error) {
 			return c, c.setTrailing(ra, start, size)
 		}
 		m := member{header: hdr, bodyStart: pos()}
-		fr := flate.NewReader(br)
-		n, err := io.Copy(io.Discard, fr)
+		lazy, speed := &boundaryThinner{}, &boundaryThinner{anyWin: true}
+		n, bits, err := deflate.Walk(br, func(b deflate.Boundary) { lazy.add(b); speed.add(b) })
 		if err != nil {
 			if len(c.members) == 0 {
 				return nil, fmt.Errorf("recompress: member 0 deflate: %w", err)
 			}
 			return c, c.setTrailing(ra, start, size)
 		}
-		m.bodyEnd = pos()
+		m.bodyEnd = m.bodyStart + (bits+7)/8
+		seek(m.bodyEnd)
 		m.size = n
+		m.boundaries, m.speedBoundaries = lazy.done(n), speed.done(n)
 		m.endsSync = m.bodyEnd-m.bodyStart >= 4 && bytes.Equal(lastBytes(ra, m.bodyEnd, 4), []byte{0, 0, 0xff, 0xff})
 		tr := make([]byte, 8)
 		if _, err := io.ReadFull(br, tr); err != nil {

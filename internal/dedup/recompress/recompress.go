@@ -6,9 +6,13 @@
 //
 // A recipe is found by re-compressing with candidate encoders and comparing
 // their output byte by byte as it is produced; a wrong candidate is abandoned
-// at its first differing byte. Encoder output is version-sensitive: the
-// golden tests pin it, and a recipe must be accepted only after Verify
-// rebuilds the blob from stored pieces and reproduces its digest and size.
+// at its first differing byte. ProbeRecipe compares only the start of each
+// member, so that the rebuild verifying the recipe is the one full
+// compression of a layer. Encoder output is version-sensitive: the golden
+// tests pin it, and a recipe must be accepted only after Verify (or a
+// rebuild) reproduces the blob's digest and size from stored pieces.
+// compress/gzip members rebuild on every core from restart points
+// (segments.go).
 package recompress
 
 import (
@@ -81,6 +85,29 @@ var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
 // time it is called (it is read once per candidate tried; an io.Closer is
 // closed). Nothing larger than a compression window is held in memory.
 func FindRecipe(ctx context.Context, compressed io.ReaderAt, size int64, uncompressed func() io.Reader) (Recipe, error) {
+	return findRecipe(ctx, compressed, size, uncompressed, false)
+}
+
+// Probing. ProbeRecipe is FindRecipe with each candidate compared on the
+// first probeInput uncompressed bytes of a member only (the whole of a
+// smaller one), once at least probeOutput bytes of its output matched: far
+// enough for candidates that agree at first (pgzip's first block is
+// klauspost's stream) to part. Its recipe is a guess, as cheap as a few MiB
+// of compression, which the rebuild that verifies it (needed anyway, since
+// it reads the stored pieces) confirms or refutes; after a refuted guess
+// (rare) FindRecipe runs in full.
+const (
+	probeInput  = 8 << 20
+	probeOutput = 64 << 10
+)
+
+// ProbeRecipe guesses the recipe that rebuilds the size bytes of
+// compressed; see probeInput. The guess must be verified before use.
+func ProbeRecipe(ctx context.Context, compressed io.ReaderAt, size int64, uncompressed func() io.Reader) (Recipe, error) {
+	return findRecipe(ctx, compressed, size, uncompressed, true)
+}
+
+func findRecipe(ctx context.Context, compressed io.ReaderAt, size int64, uncompressed func() io.Reader, probe bool) (Recipe, error) {
 	var magic [4]byte
 	n, err := compressed.ReadAt(magic[:], 0)
 	if err != nil && !errors.Is(err, io.EOF) {
@@ -88,20 +115,20 @@ func FindRecipe(ctx context.Context, compressed io.ReaderAt, size int64, uncompr
 	}
 	switch {
 	case n >= 3 && magic[0] == 0x1f && magic[1] == 0x8b && magic[2] == 8:
-		return findGzip(ctx, compressed, size, uncompressed)
+		return findGzip(ctx, compressed, size, uncompressed, probe)
 	case n == 4 && bytes.Equal(magic[:], zstdMagic):
-		return findZstd(ctx, compressed, size, uncompressed)
+		return findZstd(ctx, compressed, size, uncompressed, probe)
 	}
 	return Recipe{Format: FormatNone, Size: size}, nil
 }
 
-func findGzip(ctx context.Context, ra io.ReaderAt, size int64, uncompressed func() io.Reader) (Recipe, error) {
+func findGzip(ctx context.Context, ra io.ReaderAt, size int64, uncompressed func() io.Reader, probe bool) (Recipe, error) {
 	c, err := parseGzip(ra, size)
 	if err != nil {
 		return Recipe{}, fmt.Errorf("%w: %w", ErrIrreproducible, err)
 	}
 	rec := Recipe{Format: FormatGzip, Size: size, Trailing: c.trailing}
-	s := &source{open: uncompressed}
+	s := &source{open: uncompressed, probe: probe}
 	defer s.close()
 	var off int64
 	for i, m := range c.members {
@@ -110,7 +137,14 @@ func findGzip(ctx context.Context, ra io.ReaderAt, size int64, uncompressed func
 		if err != nil {
 			return Recipe{}, fmt.Errorf("gzip member %d: %w", i, err)
 		}
-		rec.Members = append(rec.Members, Member{Header: m.header, Encoder: id, Size: m.size, Trailer: m.trailer, Restarts: s.lastRestarts})
+		mem := Member{Header: m.header, Encoder: id, Size: m.size, Trailer: m.trailer}
+		if level, ok := restartLevel(id); ok {
+			mem.Restarts = m.boundaries
+			if level == 1 {
+				mem.Restarts = m.speedBoundaries
+			}
+		}
+		rec.Members = append(rec.Members, mem)
 		off += m.size
 	}
 	return rec, nil
@@ -119,15 +153,32 @@ func findGzip(ctx context.Context, ra io.ReaderAt, size int64, uncompressed func
 // findZstd handles a blob that is one klauspost zstd stream (one or more
 // frames as its streaming encoder writes them). The uncompressed size comes
 // from the source itself.
-func findZstd(ctx context.Context, ra io.ReaderAt, size int64, uncompressed func() io.Reader) (Recipe, error) {
-	s := &source{open: uncompressed}
+func findZstd(ctx context.Context, ra io.ReaderAt, size int64, uncompressed func() io.Reader, probe bool) (Recipe, error) {
+	s := &source{open: uncompressed, probe: probe}
 	defer s.close()
 	body := io.NewSectionReader(ra, 0, size)
-	id, err := s.match(ctx, zstdCandidates(), 0, -1, body)
+	n := int64(-1)
+	if probe {
+		// A probe stops early, so it cannot tell the size: count it
+		// (inflating is far cheaper than compressing).
+		r := uncompressed()
+		var err error
+		n, err = io.Copy(io.Discard, r)
+		if c, ok := r.(io.Closer); ok {
+			c.Close()
+		}
+		if err != nil {
+			return Recipe{}, fmt.Errorf("recompress: read uncompressed: %w", err)
+		}
+	}
+	id, err := s.match(ctx, zstdCandidates(), 0, n, body)
 	if err != nil {
 		return Recipe{}, err
 	}
-	return Recipe{Format: FormatZstd, Size: size, Members: []Member{{Encoder: id, Size: s.lastLen}}}, nil
+	if n < 0 {
+		n = s.lastLen
+	}
+	return Recipe{Format: FormatZstd, Size: size, Members: []Member{{Encoder: id, Size: n}}}, nil
 }
 
 // source hands out readers positioned at a member's start, reusing the
@@ -137,8 +188,7 @@ type source struct {
 	r       io.Reader
 	pos     int64 // position of r, -1 when unknown
 	lastLen int64 // bytes the last winning candidate consumed
-	// lastRestarts are the restart points of the last winning candidate.
-	lastRestarts []deflate.Boundary
+	probe   bool  // compare candidates on a member's first bytes only
 }
 
 func (s *source) close() {
@@ -180,14 +230,16 @@ func (s *source) match(ctx context.Context, candidates []string, off, n int64, w
 		if err != nil {
 			return "", err
 		}
-		ok, used, restarts, err := tryCandidate(ctx, id, r, n, want, buf)
+		ok, used, err := tryCandidate(ctx, id, r, n, want, buf, s.probe)
 		if err != nil {
 			return "", err
 		}
 		if ok {
 			s.pos = off + used
 			s.lastLen = used
-			s.lastRestarts = restarts
+			if used != n && n >= 0 {
+				s.pos = -1 // a probe stopped inside the member
+			}
 			return id, nil
 		}
 		s.pos = -1
@@ -196,20 +248,14 @@ func (s *source) match(ctx context.Context, candidates []string, off, n int64, w
 }
 
 // tryCandidate feeds up to n bytes of r (n < 0: all) to encoder id and
-// reports whether its output equals want, and the restart points of its
-// stream if it has any. It stops feeding at the first mismatch. Source and
-// context errors are returned; encoder failures are just a non-match.
-func tryCandidate(ctx context.Context, id string, r io.Reader, n int64, want io.Reader, buf []byte) (bool, int64, []deflate.Boundary, error) {
+// reports whether its output equals want. It stops feeding at the first
+// mismatch. Source and context errors are returned; encoder failures are
+// just a non-match.
+func tryCandidate(ctx context.Context, id string, r io.Reader, n int64, want io.Reader, buf []byte, probe bool) (bool, int64, error) {
 	cmp := &compareWriter{want: want}
 	enc, err := newEncoder(id, cmp)
 	if err != nil {
-		return false, 0, nil, err
-	}
-	thin := &boundaryThinner{size: n}
-	if dw, ok := enc.(*deflate.Writer); ok {
-		if _, ok := restartLevel(id); ok {
-			dw.OnBlock(thin.add)
-		}
+		return false, 0, err
 	}
 	if n >= 0 {
 		r = io.LimitReader(r, n)
@@ -218,14 +264,20 @@ func tryCandidate(ctx context.Context, id string, r io.Reader, n int64, want io.
 	for !cmp.failed.Load() {
 		if err := ctx.Err(); err != nil {
 			enc.Close()
-			return false, 0, nil, err
+			return false, 0, err
 		}
 		k, rerr := r.Read(buf)
 		if k > 0 {
 			used += int64(k)
 			if _, err := enc.Write(buf[:k]); err != nil {
 				enc.Close()
-				return false, 0, nil, nil
+				return false, 0, nil
+			}
+			if probe && used >= probeInput && cmp.matched.Load() >= probeOutput && !cmp.failed.Load() {
+				// Whatever the encoder writes from here on is not compared.
+				cmp.stop.Store(true)
+				enc.Close()
+				return true, used, nil
 			}
 		}
 		if rerr == io.EOF {
@@ -233,23 +285,23 @@ func tryCandidate(ctx context.Context, id string, r io.Reader, n int64, want io.
 		}
 		if rerr != nil {
 			enc.Close()
-			return false, 0, nil, fmt.Errorf("recompress: read uncompressed: %w", rerr)
+			return false, 0, fmt.Errorf("recompress: read uncompressed: %w", rerr)
 		}
 	}
 	if cmp.failed.Load() {
 		enc.Close()
-		return false, 0, nil, nil
+		return false, 0, nil
 	}
 	if n >= 0 && used != n {
-		return false, 0, nil, fmt.Errorf("recompress: uncompressed stream ended after %d of %d bytes", used, n)
+		return false, 0, fmt.Errorf("recompress: uncompressed stream ended after %d of %d bytes", used, n)
 	}
 	if err := enc.Close(); err != nil {
-		return false, 0, nil, nil
+		return false, 0, nil
 	}
 	if !cmp.done() {
-		return false, 0, nil, nil
+		return false, 0, nil
 	}
-	return true, used, thin.kept, nil
+	return true, used, nil
 }
 
 // compareWriter checks bytes written against want. After the first
@@ -257,13 +309,15 @@ func tryCandidate(ctx context.Context, id string, r io.Reader, n int64, want io.
 // (pgzip) still shut down cleanly. failed is atomic because pgzip writes
 // from its own goroutine while the feeding loop polls it.
 type compareWriter struct {
-	want   io.Reader
-	buf    []byte
-	failed atomic.Bool
+	want    io.Reader
+	buf     []byte
+	failed  atomic.Bool
+	stop    atomic.Bool  // a probe ended: swallow the rest
+	matched atomic.Int64 // bytes matched, by whole writes
 }
 
 func (c *compareWriter) Write(p []byte) (int, error) {
-	if c.failed.Load() {
+	if c.failed.Load() || c.stop.Load() {
 		return len(p), nil
 	}
 	n := len(p)
@@ -279,6 +333,9 @@ func (c *compareWriter) Write(p []byte) (int, error) {
 		}
 		p = p[k:]
 	}
+	// Counted per write, so a probe never ends inside one: pgzip writes a
+	// block's output at once, and it must match whole.
+	c.matched.Add(int64(n))
 	return n, nil
 }
 

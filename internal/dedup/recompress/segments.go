@@ -10,10 +10,10 @@ import (
 	"github.com/cairn-registry/cairn/internal/dedup/recompress/deflate"
 )
 
-// Restart points. While the recipe search tries a compress/gzip candidate
-// (the deflate package's copy of it), the candidate reports where each of
-// its blocks ends; the winner's boundaries, thinned to one per
-// restartSpacing input bytes, are kept in the member as restart points. A
+// Restart points. Parsing a gzip member (deflate.Walk) finds where each
+// block of its body ends; when the recipe search finds that compress/gzip
+// (the deflate package's copy of it) wrote the member, those boundaries,
+// thinned to one per restartSpacing input bytes, become its restart points. A
 // rebuild then compresses the segments between them on every core and
 // joins them bit for bit (deflate.Joiner). Levels 4–9 and 1 restart exactly
 // (deflate's package doc and tests); levels 2–3 often do not, so their
@@ -38,12 +38,13 @@ func restartLevel(id string) (int, bool) {
 	return level, deflate.Restartable(level)
 }
 
-// boundaryThinner keeps the block boundaries of a candidate's stream that
-// make good restart points for a member of size bytes (size < 0: unknown,
-// keep none).
+// boundaryThinner keeps, of a stream's block boundaries in order, those
+// that make good restart points: about restartSpacing apart, not near the
+// end of the stream, and, unless anyWin (BestSpeed has no window index),
+// with a known window index.
 type boundaryThinner struct {
-	size int64
-	kept []deflate.Boundary
+	anyWin bool
+	kept   []deflate.Boundary
 }
 
 func (t *boundaryThinner) add(b deflate.Boundary) {
@@ -51,9 +52,20 @@ func (t *boundaryThinner) add(b deflate.Boundary) {
 	if n := len(t.kept); n > 0 {
 		last = t.kept[n-1].In
 	}
-	if b.In-last >= restartSpacing && b.In+restartSpacing/2 <= t.size {
+	if (t.anyWin || b.Win >= 0) && b.In-last >= restartSpacing {
+		if t.anyWin {
+			b.Win = 0
+		}
 		t.kept = append(t.kept, b)
 	}
+}
+
+// done returns the points kept for a stream of size bytes.
+func (t *boundaryThinner) done(size int64) []deflate.Boundary {
+	for len(t.kept) > 0 && t.kept[len(t.kept)-1].In+restartSpacing/2 > size {
+		t.kept = t.kept[:len(t.kept)-1]
+	}
+	return t.kept
 }
 
 // WithoutRestarts returns r with no restart points: rebuilt by one

@@ -137,3 +137,52 @@ func BenchmarkRebuildGzip6(b *testing.B) {
 		}
 	}
 }
+
+// TestProbeRecipe: a probe names the encoder of blobs larger than it
+// compares, and a blob that only starts like an encoder's output (a
+// compress/gzip stream flushed after the probed part) gets a guess that
+// verification refutes, and no recipe from the full search.
+func TestProbeRecipe(t *testing.T) {
+	plain := testInput(probeInput + 4<<20)
+	for _, tc := range []struct {
+		id   string
+		blob []byte
+	}{
+		{"stdlib-gzip/6", stdlibGzip(t, 6, plain)},
+		{"stdlib-gzip/1", stdlibGzip(t, 1, plain)},
+		{"pgzip/5/1MiB", wrapGzip(t, "pgzip/5/1MiB", encodeWith(t, "pgzip/5/1MiB", plain), plain)},
+		{"klauspost-gzip/5", wrapGzip(t, "klauspost-gzip/5", encodeWith(t, "klauspost-gzip/5", plain), plain)},
+		{"klauspost-zstd/2", encodeWith(t, "klauspost-zstd/2", plain)},
+	} {
+		rec, err := ProbeRecipe(t.Context(), bytes.NewReader(tc.blob), int64(len(tc.blob)), opener(plain))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.id, err)
+		}
+		if got := rec.Members[0].Encoder; got != tc.id {
+			t.Fatalf("probe names %s, blob is %s", got, tc.id)
+		}
+		withProcs(2, func() {
+			if err := Verify(rec, bytes.NewReader(plain), digest.FromBytes(tc.blob), int64(len(tc.blob))); err != nil {
+				t.Fatalf("%s: %v", tc.id, err)
+			}
+		})
+	}
+
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, 6)
+	zw.Write(plain[:probeInput+1<<20])
+	zw.Flush()
+	zw.Write(plain[probeInput+1<<20:])
+	zw.Close()
+	blob := buf.Bytes()
+	rec, err := ProbeRecipe(t.Context(), bytes.NewReader(blob), int64(len(blob)), opener(plain))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Verify(rec, bytes.NewReader(plain), digest.FromBytes(blob), int64(len(blob))); !errors.Is(err, ErrMismatch) {
+		t.Fatalf("verifying a wrong guess: %v, want a mismatch", err)
+	}
+	if _, err := FindRecipe(t.Context(), bytes.NewReader(blob), int64(len(blob)), opener(plain)); !errors.Is(err, ErrIrreproducible) {
+		t.Fatalf("full search of a flushed stream: %v, want irreproducible", err)
+	}
+}

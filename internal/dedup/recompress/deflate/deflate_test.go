@@ -184,3 +184,39 @@ func TestJoin(t *testing.T) {
 		}
 	}
 }
+
+// TestWalkFindsEncoderBoundaries: walking a stream finds the block
+// boundaries its encoder reported, with the same window index wherever
+// the walk claims to know it, and the stream's inflated size and length.
+func TestWalkFindsEncoderBoundaries(t *testing.T) {
+	in := layerLike(5<<20, 21)
+	for _, level := range []int{-2, 0, 1, 2, 4, 6, 9} {
+		var want []Boundary
+		whole := compressWhole(t, level, in, 1<<30, func(b Boundary) { want = append(want, b) })
+		var got []Boundary
+		size, bits, err := Walk(bytes.NewReader(whole), func(b Boundary) { got = append(got, b) })
+		if err != nil {
+			t.Fatalf("level %d: %v", level, err)
+		}
+		if size != int64(len(in)) || (bits+7)/8 != int64(len(whole)) {
+			t.Fatalf("level %d: walk found %d bytes in %d bits, want %d in %d bytes", level, size, bits, len(in), len(whole))
+		}
+		// The encoder does not report its closing blocks; the walk does.
+		known := 0
+		for i, w := range want {
+			g := got[i]
+			if g.In != w.In || g.Bit != w.Bit {
+				t.Fatalf("level %d: boundary %d walked as %+v, encoder said %+v", level, i, g, w)
+			}
+			if level >= 2 && g.Win >= 0 {
+				known++
+				if g.Win != w.Win {
+					t.Fatalf("level %d: boundary %d at %d: window index %d, encoder had %d", level, i, g.In, g.Win, w.Win)
+				}
+			}
+		}
+		if level >= 2 && known < len(want)*9/10 {
+			t.Fatalf("level %d: window index known at %d of %d boundaries", level, known, len(want))
+		}
+	}
+}
