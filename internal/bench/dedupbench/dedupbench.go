@@ -248,7 +248,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return res, nil
 	}
 	if has(PartStorage) {
-		res.Storage = storageFigures(st, res)
+		res.Storage = storageFigures(st, res, reg.ingestWall, reg.ingestCPU)
 		if res.Storage.Apparent, res.Storage.OnDisk, err = diskUsage(reg.root); err != nil {
 			fail(PartStorage, err)
 		}

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/cairn-registry/cairn/internal/bench"
 )
@@ -89,13 +90,20 @@ func startServer(ctx context.Context, bin, dir, name string, cfg engineConfig) (
 // runCairn runs bin with args to completion and returns its stdout; a
 // failure quotes the end of its stderr.
 func runCairn(ctx context.Context, bin string, args ...string) ([]byte, error) {
+	out, _, err := runCairnCPU(ctx, bin, args...)
+	return out, err
+}
+
+// runCairnCPU is runCairn that also returns the CPU time (user and
+// system) the process used.
+func runCairnCPU(ctx context.Context, bin string, args ...string) ([]byte, time.Duration, error) {
 	cmd := exec.CommandContext(ctx, bin, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("dedupbench: cairn %s: %w: %s", strings.Join(args[:min(2, len(args))], " "), err, logTailString(stderr.String()))
+		return nil, 0, fmt.Errorf("dedupbench: cairn %s: %w: %s", strings.Join(args[:min(2, len(args))], " "), err, logTailString(stderr.String()))
 	}
-	return stdout.Bytes(), nil
+	return stdout.Bytes(), cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), nil
 }
 
 func logTailString(s string) string {

@@ -30,6 +30,8 @@ type registryRun struct {
 	// repoOf names a repository holding each blob.
 	repoOf map[digest.Digest]string
 	client *http.Client
+	// ingestWall and ingestCPU add up the `cairn dedup run`s.
+	ingestWall, ingestCPU time.Duration
 }
 
 func newRegistryRun(opts Options, ds *dataset.Dataset, logf func(string, ...any)) (*registryRun, error) {
@@ -108,10 +110,12 @@ func (r *registryRun) dedup(ctx context.Context, mode string) (*Stats, error) {
 		return nil, err
 	}
 	start := time.Now()
-	out, err := runCairn(ctx, r.opts.CairnBin, "dedup", "run", "--config", path)
+	out, cpu, err := runCairnCPU(ctx, r.opts.CairnBin, "dedup", "run", "--config", path)
 	if err != nil {
 		return nil, err
 	}
+	r.ingestWall += time.Since(start)
+	r.ingestCPU += cpu
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	r.logf("registry: cairn dedup run (mode %s) took %s: %s", mode, time.Since(start).Round(time.Millisecond), strings.TrimSpace(lines[len(lines)-1]))
 	return dedupStats(ctx, r.opts.CairnBin, path)
@@ -181,18 +185,27 @@ type StorageFigures struct {
 	// dedup, and what the filesystem allocates for them (du).
 	Apparent int64 `json:"apparentBytes"`
 	OnDisk   int64 `json:"onDiskBytes"`
+	// IngestSeconds and IngestCPUSeconds are the wall and CPU (user and
+	// system) time of the `cairn dedup run`s that deduplicated the layers;
+	// IngestMBps and IngestMBpsPerCore are LogicalBytes over them.
+	IngestSeconds     float64 `json:"ingestSeconds"`
+	IngestCPUSeconds  float64 `json:"ingestCPUSeconds"`
+	IngestMBps        float64 `json:"ingestMBps"`
+	IngestMBpsPerCore float64 `json:"ingestMBpsPerCore"`
 }
 
-func storageFigures(st *Stats, res *Result) *StorageFigures {
+func storageFigures(st *Stats, res *Result, wall, cpu time.Duration) *StorageFigures {
 	f := &StorageFigures{
-		LogicalBytes:   st.LogicalBytes,
-		FileLevelBytes: st.Files.Bytes + st.StoredBytes.Recipes + st.StoredBytes.Intact,
-		StoredBytes:    st.StoredBytes.Total,
-		Deduplicated:   st.Layers["deduplicated"],
-		Irreproducible: st.Layers["irreproducible"],
-		Intact:         st.Layers["intact"],
-		Pending:        st.Layers["pending"],
-		Stats:          st,
+		IngestSeconds:    wall.Seconds(),
+		IngestCPUSeconds: cpu.Seconds(),
+		LogicalBytes:     st.LogicalBytes,
+		FileLevelBytes:   st.Files.Bytes + st.StoredBytes.Recipes + st.StoredBytes.Intact,
+		StoredBytes:      st.StoredBytes.Total,
+		Deduplicated:     st.Layers["deduplicated"],
+		Irreproducible:   st.Layers["irreproducible"],
+		Intact:           st.Layers["intact"],
+		Pending:          st.Layers["pending"],
+		Stats:            st,
 	}
 	for _, n := range st.Layers {
 		f.Layers += n
@@ -201,6 +214,10 @@ func storageFigures(st *Stats, res *Result) *StorageFigures {
 	f.ZstdRatio = ratio(f.LogicalBytes, f.StoredBytes)
 	f.Reproduced = ratio(f.Deduplicated, f.Layers)
 	f.BlobRatio = ratio(res.ImageBytes, res.BlobBytes)
+	if wall > 0 && cpu > 0 {
+		f.IngestMBps = float64(f.LogicalBytes) / 1e6 / wall.Seconds()
+		f.IngestMBpsPerCore = float64(f.LogicalBytes) / 1e6 / cpu.Seconds()
+	}
 	return f
 }
 

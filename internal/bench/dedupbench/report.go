@@ -50,6 +50,8 @@ func WriteTable(w io.Writer, r *Result) error {
 			}
 			fmt.Fprintf(w, "recipes by encoder: %s\n", strings.Join(parts, ", "))
 		}
+		fmt.Fprintf(w, "ingest (cairn dedup run): %s of layers in %.1f s, %.1f CPU s: %.1f MB/s, %.1f MB/s per core\n",
+			mb(s.LogicalBytes), s.IngestSeconds, s.IngestCPUSeconds, s.IngestMBps, s.IngestMBpsPerCore)
 	}
 
 	if c := r.Restore; c != nil {
