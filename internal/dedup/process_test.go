@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"strings"
 	"testing"
 	"time"
 
@@ -598,6 +599,9 @@ func TestIrreproducible(t *testing.T) {
 		{"gzip-program-after-crash", func(t *testing.T) []byte { return gnuGzip(t, buildTar(t, ownFiles(5))) }, true},
 		{"not-a-tar", func(t *testing.T) []byte { return notTar }, false},
 		{"gzip-not-a-tar", func(t *testing.T) []byte { return gzipStd(t, notTar) }, false},
+		// Starts as compress/gzip writes, so the probe guesses it; the
+		// verifying rebuild refutes the guess after the files were written.
+		{"gzip-flushed-past-the-probe", func(t *testing.T) []byte { return flushedGzip(t, 10<<20) }, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -626,6 +630,12 @@ func TestIrreproducible(t *testing.T) {
 				zero, err := v.store.ZeroFiles(ctx, "", 100)
 				if err != nil || len(zero) != len(payloadDigests(ownFiles(5))) {
 					t.Fatalf("ZeroFiles = %v, %v; want the released files", zero, err)
+				}
+			}
+			if strings.HasPrefix(tc.name, "gzip-flushed") {
+				// The guess got as far as storing the files, then let go.
+				if zero, err := v.store.ZeroFiles(ctx, "", 100); err != nil || len(zero) == 0 {
+					t.Fatalf("ZeroFiles = %v, %v; want the files the refuted guess stored", zero, err)
 				}
 			}
 			v.process(d, ModeFull, outUnchanged)

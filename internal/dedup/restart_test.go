@@ -1,6 +1,8 @@
 package dedup
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -36,4 +38,26 @@ func TestRestartPointsStored(t *testing.T) {
 		t.Fatalf("%d restart points stored for a %d-byte tar, want at least 3", n, rec.Tar.TarSize)
 	}
 	v.wantBlob(blob)
+}
+
+// flushedGzip is compress/gzip output of a tar of about n bytes with a
+// sync flush in its last MiB: no encoder reproduces it, but its start is
+// compress/gzip's.
+func flushedGzip(t *testing.T, n int) []byte {
+	t.Helper()
+	var files []tfile
+	for i := range n / 250_000 {
+		files = append(files, tfile{fmt.Sprintf("usr/share/big%02d", i), fileBody(uint64(9000+i), 250_000)})
+	}
+	raw := buildTar(t, files)
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	cut := len(raw) - 1<<20
+	zw.Write(raw[:cut])
+	zw.Flush()
+	zw.Write(raw[cut:])
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }
