@@ -15,11 +15,14 @@
 // states, pull maps) says where each file is; every pack carries its own
 // index and every recipe its files, so it can be rebuilt from storage.
 //
-// Crash safety, in processing order (process.go): state pending → file
-// references taken per layer (idempotent) → missing files written into
-// packs, located only once their pack is complete → recipe verified by a
-// full rebuild from stored pieces → recipe file written → state recorded
-// → only then the intact data deleted. A crash at any step leaves the
+// Crash safety, in processing order (process.go): state pending → the
+// recipe guessed by a probe (recompress.ProbeRecipe: the start of each
+// member only) → file references taken per layer (idempotent) → missing
+// files written into packs, located only once their pack is complete →
+// recipe verified by a full rebuild from stored pieces, the layer's one
+// full compression, on every core where it has restart points (a refuted
+// guess: the full recipe search, and the rebuild again) → recipe file
+// written → state recorded → only then the intact data deleted. A crash at any step leaves the
 // layer served by whatever is still complete: the intact data, or a
 // verified recipe.
 package dedup
