@@ -33,6 +33,9 @@ const (
 	// buildkitZstd is buildkit or podman with zstd: OCI, klauspost zstd
 	// at its default level.
 	buildkitZstd builderKind = "buildkit-zstd"
+	// crane (go-containerregistry: crane append, ko): Docker schema 2,
+	// compress/gzip at BestSpeed.
+	crane builderKind = "crane"
 )
 
 func (b builderKind) compression() Compression {
@@ -41,11 +44,13 @@ func (b builderKind) compression() Compression {
 		return GzipPgzip
 	case buildkitZstd:
 		return Zstd
+	case crane:
+		return GzipStdlibFast
 	}
 	return GzipStdlib
 }
 
-func (b builderKind) oci() bool { return b != docker }
+func (b builderKind) oci() bool { return b != docker && b != crane }
 
 // layerSpec describes one layer: either the Debian packages it installs or
 // a generated application.
@@ -172,8 +177,8 @@ func fullSpecs() []imageSpec {
 	stack("node", "18", []string{"nodejs"}, nil, podman)
 	stack("build", "12", []string{"gcc", "make", "libc6-dev"}, []string{"g++"})
 	stack("redis", "7.0", []string{"redis-server"}, nil, buildkitZstd)
-	stack("postgres", "15", []string{"postgresql-15"}, nil)
-	stack("git", "2.39", []string{"git", "curl", "ca-certificates"}, nil)
+	stack("postgres", "15", []string{"postgresql-15"}, nil, crane)
+	stack("git", "2.39", []string{"git", "curl", "ca-certificates"}, nil, crane)
 	out = append(out,
 		// A stack on a stack: the python layer here lacks what the build
 		// layer already installed.
