@@ -16,7 +16,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/bench/dedupbench"
 )
 
-const dedupUsage = `usage: cairn-lab dedup [--profile small|full] [--parts restore,storage,latency,prefetch]
+const dedupUsage = `usage: cairn-lab dedup [--profile small|full] [--parts restore,storage,latency,prefetch[,restarts]]
                        [--cache DIR] [--work DIR] [--cairn-bin PATH] [--repeat N]
                        [--pull-once N] [--repull N] [--rounds N] [--delay 50ms-200ms]
                        [--preconstruct-size SIZE] [--prefetch-size SIZE] [--json]
@@ -26,7 +26,9 @@ pushes them to a cairn it starts, runs cairn dedup and prints: (a) storage
 ratios, (b) layers reproduced, (c) restore MB/s against the encoder alone,
 (d) layer GET latency intact / deduplicated cold / preconstruct hit, and
 (e) cache hit ratios for pull-once and always-repull clients, in modes full
-(preconstruct cache) and index (prefetch cache).`
+(preconstruct cache) and index (prefetch cache). Part restarts (research,
+only when named) tries every block boundary of the compress/gzip layers as a
+restart point for parallel restores.`
 
 // runDedup runs `cairn-lab dedup [flags]`. Errors are one line;
 // mistakes in the command line wrap errUsage.
@@ -68,8 +70,8 @@ func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if s == "" {
 			continue
 		}
-		if !slices.Contains(dedupbench.AllParts(), s) {
-			return fmt.Errorf("%w: dedup: --parts: unknown part %q (want %s)", errUsage, s, strings.Join(dedupbench.AllParts(), ", "))
+		if known := append(dedupbench.AllParts(), dedupbench.PartRestarts); !slices.Contains(known, s) {
+			return fmt.Errorf("%w: dedup: --parts: unknown part %q (want %s)", errUsage, s, strings.Join(known, ", "))
 		}
 		sel = append(sel, s)
 	}

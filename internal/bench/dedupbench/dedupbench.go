@@ -35,6 +35,9 @@ const (
 	PartRestore  = "restore"  // (c)
 	PartLatency  = "latency"  // (d)
 	PartPrefetch = "prefetch" // (e)
+	// PartRestarts is research, run only when asked for: how many block
+	// boundaries of real compress/gzip layers restart the encoder exactly.
+	PartRestarts = "restarts"
 )
 
 // AllParts lists every part in the order they run.
@@ -95,6 +98,7 @@ type Result struct {
 	Restore  *RestoreFigures   `json:"restore,omitempty"`
 	Latency  *LatencyFigures   `json:"latency,omitempty"`
 	Prefetch *PrefetchFigures  `json:"prefetch,omitempty"`
+	Restarts *RestartFigures   `json:"restarts,omitempty"`
 	Errors   map[string]string `json:"errors,omitempty"`
 }
 
@@ -111,9 +115,10 @@ func withDefaults(o Options) (Options, error) {
 	if len(o.Parts) == 0 {
 		o.Parts = AllParts()
 	}
+	known := append(AllParts(), PartRestarts)
 	for _, p := range o.Parts {
-		if !slices.Contains(AllParts(), p) {
-			return o, fmt.Errorf("dedupbench: unknown part %q (want %s)", p, strings.Join(AllParts(), ", "))
+		if !slices.Contains(known, p) {
+			return o, fmt.Errorf("dedupbench: unknown part %q (want %s)", p, strings.Join(known, ", "))
 		}
 	}
 	if o.Repeat <= 0 {
@@ -143,7 +148,7 @@ func withDefaults(o Options) (Options, error) {
 	if o.PrefetchSize == "" {
 		o.PrefetchSize = "256MiB"
 	}
-	needsEngine := slices.ContainsFunc(o.Parts, func(p string) bool { return p != PartRestore })
+	needsEngine := slices.ContainsFunc(o.Parts, func(p string) bool { return p != PartRestore && p != PartRestarts })
 	if needsEngine && o.CairnBin == "" {
 		return o, errors.New("dedupbench: no cairn binary for the registry parts")
 	}
@@ -198,6 +203,11 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	}
 	has := func(p string) bool { return slices.Contains(opts.Parts, p) }
 
+	if has(PartRestarts) {
+		if res.Restarts, err = measureRestarts(ctx, ds, logf); err != nil {
+			fail(PartRestarts, err)
+		}
+	}
 	if has(PartRestore) {
 		if res.Restore, err = measureRestore(ctx, ds, opts.WorkDir, opts.Repeat, logf); err != nil {
 			fail(PartRestore, err)

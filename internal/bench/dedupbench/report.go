@@ -54,6 +54,18 @@ func WriteTable(w io.Writer, r *Result) error {
 			mb(s.LogicalBytes), s.IngestSeconds, s.IngestCPUSeconds, s.IngestMBps, s.IngestMBpsPerCore)
 	}
 
+	if rs := r.Restarts; rs != nil {
+		fmt.Fprintf(w, "\nrestart points: block boundaries of the compress/gzip layers tried as restart points\n")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "level\tlayers\ttar\tboundaries\twindow known\trestart exactly\tpoints kept (~1/MiB)")
+		for _, l := range rs.Levels {
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%d\t%d (%.2f%%)\t%d\n", l.Level, l.Layers, mb(l.TarBytes), l.Boundaries, l.Known, l.Exact, 100*ratio(int64(l.Exact), int64(l.Boundaries)), l.Points)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+
 	if c := r.Restore; c != nil {
 		fmt.Fprintf(w, "\n(c) restore vs the same encoder alone on the plain tar (in process, best of %d per layer)\n", c.Repeat)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
