@@ -87,7 +87,10 @@ func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if !ok || err1 != nil || err2 != nil || dmin <= 0 || dmax < dmin {
 		return fmt.Errorf("%w: dedup: --delay %q: want MIN-MAX durations such as 50ms-200ms", errUsage, *delay)
 	}
-	if _, err := os.Stat(*bin); err != nil {
+	inProcess := func(p string) bool { return p == dedupbench.PartRestore || p == dedupbench.PartRestarts }
+	if _, err := os.Stat(*bin); err != nil && !slices.ContainsFunc(sel, func(p string) bool { return !inProcess(p) }) {
+		*bin = "" // not needed
+	} else if err != nil {
 		return fmt.Errorf("%w: dedup: --cairn-bin %s: %v (build it: go build -o bin/cairn ./cmd/cairn)", errUsage, *bin, err)
 	}
 	res, err := dedupbench.Run(ctx, dedupbench.Options{

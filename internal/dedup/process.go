@@ -224,7 +224,7 @@ func (w *Worker) disassemble(ctx context.Context, l digest.Digest, sum summary) 
 		}
 		sum.Revived = false
 	}
-	err = w.verify(ctx, rec, open, resume)
+	err = w.verify(ctx, rec, open, f, resume)
 	if isMismatch(err) {
 		// The probe guessed wrong (or the restart points failed and so did
 		// the guess without them): search in full, and check again.
@@ -233,7 +233,7 @@ func (w *Worker) disassemble(ctx context.Context, l digest.Digest, sum summary) 
 		if err = ferr; err == nil {
 			rec.Compression = full
 			sum.Encoders = encoders(full)
-			err = w.rebuildChecked(ctx, rec)
+			err = w.rebuildChecked(ctx, rec, f)
 		}
 	}
 	if err != nil {
@@ -263,7 +263,7 @@ func (w *Worker) disassemble(ctx context.Context, l digest.Digest, sum summary) 
 // is still missing then, or on a resumed attempt, is written from the
 // blob. A rebuild that finds a file's pack gone (damage: GC deletes only
 // packs nothing points into) writes those files again and retries once.
-func (w *Worker) verify(ctx context.Context, rec *Recipe, open func() io.Reader, resume bool) error {
+func (w *Worker) verify(ctx context.Context, rec *Recipe, open func() io.Reader, original io.ReaderAt, resume bool) error {
 	files := distinctFiles(&rec.Tar)
 	need, err := w.unlocated(ctx, files, !resume)
 	if err != nil {
@@ -272,7 +272,7 @@ func (w *Worker) verify(ctx context.Context, rec *Recipe, open func() io.Reader,
 	if err := w.writeFiles(ctx, open, need); err != nil {
 		return err
 	}
-	err = w.rebuildChecked(ctx, rec)
+	err = w.rebuildChecked(ctx, rec, original)
 	if err == nil || !errors.Is(err, driver.ErrNotFound) {
 		return err
 	}
@@ -305,7 +305,7 @@ func (w *Worker) verify(ctx context.Context, rec *Recipe, open func() io.Reader,
 	if err := w.writeFiles(ctx, open, need); err != nil {
 		return err
 	}
-	return w.rebuildChecked(ctx, rec)
+	return w.rebuildChecked(ctx, rec, original)
 }
 
 // isMismatch reports whether err says a rebuild produced other bytes than
@@ -314,13 +314,17 @@ func isMismatch(err error) bool {
 	return errors.Is(err, ErrRebuildMismatch) || errors.Is(err, recompress.ErrMismatch)
 }
 
-// rebuildChecked rebuilds rec from stored pieces and discards the bytes:
-// the check that the recipe reproduces the blob. A recipe whose restart
-// points fail it (recompress, segments.go) is checked again without them,
-// and keeps none if that passes: a point is only ever stored after it
+// rebuildChecked rebuilds rec from stored pieces, comparing with the
+// original blob, and discards the bytes: the check that the recipe
+// reproduces the blob. Restart points that do not reproduce it are dropped
+// from rec (recompress.Check); if too many fail, rec keeps none and is
+// checked again without them. A point is only ever stored after it
 // reproduced the blob.
-func (w *Worker) rebuildChecked(ctx context.Context, rec *Recipe) error {
-	err := w.rebuild(ctx, rec, io.Discard)
+func (w *Worker) rebuildChecked(ctx context.Context, rec *Recipe, original io.ReaderAt) error {
+	kept, err := w.rebuildChecking(ctx, rec, io.Discard, original)
+	if err == nil {
+		rec.Compression = kept
+	}
 	if !rec.Compression.HasRestarts() || !isMismatch(err) {
 		return err
 	}

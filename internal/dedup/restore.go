@@ -113,6 +113,14 @@ func (s *Source) CachedBlob(d digest.Digest, offset int64) io.ReadCloser {
 // so callers must not publish them (the preconstruct cache discards them).
 // It never writes more than r.Size bytes.
 func (s *Source) rebuild(ctx context.Context, r *Recipe, w io.Writer) error {
+	_, err := s.rebuildChecking(ctx, r, w, nil)
+	return err
+}
+
+// rebuildChecking is rebuild that, given the original blob, checks the
+// recipe's restart points against it (recompress.Check) and returns the
+// compression recipe without those that did not hold.
+func (s *Source) rebuildChecking(ctx context.Context, r *Recipe, w io.Writer, original io.ReaderAt) (recompress.Recipe, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pr, pw := io.Pipe()
@@ -126,7 +134,13 @@ func (s *Source) rebuild(ctx context.Context, r *Recipe, w io.Writer) error {
 	}()
 	v := r.Digest.Verifier()
 	cw := &iocount.Writer{W: io.MultiWriter(&sizeCap{w: w, left: r.Size}, v)}
-	err := recompress.Rebuild(cw, r.Compression, pr)
+	kept := r.Compression
+	var err error
+	if original != nil {
+		kept, err = recompress.Check(cw, r.Compression, pr, original)
+	} else {
+		err = recompress.Rebuild(cw, r.Compression, pr)
+	}
 	if err == nil {
 		// The tar must end exactly where the recipe's members do.
 		var one [1]byte
@@ -141,12 +155,12 @@ func (s *Source) rebuild(ctx context.Context, r *Recipe, w io.Writer) error {
 		err = asmErr
 	}
 	if err != nil {
-		return fmt.Errorf("dedup: rebuild %s: %w", r.Digest, err)
+		return kept, fmt.Errorf("dedup: rebuild %s: %w", r.Digest, err)
 	}
 	if cw.N != r.Size || !v.Verified() {
-		return fmt.Errorf("%w: %s: rebuilt %d bytes, want %d", ErrRebuildMismatch, r.Digest, cw.N, r.Size)
+		return kept, fmt.Errorf("%w: %s: rebuilt %d bytes, want %d", ErrRebuildMismatch, r.Digest, cw.N, r.Size)
 	}
-	return nil
+	return kept, nil
 }
 
 // Reasons a restore failed, as the rebuild failures metric labels them.

@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync/atomic"
 
 	"github.com/opencontainers/go-digest"
@@ -352,56 +353,82 @@ func (c *compareWriter) done() bool {
 // Rebuild writes the blob recipe describes, reading its uncompressed bytes
 // from uncompressed.
 func Rebuild(w io.Writer, recipe Recipe, uncompressed io.Reader) error {
+	_, err := rebuild(w, recipe, uncompressed, nil)
+	return err
+}
+
+// Check is Rebuild that also checks restart points against the blob the
+// recipe must rebuild (original): each segment is compared with the
+// original's bits before it is joined, and a segment that differs is
+// compressed again from the last point that held (see segments.go). It
+// returns the recipe without the points that did not hold. The output
+// still needs its digest checked, as Rebuild's does.
+func Check(w io.Writer, recipe Recipe, uncompressed io.Reader, original io.ReaderAt) (Recipe, error) {
+	return rebuild(w, recipe, uncompressed, original)
+}
+
+func rebuild(w io.Writer, recipe Recipe, uncompressed io.Reader, original io.ReaderAt) (Recipe, error) {
 	if recipe.Format == FormatNone {
 		n, err := io.Copy(w, uncompressed)
 		if err != nil {
-			return fmt.Errorf("recompress: copy: %w", err)
+			return recipe, fmt.Errorf("recompress: copy: %w", err)
 		}
 		if n != recipe.Size {
-			return fmt.Errorf("recompress: uncompressed blob has %d bytes, recipe says %d", n, recipe.Size)
+			return recipe, fmt.Errorf("recompress: uncompressed blob has %d bytes, recipe says %d", n, recipe.Size)
 		}
-		return nil
+		return recipe, nil
 	}
+	out := recipe
+	out.Members = slices.Clone(recipe.Members)
+	cw := &iocount.Writer{W: w}
+	w = cw
 	for i, m := range recipe.Members {
 		if _, err := w.Write(m.Header); err != nil {
-			return err
+			return out, err
 		}
 		if level, ok := restartLevel(m.Encoder); ok && len(m.Restarts) > 0 {
-			if err := rebuildSegments(w, level, m, uncompressed, rebuildWorkers()); err != nil {
-				return fmt.Errorf("recompress: member %d: %w", i, err)
+			var chk *segmentCheck
+			if original != nil {
+				chk = &segmentCheck{original: original, bodyStart: cw.N}
+			}
+			if err := rebuildSegments(w, level, m, uncompressed, rebuildWorkers(), chk); err != nil {
+				return out, fmt.Errorf("recompress: member %d: %w", i, err)
+			}
+			if chk != nil {
+				out.Members[i].Restarts = chk.held(m.Restarts)
 			}
 			if _, err := w.Write(m.Trailer); err != nil {
-				return err
+				return out, err
 			}
 			continue
 		}
-		cw := &cutWriter{w: w}
-		enc, err := newEncoder(m.Encoder, cw)
+		cut := &cutWriter{w: w}
+		enc, err := newEncoder(m.Encoder, cut)
 		if err != nil {
-			return err
+			return out, err
 		}
 		n, err := io.Copy(enc, io.LimitReader(uncompressed, m.Size))
 		if err != nil {
-			cw.cut.Store(true)
+			cut.cut.Store(true)
 			enc.Close()
-			return fmt.Errorf("recompress: member %d: %w", i, err)
+			return out, fmt.Errorf("recompress: member %d: %w", i, err)
 		}
 		if n != m.Size {
-			cw.cut.Store(true)
+			cut.cut.Store(true)
 			enc.Close()
-			return fmt.Errorf("recompress: member %d: uncompressed stream ended after %d of %d bytes", i, n, m.Size)
+			return out, fmt.Errorf("recompress: member %d: uncompressed stream ended after %d of %d bytes", i, n, m.Size)
 		}
 		if err := enc.Close(); err != nil {
-			return fmt.Errorf("recompress: member %d: %w", i, err)
+			return out, fmt.Errorf("recompress: member %d: %w", i, err)
 		}
 		if _, err := w.Write(m.Trailer); err != nil {
-			return err
+			return out, err
 		}
 	}
 	if _, err := w.Write(recipe.Trailing); err != nil {
-		return err
+		return out, err
 	}
-	return nil
+	return out, nil
 }
 
 // cutWriter passes writes to w until cut, then drops them: what an encoder

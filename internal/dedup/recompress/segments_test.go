@@ -8,10 +8,13 @@ import (
 	"errors"
 	"io"
 	"runtime"
+	"slices"
 	"strconv"
 	"testing"
 
 	"github.com/opencontainers/go-digest"
+
+	"github.com/cairn-registry/cairn/internal/dedup/recompress/deflate"
 )
 
 // withProcs runs f with GOMAXPROCS set to n, so the segmented rebuild runs
@@ -185,4 +188,44 @@ func TestProbeRecipe(t *testing.T) {
 	if _, err := FindRecipe(t.Context(), bytes.NewReader(blob), int64(len(blob)), opener(plain)); !errors.Is(err, ErrIrreproducible) {
 		t.Fatalf("full search of a flushed stream: %v, want irreproducible", err)
 	}
+}
+
+// TestCheckDropsBadPoints: checked against the blob, a rebuild replaces
+// the segments of points that do not hold with the same bits compressed
+// from the last point that did, and returns the recipe without them.
+func TestCheckDropsBadPoints(t *testing.T) {
+	plain := testInput(6 << 20)
+	blob := stdlibGzip(t, 6, plain)
+	rec := roundTrip(t, blob, plain)
+	rs := rec.Members[0].Restarts
+	if len(rs) < 4 {
+		t.Fatalf("%d restart points", len(rs))
+	}
+	bad := rec.WithoutRestarts()
+	bad.Members[0].Restarts = slices.Clone(rs)
+	bad.Members[0].Restarts[1].Win = 0 // restarts without history
+	bad.Members[0].Restarts[2].Win = 0 // and the next one too
+	withProcs(2, func() {
+		var out bytes.Buffer
+		kept, err := Check(&out, bad, bytes.NewReader(plain), bytes.NewReader(blob))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(out.Bytes(), blob) {
+			t.Fatal("checked rebuild differs from the blob")
+		}
+		want := append([]deflate.Boundary{rs[0]}, rs[3:]...)
+		if got := kept.Members[0].Restarts; !slices.Equal(got, want) {
+			t.Fatalf("kept %d points %v, want %d", len(got), got, len(want))
+		}
+		// The first segment has no earlier point to fall back on.
+		first := rec.WithoutRestarts()
+		first.Members[0].Restarts = slices.Clone(rs)
+		first.Members[0].Header = append([]byte(nil), first.Members[0].Header...)
+		other := append([]byte(nil), plain...)
+		other[100] ^= 1
+		if _, err := Check(io.Discard, first, bytes.NewReader(other), bytes.NewReader(blob)); !errors.Is(err, ErrMismatch) {
+			t.Fatalf("checking other input: %v, want a mismatch", err)
+		}
+	})
 }
