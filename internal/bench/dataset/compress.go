@@ -94,7 +94,7 @@ func compressTo(ctx context.Context, w io.Writer, r io.Reader, c Compression) er
 		return nil
 	case GzipStdlib:
 		enc, err = gzip.NewWriterLevel(w, gzip.DefaultCompression)
-	case GzipStdlibFast:
+	case GzipStdlibBestSpeed:
 		enc, err = gzip.NewWriterLevel(w, gzip.BestSpeed)
 	case GzipPgzip:
 		// containers/image calls pgzip.NewWriter (or NewWriterLevel with

@@ -36,9 +36,9 @@ type Compression string
 const (
 	// GzipStdlib is compress/gzip at DefaultCompression (docker, buildkit).
 	GzipStdlib Compression = "gzip-stdlib"
-	// GzipStdlibFast is compress/gzip at BestSpeed: go-containerregistry's
+	// GzipStdlibBestSpeed is compress/gzip at BestSpeed: go-containerregistry's
 	// default (crane append, ko).
-	GzipStdlibFast Compression = "gzip-stdlib-fast"
+	GzipStdlibBestSpeed Compression = "gzip-stdlib-bestspeed"
 	// GzipPgzip is klauspost/pgzip's NewWriter, as containers/image
 	// (podman, buildah, skopeo) uses it.
 	GzipPgzip Compression = "gzip-pgzip"

@@ -45,7 +45,7 @@ func (b builderKind) compression() Compression {
 	case buildkitZstd:
 		return Zstd
 	case crane:
-		return GzipStdlibFast
+		return GzipStdlibBestSpeed
 	}
 	return GzipStdlib
 }

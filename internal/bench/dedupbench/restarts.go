@@ -40,7 +40,7 @@ type RestartLevel struct {
 // measureRestarts tries every block boundary of every compress/gzip layer
 // of ds as a restart point, using every core.
 func measureRestarts(ctx context.Context, ds *dataset.Dataset, logf func(string, ...any)) (*RestartFigures, error) {
-	levels := map[dataset.Compression]int{dataset.GzipStdlib: 6, dataset.GzipStdlibFast: 1}
+	levels := map[dataset.Compression]int{dataset.GzipStdlib: 6, dataset.GzipStdlibBestSpeed: 1}
 	byLevel := map[int]*RestartLevel{}
 	for _, l := range ds.Layers {
 		level, ok := levels[l.Compression]
