@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
