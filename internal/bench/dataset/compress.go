@@ -94,6 +94,8 @@ func compressTo(ctx context.Context, w io.Writer, r io.Reader, c Compression) er
 		return nil
 	case GzipStdlib:
 		enc, err = gzip.NewWriterLevel(w, gzip.DefaultCompression)
+	case GzipStdlibBestSpeed:
+		enc, err = gzip.NewWriterLevel(w, gzip.BestSpeed)
 	case GzipPgzip:
 		// containers/image calls pgzip.NewWriter (or NewWriterLevel with
 		// the default level) and never SetConcurrency: 1 MiB blocks.

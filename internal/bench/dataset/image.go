@@ -13,7 +13,7 @@ import (
 func mediaType(bk builderKind, c Compression) (string, error) {
 	if !bk.oci() {
 		switch c {
-		case GzipStdlib, GzipPgzip, GzipGNU:
+		case GzipStdlib, GzipStdlibBestSpeed, GzipPgzip, GzipGNU:
 			return MediaTypeDockerLayer, nil
 		case Uncompressed:
 			return "application/vnd.docker.image.rootfs.diff.tar", nil
@@ -21,7 +21,7 @@ func mediaType(bk builderKind, c Compression) (string, error) {
 		return "", fmt.Errorf("a Docker schema 2 image cannot hold a %s layer", c)
 	}
 	switch c {
-	case GzipStdlib, GzipPgzip, GzipGNU:
+	case GzipStdlib, GzipStdlibBestSpeed, GzipPgzip, GzipGNU:
 		return MediaTypeOCILayerGzip, nil
 	case Zstd:
 		return MediaTypeOCILayerZstd, nil
