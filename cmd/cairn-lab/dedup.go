@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,13 +18,14 @@ import (
 )
 
 const dedupUsage = `usage: cairn-lab dedup [--profile small|full] [--parts restore,storage,latency,prefetch[,restarts]]
-                       [--cache DIR] [--work DIR] [--cairn-bin PATH] [--repeat N]
+                       [--cache DIR] [--work DIR] [--cairn-bin PATH] [--repeat N] [--procs 1,2]
                        [--pull-once N] [--repull N] [--rounds N] [--delay 50ms-200ms]
                        [--preconstruct-size SIZE] [--prefetch-size SIZE] [--json]
 
 Builds images from Debian packages (apt-get download; debs cached in --cache),
 pushes them to a cairn it starts, runs cairn dedup and prints: (a) storage
-ratios, (b) layers reproduced, (c) restore MB/s against the encoder alone,
+ratios, (b) layers reproduced, (c) restore MB/s per producer against the
+encoder alone and an intact read, under each GOMAXPROCS of --procs,
 (d) layer GET latency intact / deduplicated cold / preconstruct hit, and
 (e) cache hit ratios for pull-once and always-repull clients, in modes full
 (preconstruct cache) and index (prefetch cache). Part restarts (research,
@@ -41,6 +43,7 @@ func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	work := fs.String("work", "", "work `DIR` for the built dataset and the registry (default <cache>/work-<profile>)")
 	bin := fs.String("cairn-bin", "bin/cairn", "cairn binary to run (go build -o bin/cairn ./cmd/cairn)")
 	repeat := fs.Int("repeat", 0, "timed restores per layer, best kept (0: 3 for small, 1 for full)")
+	procs := fs.String("procs", "", "comma-separated GOMAXPROCS `VALUES` to measure the restore part under, one after the other (default 1 and the current GOMAXPROCS)")
 	pullOnce := fs.Int("pull-once", 6, "pull-once clients in the (e) workload")
 	repull := fs.Int("repull", 4, "always-repull clients in the (e) workload")
 	rounds := fs.Int("rounds", 3, "rounds of the (e) workload")
@@ -81,21 +84,30 @@ func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *repeat < 0 || *pullOnce < 1 || *repull < 1 || *rounds < 1 {
 		return fmt.Errorf("%w: dedup: --repeat must be >= 0, --pull-once, --repull and --rounds >= 1", errUsage)
 	}
+	var procList []int
+	for _, f := range strings.Split(*procs, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return fmt.Errorf("%w: dedup: --procs %q: want GOMAXPROCS values >= 1 such as 1,2", errUsage, *procs)
+		}
+		procList = append(procList, n)
+	}
 	lo, hi, ok := strings.Cut(*delay, "-")
 	dmin, err1 := time.ParseDuration(strings.TrimSpace(lo))
 	dmax, err2 := time.ParseDuration(strings.TrimSpace(hi))
 	if !ok || err1 != nil || err2 != nil || dmin <= 0 || dmax < dmin {
 		return fmt.Errorf("%w: dedup: --delay %q: want MIN-MAX durations such as 50ms-200ms", errUsage, *delay)
 	}
-	inProcess := func(p string) bool { return p == dedupbench.PartRestore || p == dedupbench.PartRestarts }
-	if _, err := os.Stat(*bin); err != nil && !slices.ContainsFunc(sel, func(p string) bool { return !inProcess(p) }) {
-		*bin = "" // not needed
-	} else if err != nil {
+	needsBin := slices.ContainsFunc(sel, func(p string) bool { return p != dedupbench.PartRestore && p != dedupbench.PartRestarts })
+	if _, err := os.Stat(*bin); needsBin && err != nil {
 		return fmt.Errorf("%w: dedup: --cairn-bin %s: %v (build it: go build -o bin/cairn ./cmd/cairn)", errUsage, *bin, err)
 	}
 	res, err := dedupbench.Run(ctx, dedupbench.Options{
 		Profile: p, CacheDir: *cache, WorkDir: *work, CairnBin: *bin, Parts: sel,
-		Repeat: *repeat, PullOnce: *pullOnce, Repull: *repull, Rounds: *rounds, DelayMin: dmin, DelayMax: dmax,
+		Repeat: *repeat, Procs: procList, PullOnce: *pullOnce, Repull: *repull, Rounds: *rounds, DelayMin: dmin, DelayMax: dmax,
 		PreconstructSize: *preSize, PrefetchSize: *preFetch, Log: stderr,
 	})
 	if err != nil {

@@ -36,8 +36,10 @@ type Compression string
 const (
 	// GzipStdlib is compress/gzip at DefaultCompression (docker, buildkit).
 	GzipStdlib Compression = "gzip-stdlib"
-	// GzipStdlibBestSpeed is compress/gzip at BestSpeed: go-containerregistry's
-	// default (crane append, ko).
+	// GzipStdlibBestSpeed is compress/gzip at BestSpeed, the default of
+	// go-containerregistry's tarball layers (crane append, ko): the full
+	// profile's crane images use it, and Layer.Recompressed makes such a
+	// blob of any layer.
 	GzipStdlibBestSpeed Compression = "gzip-stdlib-bestspeed"
 	// GzipPgzip is klauspost/pgzip's NewWriter, as containers/image
 	// (podman, buildah, skopeo) uses it.
@@ -132,6 +134,14 @@ func (l *Layer) Open() (*os.File, error) { return os.Open(l.blobPath) }
 
 // OpenTar returns the layer's uncompressed tar.
 func (l *Layer) OpenTar() (*os.File, error) { return os.Open(l.tarPath) }
+
+// Recompressed returns the blob of l's tar compressed with c instead, as a
+// producer that uses c pushes it; it belongs to no image. The blob is kept
+// beside l's and reused by later calls.
+func (l *Layer) Recompressed(ctx context.Context, c Compression) (*Layer, error) {
+	b := &builder{work: filepath.Dir(filepath.Dir(l.blobPath)), logf: func(string, ...any) {}}
+	return b.compress(ctx, &tarResult{Path: l.tarPath, DiffID: l.DiffID, Size: l.TarSize, Files: l.Files, Desc: l.Description}, c)
+}
 
 // LogicalBytes is the sum of the sizes of the distinct layer blobs.
 func (d *Dataset) LogicalBytes() int64 {

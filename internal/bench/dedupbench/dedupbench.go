@@ -1,8 +1,9 @@
 // Package dedupbench measures cairn's file-level layer deduplication on a
 // realistic dataset (internal/bench/dataset): (a) the storage ratio against
 // the compressed layers, file-level alone and with zstd on unique files;
-// (b) the fraction of layers reproduced; (c) restore MB/s against the
-// matching compressor alone on the same data, in process; (d) the GET
+// (b) the fraction of layers reproduced; (c) restore MB/s per producer
+// against the matching compressor alone on the same data and against a read
+// of the intact blob, in process, under one or more GOMAXPROCS; (d) the GET
 // latency of a layer intact, deduplicated and cold, and from the
 // preconstruct cache; (e) the cache hit ratios under a replayed workload of
 // pull-once and always-repull clients, with the access predictor off and on,
@@ -61,6 +62,10 @@ type Options struct {
 	// Repeat is how many times each restore is timed (best kept).
 	// Default 3 for the small profile, 1 for the full one.
 	Repeat int
+	// Procs are the GOMAXPROCS values the restore figures are measured
+	// under, one after the other (the setting is restored afterwards).
+	// Default 1 and runtime.GOMAXPROCS(0), or only 1 on one core.
+	Procs []int
 	// PullOnce and Repull are the numbers of clients of each kind in the
 	// workload of (e); Rounds is how many times each client comes back.
 	// Defaults 6, 4 and 3.
@@ -125,6 +130,17 @@ func withDefaults(o Options) (Options, error) {
 		o.Repeat = 3
 		if o.Profile == dataset.ProfileFull {
 			o.Repeat = 1
+		}
+	}
+	if len(o.Procs) == 0 {
+		o.Procs = []int{1}
+		if n := runtime.GOMAXPROCS(0); n > 1 {
+			o.Procs = append(o.Procs, n)
+		}
+	}
+	for _, n := range o.Procs {
+		if n < 1 {
+			return o, fmt.Errorf("dedupbench: GOMAXPROCS %d: want at least 1", n)
 		}
 	}
 	if o.PullOnce <= 0 {
@@ -209,7 +225,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		}
 	}
 	if has(PartRestore) {
-		if res.Restore, err = measureRestore(ctx, ds, opts.WorkDir, opts.Repeat, logf); err != nil {
+		if res.Restore, err = measureRestore(ctx, ds, opts.WorkDir, opts.Repeat, opts.Procs, logf); err != nil {
 			fail(PartRestore, err)
 		}
 	}

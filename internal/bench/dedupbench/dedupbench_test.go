@@ -14,8 +14,9 @@ import (
 )
 
 // TestRestoreSmall runs the part that needs no server, (c), on the small
-// profile: every reproducible blob is restored byte-exactly (Run checks the
-// digest) and reported under the encoder family that made it.
+// profile under GOMAXPROCS 1 and 2: every reproducible blob is restored
+// byte-exactly (Run checks the digest) and reported under the producer that
+// made it.
 func TestRestoreSmall(t *testing.T) {
 	if _, err := exec.LookPath("apt-get"); err != nil {
 		t.Skip("apt-get not installed: the dataset is built from Debian packages")
@@ -27,6 +28,7 @@ func TestRestoreSmall(t *testing.T) {
 		WorkDir:  t.TempDir(),
 		Parts:    []string{PartRestore},
 		Repeat:   1,
+		Procs:    []int{1, 2},
 		Log:      &log,
 	})
 	if errors.Is(err, dataset.ErrNoApt) {
@@ -41,22 +43,37 @@ func TestRestoreSmall(t *testing.T) {
 	if res.Restore == nil || res.Storage != nil || res.Latency != nil || res.Prefetch != nil {
 		t.Fatalf("want only the restore figures, got %+v", res)
 	}
-	fams := map[string]RestoreResult{}
+	prods := map[string]RestoreResult{}
 	timed := 0
-	for _, f := range res.Restore.Families {
-		fams[f.Family] = f
-		timed += f.Layers
-		if f.RestoreMBps <= 0 || f.CompressorMBps <= 0 || f.AssembleMBps <= 0 || f.Ratio <= 0 {
-			t.Errorf("%s: figures missing: %+v", f.Family, f)
+	for _, p := range res.Restore.Producers {
+		prods[p.Producer] = p
+		if !p.Derived {
+			timed += p.Layers
+		}
+		if len(p.Runs) != len(res.Restore.Procs) {
+			t.Errorf("%s: %d runs for GOMAXPROCS %v", p.Producer, len(p.Runs), res.Restore.Procs)
+		}
+		for i, run := range p.Runs {
+			if run.Procs != res.Restore.Procs[i] || run.RestoreMBps <= 0 || run.CompressorMBps <= 0 || run.IntactMBps <= 0 ||
+				run.AssembleMBps <= 0 || run.RestorePerCompressor <= 0 || run.RestorePerIntact <= 0 {
+				t.Errorf("%s: figures missing: %+v", p.Producer, run)
+			}
 		}
 	}
 	// Each producer the dataset models is found as its own encoder: docker
-	// as compress/gzip level 6, podman as pgzip with 1 MiB blocks.
-	for fam, enc := range map[string]string{"stdlib-gzip": "stdlib-gzip/6", "pgzip": "pgzip/5/1MiB", "klauspost-zstd": "klauspost-zstd/2", "none": "none"} {
-		f, ok := fams[fam]
-		if !ok || len(f.Encoders) != 1 || f.Encoders[0] != enc {
-			t.Errorf("family %s: got %+v, want encoder %s", fam, f, enc)
+	// as compress/gzip level 6, podman as pgzip with 1 MiB blocks; BestSpeed
+	// is derived from docker's layers.
+	for prod, enc := range map[string]string{
+		producerGzipDefault: "stdlib-gzip/6", producerGzipBestSpeed: "stdlib-gzip/1", producerPgzip: "pgzip/5/1MiB",
+		producerZstd: "klauspost-zstd/2", producerNone: "none",
+	} {
+		p, ok := prods[prod]
+		if !ok || len(p.Encoders) != 1 || p.Encoders[0] != enc || p.Derived != (prod == producerGzipBestSpeed) {
+			t.Errorf("producer %s: got %+v, want encoder %s", prod, p, enc)
 		}
+	}
+	if d, b := prods[producerGzipDefault], prods[producerGzipBestSpeed]; d.Layers != b.Layers || d.TarBytes != b.TarBytes {
+		t.Errorf("BestSpeed: %d layers, %d tar bytes; want those of compress/gzip default, %d and %d", b.Layers, b.TarBytes, d.Layers, d.TarBytes)
 	}
 	wantIrr := 0
 	if _, err := exec.LookPath("gzip"); err == nil {
@@ -69,7 +86,7 @@ func TestRestoreSmall(t *testing.T) {
 	if err := WriteTable(&out, res); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"(c) restore", "stdlib-gzip/6", "pgzip/5/1MiB"} {
+	for _, want := range []string{"(c) restore", "stdlib-gzip/6", "compress/gzip BestSpeed *", "pgzip/5/1MiB"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}

@@ -67,14 +67,29 @@ func WriteTable(w io.Writer, r *Result) error {
 	}
 
 	if c := r.Restore; c != nil {
-		fmt.Fprintf(w, "\n(c) restore vs the same encoder alone on the plain tar (in process, best of %d per layer)\n", c.Repeat)
+		fmt.Fprintf(w, "\n(c) restore per producer against the same encoder alone on the plain tar and an intact read of the blob (filesystem driver); in process, under each GOMAXPROCS, best of %d per layer\n", c.Repeat)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "encoder\tlayers\tblob\ttar\trestore MB/s\tencoder MB/s\trestore/encoder\tassemble MB/s (tar)")
-		for _, f := range c.Families {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%.1f\t%.1f\t%.2f\t%.1f\n", strings.Join(f.Encoders, ","), f.Layers, mb(f.BlobBytes), mb(f.TarBytes), f.RestoreMBps, f.CompressorMBps, f.Ratio, f.AssembleMBps)
+		fmt.Fprintln(tw, "producer\tencoders\tlayers\tblob\tprocs\trestore MB/s\tencoder MB/s\tintact MB/s\trestore/encoder\trestore/intact\tassemble MB/s (tar)")
+		derived := false
+		for _, p := range c.Producers {
+			name := p.Producer
+			if p.Derived {
+				name += " *"
+				derived = true
+			}
+			for i, run := range p.Runs {
+				head := fmt.Sprintf("%s\t%s\t%d\t%s", name, strings.Join(p.Encoders, ","), p.Layers, mb(p.BlobBytes))
+				if i > 0 {
+					head = "\t\t\t"
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.0f\t%.2f\t%.3f\t%.1f\n", head, run.Procs, run.RestoreMBps, run.CompressorMBps, run.IntactMBps, run.RestorePerCompressor, run.RestorePerIntact, run.AssembleMBps)
+			}
 		}
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+		if derived {
+			fmt.Fprintln(w, "* no image pushes this format: the compress/gzip default layers' tars, compressed by the producer")
 		}
 		fmt.Fprintf(w, "file store: %d unique files, %s; irreproducible blobs: %d %s\n", c.StoreFiles, mb(c.StoreBytes), len(c.Irreproducible), strings.Join(c.Irreproducible, "; "))
 	}

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -20,36 +21,59 @@ import (
 	"github.com/cairn-registry/cairn/internal/bench/dataset"
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
 	"github.com/cairn-registry/cairn/internal/dedup/recompress"
+	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
 )
 
-// RestoreResult is figure (c) for one encoder family: a full restore
-// (tar assembly from the file store piped into the recompressor) against
-// the same encoder compressing the plain tar alone.
+// RestoreResult is figure (c) for one producer: a full restore (tar
+// assembly from the file store piped into the recompressor) against the
+// same encoder compressing the plain tar alone and against a read of the
+// intact blob, under each GOMAXPROCS of RestoreFigures.Procs.
 type RestoreResult struct {
-	// Family is the encoder family ("stdlib-gzip", "pgzip",
-	// "klauspost-zstd", "none" for uncompressed layers); Encoders are the
-	// exact encoder ids met.
-	Family   string   `json:"family"`
+	// Producer names what compressed the blobs, told by the encoder of
+	// their recipes: "compress/gzip default" (stdlib-gzip/6: docker,
+	// buildkit), "compress/gzip BestSpeed" (stdlib-gzip/1: crane, ko),
+	// "pgzip", "zstd", "uncompressed", or another encoder family. Encoders
+	// are the exact encoder ids met.
+	Producer string   `json:"producer"`
 	Encoders []string `json:"encoders"`
-	Layers   int      `json:"layers"`
+	// Derived is set when the blobs are no image's: the dataset's
+	// compress/gzip default layers' tars, compressed by this producer
+	// (dataset.Layer.Recompressed), because no image pushes its format.
+	Derived bool `json:"derived,omitempty"`
+	Layers  int  `json:"layers"`
 	// BlobBytes and TarBytes are summed over the layers.
-	BlobBytes int64 `json:"blobBytes"`
-	TarBytes  int64 `json:"tarBytes"`
-	// MB/s of blob bytes delivered (10^6 bytes/s), each layer's best of
-	// Repeat runs, summed: restore, the encoder alone on the plain tar,
-	// and their ratio. AssembleMBps is the tar assembly alone, in tar
-	// bytes.
-	RestoreMBps    float64 `json:"restoreMBps"`
+	BlobBytes int64        `json:"blobBytes"`
+	TarBytes  int64        `json:"tarBytes"`
+	Runs      []RestoreRun `json:"runs"`
+}
+
+// RestoreRun is one producer's figures under one GOMAXPROCS. Figures are
+// MB/s (10^6 bytes/s) of blob bytes delivered, each layer's best of Repeat
+// runs, summed over its layers.
+type RestoreRun struct {
+	Procs int `json:"procs"`
+	// RestoreMBps is the restore, digest checked as a GET's is.
+	RestoreMBps float64 `json:"restoreMBps"`
+	// CompressorMBps is the encoder alone on the plain tar file.
 	CompressorMBps float64 `json:"compressorMBps"`
-	Ratio          float64 `json:"restorePerCompressor"`
-	AssembleMBps   float64 `json:"assembleMBps"`
+	// IntactMBps is a read of the intact blob from a filesystem driver,
+	// as a GET of an intact layer reads it (Driver.Reader, io.Copy).
+	IntactMBps           float64 `json:"intactMBps"`
+	RestorePerCompressor float64 `json:"restorePerCompressor"`
+	RestorePerIntact     float64 `json:"restorePerIntact"`
+	// AssembleMBps is the tar assembly alone, in tar bytes.
+	AssembleMBps float64 `json:"assembleMBps"`
 }
 
 // RestoreFigures is figure (c) over a dataset.
 type RestoreFigures struct {
-	Repeat   int             `json:"repeat"`
-	Families []RestoreResult `json:"families"`
+	Repeat int `json:"repeat"`
+	// Procs are the GOMAXPROCS values every figure was measured under,
+	// in the order of each RestoreResult's Runs.
+	Procs     []int           `json:"procs"`
+	Producers []RestoreResult `json:"producers"`
 	// Irreproducible lists the blobs no encoder reproduces (the GNU gzip
 	// layer), by description and compression.
 	Irreproducible []string `json:"irreproducible"`
@@ -58,17 +82,82 @@ type RestoreFigures struct {
 	StoreBytes int64 `json:"storeBytes"`
 }
 
+// Producer names, in the order the figures list them.
+const (
+	producerGzipDefault   = "compress/gzip default"
+	producerGzipBestSpeed = "compress/gzip BestSpeed"
+	producerPgzip         = "pgzip"
+	producerZstd          = "zstd"
+	producerNone          = "uncompressed"
+)
+
+// producerOf names the producer of a blob whose recipe's first member has
+// encoder id enc ("none" for an uncompressed blob).
+func producerOf(enc string) string {
+	fam, rest, _ := strings.Cut(enc, "/")
+	switch fam {
+	case "stdlib-gzip":
+		switch rest {
+		case "6":
+			return producerGzipDefault
+		case "1":
+			return producerGzipBestSpeed
+		}
+		return "compress/gzip level " + rest
+	case "pgzip":
+		return producerPgzip
+	case "klauspost-zstd":
+		return producerZstd
+	case "none":
+		return producerNone
+	}
+	return fam
+}
+
+func producerRank(p string) int {
+	switch p {
+	case producerGzipDefault:
+		return 0
+	case producerGzipBestSpeed:
+		return 1
+	case producerPgzip:
+		return 2
+	case producerZstd:
+		return 3
+	case producerNone:
+		return 5
+	}
+	return 4
+}
+
+// restoreBlob is one blob timed: a dataset layer or one derived from it.
+type restoreBlob struct {
+	l        *dataset.Layer
+	rec      recompress.Recipe
+	producer string
+	derived  bool
+}
+
 // measureRestore disassembles every distinct layer tar of ds into a
-// DriverStore over a filesystem driver rooted in dir (removed afterwards),
-// finds each blob's compression recipe, and times, per blob, a restore and
-// the bare encoder, best of repeat runs. Restored bytes are checked against
-// the blob's digest.
-func measureRestore(ctx context.Context, ds *dataset.Dataset, dir string, repeat int, logf func(string, ...any)) (*RestoreFigures, error) {
+// DriverStore over a filesystem driver in a new directory under dir
+// (removed afterwards), stores every blob intact in the same driver, finds
+// each blob's compression recipe, and times, per blob, a restore, the bare
+// encoder, the assembly and the intact read, best of repeat runs, under
+// each GOMAXPROCS of procs in turn. Restored bytes are checked against the
+// blob's digest. Besides the dataset's blobs it times its compress/gzip
+// default layers' tars compressed with BestSpeed, a format no image of the
+// dataset pushes.
+func measureRestore(ctx context.Context, ds *dataset.Dataset, dir string, repeat int, procs []int, logf func(string, ...any)) (*RestoreFigures, error) {
 	if repeat < 1 {
 		repeat = 1
 	}
-	root := filepath.Join(dir, "restore-store")
-	if err := os.RemoveAll(root); err != nil {
+	if len(procs) == 0 {
+		procs = []int{runtime.GOMAXPROCS(0)}
+	}
+	// A directory of its own: two runs sharing a work dir must not remove
+	// each other's store.
+	root, err := os.MkdirTemp(dir, "restore-store-")
+	if err != nil {
 		return nil, fmt.Errorf("dedupbench: %w", err)
 	}
 	defer os.RemoveAll(root)
@@ -93,80 +182,182 @@ func measureRestore(ctx context.Context, ds *dataset.Dataset, dir string, repeat
 		}
 		recipes[l.DiffID] = r
 	}
-	fig := &RestoreFigures{Repeat: repeat}
+	fig := &RestoreFigures{Repeat: repeat, Procs: procs}
 	fig.StoreFiles, fig.StoreBytes, err = dirUsage(root)
 	if err != nil {
 		return nil, err
 	}
 	logf("restore: %d layer tars disassembled into %d files (%.1f MB stored) in %s", len(recipes), fig.StoreFiles, float64(fig.StoreBytes)/1e6, time.Since(start).Round(time.Millisecond))
 
-	type acc struct {
-		RestoreResult
-		restore, comp, asm time.Duration
-	}
-	fams := map[string]*acc{}
-	for _, l := range ds.Layers {
+	var blobs []restoreBlob
+	add := func(l *dataset.Layer, derived bool) error {
 		rec, err := findRecipe(ctx, l)
 		if errors.Is(err, recompress.ErrIrreproducible) {
 			fig.Irreproducible = append(fig.Irreproducible, fmt.Sprintf("%s (%s)", l.Description, l.Compression))
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		enc := "none"
+		if len(rec.Members) > 0 {
+			enc = rec.Members[0].Encoder
+		}
+		if err := putIntact(ctx, drv, l); err != nil {
+			return err
+		}
+		blobs = append(blobs, restoreBlob{l: l, rec: rec, producer: producerOf(enc), derived: derived})
+		return nil
+	}
+	fast := map[digest.Digest]bool{} // diff IDs already derived
+	for _, l := range ds.Layers {
+		if err := add(l, false); err != nil {
+			return nil, err
+		}
+	}
+	for _, b := range slices.Clone(blobs) {
+		if b.producer != producerGzipDefault || fast[b.l.DiffID] {
 			continue
 		}
+		fast[b.l.DiffID] = true
+		d, err := b.l.Recompressed(ctx, dataset.GzipStdlibBestSpeed)
+		if err != nil {
+			return nil, fmt.Errorf("dedupbench: %w", err)
+		}
+		if err := add(d, true); err != nil {
+			return nil, err
+		}
+	}
+	logf("restore: %d blobs (%d derived with BestSpeed) stored intact, recipes found, in %s", len(blobs), len(fast), time.Since(start).Round(time.Millisecond))
+
+	results := map[string]*RestoreResult{}
+	for _, b := range blobs {
+		r := results[b.producer]
+		if r == nil {
+			r = &RestoreResult{Producer: b.producer}
+			results[b.producer] = r
+		}
+		for _, m := range b.rec.Members {
+			if !slices.Contains(r.Encoders, m.Encoder) {
+				r.Encoders = append(r.Encoders, m.Encoder)
+			}
+		}
+		if len(b.rec.Members) == 0 && !slices.Contains(r.Encoders, "none") {
+			r.Encoders = append(r.Encoders, "none")
+		}
+		r.Derived = r.Derived || b.derived
+		r.Layers++
+		r.BlobBytes += b.l.Size
+		r.TarBytes += b.l.TarSize
+	}
+	for _, n := range procs {
+		runs, err := timeRestores(ctx, n, blobs, recipes, store, drv, repeat)
 		if err != nil {
 			return nil, err
 		}
-		fam, enc := "none", "none"
-		if len(rec.Members) > 0 {
-			enc = rec.Members[0].Encoder
-			fam, _, _ = strings.Cut(enc, "/")
+		for p, run := range runs {
+			results[p].Runs = append(results[p].Runs, run)
 		}
-		a := fams[fam]
-		if a == nil {
-			a = &acc{RestoreResult: RestoreResult{Family: fam}}
-			fams[fam] = a
+		logf("restore: %d blobs timed under GOMAXPROCS %d, %s so far", len(blobs), n, time.Since(start).Round(time.Millisecond))
+	}
+	for _, r := range results {
+		slices.Sort(r.Encoders)
+		fig.Producers = append(fig.Producers, *r)
+	}
+	slices.SortFunc(fig.Producers, func(x, y RestoreResult) int {
+		if c := producerRank(x.Producer) - producerRank(y.Producer); c != 0 {
+			return c
 		}
-		if !slices.Contains(a.Encoders, enc) {
-			a.Encoders = append(a.Encoders, enc)
-		}
-		best := [3]time.Duration{}
+		return strings.Compare(x.Producer, y.Producer)
+	})
+	return fig, nil
+}
+
+// timeRestores times every blob under runtime.GOMAXPROCS(procs), restoring
+// the previous setting before it returns, and sums the figures by producer.
+func timeRestores(ctx context.Context, procs int, blobs []restoreBlob, recipes map[digest.Digest]*layer.Recipe, store layer.FileStore, drv driver.Driver, repeat int) (map[string]RestoreRun, error) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+	type sums struct {
+		blob, tar                  int64
+		restore, comp, intact, asm time.Duration
+	}
+	by := map[string]*sums{}
+	for _, b := range blobs {
+		var best [4]time.Duration
 		for i := range repeat {
-			t, err := timeRestore(ctx, l, rec, recipes[l.DiffID], store)
+			t, err := timeRestore(ctx, b.l, b.rec, recipes[b.l.DiffID], store)
 			if err != nil {
 				return nil, err
 			}
-			c, err := timeCompressor(l, rec)
+			c, err := timeCompressor(b.l, b.rec)
 			if err != nil {
 				return nil, err
 			}
-			m, err := timeAssemble(ctx, recipes[l.DiffID], store)
+			m, err := timeAssemble(ctx, recipes[b.l.DiffID], store)
 			if err != nil {
 				return nil, err
 			}
-			for j, d := range [3]time.Duration{t, c, m} {
+			r, err := timeIntact(ctx, drv, b.l)
+			if err != nil {
+				return nil, err
+			}
+			for j, d := range [4]time.Duration{t, c, m, r} {
 				if i == 0 || d < best[j] {
 					best[j] = d
 				}
 			}
 		}
-		a.Layers++
-		a.BlobBytes += l.Size
-		a.TarBytes += l.TarSize
-		a.restore += best[0]
-		a.comp += best[1]
-		a.asm += best[2]
-	}
-	for _, a := range fams {
-		a.RestoreMBps = mbps(a.BlobBytes, a.restore)
-		a.CompressorMBps = mbps(a.BlobBytes, a.comp)
-		a.AssembleMBps = mbps(a.TarBytes, a.asm)
-		if a.CompressorMBps > 0 {
-			a.Ratio = a.RestoreMBps / a.CompressorMBps
+		s := by[b.producer]
+		if s == nil {
+			s = &sums{}
+			by[b.producer] = s
 		}
-		slices.Sort(a.Encoders)
-		fig.Families = append(fig.Families, a.RestoreResult)
+		s.blob += b.l.Size
+		s.tar += b.l.TarSize
+		s.restore += best[0]
+		s.comp += best[1]
+		s.asm += best[2]
+		s.intact += best[3]
 	}
-	slices.SortFunc(fig.Families, func(x, y RestoreResult) int { return strings.Compare(x.Family, y.Family) })
-	logf("restore: %d blobs timed in %s", len(ds.Layers)-len(fig.Irreproducible), time.Since(start).Round(time.Millisecond))
-	return fig, nil
+	runs := make(map[string]RestoreRun, len(by))
+	for p, s := range by {
+		run := RestoreRun{
+			Procs:          procs,
+			RestoreMBps:    mbps(s.blob, s.restore),
+			CompressorMBps: mbps(s.blob, s.comp),
+			IntactMBps:     mbps(s.blob, s.intact),
+			AssembleMBps:   mbps(s.tar, s.asm),
+		}
+		if run.CompressorMBps > 0 {
+			run.RestorePerCompressor = run.RestoreMBps / run.CompressorMBps
+		}
+		if run.IntactMBps > 0 {
+			run.RestorePerIntact = run.RestoreMBps / run.IntactMBps
+		}
+		runs[p] = run
+	}
+	return runs, nil
+}
+
+// putIntact stores blob l in d where a registry keeps intact blobs.
+func putIntact(ctx context.Context, d driver.Driver, l *dataset.Layer) error {
+	f, err := l.Open()
+	if err != nil {
+		return fmt.Errorf("dedupbench: %w", err)
+	}
+	defer f.Close()
+	w, err := d.Writer(ctx, layout.BlobData(l.Digest), false)
+	if err != nil {
+		return fmt.Errorf("dedupbench: %w", err)
+	}
+	if _, err := io.Copy(w, f); err != nil {
+		w.Cancel(ctx)
+		return fmt.Errorf("dedupbench: store %q intact: %w", l.Description, err)
+	}
+	if err := w.Commit(ctx); err != nil {
+		return fmt.Errorf("dedupbench: store %q intact: %w", l.Description, err)
+	}
+	return w.Close()
 }
 
 func disassemble(ctx context.Context, l *dataset.Layer, store layer.FileStore) (*layer.Recipe, error) {
@@ -205,6 +396,16 @@ func findRecipe(ctx context.Context, l *dataset.Layer) (recompress.Recipe, error
 	}
 	if err != nil {
 		return rec, fmt.Errorf("dedupbench: recipe for %q (%s): %w", l.Description, l.Compression, err)
+	}
+	// As the dedup worker does: keep the restart points that reproduce
+	// the blob.
+	tar, err := l.OpenTar()
+	if err != nil {
+		return rec, fmt.Errorf("dedupbench: %w", err)
+	}
+	defer tar.Close()
+	if rec, err = recompress.Check(io.Discard, rec, bufio.NewReaderSize(tar, 1<<20), blob); err != nil {
+		return rec, fmt.Errorf("dedupbench: check recipe for %q (%s): %w", l.Description, l.Compression, err)
 	}
 	return rec, nil
 }
@@ -247,6 +448,27 @@ func timeCompressor(l *dataset.Layer, rec recompress.Recipe) (time.Duration, err
 		return 0, fmt.Errorf("dedupbench: compress %q: %w", l.Description, err)
 	}
 	return time.Since(start), nil
+}
+
+// timeIntact times a read of the intact blob the way a GET of an intact
+// layer reads it: Driver.Reader from offset 0, copied with io.Copy.
+func timeIntact(ctx context.Context, d driver.Driver, l *dataset.Layer) (time.Duration, error) {
+	start := time.Now()
+	rc, err := d.Reader(ctx, layout.BlobData(l.Digest), 0)
+	if err != nil {
+		return 0, fmt.Errorf("dedupbench: read %q intact: %w", l.Description, err)
+	}
+	cw := &iocount.Writer{W: io.Discard}
+	_, err = io.Copy(cw, rc)
+	rc.Close()
+	d2 := time.Since(start)
+	if err != nil {
+		return 0, fmt.Errorf("dedupbench: read %q intact: %w", l.Description, err)
+	}
+	if cw.N != l.Size {
+		return 0, fmt.Errorf("dedupbench: read %q intact: %d bytes, want %d", l.Description, cw.N, l.Size)
+	}
+	return d2, nil
 }
 
 func timeAssemble(ctx context.Context, tarRec *layer.Recipe, store layer.FileStore) (time.Duration, error) {

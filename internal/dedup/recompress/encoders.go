@@ -61,17 +61,12 @@ func newEncoder(id string, w io.Writer) (bodyEncoder, error) {
 	case famKlaus:
 		return kflate.NewWriter(w, level)
 	case famPgzip:
-		hw := &stripWriter{w: w, skip: pgzipHeader}
-		z, err := pgzip.NewWriterLevel(hw, level)
-		if err != nil {
-			return nil, err
-		}
-		if err := z.SetConcurrency(block, 4); err != nil {
-			return nil, err
-		}
-		return &pgzipBody{z: z, hw: hw}, nil
+		// The output does not depend on the blocks in flight
+		// (concurrency.go): one per core.
+		return newPgzip(w, level, block, pgzipInFlight(block))
 	case famZstd:
-		return zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.EncoderLevel(level)))
+		// Nor on the concurrency, which overlaps at most two stages.
+		return zstd.NewWriter(w, zstdOptions(level, zstdConcurrency())...)
 	}
 	return nil, fmt.Errorf("recompress: unknown encoder %q", id)
 }
