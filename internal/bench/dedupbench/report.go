@@ -89,7 +89,7 @@ func WriteTable(w io.Writer, r *Result) error {
 			return err
 		}
 		if derived {
-			fmt.Fprintln(w, "* no image pushes this format: the compress/gzip default layers' tars, compressed by the producer")
+			fmt.Fprintln(w, "* with blobs no image pushes: the compress/gzip default layers' tars, compressed by the producer")
 		}
 		fmt.Fprintf(w, "file store: %d unique files, %s; irreproducible blobs: %d %s\n", c.StoreFiles, mb(c.StoreBytes), len(c.Irreproducible), strings.Join(c.Irreproducible, "; "))
 	}

@@ -38,9 +38,9 @@ type RestoreResult struct {
 	// are the exact encoder ids met.
 	Producer string   `json:"producer"`
 	Encoders []string `json:"encoders"`
-	// Derived is set when the blobs are no image's: the dataset's
+	// Derived is set when some of the blobs are no image's: the dataset's
 	// compress/gzip default layers' tars, compressed by this producer
-	// (dataset.Layer.Recompressed), because no image pushes its format.
+	// (dataset.Layer.Recompressed), because few images push its format.
 	Derived bool `json:"derived,omitempty"`
 	Layers  int  `json:"layers"`
 	// BlobBytes and TarBytes are summed over the layers.
@@ -209,12 +209,16 @@ func measureRestore(ctx context.Context, ds *dataset.Dataset, dir string, repeat
 		blobs = append(blobs, restoreBlob{l: l, rec: rec, producer: producerOf(enc), derived: derived})
 		return nil
 	}
-	fast := map[digest.Digest]bool{} // diff IDs already derived
+	fast := map[digest.Digest]bool{} // diff IDs with a BestSpeed blob
 	for _, l := range ds.Layers {
 		if err := add(l, false); err != nil {
 			return nil, err
 		}
+		if l.Compression == dataset.GzipStdlibBestSpeed {
+			fast[l.DiffID] = true
+		}
 	}
+	native := len(fast)
 	for _, b := range slices.Clone(blobs) {
 		if b.producer != producerGzipDefault || fast[b.l.DiffID] {
 			continue
@@ -228,7 +232,7 @@ func measureRestore(ctx context.Context, ds *dataset.Dataset, dir string, repeat
 			return nil, err
 		}
 	}
-	logf("restore: %d blobs (%d derived with BestSpeed) stored intact, recipes found, in %s", len(blobs), len(fast), time.Since(start).Round(time.Millisecond))
+	logf("restore: %d blobs (%d derived with BestSpeed) stored intact, recipes found, in %s", len(blobs), len(fast)-native, time.Since(start).Round(time.Millisecond))
 
 	results := map[string]*RestoreResult{}
 	for _, b := range blobs {
