@@ -47,8 +47,10 @@ type PrefetchRun struct {
 	// every client pulls for the first time.
 	All   RoundCounts `json:"all"`
 	First RoundCounts `json:"first"`
-	// LayerP50Ms is the median layer GET time over the replay.
+	// LayerP50Ms and LayerP99Ms are the median and 99th percentile layer
+	// GET times over the replay.
 	LayerP50Ms float64 `json:"layerP50Ms"`
+	LayerP99Ms float64 `json:"layerP99Ms"`
 	Seconds    float64 `json:"seconds"`
 }
 
@@ -211,8 +213,9 @@ func (r *registryRun) replay(ctx context.Context, phase, mode string, predictor 
 	}
 	run.All = roundCounts(after.sub(before))
 	run.Seconds = time.Since(start).Seconds()
-	run.LayerP50Ms = getTimes(layerTimes, 0).P50Ms
-	r.logf("%s: %d manifest and %d layer GETs in %.1fs, hit ratio %.2f (first round %.2f), predicted-layer GETs %.2f", phase, run.ManifestGets, run.LayerGets, run.Seconds, run.All.HitRatio, run.First.HitRatio, run.All.PredictedHitRatio)
+	lt := getTimes(layerTimes, 0)
+	run.LayerP50Ms, run.LayerP99Ms = lt.P50Ms, lt.P99Ms
+	r.logf("%s: %d manifest and %d layer GETs in %.1fs, layer GET p50 %.1f ms, p99 %.1f ms, hit ratio %.2f (first round %.2f), predicted-layer GETs %.2f", phase, run.ManifestGets, run.LayerGets, run.Seconds, run.LayerP50Ms, run.LayerP99Ms, run.All.HitRatio, run.First.HitRatio, run.All.PredictedHitRatio)
 	return run, srv.Stop()
 }
 
