@@ -194,3 +194,28 @@ func TestGetTimes(t *testing.T) {
 		t.Errorf("50 GETs: %+v, want p50 25, p99 50, max 50", g)
 	}
 }
+
+// TestPooled: replays of one mode and predictor setting pool their GETs,
+// in the order the settings first ran.
+func TestPooled(t *testing.T) {
+	ms := func(ns ...int) []time.Duration {
+		var out []time.Duration
+		for _, n := range ns {
+			out = append(out, time.Duration(n)*time.Millisecond)
+		}
+		return out
+	}
+	runs := []PrefetchRun{
+		{Mode: "full", Predictor: false, layerTimes: ms(1, 2, 3)},
+		{Mode: "full", Predictor: true, layerTimes: ms(10)},
+		{Mode: "full", Predictor: false, layerTimes: ms(4, 5)},
+		{Mode: "full", Predictor: true, layerTimes: ms(20, 30)},
+	}
+	want := []PooledLatency{
+		{Mode: "full", Predictor: false, Replays: 2, LayerGets: 5, P50Ms: 3, P99Ms: 5},
+		{Mode: "full", Predictor: true, Replays: 2, LayerGets: 3, P50Ms: 20, P99Ms: 30},
+	}
+	if got := pooled(runs); !slices.Equal(got, want) {
+		t.Errorf("pooled %+v, want %+v", got, want)
+	}
+}

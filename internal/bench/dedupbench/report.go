@@ -106,6 +106,21 @@ func WriteTable(w io.Writer, r *Result) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+		if len(p.Pooled) > 0 && len(p.Runs) > len(p.Pooled) {
+			fmt.Fprintln(w, "layer GET latency over every replay of a mode and predictor setting")
+			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "mode\tpredictor\treplays\tlayers\tp50 ms\tp99 ms")
+			for _, pl := range p.Pooled {
+				on := "off"
+				if pl.Predictor {
+					on = "on"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.1f\t%.1f\n", pl.Mode, on, pl.Replays, pl.LayerGets, pl.P50Ms, pl.P99Ms)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+		}
 	}
 
 	if len(r.Errors) > 0 {
