@@ -19,7 +19,7 @@ import (
 
 const dedupUsage = `usage: cairn-lab dedup [--profile small|full] [--parts restore,storage,latency,prefetch[,restarts]]
                        [--cache DIR] [--work DIR] [--cairn-bin PATH] [--repeat N] [--procs 1,2]
-                       [--pull-once N] [--repull N] [--rounds N] [--delay 50ms-200ms]
+                       [--pull-once N] [--repull N] [--rounds N] [--replays N] [--delay 50ms-200ms]
                        [--preconstruct-size SIZE] [--prefetch-size SIZE] [--json]
 
 Builds images from Debian packages (apt-get download; debs cached in --cache),
@@ -47,6 +47,7 @@ func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	pullOnce := fs.Int("pull-once", 6, "pull-once clients in the (e) workload")
 	repull := fs.Int("repull", 4, "always-repull clients in the (e) workload")
 	rounds := fs.Int("rounds", 3, "rounds of the (e) workload")
+	replays := fs.Int("replays", 1, "replays of the (e) workload per mode and predictor setting, off and on in turn")
 	delay := fs.String("delay", "50ms-200ms", "`MIN-MAX` pause between a client's manifest GET and its layer GETs in (e)")
 	preSize := fs.String("preconstruct-size", "2GiB", "preconstruct cache size")
 	preFetch := fs.String("prefetch-size", "256MiB", "prefetch cache size in (e)")
@@ -81,8 +82,8 @@ func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(sel) == 0 {
 		return fmt.Errorf("%w: dedup: --parts: no parts", errUsage)
 	}
-	if *repeat < 0 || *pullOnce < 1 || *repull < 1 || *rounds < 1 {
-		return fmt.Errorf("%w: dedup: --repeat must be >= 0, --pull-once, --repull and --rounds >= 1", errUsage)
+	if *repeat < 0 || *pullOnce < 1 || *repull < 1 || *rounds < 1 || *replays < 1 {
+		return fmt.Errorf("%w: dedup: --repeat must be >= 0, --pull-once, --repull, --rounds and --replays >= 1", errUsage)
 	}
 	var procList []int
 	for _, f := range strings.Split(*procs, ",") {
@@ -107,7 +108,7 @@ func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	res, err := dedupbench.Run(ctx, dedupbench.Options{
 		Profile: p, CacheDir: *cache, WorkDir: *work, CairnBin: *bin, Parts: sel,
-		Repeat: *repeat, Procs: procList, PullOnce: *pullOnce, Repull: *repull, Rounds: *rounds, DelayMin: dmin, DelayMax: dmax,
+		Repeat: *repeat, Procs: procList, PullOnce: *pullOnce, Repull: *repull, Rounds: *rounds, Replays: *replays, DelayMin: dmin, DelayMax: dmax,
 		PreconstructSize: *preSize, PrefetchSize: *preFetch, Log: stderr,
 	})
 	if err != nil {

@@ -100,6 +100,7 @@ func dedupOptions(cfg *config.Config) dedup.Options {
 		PrefetchSize:     mem,
 		Predict:          c.Predictor.Enabled,
 		RepullRatio:      c.Predictor.RepullRatio,
+		PredictRebuilds:  c.Predictor.Rebuilds,
 		Packs:            packOptions(cfg),
 	}
 	for pattern, m := range c.Repositories {

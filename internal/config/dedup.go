@@ -97,6 +97,10 @@ type DedupPredictor struct {
 	// RepullRatio above which a client also gets layers it pulled before
 	// (default 0.5).
 	RepullRatio float64 `yaml:"repullratio"`
+	// Rebuilds bounds the predicted rebuilds running at once (default 0:
+	// one fewer than the CPUs, at least one, so that a core is left to
+	// serving). GETs never wait for them.
+	Rebuilds int `yaml:"rebuilds"`
 }
 
 // Defaults of storage.dedup.
@@ -144,6 +148,8 @@ func (d *Dedup) validate() error {
 		return fmt.Errorf("config: storage.dedup.selective.window: must be positive, not %s", d.Selective.Window)
 	case d.Predictor.RepullRatio < 0 || d.Predictor.RepullRatio > 1:
 		return fmt.Errorf("config: storage.dedup.predictor.repullratio: %g is not between 0 and 1", d.Predictor.RepullRatio)
+	case d.Predictor.Rebuilds < 0 || d.Predictor.Rebuilds > maxDedupWorkers:
+		return fmt.Errorf("config: storage.dedup.predictor.rebuilds: %d is not between 0 (one fewer than the CPUs) and %d", d.Predictor.Rebuilds, maxDedupWorkers)
 	case d.Packs.ReadAhead < 1 || d.Packs.ReadAhead > 64:
 		return fmt.Errorf("config: storage.dedup.packs.readahead: %d is not between 1 and 64", d.Packs.ReadAhead)
 	case !(d.Packs.CompactBelow > 0 && d.Packs.CompactBelow <= 1):

@@ -19,7 +19,7 @@ storage:
     cache:
       preconstruct: {dir: /var/cache/cairn, size: 10GiB}
       prefetch: {size: 512MiB}
-    predictor: {enabled: false, repullratio: 0.25}
+    predictor: {enabled: false, repullratio: 0.25, rebuilds: 2}
 `))
 	if err != nil || len(warnings) > 0 {
 		t.Fatalf("parse: %v %v", err, warnings)
@@ -27,7 +27,8 @@ storage:
 	d := c.Storage.Dedup
 	if d.Mode != "full" || d.Repositories["mirror/*"] != "index" || d.Repositories["ci/cache"] != "off" || d.Workers != 3 ||
 		d.Metadata.Path != "/var/lib/cairn/meta.db" || d.Selective.Pulls != 5 || d.Selective.Window != 30*time.Minute ||
-		d.Cache.Preconstruct.Dir != "/var/cache/cairn" || d.Predictor.Enabled || d.Predictor.RepullRatio != 0.25 {
+		d.Cache.Preconstruct.Dir != "/var/cache/cairn" || d.Predictor.Enabled || d.Predictor.RepullRatio != 0.25 ||
+		d.Predictor.Rebuilds != 2 {
 		t.Errorf("got %+v", d)
 	}
 	if n, _ := ParseBytes(d.Cache.Preconstruct.Size); n != 10<<30 {
@@ -52,6 +53,7 @@ func TestDedupInvalid(t *testing.T) {
 		{"workers: -1", "storage.dedup.workers"},
 		{"selective: {pulls: 0}", "storage.dedup.selective.pulls"},
 		{"predictor: {repullratio: 2}", "storage.dedup.predictor.repullratio"},
+		{"predictor: {rebuilds: -1}", "storage.dedup.predictor.rebuilds"},
 		{"cache: {preconstruct: {size: lots}}", "storage.dedup.cache.preconstruct.size"},
 		{"cache: {prefetch: {size: -5MiB}}", "storage.dedup.cache.prefetch.size"},
 	} {

@@ -119,6 +119,11 @@ type Options struct {
 	// which a client also gets the layers it pulled before (default 0.5).
 	Predict     bool
 	RepullRatio float64
+	// PredictRebuilds bounds the predicted rebuilds running at once
+	// (default one fewer than GOMAXPROCS, at least 1: a core is left to
+	// serving). A rebuild a GET waits for never waits for them, and none
+	// starts while a GET waits for one (cache.Disk).
+	PredictRebuilds int
 
 	// Packs tunes how unique files are packed and read back (package
 	// pack; zero values take its defaults).
@@ -169,6 +174,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.RepullRatio <= 0 {
 		o.RepullRatio = 0.5
+	}
+	if o.PredictRebuilds <= 0 {
+		o.PredictRebuilds = max(1, runtime.GOMAXPROCS(0)-1)
 	}
 	return o
 }

@@ -215,6 +215,7 @@ func New(d driver.Driver, store meta.Store, opts Options, log *slog.Logger, m Me
 		if src.disk, err = cache.OpenDisk(opts.PreconstructDir, opts.PreconstructSize); err != nil {
 			return nil, fmt.Errorf("dedup: preconstruct cache: %w", err)
 		}
+		src.disk.SetPrefillLimit(opts.PredictRebuilds)
 	}
 	if opts.PrefetchSize > 0 {
 		src.mem = cache.NewMemory(opts.PrefetchSize)

@@ -21,6 +21,13 @@ import (
 // or read into the prefetch cache (intact layers) ahead of those GETs; a
 // client that mostly re-pulls what it has (repull ratio above the
 // threshold, e.g. a CI runner without a layer cache) gets all of them.
+//
+// Predictions never slow a GET's rebuild: predicted rebuilds are the
+// preconstruct cache's prefills, which wait in its queue while a GET waits
+// for a rebuild and run at most Options.PredictRebuilds at once; a GET of
+// a layer whose prediction is queued starts its rebuild at once, and one
+// that joins a running prediction waits only for what is left of it (see
+// cache.Disk).
 
 func (p *Predictor) now() time.Time { return time.Now() }
 
@@ -143,28 +150,34 @@ func (p *Predictor) predictTargets(ctx context.Context, j predictJob) ([]digest.
 	return out, nil
 }
 
-// warm starts filling a cache with layer l: the rebuild for a deduplicated
-// layer, the intact bytes for others when a prefetch cache is configured.
+// warm starts filling a cache with layer l: the intact bytes when it has
+// them and a prefetch cache is configured, else its rebuild, queued in the
+// preconstruct cache.
 func (p *Predictor) warm(ctx context.Context, l digest.Digest) {
-	if r, err := p.recipe(ctx, l); err == nil {
-		if _, err := p.d.Stat(ctx, layout.BlobData(l)); err != nil && p.disk != nil {
-			if !p.disk.Contains(string(l)) {
-				p.metrics.DedupPredicted(CachePreconstruct)
-				p.disk.Prefill(ctx, string(l), r.Size, func(ctx context.Context, w io.Writer) error {
-					return p.restore(ctx, r, w)
-				})
-			}
+	fi, err := p.d.Stat(ctx, layout.BlobData(l))
+	if err != nil {
+		// No intact copy (or none readable now): rebuild it, if it has a
+		// recipe. Only here is the recipe read: in mode index every layer
+		// has one, and parsing it for an intact layer is wasted work.
+		if p.disk == nil {
 			return
 		}
+		r, err := p.recipe(ctx, l)
+		if err != nil {
+			return
+		}
+		queued := p.disk.Prefill(ctx, string(l), r.Size, func(ctx context.Context, w io.Writer) error {
+			return p.restore(ctx, r, w)
+		})
+		if queued {
+			p.metrics.DedupPredicted(CachePreconstruct)
+		}
+		return
 	}
 	if p.mem == nil {
 		return
 	}
 	if _, ok := p.mem.Get(string(l)); ok {
-		return
-	}
-	fi, err := p.d.Stat(ctx, layout.BlobData(l))
-	if err != nil {
 		return
 	}
 	p.metrics.DedupPredicted(CachePrefetch)

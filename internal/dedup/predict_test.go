@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"maps"
+	"runtime"
 	"testing"
 	"time"
 
@@ -145,5 +146,16 @@ func TestPredictOff(t *testing.T) {
 	}
 	if v.m.predictions(CachePreconstruct)+v.m.predictions(CachePrefetch) != 0 || v.eng.disk.Contains(string(d)) {
 		t.Fatal("layer warmed with Predict off")
+	}
+}
+
+// TestPredictRebuildsDefault: predicted rebuilds leave a core to serving,
+// and one runs even on a single core.
+func TestPredictRebuildsDefault(t *testing.T) {
+	if got, want := (Options{}).withDefaults().PredictRebuilds, max(1, runtime.GOMAXPROCS(0)-1); got != want {
+		t.Errorf("default PredictRebuilds %d, want %d", got, want)
+	}
+	if got := (Options{PredictRebuilds: 5}).withDefaults().PredictRebuilds; got != 5 {
+		t.Errorf("PredictRebuilds 5 became %d", got)
 	}
 }

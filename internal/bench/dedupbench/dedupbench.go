@@ -70,6 +70,10 @@ type Options struct {
 	// workload of (e); Rounds is how many times each client comes back.
 	// Defaults 6, 4 and 3.
 	PullOnce, Repull, Rounds int
+	// Replays is how many times (e) replays the workload per mode and
+	// predictor setting, off and on in turn (default 1): its latencies
+	// are also given pooled over the replays.
+	Replays int
 	// DelayMin and DelayMax bound the pause between a client's manifest
 	// GET and its layer GETs. Defaults 50ms and 200ms.
 	DelayMin, DelayMax time.Duration
@@ -151,6 +155,9 @@ func withDefaults(o Options) (Options, error) {
 	}
 	if o.Rounds <= 0 {
 		o.Rounds = 3
+	}
+	if o.Replays <= 0 {
+		o.Replays = 1
 	}
 	if o.DelayMin <= 0 && o.DelayMax <= 0 {
 		o.DelayMin, o.DelayMax = 50*time.Millisecond, 200*time.Millisecond

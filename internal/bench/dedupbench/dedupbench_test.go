@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cairn-registry/cairn/internal/bench/dataset"
 )
@@ -172,10 +173,10 @@ cairn_dedup_predicted_total{cache="prefetch"} 5
 			rows[f[0]] = f
 		}
 	}
-	// mode predictor manifests layers pre-h/m ratio first pred-pre (2) pred-prefetch (2) first warmed p50
+	// mode predictor manifests layers pre-h/m ratio first pred-pre (2) pred-prefetch (2) first warmed p50 p99
 	want := map[string][]string{
-		"full":  {"full", "on", "48", "8", "6/2", "0.75", "0.75", "3/1", "0.75", "0/0", "-", "0.75", "0", "0.0"},
-		"index": {"index", "on", "48", "10", "0/0", "-", "-", "0/0", "-", "9/1", "0.90", "0.90", "5", "0.0"},
+		"full":  {"full", "on", "48", "8", "6/2", "0.75", "0.75", "3/1", "0.75", "0/0", "-", "0.75", "0", "0.0", "0.0"},
+		"index": {"index", "on", "48", "10", "0/0", "-", "-", "0/0", "-", "9/1", "0.90", "0.90", "5", "0.0", "0.0"},
 	}
 	for mode, w := range want {
 		if !slices.Equal(rows[mode], w) {
@@ -193,5 +194,45 @@ cairn_dedup_predicted_total{cache="prefetch"} 5
 		if !strings.Contains(js.String(), key) {
 			t.Errorf("JSON lacks %s", key)
 		}
+	}
+}
+
+// TestGetTimes: p50 is the lower median, p99 the nearest rank, so with
+// fewer than 100 GETs p99 is the slowest one.
+func TestGetTimes(t *testing.T) {
+	var ds []time.Duration
+	for i := 200; i >= 1; i-- {
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	if g := getTimes(ds, 0); g.P50Ms != 100 || g.P99Ms != 198 || g.MaxMs != 200 {
+		t.Errorf("200 GETs: %+v, want p50 100, p99 198, max 200", g)
+	}
+	if g := getTimes(ds[150:], 0); g.P50Ms != 25 || g.P99Ms != 50 || g.MaxMs != 50 {
+		t.Errorf("50 GETs: %+v, want p50 25, p99 50, max 50", g)
+	}
+}
+
+// TestPooled: replays of one mode and predictor setting pool their GETs,
+// in the order the settings first ran.
+func TestPooled(t *testing.T) {
+	ms := func(ns ...int) []time.Duration {
+		var out []time.Duration
+		for _, n := range ns {
+			out = append(out, time.Duration(n)*time.Millisecond)
+		}
+		return out
+	}
+	runs := []PrefetchRun{
+		{Mode: "full", Predictor: false, layerTimes: ms(1, 2, 3)},
+		{Mode: "full", Predictor: true, layerTimes: ms(10)},
+		{Mode: "full", Predictor: false, layerTimes: ms(4, 5)},
+		{Mode: "full", Predictor: true, layerTimes: ms(20, 30)},
+	}
+	want := []PooledLatency{
+		{Mode: "full", Predictor: false, Replays: 2, LayerGets: 5, P50Ms: 3, P99Ms: 5},
+		{Mode: "full", Predictor: true, Replays: 2, LayerGets: 3, P50Ms: 20, P99Ms: 30},
+	}
+	if got := pooled(runs); !slices.Equal(got, want) {
+		t.Errorf("pooled %+v, want %+v", got, want)
 	}
 }

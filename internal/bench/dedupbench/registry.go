@@ -248,6 +248,7 @@ type LatencyFigures struct {
 // GetTimes summarises GETs of a set of layers.
 type GetTimes struct {
 	P50Ms float64 `json:"p50Ms"`
+	P99Ms float64 `json:"p99Ms"`
 	MaxMs float64 `json:"maxMs"`
 	// MBps is all bytes over all time (10^6 bytes/s).
 	MBps float64 `json:"mbps"`
@@ -263,7 +264,14 @@ func getTimes(ds []time.Duration, bytes int64) GetTimes {
 	for _, d := range s {
 		total += d
 	}
-	return GetTimes{P50Ms: ms(s[(len(s)-1)/2]), MaxMs: ms(s[len(s)-1]), MBps: mbps(bytes, total)}
+	return GetTimes{P50Ms: ms(s[(len(s)-1)/2]), P99Ms: ms(nearestRank(s, 99)), MaxMs: ms(s[len(s)-1]), MBps: mbps(bytes, total)}
+}
+
+// nearestRank is the p-th percentile of sorted (not empty): the smallest
+// value at least p% of them do not exceed.
+func nearestRank(sorted []time.Duration, p int) time.Duration {
+	rank := (p*len(sorted) + 99) / 100
+	return sorted[max(1, min(rank, len(sorted)))-1]
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

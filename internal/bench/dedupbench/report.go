@@ -97,12 +97,12 @@ func WriteTable(w io.Writer, r *Result) error {
 	if l := r.Latency; l != nil {
 		fmt.Fprintf(w, "\n(d) layer GET latency, p50 over the %d layers restored on GET (%s); %d served otherwise, left out\n", l.Layers, mb(l.Bytes), l.Others)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "layer served\tp50 ms\tmax ms\tMB/s (all bytes / all time)")
+		fmt.Fprintln(tw, "layer served\tp50 ms\tp99 ms\tmax ms\tMB/s (all bytes / all time)")
 		for _, row := range []struct {
 			name string
 			t    GetTimes
 		}{{"intact (dedup off)", l.Intact}, {"deduplicated, cold", l.Cold}, {"preconstruct cache hit", l.Hit}} {
-			fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\n", row.name, row.t.P50Ms, row.t.MaxMs, row.t.MBps)
+			fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%.1f\n", row.name, row.t.P50Ms, row.t.P99Ms, row.t.MaxMs, row.t.MBps)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -115,7 +115,7 @@ func WriteTable(w io.Writer, r *Result) error {
 		fmt.Fprintln(w, "mode full rebuilds deduplicated layers on GET (preconstruct cache, on disk); mode index keeps the intact copies (prefetch cache, in memory); warmed: layers the predictor filled")
 		fmt.Fprintln(w, "hit: on a rebuilt-layer GET, no rebuild started; on a predicted-layer GET (after the same client's manifest GET), the cache held the layer (preconstruct: or was rebuilding it)")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "mode\tpredictor\tmanifests\tlayers\tpreconstruct hit/miss\thit ratio\tfirst round\tpredicted: preconstruct\tprefetch\tfirst round\twarmed\tlayer p50 ms")
+		fmt.Fprintln(tw, "mode\tpredictor\tmanifests\tlayers\tpreconstruct hit/miss\thit ratio\tfirst round\tpredicted: preconstruct\tprefetch\tfirst round\twarmed\tlayer p50 ms\tp99 ms")
 		for _, run := range p.Runs {
 			on := "off"
 			if run.Predictor {
@@ -124,16 +124,31 @@ func WriteTable(w io.Writer, r *Result) error {
 			a, f := run.All, run.First
 			// Mode index rebuilds nothing: its preconstruct ratios are
 			// over no GETs, shown as "-".
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d/%d\t%s\t%s\t%s\t%s\t%s\t%d\t%.1f\n", run.Mode, on, run.ManifestGets, run.LayerGets,
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d/%d\t%s\t%s\t%s\t%s\t%s\t%d\t%.1f\t%.1f\n", run.Mode, on, run.ManifestGets, run.LayerGets,
 				a.Preconstruct.Hits, a.Preconstruct.Misses,
 				ratioCell(a.HitRatio, a.Preconstruct.Hits+a.Preconstruct.Misses+a.Prefetch.Hits+a.Prefetch.Misses),
 				ratioCell(f.HitRatio, f.Preconstruct.Hits+f.Preconstruct.Misses+f.Prefetch.Hits+f.Prefetch.Misses),
 				predictedCell(a.PreconstructPredicted), predictedCell(a.PrefetchPredicted),
 				ratioCell(f.PredictedHitRatio, f.PreconstructPredicted.Hits+f.PreconstructPredicted.Misses+f.PrefetchPredicted.Hits+f.PrefetchPredicted.Misses),
-				a.Preconstruct.Predicted+a.Prefetch.Predicted, run.LayerP50Ms)
+				a.Preconstruct.Predicted+a.Prefetch.Predicted, run.LayerP50Ms, run.LayerP99Ms)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+		if len(p.Pooled) > 0 && len(p.Runs) > len(p.Pooled) {
+			fmt.Fprintln(w, "layer GET latency over every replay of a mode and predictor setting")
+			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "mode\tpredictor\treplays\tlayers\tp50 ms\tp99 ms")
+			for _, pl := range p.Pooled {
+				on := "off"
+				if pl.Predictor {
+					on = "on"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.1f\t%.1f\n", pl.Mode, on, pl.Replays, pl.LayerGets, pl.P50Ms, pl.P99Ms)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
 		}
 	}
 

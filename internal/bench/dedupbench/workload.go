@@ -32,8 +32,22 @@ type PrefetchFigures struct {
 	// PrefetchSize bounds the prefetch cache, in the config's units.
 	PrefetchSize string `json:"prefetchSize"`
 	// Runs are the replays: mode full with the predictor off and on, then
-	// mode index likewise.
+	// mode index likewise (each pair Replays times, off and on in turn).
 	Runs []PrefetchRun `json:"runs"`
+	// Pooled are the layer GET times of each mode and predictor setting
+	// over all its replays.
+	Pooled []PooledLatency `json:"pooled"`
+}
+
+// PooledLatency is the layer GET latency of one mode and predictor
+// setting, over every GET of its replays.
+type PooledLatency struct {
+	Mode      string  `json:"mode"`
+	Predictor bool    `json:"predictor"`
+	Replays   int     `json:"replays"`
+	LayerGets int     `json:"layerGets"`
+	P50Ms     float64 `json:"p50Ms"`
+	P99Ms     float64 `json:"p99Ms"`
 }
 
 // PrefetchRun is one replay of the workload.
@@ -47,9 +61,13 @@ type PrefetchRun struct {
 	// every client pulls for the first time.
 	All   RoundCounts `json:"all"`
 	First RoundCounts `json:"first"`
-	// LayerP50Ms is the median layer GET time over the replay.
+	// LayerP50Ms and LayerP99Ms are the median and 99th percentile layer
+	// GET times over the replay.
 	LayerP50Ms float64 `json:"layerP50Ms"`
+	LayerP99Ms float64 `json:"layerP99Ms"`
 	Seconds    float64 `json:"seconds"`
+	// layerTimes are the layer GET times, for Pooled.
+	layerTimes []time.Duration
 }
 
 // RoundCounts are cache counter deltas over part of a replay.
@@ -99,33 +117,66 @@ const (
 	modeIndex = "index"
 )
 
-// prefetchRuns replays the workload in mode, predictor off then on. The
-// registry must hold what mode serves: recipes, and for mode index the
-// intact copies too.
+// prefetchRuns replays the workload in mode, predictor off then on,
+// Replays times. The registry must hold what mode serves: recipes, and for
+// mode index the intact copies too.
 func (r *registryRun) prefetchRuns(ctx context.Context, mode string) ([]PrefetchRun, error) {
 	var runs []PrefetchRun
-	for _, predictor := range []bool{false, true} {
-		phase := mode + "-predictor-off"
-		if predictor {
-			phase = mode + "-predictor-on"
+	for i := range r.opts.Replays {
+		for _, predictor := range []bool{false, true} {
+			phase := mode + "-predictor-off"
+			if predictor {
+				phase = mode + "-predictor-on"
+			}
+			if r.opts.Replays > 1 {
+				phase += fmt.Sprintf("-%d", i+1)
+			}
+			run, err := r.replay(ctx, phase, mode, predictor)
+			if err != nil {
+				return nil, err
+			}
+			runs = append(runs, *run)
 		}
-		run, err := r.replay(ctx, phase, mode, predictor)
-		if err != nil {
-			return nil, err
-		}
-		runs = append(runs, *run)
 	}
 	return runs, nil
 }
 
 // prefetchFigures wraps the replays into figure (e).
 func (r *registryRun) prefetchFigures(runs []PrefetchRun) *PrefetchFigures {
-	return &PrefetchFigures{
+	f := &PrefetchFigures{
 		PullOnce: r.opts.PullOnce, Repull: r.opts.Repull, Rounds: r.opts.Rounds,
 		DelayMs:      [2]int{int(r.opts.DelayMin / time.Millisecond), int(r.opts.DelayMax / time.Millisecond)},
 		PrefetchSize: r.opts.PrefetchSize,
 		Runs:         runs,
 	}
+	f.Pooled = pooled(runs)
+	return f
+}
+
+// pooled gives each mode and predictor setting's layer GET latency over
+// all its replays, in the order of their first replays.
+func pooled(runs []PrefetchRun) []PooledLatency {
+	type key struct {
+		mode      string
+		predictor bool
+	}
+	var order []key
+	times := map[key][]time.Duration{}
+	replays := map[key]int{}
+	for _, run := range runs {
+		k := key{run.Mode, run.Predictor}
+		if _, ok := times[k]; !ok {
+			order = append(order, k)
+		}
+		times[k] = append(times[k], run.layerTimes...)
+		replays[k]++
+	}
+	var out []PooledLatency
+	for _, k := range order {
+		t := getTimes(times[k], 0)
+		out = append(out, PooledLatency{Mode: k.mode, Predictor: k.predictor, Replays: replays[k], LayerGets: len(times[k]), P50Ms: t.P50Ms, P99Ms: t.P99Ms})
+	}
+	return out
 }
 
 func (r *registryRun) replay(ctx context.Context, phase, mode string, predictor bool) (*PrefetchRun, error) {
@@ -137,6 +188,8 @@ func (r *registryRun) replay(ctx context.Context, phase, mode string, predictor 
 	if err := copyFile(r.meta, cfg.Meta); err != nil {
 		return nil, err
 	}
+	defer os.Remove(cfg.Meta)
+	defer cleanupDir(cfg.CacheDir)
 	srv, err := startServer(ctx, r.opts.CairnBin, r.dir, phase, cfg)
 	if err != nil {
 		return nil, err
@@ -211,8 +264,9 @@ func (r *registryRun) replay(ctx context.Context, phase, mode string, predictor 
 	}
 	run.All = roundCounts(after.sub(before))
 	run.Seconds = time.Since(start).Seconds()
-	run.LayerP50Ms = getTimes(layerTimes, 0).P50Ms
-	r.logf("%s: %d manifest and %d layer GETs in %.1fs, hit ratio %.2f (first round %.2f), predicted-layer GETs %.2f", phase, run.ManifestGets, run.LayerGets, run.Seconds, run.All.HitRatio, run.First.HitRatio, run.All.PredictedHitRatio)
+	lt := getTimes(layerTimes, 0)
+	run.LayerP50Ms, run.LayerP99Ms, run.layerTimes = lt.P50Ms, lt.P99Ms, layerTimes
+	r.logf("%s: %d manifest and %d layer GETs in %.1fs, layer GET p50 %.1f ms, p99 %.1f ms, hit ratio %.2f (first round %.2f), predicted-layer GETs %.2f", phase, run.ManifestGets, run.LayerGets, run.Seconds, run.LayerP50Ms, run.LayerP99Ms, run.All.HitRatio, run.First.HitRatio, run.All.PredictedHitRatio)
 	return run, srv.Stop()
 }
 

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -34,7 +35,7 @@ type FillFunc func(ctx context.Context, w io.Writer) error
 // Stats are cumulative counters and current sizes, for export as metrics.
 type Stats struct {
 	Hits       uint64 // served from a complete entry
-	Misses     uint64 // started a fill (including Prefill)
+	Misses     uint64 // started a fill (including a prefill)
 	Shared     uint64 // Disk: joined a fill already running
 	Skipped    uint64 // Memory: Fill ignored an entry too large to keep
 	Evictions  uint64 // complete entries dropped to make room
@@ -42,6 +43,8 @@ type Stats struct {
 	Entries    int
 	Bytes      int64
 	Filling    int // fills running now
+	Prefills   int // Disk: fills running now that no Open waits for
+	Queued     int // Disk: prefills waiting to start
 }
 
 type counters struct {
@@ -57,15 +60,30 @@ func (c *counters) stats() Stats {
 
 // Disk is the preconstruct cache: restored layers as files in one directory.
 //
-// Lifecycle of an entry: the first Open (or Prefill) of an absent key starts
-// one fill writing <name>.<rand>.partial; every Open of that key while it runs
-// reads the same file as it grows, and the last byte is released only after
-// the fill returned nil, so a fill that fails its check never yields a
-// complete body. On success the file is synced and renamed to <name>, which
+// Lifecycle of an entry: the first Open of an absent key (or a Prefill of
+// it, once the prefill starts) starts one fill writing <name>.<rand>.partial;
+// every Open of that key while it runs reads the same file as it grows, and
+// the last byte is released only after the fill returned nil, so a fill that
+// fails its check never yields a complete body. On success the file is synced and renamed to <name>, which
 // makes it a complete entry, admitted to an ARC bounded in bytes; on failure
 // it is removed. Only complete entries survive a restart; a crash leaves
 // .partial files, which OpenDisk deletes. Eviction unlinks the file; readers
 // that already have it open keep reading.
+//
+// Fills an Open waits for go first; prefills (fills ahead of an expected
+// Open) only use what they leave:
+//   - An Open that needs a fill starts it at once, whatever prefills are
+//     queued or running.
+//   - Prefill queues; a queued prefill starts only while no running fill
+//     has an Open waiting for it, and while fewer than the prefill limit
+//     (SetPrefillLimit) of prefills run.
+//   - An Open of a key whose prefill is queued takes it out of the queue
+//     and starts the fill itself; an Open that joins a running prefill
+//     waits for what is left of it, and from then on that fill is one an
+//     Open waits for.
+//
+// A running fill is never stopped, so an Open shares the machine at most
+// with the prefills that were running when it came.
 //
 // Disk is safe for concurrent use.
 type Disk struct {
@@ -78,6 +96,28 @@ type Disk struct {
 	flights map[string]*flight
 	closed  bool
 	running sync.WaitGroup
+
+	// Prefills: queue holds the waiting ones, oldest first (*prefill),
+	// queued indexes it by key. wanted counts the running fills an Open
+	// waits for, ahead the running ones none does; at most prefillLimit
+	// of those.
+	queue        *list.List
+	queued       map[string]*list.Element
+	wanted       int
+	ahead        int
+	prefillLimit int
+}
+
+// maxQueued bounds the prefills waiting to start; beyond it the oldest is
+// dropped: an Open has usually come for it already, or never will.
+const maxQueued = 256
+
+// prefill is a queued Prefill.
+type prefill struct {
+	ctx       context.Context
+	key, name string
+	size      int64
+	fill      FillFunc
 }
 
 type diskEntry struct {
@@ -93,7 +133,10 @@ func OpenDisk(dir string, capacity int64) (*Disk, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("cache: %w", err)
 	}
-	d := &Disk{dir: dir, capacity: max(capacity, 0), flights: make(map[string]*flight)}
+	d := &Disk{
+		dir: dir, capacity: max(capacity, 0), flights: make(map[string]*flight),
+		queue: list.New(), queued: make(map[string]*list.Element), prefillLimit: 1,
+	}
 	d.arc = NewARC(d.capacity, func(_ string, e diskEntry) {
 		// Under d.mu, so a fill of the same key cannot rename a new file
 		// into place between the decision and the unlink.
@@ -185,8 +228,16 @@ func (d *Disk) Open(ctx context.Context, key string, size, offset int64, fill Fi
 			return nil, false, fmt.Errorf("%w: %s is being filled with %d bytes, not %d", ErrSizeMismatch, key, fl.size, size)
 		}
 		d.stats.shared.Add(1)
+		if fl.filling && !fl.wanted {
+			// A prefill this Open now waits for: no longer ahead.
+			fl.wanted = true
+			d.ahead--
+			d.wanted++
+		}
 	} else {
-		if fl, err = d.start(ctx, key, name, size, fill); err != nil {
+		// A queued prefill of key is this fill, started now.
+		d.unqueue(key)
+		if fl, err = d.start(ctx, key, name, size, fill, true); err != nil {
 			return nil, false, err
 		}
 	}
@@ -206,20 +257,58 @@ func (d *Disk) Open(ctx context.Context, key string, size, offset int64, fill Fi
 	return r, false, nil
 }
 
-// Prefill starts filling key in the background unless it is complete, being
-// filled, or too large to keep (prefilling what cannot be kept is wasted
-// work). It returns at once; ctx supplies values, not cancellation.
-func (d *Disk) Prefill(ctx context.Context, key string, size int64, fill FillFunc) {
+// Prefill queues a fill of key, to run in the background ahead of an Open,
+// unless key is complete, being filled or queued, or too large to keep
+// (prefilling what cannot be kept is wasted work); it reports whether it
+// queued one. The fill starts when Disk's rules allow (see Disk); a full
+// queue drops its oldest prefill. It returns at once; ctx supplies
+// values, not cancellation.
+func (d *Disk) Prefill(ctx context.Context, key string, size int64, fill FillFunc) bool {
 	name, err := encodeName(key)
 	if err != nil || size < 0 || size > d.capacity {
-		return
+		return false
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed || d.arc.Contains(key) || d.flights[key] != nil {
-		return
+	if d.closed || d.arc.Contains(key) || d.flights[key] != nil || d.queued[key] != nil {
+		return false
 	}
-	d.start(ctx, key, name, size, fill)
+	if d.queue.Len() >= maxQueued {
+		d.unqueue(d.queue.Front().Value.(*prefill).key)
+	}
+	d.queued[key] = d.queue.PushBack(&prefill{ctx: ctx, key: key, name: name, size: size, fill: fill})
+	d.dispatch()
+	return true
+}
+
+// SetPrefillLimit sets how many prefills may run at once (at least one;
+// one until set). Running ones are not stopped when it shrinks.
+func (d *Disk) SetPrefillLimit(n int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.prefillLimit = max(n, 1)
+	d.dispatch()
+}
+
+// dispatch starts queued prefills, oldest first, while no Open waits for a
+// fill and fewer than the limit run; d.mu is held.
+func (d *Disk) dispatch() {
+	for !d.closed && d.wanted == 0 && d.ahead < d.prefillLimit && d.queue.Len() > 0 {
+		p := d.queue.Remove(d.queue.Front()).(*prefill)
+		delete(d.queued, p.key)
+		if d.arc.Contains(p.key) || d.flights[p.key] != nil {
+			continue
+		}
+		d.start(p.ctx, p.key, p.name, p.size, p.fill, false)
+	}
+}
+
+// unqueue drops the queued prefill of key, if any; d.mu is held.
+func (d *Disk) unqueue(key string) {
+	if el := d.queued[key]; el != nil {
+		d.queue.Remove(el)
+		delete(d.queued, key)
+	}
 }
 
 // Contains reports whether key is a complete entry.
@@ -251,16 +340,20 @@ func (d *Disk) Stats() Stats {
 	s := d.stats.stats()
 	d.mu.Lock()
 	s.Entries, s.Bytes, s.Filling = d.arc.Len(), d.arc.Bytes(), len(d.flights)
+	s.Prefills, s.Queued = d.ahead, d.queue.Len()
 	d.mu.Unlock()
 	return s
 }
 
-// Close cancels the running fills and waits for them to return. Their
-// readers get the fills' errors; readers of complete entries keep working.
+// Close drops the queued prefills, cancels the running fills and waits for
+// them to return. Their readers get the fills' errors; readers of complete
+// entries keep working.
 func (d *Disk) Close() error {
 	d.mu.Lock()
 	if !d.closed {
 		d.closed = true
+		d.queue.Init()
+		clear(d.queued)
 		for _, fl := range d.flights {
 			fl.cancel()
 		}
@@ -270,16 +363,22 @@ func (d *Disk) Close() error {
 	return nil
 }
 
-// start registers and launches a fill of key; d.mu is held.
-func (d *Disk) start(ctx context.Context, key, name string, size int64, fill FillFunc) (*flight, error) {
+// start registers and launches a fill of key, one an Open waits for
+// (wanted) or a prefill; d.mu is held.
+func (d *Disk) start(ctx context.Context, key, name string, size int64, fill FillFunc, wanted bool) (*flight, error) {
 	f, err := os.CreateTemp(d.dir, name+".*.partial")
 	if err != nil {
 		return nil, fmt.Errorf("cache: %w", err)
 	}
 	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	fl := &flight{key: key, name: name, partial: f.Name(), size: size, cancel: cancel}
+	fl := &flight{key: key, name: name, partial: f.Name(), size: size, cancel: cancel, filling: true, wanted: wanted}
 	fl.cond = sync.NewCond(&fl.mu)
 	d.flights[key] = fl
+	if wanted {
+		d.wanted++
+	} else {
+		d.ahead++
+	}
 	d.stats.misses.Add(1)
 	d.running.Add(1)
 	go d.run(fctx, fl, f, fill)
@@ -291,6 +390,7 @@ func (d *Disk) run(ctx context.Context, fl *flight, f *os.File, fill FillFunc) {
 	defer fl.cancel()
 	w := &flightWriter{ctx: ctx, fl: fl, f: f}
 	err := fill(ctx, w)
+	d.filled(fl)
 	if err == nil && w.n != fl.size {
 		err = fmt.Errorf("%w: fill wrote %d of %d bytes", ErrSizeMismatch, w.n, fl.size)
 	}
@@ -329,11 +429,28 @@ func (d *Disk) run(ctx context.Context, fl *flight, f *os.File, fill FillFunc) {
 	os.Remove(fl.partial)
 }
 
+// filled counts fl's fill as ended (what follows is file work: a sync, a
+// rename) and starts the prefills that it held back.
+func (d *Disk) filled(fl *flight) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	fl.filling = false
+	if fl.wanted {
+		d.wanted--
+	} else {
+		d.ahead--
+	}
+	d.dispatch()
+}
+
 // flight is one running fill and the progress its readers wait on.
 type flight struct {
 	key, name, partial string
 	size               int64
 	cancel             context.CancelFunc
+	// Guarded by Disk.mu: filling until fill returns; wanted once an
+	// Open waits for it (see Disk).
+	filling, wanted bool
 
 	mu      sync.Mutex
 	cond    *sync.Cond // broadcast on every write, on finish, on reader cancel
