@@ -117,6 +117,10 @@ type Worker struct {
 	runner     *task.Runner // set by Schedule
 	mu         sync.Mutex
 	queued     map[digest.Digest]bool
+	// running holds the layers a job is processing, and the job to run
+	// after it when another came meanwhile (nil: none): two jobs on one
+	// layer at once could record it intact while the other drops its data.
+	running map[digest.Digest]*job
 	scans      atomic.Int64
 	// holder names this engine in layer leases, so that nodes sharing a
 	// metadata store do not process one layer at the same time.
@@ -221,7 +225,7 @@ func New(d driver.Driver, store meta.Store, opts Options, log *slog.Logger, m Me
 		src.mem = cache.NewMemory(opts.PrefetchSize)
 	}
 	var sums summaries
-	w := &Worker{Source: src, opts: opts, queued: make(map[digest.Digest]bool), holder: holderID()}
+	w := &Worker{Source: src, opts: opts, queued: make(map[digest.Digest]bool), running: make(map[digest.Digest]*job), holder: holderID()}
 	p := &Predictor{Source: src, opts: opts, clients: newClientLayers(4096), warming: make(chan struct{}, 4), pulled: w.pulled}
 	if store != nil {
 		sums = summaries{meta: store}
@@ -307,11 +311,27 @@ func (w *Worker) enqueueJob(j job) {
 	}
 }
 
-// runJob processes one layer under its lease.
+// runJob processes one layer under its lease, one job per layer at a
+// time: a job for a layer being processed runs after that one.
 func (w *Worker) runJob(ctx context.Context, j job) {
 	w.mu.Lock()
 	delete(w.queued, j.layer)
+	if _, busy := w.running[j.layer]; busy {
+		w.running[j.layer] = &j
+		w.mu.Unlock()
+		return
+	}
+	w.running[j.layer] = nil
 	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		next := w.running[j.layer]
+		delete(w.running, j.layer)
+		w.mu.Unlock()
+		if next != nil {
+			w.enqueueJob(*next)
+		}
+	}()
 	start := time.Now()
 	out, err := w.leased(ctx, j.layer, func(ctx context.Context) (outcome, error) {
 		return w.process(ctx, j.layer, j.mode, j.recheck)
