@@ -121,7 +121,7 @@ type Worker struct {
 	// after it when another came meanwhile (nil: none): two jobs on one
 	// layer at once could record it intact while the other drops its data.
 	running map[digest.Digest]*job
-	scans      atomic.Int64
+	scans   atomic.Int64
 	// holder names this engine in layer leases, so that nodes sharing a
 	// metadata store do not process one layer at the same time.
 	holder string
