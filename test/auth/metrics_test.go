@@ -27,6 +27,19 @@ type sample struct {
 var labelRE = regexp.MustCompile(`(\w+)="((?:[^"\\]|\\.)*)"`)
 
 // scrape reads the metrics at url.
+// scrapeUntil scrapes url until done holds for its samples; a metric that
+// never arrives ends the test at its -timeout.
+func scrapeUntil(t *testing.T, hc *http.Client, url string, done func([]sample) bool) []sample {
+	t.Helper()
+	for {
+		s := scrape(t, hc, url)
+		if done(s) {
+			return s
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func scrape(t *testing.T, hc *http.Client, url string) []sample {
 	t.Helper()
 	resp, err := hc.Get(url)
@@ -128,7 +141,11 @@ func TestMetricsAndHealth(t *testing.T) {
 	if err := remote.Write(ref, img.img, remote.WithContext(t.Context())); err != nil {
 		t.Fatalf("push: %v", err)
 	}
-	pushed := scrape(t, hc, debug+"/metrics")
+	// A request is counted when its handler returns, which can be just
+	// after the client has its response: scrape until the last one is in.
+	pushed := scrapeUntil(t, hc, debug+"/metrics", func(s []sample) bool {
+		return max(sum(s, "cairn_http_requests_total", "route", "manifest", "method", "PUT", "status", "201"), 0)-max(sum(before, "cairn_http_requests_total", "route", "manifest", "method", "PUT", "status", "201"), 0) >= 1
+	})
 
 	pulled, err := remote.Image(ref, remote.WithContext(t.Context()))
 	if err != nil {
@@ -148,7 +165,9 @@ func TestMetricsAndHealth(t *testing.T) {
 		}
 		rc.Close()
 	}
-	after := scrape(t, hc, debug+"/metrics")
+	after := scrapeUntil(t, hc, debug+"/metrics", func(s []sample) bool {
+		return max(sum(s, "cairn_http_requests_total", "route", "blob", "method", "GET", "status", "200"), 0)-max(sum(pushed, "cairn_http_requests_total", "route", "blob", "method", "GET", "status", "200"), 0) >= float64(len(m.Layers))
+	})
 
 	delta := func(a, b []sample, name string, labels ...string) float64 {
 		return max(sum(b, name, labels...), 0) - max(sum(a, name, labels...), 0)
