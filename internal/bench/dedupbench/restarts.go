@@ -146,10 +146,7 @@ func restartLayer(ctx context.Context, l *dataset.Layer, level int, st *RestartL
 // after to zero.
 func bitsOf(body []byte, from, to int64) []byte {
 	out := append([]byte(nil), body[from/8:(to+7)/8]...)
-	out[0] &^= byte(1<<(from&7)) - 1
-	if to&7 != 0 {
-		out[len(out)-1] &= byte(1<<(to&7)) - 1
-	}
+	deflate.MaskSegment(out, from, to)
 	return out
 }
 

@@ -256,7 +256,7 @@ func (c *segmentCheck) segment(level int, s *segment, res segmentResult) ([]byte
 		return nil, fmt.Errorf("%w: segment at %d, again from %d: %w", ErrMismatch, s.from.In, a.from.In, err)
 	}
 	out := slices.Clone(redo[s.from.Bit/8-a.from.Bit/8:])
-	out[0] &^= byte(1<<(s.from.Bit&7)) - 1
+	deflate.MaskSegment(out, s.from.Bit, -1)
 	if ok, err := c.matches(out, s.from.Bit, s.toBit()); err != nil || !ok {
 		if err == nil {
 			err = fmt.Errorf("%w: segment at %d, again from %d", ErrMismatch, s.from.In, a.from.In)
@@ -282,10 +282,7 @@ func (c *segmentCheck) matches(seg []byte, from, to int64) (bool, error) {
 		}
 		return false, nil
 	}
-	want[0] &^= byte(1<<(from&7)) - 1
-	if to >= 0 && to&7 != 0 {
-		want[len(want)-1] &= byte(1<<(to&7)) - 1
-	}
+	deflate.MaskSegment(want, from, to)
 	return bytes.Equal(seg, want), nil
 }
 

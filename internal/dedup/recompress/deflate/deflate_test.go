@@ -140,10 +140,11 @@ func segmentMatches(t *testing.T, level int, in, whole []byte, b Boundary, to *B
 		hi = (to.Bit + 7) / 8
 	}
 	want := append([]byte(nil), whole[lo:hi]...)
-	want[0] &^= byte(1<<(b.Bit&7)) - 1
-	if to != nil && to.Bit&7 != 0 {
-		want[len(want)-1] &= byte(1<<(to.Bit&7)) - 1
+	toBit := int64(-1)
+	if to != nil {
+		toBit = to.Bit
 	}
+	MaskSegment(want, b.Bit, toBit)
 	return bytes.Equal(seg, want)
 }
 

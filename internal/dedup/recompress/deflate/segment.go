@@ -242,6 +242,16 @@ func (w *huffmanBitWriter) writePending() {
 	w.nbytes = 0
 }
 
+// MaskSegment zeroes, in b (a stream's bytes from the one holding bit
+// from), the bits before from and, with to >= 0, those from to on in b's
+// last byte: what CompressSegment leaves to the neighbouring segments.
+func MaskSegment(b []byte, from, to int64) {
+	b[0] &^= byte(1<<(from&7)) - 1
+	if to >= 0 && to&7 != 0 {
+		b[len(b)-1] &= byte(1<<(to&7)) - 1
+	}
+}
+
 // Joiner writes segments, in stream order, as one stream: the partial
 // byte where two segments meet holds bits of both.
 type Joiner struct {
