@@ -161,7 +161,9 @@ func (w *walker) fixedTables() {
 		l[i] = 8 // 286 and 287 take part in the code, though invalid
 	}
 	w.lit.build(l[:288])
-	var d [offsetCodeCount]uint8
+	// Fixed distances are read as 5 bits: codes 30 and 31 exist and
+	// fail at decode.
+	var d [32]uint8
 	for i := range d {
 		d[i] = 5
 	}
@@ -241,8 +243,7 @@ func (w *walker) dynamicTables() error {
 	if !w.lit.build(lens[:nlit]) {
 		return fmt.Errorf("%w: literal/length codes", errCorrupt)
 	}
-	// A distance table may be incomplete: empty or one code (RFC 1951
-	// 3.2.7).
+	// A distance table may be empty or hold one code (RFC 1951 3.2.7).
 	if !w.dist.build(lens[nlit:]) {
 		return fmt.Errorf("%w: distance codes", errCorrupt)
 	}
@@ -296,9 +297,10 @@ type huffTable struct {
 	entry []uint16
 }
 
-// build makes the table for code lengths lens; false for an
-// over-subscribed code. An incomplete code builds: its unused entries
-// fail at decode.
+// build makes the table for code lengths lens; false for a code that
+// is over-subscribed or incomplete, as compress/flate (and zlib) judge:
+// only an empty code (which fails at decode) and a lone one-bit code
+// may leave bit patterns unused.
 func (h *huffTable) build(lens []uint8) bool {
 	var count [16]int
 	h.max = 0
@@ -314,6 +316,10 @@ func (h *huffTable) build(lens []uint8) bool {
 			h.max = 0 // decodes nothing
 			return false
 		}
+	}
+	if left != 0 && h.max != 0 && !(h.max == 1 && count[1] == 1) {
+		h.max = 0
+		return false
 	}
 	var next [16]int
 	code := 0
