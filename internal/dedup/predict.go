@@ -167,7 +167,7 @@ func (p *Predictor) warm(ctx context.Context, l digest.Digest) {
 			return
 		}
 		queued := p.disk.Prefill(ctx, string(l), r.Size, func(ctx context.Context, w io.Writer) error {
-			return p.restore(ctx, r, w)
+			return p.restore(ctx, r, w, p.opts.predictProcs())
 		})
 		if queued {
 			p.metrics.DedupPredicted(CachePreconstruct)
