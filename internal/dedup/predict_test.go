@@ -159,3 +159,28 @@ func TestPredictRebuildsDefault(t *testing.T) {
 		t.Errorf("PredictRebuilds 5 became %d", got)
 	}
 }
+
+// TestPredictLeavesLayersToGets: a layer the client began to GET before
+// its prediction ran is not prefetched beside that GET; the others are.
+func TestPredictLeavesLayersToGets(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	v := newEnv(t, nil, predictOptions(t))
+	ls := sharedLayers(t)
+	got, next := v.put(ls[0].blob), v.put(ls[1].blob)
+	j := predictJob{client: "10.0.0.3", manifest: digest.FromString("image"), layers: []digest.Digest{got, next}}
+	v.eng.clients.expect(j.client, j.layers)
+	v.eng.BlobPulled(ctx, j.client, got)
+	v.eng.predictOne(ctx, j)
+	if v.eng.mem.Warm(string(got)) || v.m.predictions(CachePrefetch) != 1 {
+		t.Fatalf("prefetches %d, layer already pulled warm %v; want 1 and false", v.m.predictions(CachePrefetch), v.eng.mem.Warm(string(got)))
+	}
+	eventually(t, "prefetch of the layer not pulled yet", func() bool {
+		rc := v.eng.CachedBlob(next, 0)
+		if rc == nil {
+			return false
+		}
+		b, err := io.ReadAll(rc)
+		return err == nil && bytes.Equal(b, ls[1].blob)
+	})
+}

@@ -6,7 +6,6 @@ import (
 	"github.com/cairn-registry/cairn/internal/iocount"
 	"github.com/cairn-registry/cairn/internal/layout"
 
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -94,16 +93,12 @@ func (s *Source) OpenBlob(ctx context.Context, d digest.Digest, offset int64) (i
 }
 
 // CachedBlob implements registry.DedupSource: intact blobs prefetched into
-// memory for a predicted pull.
+// memory for a predicted pull, also while the prefetch still reads them.
 func (s *Source) CachedBlob(d digest.Digest, offset int64) io.ReadCloser {
 	if s.mem == nil {
 		return nil
 	}
-	b, ok := s.mem.Get(string(d))
-	if !ok || offset > int64(len(b)) {
-		return nil
-	}
-	return io.NopCloser(bytes.NewReader(b[offset:]))
+	return s.mem.Open(string(d), offset)
 }
 
 // rebuild writes blob r.Digest to w: the tar is assembled from the file
