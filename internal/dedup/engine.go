@@ -130,7 +130,6 @@ type Worker struct {
 // predictorStore is what the Predictor needs of the metadata store.
 type predictorStore interface {
 	summaryStore
-	SetImageLayers(ctx context.Context, manifest digest.Digest, layers []digest.Digest) error
 	RecordPull(ctx context.Context, client string, layer digest.Digest, now time.Time) (int64, error)
 	ClientLayers(ctx context.Context, client string) ([]meta.LayerPull, error)
 	RepullRatio(ctx context.Context, client string) (float64, error)

@@ -114,9 +114,9 @@ func (p *Predictor) recordPull(ctx context.Context, pj pullJob) {
 
 // predictOne warms the caches for one predicted pull.
 func (p *Predictor) predictOne(ctx context.Context, j predictJob) {
-	if err := p.meta.SetImageLayers(ctx, j.manifest, j.layers); err != nil {
-		p.log.Debug("dedup: recording image layers", "err", err)
-	}
+	// The image's layers come from the manifest just served; its ILmap
+	// record was written when it was pushed (or scanned), so a manifest
+	// GET writes nothing.
 	targets, err := p.predictTargets(ctx, j)
 	if err != nil {
 		p.log.Debug("dedup: prediction", "err", err)
