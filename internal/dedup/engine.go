@@ -220,7 +220,9 @@ func New(d driver.Driver, store meta.Store, opts Options, log *slog.Logger, m Me
 		}
 		src.disk.SetPrefillLimit(opts.PredictRebuilds)
 	}
-	if opts.PrefetchSize > 0 {
+	if _, ok := driver.As[willReader](d); ok && opts.PrefetchSize > 0 {
+		log.Info("dedup: no prefetch cache on this storage: predicted intact layers are read ahead by the page cache", "storage", d.Name())
+	} else if opts.PrefetchSize > 0 {
 		src.mem = cache.NewMemory(opts.PrefetchSize)
 	}
 	var sums summaries

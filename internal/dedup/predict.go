@@ -12,6 +12,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/task"
 )
 
@@ -153,11 +154,17 @@ func (p *Predictor) predictTargets(ctx context.Context, j predictJob) ([]digest.
 	return out, nil
 }
 
-// warm starts filling a cache with layer l for client: the intact bytes
-// when it has them and a prefetch cache is configured, else its rebuild,
-// queued in the preconstruct cache.
+// willReader is a storage that can read a file ahead into a cache of its
+// own: the filesystem's page cache.
+type willReader interface {
+	WillRead(ctx context.Context, path string) error
+}
+
+// warm starts filling a cache with layer l for client: when it has its
+// intact bytes, the storage's own cache or else the prefetch cache, if
+// configured; else its rebuild, queued in the preconstruct cache.
 func (p *Predictor) warm(ctx context.Context, client string, l digest.Digest) {
-	fi, err := p.d.Stat(ctx, layout.BlobData(l))
+	fi, err := driver.StatFile(ctx, p.d, layout.BlobData(l))
 	if err != nil {
 		// No intact copy (or none readable now): rebuild it, if it has a
 		// recipe. Only here is the recipe read: in mode index every layer
@@ -174,6 +181,12 @@ func (p *Predictor) warm(ctx context.Context, client string, l digest.Digest) {
 		})
 		if queued {
 			p.metrics.DedupPredicted(CachePreconstruct)
+		}
+		return
+	}
+	if wr, ok := driver.As[willReader](p.d); ok {
+		if err := wr.WillRead(ctx, layout.BlobData(l)); err == nil {
+			p.metrics.DedupPredicted(CachePrefetch)
 		}
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
 	"github.com/opencontainers/go-digest"
 )
 
@@ -183,4 +184,33 @@ func TestPredictLeavesLayersToGets(t *testing.T) {
 		b, err := io.ReadAll(rc)
 		return err == nil && bytes.Equal(b, ls[1].blob)
 	})
+}
+
+// TestPredictPageCache: on the filesystem an intact predicted layer is
+// left to the page cache (read ahead by the kernel), not copied into a
+// prefetch cache; a deduplicated one is still rebuilt ahead.
+func TestPredictPageCache(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	fs, err := filesystem.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := newEnv(t, fs, predictOptions(t))
+	if v.eng.mem != nil {
+		t.Fatal("a prefetch cache on the filesystem")
+	}
+	ls := sharedLayers(t)
+	dd, intact := v.put(ls[0].blob), v.put(ls[1].blob)
+	v.process(dd, ModeFull, outDeduplicated)
+	j := predictJob{client: "10.0.0.4", manifest: digest.FromString("image"), layers: []digest.Digest{intact, dd}}
+	v.eng.clients.expect(j.client, j.layers)
+	v.eng.predictOne(ctx, j)
+	if p, q := v.m.predictions(CachePreconstruct), v.m.predictions(CachePrefetch); p != 1 || q != 1 {
+		t.Fatalf("predicted preconstruct %d, prefetch %d; want 1 each", p, q)
+	}
+	if v.eng.CachedBlob(intact, 0) != nil {
+		t.Fatal("an intact layer copied into memory")
+	}
+	eventually(t, "the deduplicated layer rebuilt", func() bool { return v.eng.disk.Contains(string(dd)) })
 }

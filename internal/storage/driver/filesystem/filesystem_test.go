@@ -221,3 +221,22 @@ func BenchmarkDeleteFiles(b *testing.B) {
 	}
 	b.ReportMetric(float64(total)/b.Elapsed().Seconds(), "files/s")
 }
+
+// TestWillRead: the read-ahead hint succeeds for a file and reports a
+// missing one as not found.
+func TestWillRead(t *testing.T) {
+	d := newDriver(t, t.TempDir())
+	ctx := t.Context()
+	if err := d.PutContent(ctx, "/a/b", []byte("layer")); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.WillRead(ctx, "/a/b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.WillRead(ctx, "/a/missing"); !errors.Is(err, driver.ErrNotFound) {
+		t.Fatalf("WillRead of a missing file: %v, want ErrNotFound", err)
+	}
+	if err := d.WillRead(ctx, "/a"); !errors.Is(err, driver.ErrNotFound) {
+		t.Fatalf("WillRead of a directory: %v, want ErrNotFound", err)
+	}
+}
