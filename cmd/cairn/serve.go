@@ -333,6 +333,11 @@ func newAuthorizer(c config.Auth) (auth.Authorizer, error) {
 			return nil, fmt.Errorf("config: auth.htpasswd.path: %w", err)
 		}
 		a = h
+		if c.AccessControl != nil {
+			if a, err = auth.WithAccessControl(h, accessControl(*c.AccessControl)); err != nil {
+				return nil, fmt.Errorf("config: auth.accesscontrol: %w", err)
+			}
+		}
 	case c.Token != nil:
 		t, err := auth.NewToken(auth.TokenOptions{
 			Realm:             c.Token.Realm,
@@ -357,6 +362,25 @@ func newAuthorizer(c config.Auth) (auth.Authorizer, error) {
 	return a, nil
 }
 
+// accessControl is the auth package's form of the accesscontrol section.
+func accessControl(c config.AccessControl) auth.AccessControl {
+	policy := func(p config.ACLPolicy) auth.Policy {
+		return auth.Policy{Users: p.Users, Groups: p.Groups, Actions: p.Actions}
+	}
+	ac := auth.AccessControl{Groups: map[string][]string{}, Repositories: map[string]auth.RepositoryPolicy{}, Admin: policy(c.AdminPolicy)}
+	for name, g := range c.Groups {
+		ac.Groups[name] = g.Users
+	}
+	for pattern, r := range c.Repositories {
+		rp := auth.RepositoryPolicy{Default: r.DefaultPolicy, Anonymous: r.AnonymousPolicy}
+		for _, p := range r.Policies {
+			rp.Policies = append(rp.Policies, policy(p))
+		}
+		ac.Repositories[pattern] = rp
+	}
+	return ac
+}
+
 func authName(c config.Auth) string {
 	name := "none"
 	switch {
@@ -367,6 +391,9 @@ func authName(c config.Auth) string {
 	}
 	if c.Anonymous.Pull {
 		name += "+anonymous-pull"
+	}
+	if c.AccessControl != nil {
+		name += "+accesscontrol"
 	}
 	return name
 }

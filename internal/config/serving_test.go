@@ -82,6 +82,8 @@ func TestServingKeysAreValidated(t *testing.T) {
 	cases := []struct{ name, doc, want string }{
 		{"both methods", htpasswd + "  token:\n    realm: x\n", "config: auth: give either htpasswd or token, not both"},
 		{"anonymous alone", "auth:\n  anonymous:\n    pull: true\n", "config: auth.anonymous.pull: needs auth.htpasswd or auth.token"},
+		{"access control with tokens", token + "  accesscontrol:\n    adminpolicy: {users: [a], actions: [pull]}\n", "config: auth.accesscontrol: needs auth.htpasswd"},
+		{"access control and anonymous pull", htpasswd + "  anonymous: {pull: true}\n  accesscontrol:\n    repositories: {'**': {anonymouspolicy: [pull]}}\n", "config: auth.anonymous.pull: give anonymous pulls per repository in auth.accesscontrol"},
 		{"htpasswd without path", "auth:\n  htpasswd:\n    realm: r\n", "config: auth.htpasswd.path: required"},
 		{"htpasswd without realm", "auth:\n  htpasswd:\n    path: /h\n", "config: auth.htpasswd.realm: required"},
 		{"token without service", strings.Replace(token, "    service: s\n", "", 1), "config: auth.token.service: required"},
