@@ -20,6 +20,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/auth"
 	"github.com/cairn-registry/cairn/internal/config"
 	"github.com/cairn-registry/cairn/internal/metrics"
+	"github.com/cairn-registry/cairn/internal/proxy"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/server"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
@@ -104,6 +105,10 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if store != nil {
 		regOpts.Observer = engine
 	}
+	var mirror *proxy.Cache
+	if cfg.Proxy.Enabled() {
+		regOpts.Mirrored = func(repo string) bool { return mirror.Mirrors(repo) }
+	}
 	reg := registry.New(id, regOpts)
 	srvOpts := server.Options{
 		ReadOnly:        cfg.Storage.Maintenance.ReadOnly.Enabled,
@@ -111,6 +116,12 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		Auth:            authz,
 		Metrics:         m,
 		BodyIdleTimeout: bodyIdleTimeout,
+	}
+	if cfg.Proxy.Enabled() {
+		if mirror, err = newMirror(cfg.Proxy, reg, log); err != nil {
+			return err
+		}
+		srvOpts.Mirror = mirror
 	}
 	srv := server.New(reg, srvOpts)
 
@@ -321,6 +332,23 @@ func purgeUploads(log *slog.Logger, reg *registry.Registry, age time.Duration, d
 		}
 		return nil
 	}
+}
+
+// newMirror builds the pull-through cache the proxy section configures.
+func newMirror(c config.Proxy, reg *registry.Registry, log *slog.Logger) (*proxy.Cache, error) {
+	var ups []proxy.Upstream
+	for _, u := range c.All() {
+		ups = append(ups, proxy.Upstream{Prefix: u.Prefix, URL: u.RemoteURL, Username: u.Username, Password: u.Password, Revalidate: u.Revalidate})
+		log.Info("pull-through cache", "prefix", u.Prefix, "upstream", u.RemoteURL, "revalidate", u.Revalidate)
+		if *u.TTL > 0 {
+			log.Warn("proxy.ttl: cached content does not expire yet; it stays until deleted through the API", "prefix", u.Prefix, "ttl", *u.TTL)
+		}
+	}
+	cache, err := proxy.New(reg, proxy.Options{Upstreams: ups, Log: log})
+	if err != nil {
+		return nil, fmt.Errorf("config: proxy: %w", err)
+	}
+	return cache, nil
 }
 
 // newAuthorizer builds the authorizer auth configures; nil when none is.

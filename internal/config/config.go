@@ -39,6 +39,8 @@ type Config struct {
 	// Auth configures authentication (htpasswd or token, optionally
 	// anonymous pull); none by default.
 	Auth Auth `yaml:"auth"`
+	// Proxy makes cairn a pull-through cache of other registries.
+	Proxy Proxy `yaml:"proxy"`
 
 	_ notYet   `yaml:"middleware"`
 	_ notYet   `yaml:"notifications"`
@@ -46,7 +48,6 @@ type Config struct {
 	_ notYet   `yaml:"health"`
 	_ notYet   `yaml:"catalog"`
 	_ notYet   `yaml:"tags"`
-	_ notYet   `yaml:"proxy"`
 	_ notYet   `yaml:"policy"`
 	_ obsolete `yaml:"reporting"`
 	_ obsolete `yaml:"compatibility"`

@@ -30,6 +30,9 @@ type BlobInfo struct {
 	// Rebuilt is true when dedup removed the intact bytes: reads rebuild the
 	// blob from its recipe, so storage cannot serve it by redirect.
 	Rebuilt bool
+	// Fetching is true when a pull-through cache is still fetching the
+	// blob from its upstream: it is not in storage yet.
+	Fetching bool
 }
 
 // DedupSource serves blobs whose data file deduplication removed, by

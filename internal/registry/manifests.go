@@ -352,7 +352,7 @@ func validDescriptor(field string, desc ocispec.Descriptor) error {
 // requireLinkedBlob is requireBlob for a config or layer, which sparse
 // manifests may name without pushing.
 func (r *Registry) requireLinkedBlob(ctx context.Context, repo, field string, desc ocispec.Descriptor) error {
-	if r.opts.SparseManifests {
+	if r.sparse(repo) {
 		return nil
 	}
 	return r.requireBlob(ctx, repo, field, desc)
@@ -389,7 +389,7 @@ func (r *Registry) requireBlob(ctx context.Context, repo, field string, desc oci
 // requireChild checks an index entry: a manifest must be a revision of repo,
 // anything else a blob of repo.
 func (r *Registry) requireChild(ctx context.Context, repo, field string, desc ocispec.Descriptor) error {
-	if !r.childRequired(desc.Platform) {
+	if !r.childRequired(repo, desc.Platform) {
 		return nil
 	}
 	if desc.MediaType != "" && !IsManifestMediaType(desc.MediaType) {
@@ -415,9 +415,15 @@ func (r *Registry) requireChild(ctx context.Context, repo, field string, desc oc
 	return nil
 }
 
+// sparse reports whether manifests stored in repo may name blobs and
+// children it does not hold.
+func (r *Registry) sparse(repo string) bool {
+	return r.opts.SparseManifests || r.opts.Mirrored != nil && r.opts.Mirrored(repo)
+}
+
 // childRequired applies the index validation policy to a child's platform.
-func (r *Registry) childRequired(p *ocispec.Platform) bool {
-	if r.opts.SparseManifests {
+func (r *Registry) childRequired(repo string, p *ocispec.Platform) bool {
+	if r.sparse(repo) {
 		return false
 	}
 	switch r.opts.IndexPlatforms {

@@ -17,7 +17,13 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, rt route) {
 		s.writeError(w, r, err)
 		return
 	}
-	info, err := s.reg.StatBlob(ctx, rt.name, d)
+	mirrored := s.mirrored(rt.name)
+	var info registry.BlobInfo
+	if mirrored {
+		info, err = s.opts.Mirror.StatBlob(ctx, rt.name, d, r.Method == http.MethodGet)
+	} else {
+		info, err = s.reg.StatBlob(ctx, rt.name, d)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -29,7 +35,7 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, rt route) {
 	h.Set("ETag", etag)
 	h.Set("Accept-Ranges", "bytes")
 	h.Set("Cache-Control", "max-age=31536000")
-	if r.Method == http.MethodGet && !info.Rebuilt {
+	if r.Method == http.MethodGet && !info.Rebuilt && !info.Fetching {
 		if url, err := s.reg.BlobRedirectURL(ctx, r.Method, d); err == nil && url != "" {
 			http.Redirect(w, r, url, http.StatusTemporaryRedirect)
 			return
@@ -58,7 +64,12 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, rt route) {
 		w.WriteHeader(status)
 		return
 	}
-	rc, err := s.reg.OpenBlob(ctx, d, info, start)
+	var rc io.ReadCloser
+	if mirrored {
+		rc, err = s.opts.Mirror.OpenBlob(ctx, rt.name, d, info, start)
+	} else {
+		rc, err = s.reg.OpenBlob(ctx, d, info, start)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
