@@ -192,6 +192,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		if p := cfg.Storage.Maintenance.UploadPurging; p.Enabled {
 			runner.Every("upload purge", time.Minute, p.Interval, task.High, purgeUploads(log, reg, p.Age, p.DryRun))
 		}
+		if every := expiryInterval(cfg.Proxy); mirror != nil && every > 0 {
+			runner.Every("proxy expiry", every, every, task.High, expireCache(log, mirror))
+		}
 		if g := cfg.Storage.GC; g.Enabled {
 			runner.Every("gc", g.Interval, g.Interval, task.High, scheduledGC(log, reg.Driver(), cfg, m, store))
 			log.Info("gc scheduled", "interval", g.Interval, "delay", g.Delay, "delete_untagged", g.DeleteUntagged)
@@ -334,15 +337,42 @@ func purgeUploads(log *slog.Logger, reg *registry.Registry, age time.Duration, d
 	}
 }
 
+// expiryInterval is how often cached content is expired: a quarter of the
+// shortest TTL, between a minute and an hour; 0 when nothing expires.
+func expiryInterval(c config.Proxy) time.Duration {
+	var shortest time.Duration
+	for _, u := range c.All() {
+		if ttl := *u.TTL; ttl > 0 && (shortest == 0 || ttl < shortest) {
+			shortest = ttl
+		}
+	}
+	if shortest == 0 {
+		return 0
+	}
+	return min(max(shortest/4, time.Minute), time.Hour)
+}
+
+// expireCache removes cached content nobody pulled within its TTL; the
+// scheduled GC frees the blobs that leaves unreferenced.
+func expireCache(log *slog.Logger, mirror *proxy.Cache) task.Func {
+	return func(ctx context.Context) error {
+		start := time.Now()
+		rep, err := mirror.Expire(ctx, start)
+		if err != nil && ctx.Err() == nil {
+			log.Warn("proxy expiry finished with errors", "tags", rep.Tags, "manifests", rep.Manifests, "err", err)
+		} else {
+			log.Info("proxy expiry", "repositories", rep.Repositories, "tags", rep.Tags, "manifests", rep.Manifests, "duration", time.Since(start))
+		}
+		return nil
+	}
+}
+
 // newMirror builds the pull-through cache the proxy section configures.
 func newMirror(c config.Proxy, reg *registry.Registry, log *slog.Logger) (*proxy.Cache, error) {
 	var ups []proxy.Upstream
 	for _, u := range c.All() {
-		ups = append(ups, proxy.Upstream{Prefix: u.Prefix, URL: u.RemoteURL, Username: u.Username, Password: u.Password, Revalidate: u.Revalidate})
-		log.Info("pull-through cache", "prefix", u.Prefix, "upstream", u.RemoteURL, "revalidate", u.Revalidate)
-		if *u.TTL > 0 {
-			log.Warn("proxy.ttl: cached content does not expire yet; it stays until deleted through the API", "prefix", u.Prefix, "ttl", *u.TTL)
-		}
+		ups = append(ups, proxy.Upstream{Prefix: u.Prefix, URL: u.RemoteURL, Username: u.Username, Password: u.Password, Revalidate: u.Revalidate, TTL: *u.TTL})
+		log.Info("pull-through cache", "prefix", u.Prefix, "upstream", u.RemoteURL, "revalidate", u.Revalidate, "ttl", *u.TTL)
 	}
 	cache, err := proxy.New(reg, proxy.Options{Upstreams: ups, Log: log})
 	if err != nil {

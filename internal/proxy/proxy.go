@@ -19,10 +19,10 @@
 //     and when all of them matched the digest the spool is stored as a
 //     pushed blob would be and linked into each repository that asked.
 //     Bytes that do not match are never stored.
-//   - Stored content is ordinary registry content: the GC, dedup and
-//     retention treat it as pushed content, and an expiry that untags it
-//     leaves the GC to free only blobs nothing else references. Manifests
-//     are stored sparse (their blobs come when pulled).
+//   - Stored content is ordinary registry content: the GC and dedup treat
+//     it as pushed content. Manifests are stored sparse (their blobs come
+//     when pulled). Content nobody pulled within the upstream's TTL expires
+//     (expire.go), and the GC frees only the blobs nothing else names.
 //   - Pushes to a mirrored repository are refused: it belongs to the
 //     upstream.
 package proxy
@@ -59,6 +59,9 @@ type Upstream struct {
 	// Revalidate is how long a tag checked with the upstream is served
 	// without asking again.
 	Revalidate time.Duration
+	// TTL expires cached content nobody pulled for this long (see Expire);
+	// 0 keeps it.
+	TTL time.Duration
 }
 
 // Store is what the cache needs of the registry.
@@ -181,7 +184,14 @@ func (c *Cache) Manifest(ctx context.Context, repo, ref string, head bool) (*reg
 		return nil, err
 	}
 	byDigest := isDigest(ref)
-	if cached != nil && (byDigest || c.fresh(repo, ref, m.Revalidate)) {
+	if cached != nil && byDigest {
+		if !c.fresh(repo, ref, m.Revalidate) {
+			// Still pulled: not to expire (once per interval).
+			c.touch(ctx, repo, ref, cached.Digest)
+		}
+		return cached, nil
+	}
+	if cached != nil && c.fresh(repo, ref, m.Revalidate) {
 		return cached, nil
 	}
 	want := digest.Digest("")
@@ -190,7 +200,7 @@ func (c *Cache) Manifest(ctx context.Context, repo, ref string, head bool) (*reg
 			d, err := m.up.manifestDigest(ctx, name, ref)
 			switch {
 			case err == nil && d == cached.Digest:
-				c.markChecked(repo, ref)
+				c.touch(ctx, repo, ref, cached.Digest)
 				return cached, nil
 			case errors.Is(err, ErrUpstream):
 				c.log.Warn("proxy: upstream unreachable; serving the cached manifest", "repo", repo, "ref", ref, "err", err)
@@ -198,7 +208,7 @@ func (c *Cache) Manifest(ctx context.Context, repo, ref string, head bool) (*reg
 			case errors.Is(err, errNotFound):
 				// Gone upstream: the cached tag is still what we have.
 				c.log.Info("proxy: tag gone upstream; serving the cached manifest", "repo", repo, "ref", ref)
-				c.markChecked(repo, ref)
+				c.touch(ctx, repo, ref, cached.Digest)
 				return cached, nil
 			}
 			want = d
@@ -225,9 +235,7 @@ func (c *Cache) Manifest(ctx context.Context, repo, ref string, head bool) (*reg
 	if _, err := c.store.PutManifest(ctx, repo, storeRef, mediaType, content, nil); err != nil {
 		return nil, fmt.Errorf("proxy: storing manifest %s:%s from upstream: %w", repo, ref, err)
 	}
-	if !byDigest {
-		c.markChecked(repo, ref)
-	}
+	c.markChecked(repo, ref)
 	if head {
 		return c.store.StatManifest(ctx, repo, d.String())
 	}
@@ -235,6 +243,17 @@ func (c *Cache) Manifest(ctx context.Context, repo, ref string, head bool) (*reg
 }
 
 func isDigest(ref string) bool { return strings.Contains(ref, ":") }
+
+// touch records that ref (a tag, or a digest) was checked or pulled now:
+// in memory for revalidation, and in its link for expiry.
+func (c *Cache) touch(ctx context.Context, repo, ref string, d digest.Digest) {
+	c.markChecked(repo, ref)
+	if ts, ok := c.store.(expiryStore); ok {
+		if err := ts.Touch(ctx, repo, ref, d); err != nil {
+			c.log.Warn("proxy: recording a pull for expiry", "repo", repo, "ref", ref, "err", err)
+		}
+	}
+}
 
 // fresh reports whether tag was checked with the upstream within every.
 func (c *Cache) fresh(repo, tag string, every time.Duration) bool {

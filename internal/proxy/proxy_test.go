@@ -14,6 +14,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/gc"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
 )
@@ -215,5 +216,103 @@ func waitStored(t *testing.T, reg *registry.Registry, repo string, d digest.Dige
 			t.Fatal("blob never stored")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestExpire: a tag nobody pulled within the TTL is untagged and its
+// manifest deleted, one pulled since stays; after a GC the expired image's
+// own blobs are gone while a layer a pushed image shares stays.
+func TestExpire(t *testing.T) {
+	ctx := t.Context()
+	c, reg, f := newTestCache(t)
+	const ttl = time.Hour
+	c.mirrors[0].TTL = ttl
+	var ld, cd digest.Digest
+	for d, b := range f.blobs {
+		if len(b) > 1000 {
+			ld = d
+		} else {
+			cd = d
+		}
+	}
+	pull := func(repo string) digest.Digest {
+		t.Helper()
+		m, err := c.Manifest(ctx, repo, "v1", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range []digest.Digest{cd, ld} {
+			info, err := c.StatBlob(ctx, repo, d, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rc, err := c.OpenBlob(ctx, repo, d, info, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, rc)
+			rc.Close()
+			waitStored(t, reg, repo, d)
+		}
+		return m.Digest
+	}
+	md := pull("up/old")
+	pull("up/kept")
+	// A pushed image sharing the layer.
+	ownCfg := []byte(`{"architecture":"arm64","os":"linux"}`)
+	for _, b := range [][]byte{ownCfg, f.blobs[ld]} {
+		id, err := reg.StartUpload(ctx, "local/app")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := reg.FinishUpload(ctx, "local/app", id, digest.FromBytes(b), bytes.NewReader(b), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	own := bytes.Replace(f.manifest, []byte(cd.String()), []byte(digest.FromBytes(ownCfg).String()), 1)
+	own = bytes.Replace(own, []byte(`"size":`+strconv.Itoa(len(f.blobs[cd]))), []byte(`"size":`+strconv.Itoa(len(ownCfg))), 1)
+	if _, err := reg.PutManifest(ctx, "local/app", "v1", "application/vnd.oci.image.manifest.v1+json", own, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	tags, _, err := reg.ManifestLinks(ctx, "up/old")
+	if err != nil || len(tags) != 1 {
+		t.Fatalf("tags of up/old: %v, %v", tags, err)
+	}
+	old := tags[0].Written
+	time.Sleep(20 * time.Millisecond)
+	// Pulled again after a revalidation: its link is rewritten.
+	c.forget("up/kept", "v1")
+	pull("up/kept")
+
+	if rep, err := c.Expire(ctx, old.Add(ttl/2)); err != nil || rep.Tags+rep.Manifests != 0 {
+		t.Fatalf("expiry within the TTL: %+v, %v", rep, err)
+	}
+	rep, err := c.Expire(ctx, old.Add(ttl+time.Millisecond))
+	if err != nil || rep.Tags != 1 || rep.Manifests != 1 || rep.Repositories != 2 {
+		t.Fatalf("expiry: %+v, %v; want up/old's tag and manifest", rep, err)
+	}
+	if _, err := reg.GetManifest(ctx, "up/old", md.String()); !errors.Is(err, registry.ErrManifestUnknown) {
+		t.Fatalf("expired manifest still there: %v", err)
+	}
+	if _, err := reg.GetManifest(ctx, "up/kept", "v1"); err != nil {
+		t.Fatalf("the manifest pulled since: %v", err)
+	}
+	// up/kept still names the config and layer: expire it too, then GC.
+	c.forget("up/kept", "v1")
+	if rep, err := c.Expire(ctx, time.Now().Add(ttl+time.Minute)); err != nil || rep.Tags != 1 {
+		t.Fatalf("second expiry: %+v, %v", rep, err)
+	}
+	if _, err := gc.Run(ctx, reg.Driver(), gc.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.GetManifest(ctx, "local/app", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := reg.StatBlob(ctx, "local/app", ld); err != nil {
+		t.Fatalf("the shared layer after expiry and GC: %+v, %v", info, err)
+	}
+	if ok, err := reg.MountBlob(ctx, "local/other", cd, ""); err != nil || ok {
+		t.Fatalf("the expired image's own config survived GC (mounted %v, %v)", ok, err)
 	}
 }

@@ -450,6 +450,12 @@ func (r *Registry) DeleteManifest(ctx context.Context, repo, ref string) error {
 	if !r.opts.DeleteEnabled {
 		return fmt.Errorf("%w: deletes are disabled", ErrUnsupported)
 	}
+	return r.Evict(ctx, repo, ref)
+}
+
+// Evict is DeleteManifest for cairn itself (a pull-through cache's
+// expiry), whether or not the API may delete.
+func (r *Registry) Evict(ctx context.Context, repo, ref string) error {
 	tag, d, err := ParseReference(ref)
 	if err != nil {
 		return err
