@@ -99,7 +99,15 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			store.Close()
 		}
 	}()
+	redirector, redirectDesc, rw, err := newRedirector(ctx, cfg, d)
+	if err != nil {
+		return err
+	}
+	for _, w := range rw {
+		log.Warn("config: " + w)
+	}
 	regOpts := registryOptions(cfg)
+	regOpts.Redirector = redirector
 	regOpts.Dedup = engine.Source
 	if store != nil {
 		regOpts.Observer = engine
@@ -172,6 +180,11 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	log.Info("cairn serving", "addr", ln.Addr().String(), "tls", tlsConfig != nil, "auth", authName(cfg.Auth),
 		"driver", d.Name(), "root", rootOf(cfg),
 		"delete", cfg.Storage.Delete.Enabled, "dedup", cfg.Storage.Dedup.Mode, "readonly", cfg.Storage.Maintenance.ReadOnly.Enabled, "version", versionString())
+	if redirector != nil {
+		log.Info("blob GETs are redirected", "to", redirectDesc)
+	} else {
+		log.Info("blob redirects off", "reason", redirectDesc)
+	}
 
 	// Background work runs on one Runner: dedup's jobs, scheduled GC and
 	// upload purging.
