@@ -182,6 +182,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		"delete", cfg.Storage.Delete.Enabled, "dedup", cfg.Storage.Dedup.Mode, "readonly", cfg.Storage.Maintenance.ReadOnly.Enabled, "version", versionString())
 	if redirector != nil {
 		log.Info("blob GETs are redirected", "to", redirectDesc)
+		if n, _ := config.ParseBytes(cfg.Storage.Dedup.Cache.Prefetch.Size); n > 0 {
+			log.Warn("storage.dedup.cache.prefetch holds intact layers that redirected GETs never read; set storage.redirect.disable or a prefetch size of 0")
+		}
 	} else {
 		log.Info("blob redirects off", "reason", redirectDesc)
 	}
