@@ -10,11 +10,13 @@ package redirect
 import (
 	"bytes"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/testutil/clitool"
 	"github.com/cairn-registry/cairn/internal/testutil/drivertest"
 	"github.com/cairn-registry/cairn/internal/testutil/objstore"
 )
@@ -60,6 +62,14 @@ func TestS3(t *testing.T) {
 	st := s3Store(t)
 	srv := start(t, "version: 0.1\nstorage:\n"+st.section)
 	checkStoreRedirects(t, srv, st)
+	// A blob is handed out only where it is linked: another repository
+	// gets BLOB_UNKNOWN, not a URL.
+	im := newImage(t, 1, 3)
+	resp := do(t, noFollow, http.MethodGet, srv.URL+"/v2/redirect/other/blobs/"+im.order[0].String())
+	if resp.Status != http.StatusNotFound || resp.Header.Get("Location") != "" || resp.ErrorCode() != "BLOB_UNKNOWN" {
+		t.Errorf("GET of a blob not linked in the repository: status %d, Location %q, %s; want 404 BLOB_UNKNOWN",
+			resp.Status, resp.Header.Get("Location"), resp.Body)
+	}
 }
 
 func TestGCS(t *testing.T) {
@@ -138,6 +148,21 @@ func TestAuth(t *testing.T) {
 	if n := srv.counter(t, redirectsOK); n != 1 {
 		t.Errorf("%s = %v, want 1 (only the authorized GET)", redirectsOK, n)
 	}
+	t.Run("skopeo", func(t *testing.T) {
+		skopeo := clitool.Path(t, "skopeo")
+		out := filepath.Join(t.TempDir(), "pulled")
+		clitool.NewSession(t).Run(t, skopeo, "--insecure-policy", "copy", "--src-creds", "alice:secret", "--src-tls-verify=false",
+			"docker://"+srv.Addr+"/"+repo+":v1", "oci:"+out+":v1")
+		checkLayout(t, out, im)
+	})
+	t.Run("crane", func(t *testing.T) {
+		crane := clitool.Path(t, "crane")
+		e := clitool.NewSession(t)
+		e.Run(t, crane, "auth", "login", "--insecure", srv.Addr, "-u", "alice", "-p", "secret")
+		out := filepath.Join(t.TempDir(), "pulled")
+		e.Run(t, crane, "pull", "--insecure", "--format=oci", srv.Addr+"/"+repo+":v1", out)
+		checkLayout(t, out, im)
+	})
 }
 
 // TestDedupNotRedirected: a layer dedup rebuilt (no intact copy in the
