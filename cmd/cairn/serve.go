@@ -100,7 +100,15 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			store.Close()
 		}
 	}()
+	redirector, redirectDesc, rw, err := newRedirector(ctx, cfg, d)
+	if err != nil {
+		return err
+	}
+	for _, w := range rw {
+		log.Warn("config: " + w)
+	}
 	regOpts := registryOptions(cfg)
+	regOpts.Redirector = redirector
 	regOpts.Dedup = engine.Source
 	if store != nil {
 		regOpts.Observer = engine
@@ -183,6 +191,14 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	log.Info("cairn serving", "addr", ln.Addr().String(), "tls", tlsConfig != nil, "auth", authName(cfg.Auth),
 		"driver", d.Name(), "root", rootOf(cfg),
 		"delete", cfg.Storage.Delete.Enabled, "dedup", cfg.Storage.Dedup.Mode, "readonly", cfg.Storage.Maintenance.ReadOnly.Enabled, "version", versionString())
+	if redirector != nil {
+		log.Info("blob GETs are redirected", "to", redirectDesc)
+		if n, _ := config.ParseBytes(cfg.Storage.Dedup.Cache.Prefetch.Size); n > 0 {
+			log.Warn("storage.dedup.cache.prefetch holds intact layers that redirected GETs never read; set storage.redirect.disable or a prefetch size of 0")
+		}
+	} else {
+		log.Info("blob redirects off", "reason", redirectDesc)
+	}
 
 	// Background work runs on one Runner: dedup's jobs, scheduled GC and
 	// upload purging.

@@ -42,7 +42,10 @@ type Config struct {
 	// Proxy makes cairn a pull-through cache of other registries.
 	Proxy Proxy `yaml:"proxy"`
 
-	_ notYet   `yaml:"middleware"`
+	// Middleware holds distribution's storage middlewares that decide where
+	// blob GETs are redirected (redirect, cloudfront).
+	Middleware Middleware `yaml:"middleware"`
+
 	_ notYet   `yaml:"notifications"`
 	_ notYet   `yaml:"redis"`
 	_ notYet   `yaml:"health"`
@@ -106,10 +109,10 @@ type Storage struct {
 	GC GC `yaml:"gc"`
 	// Dedup is cairn's layer deduplication (see dedup.go).
 	Dedup Dedup `yaml:"dedup"`
+	// Redirect controls blob redirects to the store (see redirect.go).
+	Redirect Redirect `yaml:"redirect"`
 
-	// Serving from the default directory instead would hide the real data.
 	_ notYet `yaml:"cache"`
-	_ notYet `yaml:"redirect"`
 	_ notYet `yaml:"tag"`
 
 	// defaulted is set while Filesystem holds the ./cairn-data default rather

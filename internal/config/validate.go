@@ -33,6 +33,9 @@ func (c *Config) Validate() error {
 	if err := c.Proxy.validate(); err != nil {
 		return err
 	}
+	if err := c.Middleware.validate(); err != nil {
+		return err
+	}
 	return c.Storage.validate()
 }
 

@@ -50,6 +50,9 @@ type Options struct {
 	Dedup DedupSource
 	// Observer, when set, learns about pushes and pulls.
 	Observer Observer
+	// Redirector, when set, hands out the URLs intact blobs are fetched
+	// from instead of through cairn (see BlobRedirectURL).
+	Redirector Redirector
 	// MaxUploadChunks bounds the chunks of one upload session; 0 means
 	// DefaultMaxUploadChunks.
 	MaxUploadChunks int

@@ -77,6 +77,9 @@ type Observer interface {
 	ObserveRequest(route, method string, status int, bytesIn, bytesOut int64, d time.Duration)
 	// UploadsInProgress adds delta to the blob uploads being received.
 	UploadsInProgress(delta int)
+	// BlobRedirect counts a blob GET answered with a redirect (ok), or one
+	// cairn served because the redirect URL could not be made (!ok).
+	BlobRedirect(ok bool)
 }
 
 // Server answers the registry API.
