@@ -226,7 +226,7 @@ func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	opts := dedupOptions(cfg)
 	opts.PreconstructDir = "" // the CLI serves nothing
-	log := newLogger(stderr, cfg.Log.Level)
+	log := newLogger(stderr, cfg.Log)
 	e, err := dedup.New(d, store, opts, log, nil)
 	if err != nil {
 		return err

@@ -9,9 +9,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
+	"regexp"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +24,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/auth"
 	"github.com/cairn-registry/cairn/internal/config"
+	"github.com/cairn-registry/cairn/internal/health"
 	"github.com/cairn-registry/cairn/internal/metrics"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/server"
@@ -30,9 +36,6 @@ import (
 	"github.com/cairn-registry/cairn/internal/storage/driver/s3"
 	"github.com/cairn-registry/cairn/internal/task"
 )
-
-// shutdownTimeout bounds how long in-flight requests may run after SIGTERM.
-const shutdownTimeout = 60 * time.Second
 
 // Connection timeouts. Whole-request read and write timeouts would cut off
 // multi-gigabyte layer transfers, so slow clients are bounded instead by
@@ -68,7 +71,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := newLogger(stderr, cfg.Log.Level)
+	log := newLogger(stderr, cfg.Log)
 	for _, w := range warnings {
 		log.Warn("config: " + w)
 	}
@@ -105,16 +108,28 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		regOpts.Observer = engine
 	}
 	reg := registry.New(id, regOpts)
+	checker := health.New(healthChecks(cfg.Health, d))
 	srvOpts := server.Options{
-		ReadOnly:        cfg.Storage.Maintenance.ReadOnly.Enabled,
-		Logger:          log,
-		Auth:            authz,
-		Metrics:         m,
-		BodyIdleTimeout: bodyIdleTimeout,
+		ReadOnly:          cfg.Storage.Maintenance.ReadOnly.Enabled,
+		Logger:            log,
+		Auth:              authz,
+		Metrics:           m,
+		BodyIdleTimeout:   bodyIdleTimeout,
+		Headers:           http.Header(cfg.HTTP.Headers),
+		Prefix:            cfg.HTTP.Prefix,
+		RelativeURLs:      cfg.HTTP.RelativeURLs,
+		NoAccessLog:       cfg.Log.AccessLog.Disabled,
+		MaxCatalogEntries: cfg.Catalog.MaxEntries,
+		MaxTags:           cfg.Tags.MaxTags,
+		Healthy:           checker.Err,
+	}
+	if cfg.HTTP.Host != "" {
+		// Validated: an http or https URL with a host.
+		srvOpts.Host, _ = url.Parse(cfg.HTTP.Host)
 	}
 	srv := server.New(reg, srvOpts)
 
-	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
+	ln, err := net.Listen(cfg.HTTP.Net, cfg.HTTP.Addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
@@ -129,6 +144,12 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if cfg.HTTP.HTTP2.Disabled {
 		// A non-nil empty map keeps net/http from configuring HTTP/2.
 		httpSrv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
+	}
+	if cfg.HTTP.H2C.Enabled {
+		httpSrv.Protocols = new(http.Protocols)
+		httpSrv.Protocols.SetHTTP1(true)
+		httpSrv.Protocols.SetUnencryptedHTTP2(true)
+		httpSrv.Protocols.SetHTTP2(!cfg.HTTP.HTTP2.Disabled)
 	}
 	serveErr := make(chan error, 2)
 
@@ -151,14 +172,18 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 				if stopping.Load() {
 					return errors.New("shutting down")
 				}
+				if err := checker.Err(); err != nil {
+					return fmt.Errorf("health: %w", err)
+				}
 				return storageReady(ctx)
 			},
+			Handlers: map[string]http.Handler{"/debug/health": checker.Handler()},
 		}
 		if dc.Prometheus.Enabled {
 			opts.Metrics = m
 		}
 		if store != nil {
-			opts.Handlers = map[string]http.Handler{"/dedup/stats": statsHandler(engine)}
+			opts.Handlers["/dedup/stats"] = statsHandler(engine)
 		}
 		debugSrv = &http.Server{
 			Handler:           metrics.DebugHandler(opts),
@@ -166,7 +191,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			IdleTimeout:       idleTimeout,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		}
-		log.Info("debug listener: /metrics, /healthz, /readyz, /debug/pprof/", "addr", dln.Addr().String())
+		log.Info("debug listener: /metrics, /healthz, /readyz, /debug/health, /debug/pprof/", "addr", dln.Addr().String())
 		go func() { serveErr <- fmt.Errorf("debug listener: %w", debugSrv.Serve(dln)) }()
 	}
 	log.Info("cairn serving", "addr", ln.Addr().String(), "tls", tlsConfig != nil, "auth", authName(cfg.Auth),
@@ -189,6 +214,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	runnerDone := make(chan struct{})
 	go func() { runner.Run(bg); close(runnerDone) }()
 	defer func() { stopBG(); <-runnerDone }()
+	healthDone := make(chan struct{})
+	go func() { checker.Run(bg); close(healthDone) }()
+	defer func() { stopBG(); <-healthDone }()
 
 	go func() {
 		if tlsConfig != nil {
@@ -207,10 +235,10 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	log.Info("shutting down: finishing in-flight requests", "timeout", shutdownTimeout)
+	log.Info("shutting down: finishing in-flight requests", "timeout", cfg.HTTP.DrainTimeout)
 	stopping.Store(true)
 	stopBG()
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.HTTP.DrainTimeout)
 	defer cancel()
 	err = httpSrv.Shutdown(sctx)
 	if debugSrv != nil {
@@ -277,11 +305,34 @@ func registryOptions(cfg *config.Config) registry.Options {
 		DeleteEnabled:   cfg.Storage.Delete.Enabled,
 		SparseManifests: v.Sparse,
 		IndexPlatforms:  v.Indexes.Platforms,
+		TagLookups:      cfg.Storage.Tag.ConcurrencyLimit,
+	}
+	if cfg.Validation.URLChecks() {
+		// distribution joins each list into one alternation; the
+		// expressions were compiled once by validation already.
+		rules := &registry.URLRules{}
+		if a := v.URLs.Allow; len(a) > 0 {
+			rules.Allow = regexp.MustCompile(alternation(a))
+		}
+		if d := v.URLs.Deny; len(d) > 0 {
+			rules.Deny = regexp.MustCompile(alternation(d))
+		}
+		opts.LayerURLs = rules
 	}
 	for _, p := range v.Indexes.PlatformList {
 		opts.PlatformList = append(opts.PlatformList, ocispec.Platform{OS: p.OS, Architecture: p.Architecture})
 	}
 	return opts
+}
+
+// alternation joins regular expressions into one that matches what any of
+// them matches.
+func alternation(res []string) string {
+	parts := make([]string, len(res))
+	for i, re := range res {
+		parts[i] = "(?:" + re + ")"
+	}
+	return strings.Join(parts, "|")
 }
 
 func rootOf(cfg *config.Config) string {
@@ -291,9 +342,12 @@ func rootOf(cfg *config.Config) string {
 	return ""
 }
 
-func newLogger(w io.Writer, level string) *slog.Logger {
+// newLogger builds the process's logger from the log section: level,
+// formatter (text, json, logstash), fields on every line, and the caller
+// with reportcaller.
+func newLogger(w io.Writer, c config.Log) *slog.Logger {
 	var lvl slog.Level
-	switch level {
+	switch c.Level {
 	case "debug":
 		lvl = slog.LevelDebug
 	case "warn":
@@ -303,7 +357,36 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 	default:
 		lvl = slog.LevelInfo
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl}))
+	opts := &slog.HandlerOptions{Level: lvl, AddSource: c.ReportCaller}
+	var h slog.Handler
+	switch c.Formatter {
+	case "json":
+		h = slog.NewJSONHandler(w, opts)
+	case "logstash":
+		// logstash's JSON event: @timestamp, @version and message.
+		opts.ReplaceAttr = func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 {
+				switch a.Key {
+				case slog.TimeKey:
+					a.Key = "@timestamp"
+				case slog.MessageKey:
+					a.Key = "message"
+				}
+			}
+			return a
+		}
+		h = slog.NewJSONHandler(w, opts).WithAttrs([]slog.Attr{slog.String("@version", "1")})
+	default:
+		h = slog.NewTextHandler(w, opts)
+	}
+	if len(c.Fields) > 0 {
+		attrs := make([]slog.Attr, 0, len(c.Fields))
+		for _, k := range slices.Sorted(maps.Keys(c.Fields)) {
+			attrs = append(attrs, slog.Any(k, c.Fields[k]))
+		}
+		h = h.WithAttrs(attrs)
+	}
+	return slog.New(h)
 }
 
 // backgroundQueue bounds the background tasks waiting per priority.
@@ -333,6 +416,8 @@ func newAuthorizer(c config.Auth) (auth.Authorizer, error) {
 			return nil, fmt.Errorf("config: auth.htpasswd.path: %w", err)
 		}
 		a = h
+	case c.Silly != nil:
+		a = auth.NewSilly(c.Silly.Realm, c.Silly.Service)
 	case c.Token != nil:
 		t, err := auth.NewToken(auth.TokenOptions{
 			Realm:             c.Token.Realm,
@@ -364,6 +449,8 @@ func authName(c config.Auth) string {
 		name = "htpasswd"
 	case c.Token != nil:
 		name = "token"
+	case c.Silly != nil:
+		name = "silly"
 	}
 	if c.Anonymous.Pull {
 		name += "+anonymous-pull"
@@ -411,10 +498,44 @@ func newTLSConfig(c *config.TLS) (*tls.Config, error) {
 			}
 		}
 		tc.ClientCAs = pool
-		tc.ClientAuth = tls.RequireAndVerifyClientCert
-		if c.ClientAuth == config.ClientAuthIfGiven {
+		switch c.ClientAuth {
+		case config.ClientAuthIfGiven:
 			tc.ClientAuth = tls.VerifyClientCertIfGiven
+		case config.ClientAuthRequest:
+			tc.ClientAuth = tls.RequestClientCert
+		case config.ClientAuthAny:
+			tc.ClientAuth = tls.RequireAnyClientCert
+		default:
+			tc.ClientAuth = tls.RequireAndVerifyClientCert
 		}
 	}
 	return tc, nil
+}
+
+// healthChecks turns the health section into checks.
+func healthChecks(h config.Health, d driver.Driver) []health.Check {
+	var checks []health.Check
+	if sd := h.StorageDriver; sd.Enabled {
+		ready := metrics.StorageReady(d)
+		checks = append(checks, health.Check{
+			Name: "storagedriver_" + d.Name(), Interval: sd.Interval, Threshold: sd.Threshold,
+			Run: func(ctx context.Context) error {
+				ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+				defer cancel()
+				return ready(ctx)
+			},
+		})
+	}
+	for _, f := range h.File {
+		checks = append(checks, health.Check{Name: "file:" + f.File, Interval: f.Interval, Run: health.File(f.File)})
+	}
+	for _, c := range h.HTTP {
+		checks = append(checks, health.Check{Name: "http:" + c.URI, Interval: c.Interval, Threshold: c.Threshold,
+			Run: health.HTTP(c.URI, http.Header(c.Headers), c.StatusCode, c.Timeout)})
+	}
+	for _, c := range h.TCP {
+		checks = append(checks, health.Check{Name: "tcp:" + c.Addr, Interval: c.Interval, Threshold: c.Threshold,
+			Run: health.TCP(c.Addr, c.Timeout)})
+	}
+	return checks
 }

@@ -39,14 +39,21 @@ type Config struct {
 	// Auth configures authentication (htpasswd or token, optionally
 	// anonymous pull); none by default.
 	Auth Auth `yaml:"auth"`
+	// Redis is the one Redis connection every Redis user in cairn shares
+	// (see redis.go).
+	Redis *Redis `yaml:"redis"`
+	// Health adds periodic checks whose failure makes the registry
+	// unhealthy (see health.go).
+	Health Health `yaml:"health"`
+	// Catalog and Tags bound the pages of the listing endpoints.
+	Catalog Catalog `yaml:"catalog"`
+	Tags    Tags    `yaml:"tags"`
+	// Notifications is read so that endpoints distribution would have
+	// called are refused rather than silently skipped (see others.go).
+	Notifications Notifications `yaml:"notifications"`
 
 	_ notYet   `yaml:"middleware"`
-	_ notYet   `yaml:"notifications"`
-	_ notYet   `yaml:"redis"`
-	_ notYet   `yaml:"health"`
-	_ notYet   `yaml:"catalog"`
-	_ notYet   `yaml:"tags"`
-	_ notYet   `yaml:"proxy"`
+	_ refused  `yaml:"proxy" why:"cairn is not a pull-through cache; without it, images the upstream holds would be NAME_UNKNOWN here"`
 	_ notYet   `yaml:"policy"`
 	_ obsolete `yaml:"reporting"`
 	_ obsolete `yaml:"compatibility"`
@@ -58,12 +65,22 @@ type Log struct {
 	// "warning" means warn; loading stores the canonical lower-case name.
 	// distribution's deprecated top-level "loglevel" key is read as log.level.
 	Level string `yaml:"level"`
+	// Formatter is text (default), json or logstash (JSON with logstash's
+	// @timestamp, @version and message keys).
+	Formatter string `yaml:"formatter"`
+	// Fields are added to every log line.
+	Fields map[string]any `yaml:"fields"`
+	// AccessLog.Disabled drops the one line per request.
+	AccessLog AccessLog `yaml:"accesslog"`
+	// ReportCaller adds the source file and line to every line.
+	ReportCaller bool `yaml:"reportcaller"`
 
-	_ notYet `yaml:"accesslog"`
-	_ notYet `yaml:"formatter"`
-	_ notYet `yaml:"fields"`
-	_ notYet `yaml:"hooks"`
-	_ notYet `yaml:"reportcaller"`
+	_ ignored `yaml:"hooks" why:"cairn sends no mail from its logs; alert on its log lines or metrics instead"`
+}
+
+// AccessLog configures the request log.
+type AccessLog struct {
+	Disabled bool `yaml:"disabled"`
 }
 
 // HTTP configures the listener.
@@ -75,15 +92,28 @@ type HTTP struct {
 	// Debug is the operators' listener: metrics, health, profiling.
 	Debug Debug `yaml:"debug"`
 	HTTP2 HTTP2 `yaml:"http2"`
-
-	_ notYet `yaml:"net"`
-	_ notYet `yaml:"host"`
-	_ notYet `yaml:"prefix"`
-	_ notYet `yaml:"secret"`
-	_ notYet `yaml:"relativeurls"`
-	_ notYet `yaml:"draintimeout"`
-	_ notYet `yaml:"headers"`
-	_ notYet `yaml:"h2c"`
+	// H2C serves HTTP/2 without TLS (behind load balancers that speak it).
+	H2C H2C `yaml:"h2c"`
+	// Net is tcp (default) or unix; with unix, Addr is the socket's path.
+	Net string `yaml:"net"`
+	// Prefix is the path the API is served under ("/my/registry/": the
+	// API is then /my/registry/v2/).
+	Prefix string `yaml:"prefix"`
+	// Host is the externally reachable URL (https://registry.example:5000)
+	// that Location headers are built on, whatever the request said.
+	Host string `yaml:"host"`
+	// Secret is accepted for distribution's configurations: distribution
+	// signs upload state it hands to clients with it; cairn keeps that
+	// state in storage and hands none out, so nothing is signed.
+	Secret string `yaml:"secret"`
+	// RelativeURLs makes Location headers relative paths; by default they
+	// are absolute URLs built from the request (or Host).
+	RelativeURLs bool `yaml:"relativeurls"`
+	// DrainTimeout bounds how long in-flight requests may finish after
+	// SIGTERM (default 60s; distribution's default, 0, is taken as 60s).
+	DrainTimeout time.Duration `yaml:"draintimeout"`
+	// Headers are added to every response of the API listener.
+	Headers map[string][]string `yaml:"headers"`
 }
 
 // Storage selects the storage driver and its parameters. Exactly one driver
@@ -106,10 +136,12 @@ type Storage struct {
 	// Dedup is cairn's layer deduplication (see dedup.go).
 	Dedup Dedup `yaml:"dedup"`
 
-	// Serving from the default directory instead would hide the real data.
-	_ notYet `yaml:"cache"`
+	// Cache caches blob descriptors (see redis.go).
+	Cache Cache `yaml:"cache"`
+	// Tag tunes tag lookups.
+	Tag Tag `yaml:"tag"`
+
 	_ notYet `yaml:"redirect"`
-	_ notYet `yaml:"tag"`
 
 	// defaulted is set while Filesystem holds the ./cairn-data default rather
 	// than a section the user wrote, so that naming another driver (in the
@@ -163,6 +195,7 @@ const (
 	distributionRootDirectory = "/var/lib/registry"
 	defaultMaxThreads         = 100
 	minMaxThreads             = 25
+	defaultDrainTimeout       = 60 * time.Second
 )
 
 // notYet marks a distribution key cairn does not implement yet: reported as a
@@ -176,6 +209,10 @@ type refused struct{}
 // obsolete marks a key that older distribution versions read and current ones
 // dropped: reported as a warning, then ignored.
 type obsolete struct{}
+
+// ignored marks a distribution key that has no meaning for cairn; its why
+// tag is printed when the key is given, and the key is then ignored.
+type ignored struct{}
 
 // setDefaults fills the parameters of a filesystem section the user wrote.
 func (f *Filesystem) setDefaults() {
@@ -200,10 +237,12 @@ func (s *Storage) yieldDefaultDriver(named string) {
 // except the storage driver, which depends on what the documents name.
 func base() *Config {
 	return &Config{
-		Log: Log{Level: "info"},
+		Log: Log{Level: "info", Formatter: "text"},
 		HTTP: HTTP{
-			Addr:  "127.0.0.1:5000",
-			Debug: Debug{Prometheus: Prometheus{Enabled: true, Path: defaultMetricsPath}},
+			Addr:         "127.0.0.1:5000",
+			Net:          "tcp",
+			DrainTimeout: defaultDrainTimeout,
+			Debug:        Debug{Prometheus: Prometheus{Enabled: true, Path: defaultMetricsPath}},
 		},
 		Storage: Storage{
 			Delete: Delete{Enabled: true},
@@ -216,6 +255,7 @@ func base() *Config {
 			},
 			GC:    defaultGC(),
 			Dedup: defaultDedup(),
+			Cache: Cache{BlobDescriptorSize: defaultBlobDescriptorSize, TTL: defaultBlobDescriptorTTL},
 		},
 		Validation: Validation{Manifests: ManifestValidation{Indexes: IndexValidation{Platforms: "all"}}},
 	}
@@ -243,6 +283,16 @@ func (c *Config) finish() {
 	c.Validation.Manifests.Indexes.Platforms = strings.ToLower(c.Validation.Manifests.Indexes.Platforms)
 	if lvl, ok := canonicalLevel(c.Log.Level); ok {
 		c.Log.Level = lvl
+	}
+	c.Log.Formatter = strings.ToLower(c.Log.Formatter)
+	if c.HTTP.DrainTimeout == 0 {
+		c.HTTP.DrainTimeout = defaultDrainTimeout
+	}
+	switch p := c.HTTP.Prefix; {
+	case p == "/":
+		c.HTTP.Prefix = ""
+	case p != "" && !strings.HasSuffix(p, "/"):
+		c.HTTP.Prefix = p + "/"
 	}
 }
 
@@ -311,13 +361,28 @@ func parse(data []byte, file string) (*Config, []string, error) {
 	return c, d.warnings, nil
 }
 
+// URLChecks reports whether the urls of pushed manifests' layers are
+// checked against validation.manifests.urls: when allow or deny is given
+// and validation is not disabled. (distribution also checks with neither
+// given, refusing every URL; cairn accepts http and https URLs then.)
+func (v *Validation) URLChecks() bool {
+	on := !v.Disabled
+	if v.Enabled != nil {
+		on = *v.Enabled
+	}
+	return on && (len(v.Manifests.URLs.Allow) > 0 || len(v.Manifests.URLs.Deny) > 0)
+}
+
 // Validation configures manifest validation (distribution's keys plus
 // cairn's sparse switch).
 type Validation struct {
 	Manifests ManifestValidation `yaml:"manifests"`
-
-	_ notYet `yaml:"disabled"`
-	_ notYet `yaml:"enabled"`
+	// Disabled turns off the URL checks of pushed manifests (urls.allow
+	// and urls.deny), as in distribution: any URL is then accepted.
+	Disabled bool `yaml:"disabled"`
+	// Enabled is distribution's deprecated inverse of Disabled; when given
+	// it wins.
+	Enabled *bool `yaml:"enabled"`
 }
 
 // ManifestValidation says which descriptors of a pushed manifest must exist.
@@ -330,8 +395,16 @@ type ManifestValidation struct {
 	// platforms or layers. Off by default: a push naming a missing blob fails
 	// with MANIFEST_BLOB_UNKNOWN.
 	Sparse bool `yaml:"sparse"`
+	// URLs restricts the URLs that layers of pushed manifests may name.
+	URLs URLValidation `yaml:"urls"`
+}
 
-	_ notYet `yaml:"urls"`
+// URLValidation holds regular expressions (RE2) for the "urls" of pushed
+// manifests' descriptors. With validation on and Allow empty, no URL is
+// accepted; otherwise a URL must match one Allow and no Deny expression.
+type URLValidation struct {
+	Allow []string `yaml:"allow"`
+	Deny  []string `yaml:"deny"`
 }
 
 // IndexValidation selects the index children that must exist.

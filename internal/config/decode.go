@@ -39,6 +39,7 @@ const (
 	notYetKind
 	refusedKind
 	obsoleteKind
+	ignoredKind
 )
 
 // fieldsOf maps the yaml key names of struct type t to its fields, including
@@ -59,6 +60,8 @@ func fieldsOf(t reflect.Type) map[string]field {
 			f.kind = refusedKind
 		case reflect.TypeFor[obsolete]():
 			f.kind = obsoleteKind
+		case reflect.TypeFor[ignored]():
+			f.kind = ignoredKind
 		default:
 			if !sf.IsExported() {
 				continue
@@ -190,6 +193,24 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) error {
 		return d.value(n, v.Elem(), path)
 	case reflect.Struct:
 		return d.structure(n, v, path)
+	case reflect.Slice:
+		if v.Type().Elem().Kind() != reflect.Struct {
+			return d.decodeAny(n, v, path)
+		}
+		// Lists of sections (health checks) are decoded key by key, so
+		// that their unknown keys are reported too.
+		if n.Kind != yaml.SequenceNode {
+			return d.errorf(n, path, "expected a list, not %s", describe(n))
+		}
+		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+		for i, item := range n.Content {
+			elem := s.Index(i)
+			elem.Set(newWithDefaults(v.Type().Elem()).Elem())
+			if err := d.value(item, elem, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+		v.Set(s)
 	case reflect.String:
 		if n.Kind != yaml.ScalarNode {
 			return d.errorf(n, path, "expected a string, not %s", describe(n))
@@ -220,11 +241,16 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) error {
 		}
 		v.SetInt(i)
 	default:
-		// Kinds no current key uses (lists, maps): yaml decodes them and
-		// the key is named on failure.
-		if err := n.Decode(v.Addr().Interface()); err != nil {
-			return d.errorf(n, path, "%s", oneLine(err))
-		}
+		return d.decodeAny(n, v, path)
+	}
+	return nil
+}
+
+// decodeAny hands kinds with no keys of their own (lists of strings, maps)
+// to yaml; the key is named on failure.
+func (d *decoder) decodeAny(n *yaml.Node, v reflect.Value, path string) error {
+	if err := n.Decode(v.Addr().Interface()); err != nil {
+		return d.errorf(n, path, "%s", oneLine(err))
 	}
 	return nil
 }
@@ -325,12 +351,20 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) error {
 			d.warnf(k, "%s is not supported yet; ignored", p)
 		case f.kind == obsoleteKind:
 			d.warnf(k, "%s is obsolete (current distribution ignores it too); ignored", p)
+		case f.kind == ignoredKind:
+			d.warnf(k, "%s is ignored: %s", p, f.why)
 		case f.kind == refusedKind:
 			return d.errorf(k, p, "not supported yet: %s", f.why)
 		default:
 			if err := d.value(val, v.Field(f.index), p); err != nil {
 				return err
 			}
+		}
+	}
+	// A section some of whose values have no effect in cairn says so.
+	if nt, ok := v.Addr().Interface().(interface{ notes(path string) []string }); ok {
+		for _, note := range nt.notes(path) {
+			d.warnf(n, "%s", note)
 		}
 	}
 	return nil

@@ -80,8 +80,8 @@ func TestServingKeysAreValidated(t *testing.T) {
 	const htpasswd = "auth:\n  htpasswd:\n    realm: r\n    path: /h\n"
 	const token = "auth:\n  token:\n    realm: https://a/t\n    service: s\n    issuer: i\n    jwks: /j\n"
 	cases := []struct{ name, doc, want string }{
-		{"both methods", htpasswd + "  token:\n    realm: x\n", "config: auth: give either htpasswd or token, not both"},
-		{"anonymous alone", "auth:\n  anonymous:\n    pull: true\n", "config: auth.anonymous.pull: needs auth.htpasswd or auth.token"},
+		{"both methods", htpasswd + "  token:\n    realm: x\n", "config: auth: give one of htpasswd, token or silly, not several"},
+		{"anonymous alone", "auth:\n  anonymous:\n    pull: true\n", "config: auth.anonymous.pull: needs auth.htpasswd, auth.token or auth.silly"},
 		{"htpasswd without path", "auth:\n  htpasswd:\n    realm: r\n", "config: auth.htpasswd.path: required"},
 		{"htpasswd without realm", "auth:\n  htpasswd:\n    path: /h\n", "config: auth.htpasswd.realm: required"},
 		{"token without service", strings.Replace(token, "    service: s\n", "", 1), "config: auth.token.service: required"},
@@ -89,7 +89,7 @@ func TestServingKeysAreValidated(t *testing.T) {
 		{"token without realm", strings.Replace(token, "    realm: https://a/t\n", "", 1), "config: auth.token.realm: required"},
 		{"token without keys", strings.Replace(token, "    jwks: /j\n", "", 1), "config: auth.token: give rootcertbundle or jwks"},
 		{"unknown auth method", "auth:\n  ldap:\n    url: x\n", "config: auth.ldap: unknown authentication method"},
-		{"silly auth", "auth:\n  silly:\n    realm: x\n", "config: auth.silly: not supported yet: the silly backend accepts anyone"},
+		{"silly auth", "auth:\n  silly:\n    realm: x\n", "config: auth.silly: realm and service are required"},
 		{"tls without certificate", "http:\n  tls:\n    key: /k\n", "config: http.tls.certificate: required"},
 		{"tls 1.0", "http:\n  tls:\n    certificate: /c\n    key: /k\n    minimumtls: tls1.0\n", "config: http.tls.minimumtls: tls1.0 is insecure"},
 		{"tls version garbage", "http:\n  tls:\n    certificate: /c\n    key: /k\n    minimumtls: ssl3\n", `config: http.tls.minimumtls: "ssl3" is not one of tls1.2, tls1.3`},

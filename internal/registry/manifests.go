@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"mime"
 	"path"
+	"runtime"
 	"slices"
 	"strings"
 
 	"github.com/cairn-registry/cairn/internal/fence"
 	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/parallel"
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -316,6 +318,11 @@ func (r *Registry) validateManifest(ctx context.Context, repo, contentType strin
 		if err := validDescriptor(fmt.Sprintf("layers[%d]", i), l); err != nil {
 			return err
 		}
+		if u := r.opts.LayerURLs; u != nil {
+			if err := u.check(fmt.Sprintf("layers[%d]", i), l.URLs); err != nil {
+				return err
+			}
+		}
 		if IsNonDistributable(l.MediaType) {
 			continue
 		}
@@ -493,16 +500,27 @@ func (r *Registry) untagDigest(ctx context.Context, repo string, d digest.Digest
 		}
 		return err
 	}
-	for _, t := range tags {
+	// Each tag is one link read; storage.tag.concurrencylimit bounds how
+	// many are in flight, which on an object store is what a delete costs.
+	conc := r.opts.TagLookups
+	if conc <= 0 {
+		conc = runtime.GOMAXPROCS(0)
+	}
+	errs := make([]error, len(tags))
+	parallel.For(ctx, len(tags), conc, func(i int) {
+		t := tags[i]
 		cur, err := r.readLink(ctx, layout.TagCurrentLink(repo, t))
 		if err != nil || cur != d {
-			continue
+			return
 		}
 		if err := r.d.Delete(ctx, layout.TagDir(repo, t)); err != nil && !errors.Is(err, driver.ErrNotFound) {
-			return err
+			errs[i] = err
 		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
-	return nil
+	return ctx.Err()
 }
 
 // Tags returns repo's tags in lexical order. A repository that exists with

@@ -57,7 +57,7 @@ func (s *Server) putManifest(w http.ResponseWriter, r *http.Request, rt route) {
 		return
 	}
 	h := w.Header()
-	h.Set("Location", "/v2/"+rt.name+"/manifests/"+string(res.Digest))
+	h.Set("Location", s.urls.location(r, "/v2/"+rt.name+"/manifests/"+string(res.Digest)))
 	h.Set("Docker-Content-Digest", string(res.Digest))
 	for _, t := range res.Tags {
 		h.Add("OCI-Tag", t)
