@@ -23,9 +23,11 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/cairn-registry/cairn/internal/auth"
+	"github.com/cairn-registry/cairn/internal/blobcache"
 	"github.com/cairn-registry/cairn/internal/config"
 	"github.com/cairn-registry/cairn/internal/health"
 	"github.com/cairn-registry/cairn/internal/metrics"
+	"github.com/cairn-registry/cairn/internal/redisconn"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/server"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
@@ -104,6 +106,12 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	}()
 	regOpts := registryOptions(cfg)
 	regOpts.Dedup = engine.Source
+	descriptors, closeDescriptors, err := newDescriptorCache(ctx, cfg, m)
+	if err != nil {
+		return err
+	}
+	defer closeDescriptors()
+	regOpts.Descriptors = descriptors
 	if store != nil {
 		regOpts.Observer = engine
 	}
@@ -538,4 +546,25 @@ func healthChecks(h config.Health, d driver.Driver) []health.Check {
 			Run: health.TCP(c.Addr, c.Timeout)})
 	}
 	return checks
+}
+
+// newDescriptorCache builds storage.cache.blobdescriptor's cache: nil when
+// none is configured; the Redis one on the redis section's server.
+func newDescriptorCache(ctx context.Context, cfg *config.Config, m *metrics.Metrics) (registry.DescriptorCache, func(), error) {
+	c := cfg.Storage.Cache
+	switch c.DescriptorCache() {
+	case "inmemory":
+		return blobcache.NewMemory(c.BlobDescriptorSize, c.TTL, m.CacheLookup), func() {}, nil
+	case "redis":
+		client, err := redisconn.Open(ctx, cfg.Redis.Options())
+		if err != nil {
+			return nil, nil, fmt.Errorf("storage.cache.blobdescriptor: %w", err)
+		}
+		prefix := cfg.Redis.Prefix
+		if prefix == "" {
+			prefix = "cairn:"
+		}
+		return blobcache.NewRedis(client, prefix, c.TTL, m.CacheLookup), func() { client.Close() }, nil
+	}
+	return nil, func() {}, nil
 }

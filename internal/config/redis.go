@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/cairn-registry/cairn/internal/redisconn"
 )
 
 // Redis is the top-level redis section: distribution's keys (go-redis's
@@ -205,4 +209,28 @@ func (n *Notifications) validate() error {
 		}
 	}
 	return nil
+}
+
+// Options returns the connection options for redisconn.Open.
+func (r *Redis) Options() redisconn.Options {
+	return redisconn.Options{
+		UniversalOptions: redis.UniversalOptions{
+			Addrs: r.Addresses(), ClientName: r.ClientName, DB: r.DB, Protocol: r.Protocol,
+			Username: r.Username, Password: r.Password,
+			SentinelUsername: r.SentinelUsername, SentinelPassword: r.SentinelPassword,
+			MaxRetries: r.MaxRetries, MinRetryBackoff: r.MinRetryBackoff, MaxRetryBackoff: r.MaxRetryBackoff,
+			DialTimeout: r.DialTimeout, ReadTimeout: r.ReadTimeout, WriteTimeout: r.WriteTimeout,
+			ContextTimeoutEnabled: r.ContextTimeoutEnabled,
+			PoolFIFO:              r.PoolFIFO, PoolSize: r.PoolSize, PoolTimeout: r.PoolTimeout,
+			MinIdleConns: r.MinIdleConns, MaxIdleConns: r.MaxIdleConns, MaxActiveConns: r.MaxActiveConns,
+			ConnMaxIdleTime: r.ConnMaxIdleTime, ConnMaxLifetime: r.ConnMaxLifetime,
+			MaxRedirects: r.MaxRedirects, ReadOnly: r.ReadOnly, RouteByLatency: r.RouteByLatency, RouteRandomly: r.RouteRandomly,
+			MasterName: r.MasterName, DisableIdentity: r.DisableIdentity, IdentitySuffix: r.IdentitySuffix,
+			UnstableResp3: r.UnstableResp3,
+		},
+		TLS:         r.TLS.On(),
+		Certificate: r.TLS.Certificate,
+		Key:         r.TLS.Key,
+		RootCAs:     r.TLS.RootCAs,
+	}
 }

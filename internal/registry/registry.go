@@ -57,6 +57,19 @@ type Options struct {
 	// TagLookups bounds the tag links read at once when a manifest delete
 	// looks for the tags naming it; 0 means GOMAXPROCS.
 	TagLookups int
+	// Descriptors, when set, caches what StatBlob found (see
+	// DescriptorCache).
+	Descriptors DescriptorCache
+}
+
+// DescriptorCache remembers that a blob is linked into a repository and its
+// size, so that StatBlob skips the link read and the stat. It is a hint:
+// only the read paths (HEAD and GET of blobs) consult it, never a writer,
+// and a GET that finds the data gone forgets the entry.
+type DescriptorCache interface {
+	Lookup(ctx context.Context, repo string, d digest.Digest) (size int64, ok bool)
+	Remember(ctx context.Context, repo string, d digest.Digest, size int64)
+	Forget(ctx context.Context, repo string, d digest.Digest)
 }
 
 // URLRules is distribution's rule for the urls of layer descriptors: each

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -59,6 +60,9 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, rt route) {
 		return
 	}
 	rc, err := s.reg.OpenBlob(ctx, d, info, start)
+	if errors.Is(err, registry.ErrBlobUnknown) {
+		s.reg.ForgetBlob(ctx, rt.name, d)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
