@@ -354,7 +354,7 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) error {
 		case f.kind == ignoredKind:
 			d.warnf(k, "%s is ignored: %s", p, f.why)
 		case f.kind == refusedKind:
-			return d.errorf(k, p, "not supported yet: %s", f.why)
+			return d.errorf(k, p, "refused: %s", f.why)
 		default:
 			if err := d.value(val, v.Field(f.index), p); err != nil {
 				return err
@@ -378,7 +378,7 @@ func (d *decoder) driverShortForm(n *yaml.Node, v reflect.Value, path string, fi
 		return d.errorf(n, path, "%q is not a storage driver (cairn supports %s)", n.Value, strings.Join(drivers, ", "))
 	}
 	if f.kind == refusedKind {
-		return d.errorf(n, path, "not supported yet: %s", f.why)
+		return d.errorf(n, path, "refused: %s", f.why)
 	}
 	if y, ok := v.Addr().Interface().(interface{ yieldDefaultDriver(string) }); ok {
 		y.yieldDefaultDriver(n.Value)
