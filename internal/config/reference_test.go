@@ -292,3 +292,75 @@ func removePath(root *yaml.Node, path string) bool {
 	}
 	return false
 }
+
+// TestDistributionReferenceThroughEnvironment sets every key of the
+// reference (its filesystem, silly-auth configuration) through REGISTRY_*
+// variables instead of the file: each is read as the file's key is.
+func TestDistributionReferenceThroughEnvironment(t *testing.T) {
+	data, err := os.ReadFile("testdata/distribution/reference.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		t.Fatal(err)
+	}
+	doc := variants(root.Content[0])[0]
+	for k := range wantRefused {
+		removePath(doc, k)
+	}
+	pruneEmpty(doc, "http.tls.letsencrypt")
+	var environ []string
+	var walk func(n *yaml.Node, path []string)
+	walk = func(n *yaml.Node, path []string) {
+		if n.Kind == yaml.MappingNode && len(n.Content) > 0 {
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				walk(n.Content[i+1], append(path, n.Content[i].Value))
+			}
+			return
+		}
+		flow(n)
+		v, err := yaml.Marshal(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := "REGISTRY_" + strings.ToUpper(strings.Join(path, "_"))
+		environ = append(environ, name+"="+strings.TrimSpace(string(v)))
+	}
+	walk(doc, nil)
+	if len(environ) < 60 {
+		t.Fatalf("only %d variables", len(environ))
+	}
+	c, warnings, err := LoadWithEnv("", environ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range warnings {
+		name, _, _ := strings.Cut(w, ": ")
+		key := strings.ToLower(strings.TrimPrefix(name, "REGISTRY_"))
+		switch {
+		case strings.HasPrefix(key, "middleware") || strings.HasPrefix(key, "storage_redirect"),
+			strings.Contains(w, "log.hooks is ignored: "+wantIgnored["log.hooks"]),
+			strings.Contains(w, "loglevel is deprecated"):
+		default:
+			t.Errorf("%s", w)
+		}
+	}
+	if c.Log.Formatter != "text" || c.Log.Fields["environment"] != "staging" || c.HTTP.Prefix != "/my/nested/registry/" ||
+		c.Redis == nil || c.Redis.PoolSize != 64 || len(c.Health.TCP) != 1 || c.Health.TCP[0].Threshold != 3 ||
+		c.Storage.Tag.ConcurrencyLimit != 8 || c.Catalog.MaxEntries != 1000 || c.Auth.Silly == nil ||
+		len(c.Validation.Manifests.URLs.Deny) != 1 || c.HTTP.Headers["x-content-type-options"][0] != "nosniff" {
+		t.Errorf("keys not read from the environment: %+v", c)
+	}
+	t.Logf("%d variables", len(environ))
+}
+
+// flow writes n's collections in flow style, as one variable's value.
+func flow(n *yaml.Node) {
+	if n.Kind == yaml.MappingNode || n.Kind == yaml.SequenceNode {
+		n.Style = yaml.FlowStyle
+	}
+	for _, c := range n.Content {
+		flow(c)
+	}
+}
