@@ -314,6 +314,7 @@ func registryOptions(cfg *config.Config) registry.Options {
 		SparseManifests: v.Sparse,
 		IndexPlatforms:  v.Indexes.Platforms,
 		TagLookups:      cfg.Storage.Tag.ConcurrencyLimit,
+		ManifestClasses: cfg.Policy.Repository.Classes,
 	}
 	if cfg.Validation.URLChecks() {
 		// distribution joins each list into one alternation; the

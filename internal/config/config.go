@@ -52,11 +52,12 @@ type Config struct {
 	// called are refused rather than silently skipped (see others.go).
 	Notifications Notifications `yaml:"notifications"`
 
-	_ notYet   `yaml:"middleware"`
-	_ refused  `yaml:"proxy" why:"cairn is not a pull-through cache; without it, images the upstream holds would be NAME_UNKNOWN here"`
-	_ notYet   `yaml:"policy"`
-	_ obsolete `yaml:"reporting"`
-	_ obsolete `yaml:"compatibility"`
+	_ notYet  `yaml:"middleware"`
+	_ refused `yaml:"proxy" why:"cairn is not a pull-through cache; without it, images the upstream holds would be NAME_UNKNOWN here"`
+	// Policy restricts what may be pushed.
+	Policy Policy   `yaml:"policy"`
+	_      obsolete `yaml:"reporting"`
+	_      obsolete `yaml:"compatibility"`
 }
 
 // Log configures logging.
@@ -359,6 +360,18 @@ func parse(data []byte, file string) (*Config, []string, error) {
 		return nil, d.warnings, err
 	}
 	return c, d.warnings, nil
+}
+
+// Policy is distribution's policy section.
+type Policy struct {
+	Repository RepositoryPolicy `yaml:"repository"`
+}
+
+// RepositoryPolicy lists the classes of image manifests a push may store:
+// "image" (image configs) and "plugin" (Docker plugin configs); empty
+// allows every manifest.
+type RepositoryPolicy struct {
+	Classes []string `yaml:"classes"`
 }
 
 // URLChecks reports whether the urls of pushed manifests' layers are

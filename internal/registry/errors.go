@@ -22,6 +22,8 @@ var (
 	ErrSizeInvalid         = errors.New("provided length did not match content length")
 	ErrUnsupported         = errors.New("the operation is unsupported")
 	ErrPaginationInvalid   = errors.New("invalid pagination parameter")
+	// ErrDenied: the registry's policy does not allow the content.
+	ErrDenied = errors.New("requested access to the resource is denied")
 )
 
 // RangeError reports a chunk that does not continue an upload, or a request

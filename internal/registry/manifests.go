@@ -25,6 +25,8 @@ const (
 	MediaTypeDockerManifest     = "application/vnd.docker.distribution.manifest.v2+json"
 	MediaTypeDockerManifestList = "application/vnd.docker.distribution.manifest.list.v2+json"
 	mediaTypeDockerSchema1      = "application/vnd.docker.distribution.manifest.v1+json"
+	mediaTypeDockerImageConfig  = "application/vnd.docker.container.image.v1+json"
+	mediaTypeDockerPluginConfig = "application/vnd.docker.plugin.v1+json"
 	mediaTypeDockerSchema1JWS   = "application/vnd.docker.distribution.manifest.v1+prettyjws"
 	mediaTypeDockerForeign      = "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip"
 )
@@ -311,6 +313,9 @@ func (r *Registry) validateManifest(ctx context.Context, repo, contentType strin
 	if err := validDescriptor("config", *m.Config); err != nil {
 		return err
 	}
+	if err := r.checkClass(m.Config.MediaType); err != nil {
+		return err
+	}
 	if err := r.requireLinkedBlob(ctx, repo, "config", *m.Config); err != nil {
 		return err
 	}
@@ -329,6 +334,27 @@ func (r *Registry) validateManifest(ctx context.Context, repo, contentType strin
 		if err := r.requireLinkedBlob(ctx, repo, fmt.Sprintf("layers[%d]", i), l); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkClass applies ManifestClasses to an image manifest's config type.
+func (r *Registry) checkClass(configType string) error {
+	allowed := r.opts.ManifestClasses
+	if len(allowed) == 0 {
+		return nil
+	}
+	var class string
+	switch configType {
+	case ocispec.MediaTypeImageConfig, mediaTypeDockerImageConfig:
+		class = "image"
+	case mediaTypeDockerPluginConfig:
+		class = "plugin"
+	default:
+		return fmt.Errorf("%w: unknown manifest class for %s", ErrDenied, configType)
+	}
+	if !slices.Contains(allowed, class) {
+		return fmt.Errorf("%w: registry does not allow %s manifest", ErrDenied, class)
 	}
 	return nil
 }

@@ -60,6 +60,11 @@ type Options struct {
 	// Descriptors, when set, caches what StatBlob found (see
 	// DescriptorCache).
 	Descriptors DescriptorCache
+	// ManifestClasses, when set, are the only classes of image manifests a
+	// push may store (distribution's policy.repository.classes): "image"
+	// for image configs, "plugin" for Docker plugin configs; a manifest
+	// whose config is of another type is refused, indexes are not checked.
+	ManifestClasses []string
 }
 
 // DescriptorCache remembers that a blob is linked into a repository and its

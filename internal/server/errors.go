@@ -40,6 +40,7 @@ var errorKinds = [...]errorKind{
 	{registry.ErrUnsupported, "UNSUPPORTED", http.StatusMethodNotAllowed},
 	{registry.ErrPaginationInvalid, "PAGINATION_NUMBER_INVALID", http.StatusBadRequest},
 	{errDenied, "DENIED", http.StatusForbidden},
+	{registry.ErrDenied, "DENIED", http.StatusForbidden},
 	{errUnsupportedRoute, "UNSUPPORTED", http.StatusNotFound},
 	{errMethodNotAllowed, "UNSUPPORTED", http.StatusMethodNotAllowed},
 	{errTooManyRequests, "TOOMANYREQUESTS", http.StatusTooManyRequests},

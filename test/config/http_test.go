@@ -289,3 +289,22 @@ func TestH2C(t *testing.T) {
 		t.Errorf("GET /v2/ over h2c: %s %d", resp.Proto, resp.StatusCode)
 	}
 }
+
+// policy.repository.classes limits the image manifests a push may store.
+func TestPolicyClasses(t *testing.T) {
+	s := serve(t, "policy:\n  repository:\n    classes: [plugin]\n")
+	api := s.URL + "/v2/"
+	cfg := []byte(`{"architecture":"amd64","os":"linux"}`)
+	cd, _ := pushBlob(t, api, "pol/app", cfg)
+	m := imageManifest(cd, len(cfg))
+	r := regtest.Do(t, hc, http.MethodPut, api+"pol/app/manifests/v1", m, "Content-Type", "application/vnd.oci.image.manifest.v1+json")
+	if r.Status != http.StatusForbidden || r.ErrorCode() != "DENIED" {
+		t.Errorf("image manifest with classes [plugin]: %v, want 403 DENIED", r)
+	}
+	s2 := serve(t, "policy:\n  repository:\n    classes: [image]\n")
+	cd, _ = pushBlob(t, s2.URL+"/v2/", "pol/app", cfg)
+	r = regtest.Do(t, hc, http.MethodPut, s2.URL+"/v2/pol/app/manifests/v1", imageManifest(cd, len(cfg)), "Content-Type", "application/vnd.oci.image.manifest.v1+json")
+	if r.Status != http.StatusCreated {
+		t.Errorf("image manifest with classes [image]: %v", r)
+	}
+}
