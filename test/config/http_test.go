@@ -2,11 +2,17 @@ package config
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
+	"net"
 	"net/http"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
+	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
@@ -307,4 +313,40 @@ func TestPolicyClasses(t *testing.T) {
 	if r.Status != http.StatusCreated {
 		t.Errorf("image manifest with classes [image]: %v", r)
 	}
+}
+
+// http.net: unix serves the API on a Unix socket at http.addr.
+func TestUnixSocket(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "cairn.sock")
+	cfg := cairnproc.WriteConfig(t, "http:\n  net: unix\n  addr: "+sock+"\n")
+	cmd := exec.Command(cairnproc.Binary(t), "serve", "--root", filepath.Join(dir, "root"), "--config", cfg)
+	var logs strings.Builder
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		<-done
+	}()
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
+	eventually(t, "an answer on the socket", func() (bool, string) {
+		select {
+		case err := <-done:
+			t.Fatalf("cairn exited: %v\n%s", err, logs.String())
+		default:
+		}
+		resp, err := c.Get("http://cairn/v2/")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
 }
