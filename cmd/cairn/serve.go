@@ -125,7 +125,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		BodyIdleTimeout:   bodyIdleTimeout,
 		Headers:           http.Header(cfg.HTTP.Headers),
 		Prefix:            cfg.HTTP.Prefix,
-		RelativeURLs:      cfg.HTTP.RelativeURLs,
+		AbsoluteURLs:      cfg.HTTP.RelativeURLs != nil && !*cfg.HTTP.RelativeURLs,
 		NoAccessLog:       cfg.Log.AccessLog.Disabled,
 		MaxCatalogEntries: cfg.Catalog.MaxEntries,
 		MaxTags:           cfg.Tags.MaxTags,

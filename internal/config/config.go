@@ -1,9 +1,12 @@
 // Package config loads cairn's YAML configuration. The keys are those of
 // distribution/distribution's config.yml, so a distribution configuration
-// works unchanged: keys cairn implements are honoured, keys distribution
-// knows but cairn does not implement yet are reported as warnings (or
-// refused, where running without them would weaken the registry or serve the
-// wrong data), and any other key is reported as unknown with its full path.
+// works unchanged: keys cairn implements are honoured with distribution's
+// meaning; keys that make no sense for cairn are ignored with a printed
+// reason (ignored), or refused with one where running without them would
+// weaken the registry or serve the wrong data (refused); keys not done yet
+// are reported as such (notYet); and any other key is reported as unknown
+// with its full path. testdata/distribution holds distribution's reference
+// configurations, which the tests load.
 //
 // Environment variables override the file as in distribution:
 // REGISTRY_STORAGE_FILESYSTEM_ROOTDIRECTORY=/x sets storage.filesystem.rootdirectory.
@@ -107,9 +110,12 @@ type HTTP struct {
 	// signs upload state it hands to clients with it; cairn keeps that
 	// state in storage and hands none out, so nothing is signed.
 	Secret string `yaml:"secret"`
-	// RelativeURLs makes Location headers relative paths; by default they
-	// are absolute URLs built from the request (or Host).
-	RelativeURLs bool `yaml:"relativeurls"`
+	// RelativeURLs: true or unset (cairn's default) makes Location headers
+	// paths, which every client resolves and which survive proxies that
+	// terminate TLS without saying so; false, as distribution's default,
+	// makes them absolute URLs built from the request (Host overrides
+	// both).
+	RelativeURLs *bool `yaml:"relativeurls"`
 	// DrainTimeout bounds how long in-flight requests may finish after
 	// SIGTERM (default 60s; distribution's default, 0, is taken as 60s).
 	DrainTimeout time.Duration `yaml:"draintimeout"`

@@ -34,8 +34,9 @@ type Options struct {
 	Prefix string
 	// Host, when set, is the base of every Location URL (http.host).
 	Host *url.URL
-	// RelativeURLs makes Location headers paths (http.relativeurls).
-	RelativeURLs bool
+	// AbsoluteURLs makes Location headers absolute URLs built from the
+	// request (http.relativeurls: false); by default they are paths.
+	AbsoluteURLs bool
 	// NoAccessLog drops the one log line per request.
 	NoAccessLog bool
 	// MaxCatalogEntries (catalog.maxentries) and MaxTags (tags.maxtags)
@@ -88,7 +89,7 @@ func New(reg *registry.Registry, opts Options) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{reg: reg, opts: opts, log: log, urls: urlBuilder{prefix: opts.Prefix, host: opts.Host, relative: opts.RelativeURLs}}
+	return &Server{reg: reg, opts: opts, log: log, urls: urlBuilder{prefix: opts.Prefix, host: opts.Host, relative: !opts.AbsoluteURLs}}
 }
 
 // routeKind names an API endpoint.

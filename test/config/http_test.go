@@ -64,8 +64,8 @@ func TestPrefixRoutes(t *testing.T) {
 	s := startAt(t, cfg, "/my/nested/registry/v2/")
 	api := s.URL + "/my/nested/registry/v2/"
 	put := pushImage(t, api, "pre/app", "v1")
-	if loc := put.Header.Get("Location"); !strings.HasPrefix(loc, s.URL+"/my/nested/registry/v2/pre/app/manifests/sha256:") {
-		t.Errorf("manifest Location %q is not an absolute URL under the prefix", loc)
+	if loc := put.Header.Get("Location"); !strings.HasPrefix(loc, "/my/nested/registry/v2/pre/app/manifests/sha256:") {
+		t.Errorf("manifest Location %q is not under the prefix", loc)
 	}
 	r := regtest.Do(t, hc, http.MethodGet, api+"pre/app/manifests/v1", nil, "Accept", regtest.ManifestAccept)
 	if r.Status != http.StatusOK {
@@ -88,32 +88,36 @@ func TestPrefixRoutes(t *testing.T) {
 	}
 }
 
-// Location headers: absolute from the request by default (honouring
-// X-Forwarded-*), the configured host with http.host, paths with
-// http.relativeurls.
+// Location headers: paths by default; absolute URLs from the request
+// (honouring X-Forwarded-*) with http.relativeurls: false, distribution's
+// default; the configured host with http.host.
 func TestLocationURLs(t *testing.T) {
 	def := serve(t, "")
-	r := regtest.Do(t, hc, http.MethodPost, def.URL+"/v2/loc/app/blobs/uploads/", nil)
-	if loc := r.Header.Get("Location"); !strings.HasPrefix(loc, def.URL+"/v2/loc/app/blobs/uploads/") {
-		t.Errorf("default Location %q, want an absolute URL from the request", loc)
+	put := pushImage(t, def.URL+"/v2/", "loc/app", "v1")
+	if loc := put.Header.Get("Location"); !strings.HasPrefix(loc, "/v2/loc/app/manifests/sha256:") {
+		t.Errorf("default Location %q, want a path", loc)
 	}
-	r = regtest.Do(t, hc, http.MethodPost, def.URL+"/v2/loc/app/blobs/uploads/", nil,
+
+	abs := serve(t, "http:\n  relativeurls: false\n")
+	r := regtest.Do(t, hc, http.MethodPost, abs.URL+"/v2/loc/app/blobs/uploads/", nil)
+	if loc := r.Header.Get("Location"); !strings.HasPrefix(loc, abs.URL+"/v2/loc/app/blobs/uploads/") {
+		t.Errorf("relativeurls: false Location %q, want an absolute URL from the request", loc)
+	}
+	r = regtest.Do(t, hc, http.MethodPost, abs.URL+"/v2/loc/app/blobs/uploads/", nil,
 		"X-Forwarded-Proto", "https", "X-Forwarded-Host", "registry.example, proxy.internal")
 	if loc := r.Header.Get("Location"); !strings.HasPrefix(loc, "https://registry.example/v2/loc/app/blobs/uploads/") {
 		t.Errorf("forwarded Location %q", loc)
 	}
+	r = regtest.Do(t, hc, http.MethodPost, abs.URL+"/v2/loc/app/blobs/uploads/", nil,
+		"Forwarded", `for=10.0.0.1;proto=https;host="reg.example:8443"`)
+	if loc := r.Header.Get("Location"); !strings.HasPrefix(loc, "https://reg.example:8443/v2/loc/app/blobs/uploads/") {
+		t.Errorf("Forwarded Location %q", loc)
+	}
 
-	host := serve(t, "http:\n  host: https://myregistryaddress.org:5000\n")
+	host := serve(t, "http:\n  host: https://myregistryaddress.org:5000\n  relativeurls: true\n")
 	r = regtest.Do(t, hc, http.MethodPost, host.URL+"/v2/loc/app/blobs/uploads/", nil, "X-Forwarded-Host", "other.example")
 	if loc := r.Header.Get("Location"); !strings.HasPrefix(loc, "https://myregistryaddress.org:5000/v2/loc/app/blobs/uploads/") {
 		t.Errorf("http.host Location %q", loc)
-	}
-
-	rel := serve(t, "http:\n  relativeurls: true\n")
-	api := rel.URL + "/v2/"
-	put := pushImage(t, api, "loc/app", "v1")
-	if loc := put.Header.Get("Location"); !strings.HasPrefix(loc, "/v2/loc/app/manifests/sha256:") {
-		t.Errorf("relative Location %q", loc)
 	}
 }
 
