@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -353,4 +354,34 @@ func TestUnixSocket(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, resp.Status
 	})
+}
+
+// storage.tag.concurrencylimit bounds the tag reads of a manifest delete,
+// which still removes every tag naming the manifest and no other.
+func TestTagConcurrencyLimit(t *testing.T) {
+	s := serve(t, "storage:\n  tag:\n    concurrencylimit: 2\n")
+	api := s.URL + "/v2/"
+	put := pushImage(t, api, "tagc/app", "keep")
+	other := put.Header.Get("Docker-Content-Digest")
+	put = pushImage(t, api, "tagc/app", "t0")
+	d := put.Header.Get("Docker-Content-Digest")
+	m := regtest.Do(t, hc, http.MethodGet, api+"tagc/app/manifests/t0", nil, "Accept", regtest.ManifestAccept)
+	for i := 1; i < 20; i++ {
+		r := regtest.Do(t, hc, http.MethodPut, api+"tagc/app/manifests/t"+strconv.Itoa(i), m.Body, "Content-Type", "application/vnd.oci.image.manifest.v1+json")
+		if r.Status != http.StatusCreated {
+			t.Fatalf("%v", r)
+		}
+	}
+	if d == other {
+		t.Fatal("the two images are one")
+	}
+	if r := regtest.Do(t, hc, http.MethodDelete, api+"tagc/app/manifests/"+d, nil); r.Status != http.StatusAccepted {
+		t.Fatalf("%v", r)
+	}
+	r := regtest.Do(t, hc, http.MethodGet, api+"tagc/app/tags/list", nil)
+	var tags struct{ Tags []string }
+	json.Unmarshal(r.Body, &tags)
+	if len(tags.Tags) != 1 || tags.Tags[0] != "keep" {
+		t.Errorf("tags after deleting the manifest of t0..t19: %q, want [keep]", tags.Tags)
+	}
 }
