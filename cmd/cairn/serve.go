@@ -27,6 +27,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/config"
 	"github.com/cairn-registry/cairn/internal/health"
 	"github.com/cairn-registry/cairn/internal/metrics"
+	"github.com/cairn-registry/cairn/internal/notify"
 	"github.com/cairn-registry/cairn/internal/redisconn"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/server"
@@ -135,12 +136,17 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		// Validated: an http or https URL with a host.
 		srvOpts.Host, _ = url.Parse(cfg.HTTP.Host)
 	}
-	srv := server.New(reg, srvOpts)
-
 	ln, err := net.Listen(cfg.HTTP.Net, cfg.HTTP.Addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	notifier := newNotifier(cfg.Notifications, log)
+	if notifier != nil {
+		srvOpts.Notifier = notifier
+		srvOpts.EventSource = notify.Source{Addr: ln.Addr().String(), InstanceID: notify.NewID()}
+		srvOpts.EventReferences = cfg.Notifications.Events.IncludeReferences
+	}
+	srv := server.New(reg, srvOpts)
 	httpSrv := &http.Server{
 		Handler:           srv,
 		TLSConfig:         tlsConfig,
@@ -225,6 +231,11 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	healthDone := make(chan struct{})
 	go func() { checker.Run(bg); close(healthDone) }()
 	defer func() { stopBG(); <-healthDone }()
+	if notifier != nil {
+		notifyDone := make(chan struct{})
+		go func() { notifier.Run(bg); close(notifyDone) }()
+		defer func() { stopBG(); <-notifyDone }()
+	}
 
 	go func() {
 		if tlsConfig != nil {
@@ -568,4 +579,26 @@ func newDescriptorCache(ctx context.Context, cfg *config.Config, m *metrics.Metr
 		return blobcache.NewRedis(client, prefix, c.TTL, m.CacheLookup), func() { client.Close() }, nil
 	}
 	return nil, func() {}, nil
+}
+
+// newNotifier returns the notifier of the enabled notification endpoints;
+// nil when there is none.
+func newNotifier(c config.Notifications, log *slog.Logger) *notify.Notifier {
+	var eps []notify.Endpoint
+	for _, e := range c.Endpoints {
+		if e.Disabled {
+			continue
+		}
+		eps = append(eps, notify.Endpoint{
+			Name: e.Name, URL: e.URL, Headers: http.Header(e.Headers),
+			Timeout: e.Timeout, Threshold: e.Threshold, Backoff: e.Backoff,
+			IgnoreMediaTypes: append(slices.Clone(e.Ignore.MediaTypes), e.IgnoredMediaTypes...),
+			IgnoreActions:    e.Ignore.Actions,
+		})
+		log.Info("notifications: sending events", "endpoint", e.Name)
+	}
+	if len(eps) == 0 {
+		return nil
+	}
+	return notify.New(eps, log)
 }

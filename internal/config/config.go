@@ -51,8 +51,7 @@ type Config struct {
 	// Catalog and Tags bound the pages of the listing endpoints.
 	Catalog Catalog `yaml:"catalog"`
 	Tags    Tags    `yaml:"tags"`
-	// Notifications is read so that endpoints distribution would have
-	// called are refused rather than silently skipped (see others.go).
+	// Notifications sends distribution's events to listeners.
 	Notifications Notifications `yaml:"notifications"`
 
 	_ notYet  `yaml:"middleware"`

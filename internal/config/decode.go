@@ -193,6 +193,11 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) error {
 		return d.value(n, v.Elem(), path)
 	case reflect.Struct:
 		return d.structure(n, v, path)
+	case reflect.Map:
+		if n.Kind != yaml.MappingNode {
+			return d.errorf(n, path, "expected a mapping, not %s", describe(n))
+		}
+		return d.decodeAny(n, v, path)
 	case reflect.Slice:
 		if v.Type().Elem().Kind() != reflect.Struct {
 			return d.decodeAny(n, v, path)
@@ -359,12 +364,6 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) error {
 			if err := d.value(val, v.Field(f.index), p); err != nil {
 				return err
 			}
-		}
-	}
-	// A section some of whose values have no effect in cairn says so.
-	if nt, ok := v.Addr().Interface().(interface{ notes(path string) []string }); ok {
-		for _, note := range nt.notes(path) {
-			d.warnf(n, "%s", note)
 		}
 	}
 	return nil

@@ -167,50 +167,6 @@ type Tags struct {
 	MaxTags int `yaml:"maxtags"`
 }
 
-// Notifications is distribution's event notifications section. cairn sends
-// no events yet: endpoints that are disabled are accepted (and reported),
-// an enabled one stops start-up, since its listener would miss every event.
-type Notifications struct {
-	Events    map[string]any         `yaml:"events"`
-	Endpoints []NotificationEndpoint `yaml:"endpoints"`
-}
-
-// NotificationEndpoint is one listener; only what decides whether cairn can
-// start is read.
-type NotificationEndpoint struct {
-	Name     string `yaml:"name"`
-	URL      string `yaml:"url"`
-	Disabled bool   `yaml:"disabled"`
-
-	Headers           any                 `yaml:"headers"`
-	Timeout           time.Duration       `yaml:"timeout"`
-	Threshold         int                 `yaml:"threshold"`
-	Backoff           time.Duration       `yaml:"backoff"`
-	IgnoredMediaTypes []string            `yaml:"ignoredmediatypes"`
-	Ignore            map[string][]string `yaml:"ignore"`
-}
-
-func (n *Notifications) notes(path string) []string {
-	if len(n.Endpoints) == 0 {
-		return nil
-	}
-	for _, e := range n.Endpoints {
-		if !e.Disabled {
-			return nil // validation refuses it
-		}
-	}
-	return []string{fmt.Sprintf("%s: cairn sends no event notifications; the %d endpoints are all disabled, so nothing is lost", path, len(n.Endpoints))}
-}
-
-func (n *Notifications) validate() error {
-	for i, e := range n.Endpoints {
-		if !e.Disabled {
-			return fmt.Errorf("config: notifications.endpoints[%d] (%s): cairn does not send event notifications; this listener would miss every event (set disabled: true to start anyway)", i, e.Name)
-		}
-	}
-	return nil
-}
-
 // Options returns the connection options for redisconn.Open.
 func (r *Redis) Options() redisconn.Options {
 	return redisconn.Options{

@@ -8,6 +8,9 @@ import (
 	"strconv"
 	"strings"
 
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/cairn-registry/cairn/internal/notify"
 	"github.com/cairn-registry/cairn/internal/registry"
 )
 
@@ -67,6 +70,7 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, rt route) {
 		s.writeError(w, r, err)
 		return
 	}
+	s.event(r, rt, notify.ActionPull, s.blobTarget(r, rt, d, size))
 	defer rc.Close()
 	w.WriteHeader(status)
 	// A failure now can only cut the response short; the client sees a
@@ -141,4 +145,5 @@ func (s *Server) deleteBlob(w http.ResponseWriter, r *http.Request, rt route) {
 	}
 	w.Header().Set("Content-Length", "0")
 	w.WriteHeader(http.StatusAccepted)
+	s.event(r, rt, notify.ActionDelete, notify.Target{Descriptor: ocispec.Descriptor{Digest: d}})
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cairn-registry/cairn/internal/auth"
+	"github.com/cairn-registry/cairn/internal/notify"
 	"github.com/cairn-registry/cairn/internal/registry"
 )
 
@@ -43,6 +44,12 @@ type Options struct {
 	// bound listing pages as distribution does; 0 leaves cairn's rules.
 	MaxCatalogEntries int
 	MaxTags           int
+	// Notifier, when set, receives an event for every push, pull, mount
+	// and delete (distribution's notifications), from EventSource;
+	// EventReferences adds a manifest's descriptors to its events.
+	Notifier        Notifier
+	EventSource     notify.Source
+	EventReferences bool
 	// Healthy, when set, is asked before every request: while it returns
 	// an error the request is answered 503 UNAVAILABLE, as distribution
 	// answers while a health check fails.

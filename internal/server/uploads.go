@@ -9,6 +9,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/notify"
 	"github.com/cairn-registry/cairn/internal/registry"
 )
 
@@ -41,6 +42,9 @@ func (s *Server) startUpload(w http.ResponseWriter, r *http.Request, rt route) {
 		}
 		if mounted {
 			s.blobCreated(w, r, rt.name, d)
+			if s.opts.Notifier != nil {
+				s.mountEvent(r, rt, d)
+			}
 			return
 		}
 		// Not mountable: the client uploads it in the session opened below.
@@ -53,8 +57,9 @@ func (s *Server) startUpload(w http.ResponseWriter, r *http.Request, rt route) {
 	if dg := q.Get("digest"); dg != "" {
 		// Monolithic upload: the whole blob is the POST body.
 		d, err := registry.ParseDigest(dg)
+		var size int64
 		if err == nil {
-			_, err = s.reg.FinishUpload(ctx, rt.name, id, d, r.Body, 0)
+			size, err = s.reg.FinishUpload(ctx, rt.name, id, d, r.Body, 0)
 		}
 		if err != nil {
 			s.reg.CancelUpload(ctx, rt.name, id)
@@ -62,6 +67,7 @@ func (s *Server) startUpload(w http.ResponseWriter, r *http.Request, rt route) {
 			return
 		}
 		s.blobCreated(w, r, rt.name, d)
+		s.event(r, rt, notify.ActionPush, s.blobTarget(r, rt, d, size))
 		return
 	}
 	s.uploadAccepted(w, r, rt.name, id, 0, http.StatusAccepted)
@@ -209,11 +215,25 @@ func (s *Server) finishUpload(w http.ResponseWriter, r *http.Request, rt route) 
 		}
 		body = r.Body
 	}
-	if _, err := s.reg.FinishUpload(ctx, rt.name, rt.ref, d, body, start); err != nil {
+	size, err := s.reg.FinishUpload(ctx, rt.name, rt.ref, d, body, start)
+	if err != nil {
 		s.writeRangeError(w, r, rt, err)
 		return
 	}
 	s.blobCreated(w, r, rt.name, d)
+	s.event(r, rt, notify.ActionPush, s.blobTarget(r, rt, d, size))
+}
+
+// mountEvent sends the event of blob d mounted into rt's repository, from
+// the repository the client named (none when it named none).
+func (s *Server) mountEvent(r *http.Request, rt route, d digest.Digest) {
+	size := int64(0)
+	if info, err := s.reg.StatBlob(r.Context(), rt.name, d); err == nil {
+		size = info.Size
+	}
+	t := s.blobTarget(r, rt, d, size)
+	t.FromRepository = r.URL.Query().Get("from")
+	s.event(r, rt, notify.ActionMount, t)
 }
 
 func (s *Server) cancelUpload(w http.ResponseWriter, r *http.Request, rt route) {
