@@ -21,6 +21,8 @@ import (
 	"time"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/crypto/acme"
+	"golang.org/x/crypto/acme/autocert"
 
 	"github.com/cairn-registry/cairn/internal/auth"
 	"github.com/cairn-registry/cairn/internal/blobcache"
@@ -484,11 +486,29 @@ func newTLSConfig(c *config.TLS) (*tls.Config, error) {
 	if c == nil {
 		return nil, nil
 	}
-	cert, err := tls.LoadX509KeyPair(c.Certificate, c.Key)
-	if err != nil {
-		return nil, fmt.Errorf("config: http.tls: certificate and key: %w", err)
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if le := c.LetsEncrypt; le != nil {
+		m := &autocert.Manager{
+			Cache:  autocert.DirCache(le.CacheFile),
+			Email:  le.Email,
+			Prompt: autocert.AcceptTOS,
+		}
+		if len(le.Hosts) > 0 {
+			m.HostPolicy = autocert.HostWhitelist(le.Hosts...)
+		}
+		if le.DirectoryURL != "" {
+			m.Client = &acme.Client{DirectoryURL: le.DirectoryURL}
+		}
+		tc.GetCertificate = m.GetCertificate
+		// TLS-ALPN-01: the ACME server proves the name on this listener.
+		tc.NextProtos = []string{acme.ALPNProto}
+	} else {
+		cert, err := tls.LoadX509KeyPair(c.Certificate, c.Key)
+		if err != nil {
+			return nil, fmt.Errorf("config: http.tls: certificate and key: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
 	}
-	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	if c.MinimumTLS == "tls1.3" {
 		tc.MinVersion = tls.VersionTLS13
 	}

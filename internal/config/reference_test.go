@@ -17,14 +17,16 @@ import (
 // Keys of distribution's reference that cairn refuses, stopping start-up,
 // with the reason each must print.
 var wantRefused = map[string]string{
-	"http.tls.letsencrypt": "cairn does not obtain certificates",
-	"proxy":                "cairn is not a pull-through cache",
+	"proxy": "cairn is not a pull-through cache",
 }
 
-// Placeholders of the reference that are no valid value (distribution
-// cannot load them either), with the error each must give.
-var wantInvalid = map[string]string{
-	"notifications.endpoints[0].headers": `expected a mapping, not "<http.Header>"`,
+// Values of the reference that are placeholders or fragments, no valid
+// configuration (distribution cannot load the first, and silently serves
+// plain HTTP with the second), with the error each must give and the key
+// to drop before loading again.
+var wantInvalid = map[string]struct{ why, drop string }{
+	"notifications.endpoints[0].headers": {`expected a mapping, not "<http.Header>"`, "notifications.endpoints[0].headers"},
+	"http.tls.letsencrypt.cachefile":     {"required", "http.tls"},
 }
 
 // Keys cairn ignores with a printed reason.
@@ -97,8 +99,9 @@ func loadReference(t *testing.T, name string, doc *yaml.Node, refused, ignored m
 				return
 			}
 			why, ok := wantRefused[m[1]]
+			drop := m[1]
 			if bad, placeholder := wantInvalid[m[1]]; placeholder {
-				why, ok = bad, true
+				why, ok, drop = bad.why, true, bad.drop
 			}
 			if !ok || !strings.Contains(err.Error(), why) {
 				t.Errorf("%s: refused %s: %v (want a refusal only of %q, with its reason)", name, m[1], err, slices.Sorted(maps.Keys(wantRefused)))
@@ -110,10 +113,10 @@ func loadReference(t *testing.T, name string, doc *yaml.Node, refused, ignored m
 			if _, placeholder := wantInvalid[m[1]]; !placeholder {
 				refused[m[1]] = true
 			}
-			if !removePath(doc, m[1]) {
-				t.Fatalf("%s: cannot remove %s", name, m[1])
+			if !removePath(doc, drop) {
+				t.Fatalf("%s: cannot remove %s", name, drop)
 			}
-			pruneEmpty(doc, m[1])
+			pruneEmpty(doc, drop)
 			continue
 		}
 	warnings:
@@ -148,7 +151,22 @@ func variants(root *yaml.Node) []*yaml.Node {
 		out = []*yaml.Node{dedupKeys(deepCopy(root), true), dedupKeys(deepCopy(root), false)}
 	}
 	out = splitChoices(out, "storage", []string{"filesystem", "azure", "gcs", "s3", "inmemory"})
-	return splitChoices(out, "auth", []string{"silly", "token", "htpasswd"})
+	out = splitChoices(out, "auth", []string{"silly", "token", "htpasswd"})
+	// A certificate and Let's Encrypt are alternatives too.
+	var split []*yaml.Node
+	for _, d := range out {
+		tls := child(child(d, "http"), "tls")
+		if child(tls, "letsencrypt") == nil || child(tls, "certificate") == nil {
+			split = append(split, d)
+			continue
+		}
+		files, acme := deepCopy(d), deepCopy(d)
+		removePath(files, "http.tls.letsencrypt")
+		removePath(acme, "http.tls.certificate")
+		removePath(acme, "http.tls.key")
+		split = append(split, files, acme)
+	}
+	return split
 }
 
 // splitChoices returns, for each document whose section holds several of
@@ -319,10 +337,11 @@ func TestDistributionReferenceThroughEnvironment(t *testing.T) {
 	for k := range wantRefused {
 		removePath(doc, k)
 	}
-	for k := range wantInvalid {
-		removePath(doc, k)
+	for _, v := range wantInvalid {
+		if v.drop != "http.tls" {
+			removePath(doc, v.drop)
+		}
 	}
-	pruneEmpty(doc, "http.tls.letsencrypt")
 	var environ []string
 	var walk func(n *yaml.Node, path []string)
 	walk = func(n *yaml.Node, path []string) {

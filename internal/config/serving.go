@@ -91,8 +91,24 @@ type TLS struct {
 	// names (TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, ...); empty means
 	// Go's defaults.
 	CipherSuites []string `yaml:"ciphersuites"`
+	// LetsEncrypt obtains and renews the certificate from an ACME server
+	// (TLS-ALPN-01 on this listener) instead of Certificate and Key.
+	LetsEncrypt *LetsEncrypt `yaml:"letsencrypt"`
+}
 
-	_ refused `yaml:"letsencrypt" why:"cairn does not obtain certificates; give certificate and key"`
+// LetsEncrypt configures certificates from Let's Encrypt (or another ACME
+// server).
+type LetsEncrypt struct {
+	// CacheFile is where certificates and the account key are kept (a
+	// directory, despite distribution's name for it).
+	CacheFile string `yaml:"cachefile"`
+	// Email is given to the ACME server for the account.
+	Email string `yaml:"email"`
+	// Hosts are the only names a certificate is requested for; empty
+	// allows any name a client asks for.
+	Hosts []string `yaml:"hosts"`
+	// DirectoryURL is the ACME server (default Let's Encrypt's).
+	DirectoryURL string `yaml:"directoryurl"`
 }
 
 // TLS client authentication modes (distribution's clientauth values).
@@ -195,10 +211,14 @@ func validHeaderName(name string) bool {
 
 func (h *HTTP) validateServing() error {
 	if t := h.TLS; t != nil {
-		if t.Certificate == "" {
+		switch le := t.LetsEncrypt; {
+		case le != nil && t.Certificate != "":
+			return errors.New("config: http.tls: give certificate and key, or letsencrypt, not both")
+		case le != nil && le.CacheFile == "":
+			return errors.New("config: http.tls.letsencrypt.cachefile: required")
+		case le == nil && t.Certificate == "":
 			return errors.New("config: http.tls.certificate: required with http.tls")
-		}
-		if t.Key == "" {
+		case le == nil && t.Key == "":
 			return errors.New("config: http.tls.key: required with http.tls")
 		}
 		switch t.ClientAuth {

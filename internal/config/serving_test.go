@@ -94,7 +94,7 @@ func TestServingKeysAreValidated(t *testing.T) {
 		{"tls 1.0", "http:\n  tls:\n    certificate: /c\n    key: /k\n    minimumtls: tls1.0\n", "config: http.tls.minimumtls: tls1.0 is insecure"},
 		{"tls version garbage", "http:\n  tls:\n    certificate: /c\n    key: /k\n    minimumtls: ssl3\n", `config: http.tls.minimumtls: "ssl3" is not one of tls1.2, tls1.3`},
 		{"clientauth garbage", "http:\n  tls:\n    certificate: /c\n    key: /k\n    clientauth: maybe\n", `config: http.tls.clientauth: "maybe" is not one of`},
-		{"letsencrypt", "http:\n  tls:\n    letsencrypt:\n      email: a@b\n", "config: http.tls.letsencrypt: refused: cairn does not obtain certificates"},
+		{"letsencrypt", "http:\n  tls:\n    letsencrypt:\n      email: a@b\n", "config: http.tls.letsencrypt.cachefile: required"},
 		{"debug addr", "http:\n  debug:\n    addr: nowhere\n", `config: http.debug.addr: "nowhere": missing port in address`},
 		{"debug addr is http addr", "http:\n  addr: 127.0.0.1:5000\n  debug:\n    addr: 127.0.0.1:5000\n", "config: http.debug.addr: \"127.0.0.1:5000\" is also http.addr"},
 		{"metrics path", "http:\n  debug:\n    addr: :5001\n    prometheus:\n      path: /readyz\n", `config: http.debug.prometheus.path: "/readyz" must start with /`},
