@@ -54,8 +54,9 @@ type Config struct {
 	// Notifications sends distribution's events to listeners.
 	Notifications Notifications `yaml:"notifications"`
 
-	_ notYet  `yaml:"middleware"`
-	_ refused `yaml:"proxy" why:"cairn is not a pull-through cache; without it, images the upstream holds would be NAME_UNKNOWN here"`
+	_ notYet `yaml:"middleware"`
+	// Proxy makes the registry a pull-through cache (see proxy.go).
+	Proxy *Proxy `yaml:"proxy"`
 	// Policy restricts what may be pushed.
 	Policy Policy   `yaml:"policy"`
 	_      obsolete `yaml:"reporting"`
