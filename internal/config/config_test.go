@@ -115,7 +115,7 @@ notifications:
       disabled: true
 `
 
-func TestDistributionConfigLoadsWithWarnings(t *testing.T) {
+func TestDistributionDevConfigLoads(t *testing.T) {
 	c, warnings, err := Parse([]byte(distributionDevConfig))
 	if err != nil {
 		t.Fatal(err)
