@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os/exec"
@@ -12,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
@@ -383,5 +386,46 @@ func TestTagConcurrencyLimit(t *testing.T) {
 	json.Unmarshal(r.Body, &tags)
 	if len(tags.Tags) != 1 || tags.Tags[0] != "keep" {
 		t.Errorf("tags after deleting the manifest of t0..t19: %q, want [keep]", tags.Tags)
+	}
+}
+
+// http.draintimeout bounds how long shutdown waits for requests in flight:
+// an upload whose body never ends does not keep the process alive.
+func TestDrainTimeout(t *testing.T) {
+	debug := cairnproc.FreeAddr(t)
+	s := serve(t, "http:\n  draintimeout: 1s\n  debug:\n    addr: "+debug+"\n")
+	r := regtest.Do(t, hc, http.MethodPost, s.URL+"/v2/drain/app/blobs/uploads/", nil)
+	if r.Status != http.StatusAccepted {
+		t.Fatal(r)
+	}
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, _ := http.NewRequest(http.MethodPatch, resolve(t, s.URL, r.Header.Get("Location")), pr)
+	req.Header.Set("Content-Type", "application/octet-stream")
+	sent := make(chan struct{})
+	go func() {
+		pw.Write([]byte("the first bytes of a body that never ends"))
+		close(sent)
+	}()
+	go func() {
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-sent
+	eventually(t, "the upload in flight", func() (bool, string) {
+		n := metric(t, debug, "cairn_uploads_in_progress")
+		return n == 1, fmt.Sprint(n, " uploads in progress")
+	})
+	if err := s.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// The hang guard is far above the drain timeout; cairn's default
+	// (60s) would outlast it.
+	if !s.Wait(30 * time.Second) {
+		t.Fatal("cairn still runs 30s after SIGTERM with draintimeout: 1s")
+	}
+	if !strings.Contains(s.Logs(), "timeout=1s") {
+		t.Errorf("the shutdown did not use the drain timeout:\n%s", s.Logs())
 	}
 }
