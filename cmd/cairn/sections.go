@@ -14,6 +14,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/blobcache"
 	"github.com/cairn-registry/cairn/internal/config"
 	"github.com/cairn-registry/cairn/internal/health"
+	"github.com/cairn-registry/cairn/internal/logmail"
 	"github.com/cairn-registry/cairn/internal/metrics"
 	"github.com/cairn-registry/cairn/internal/notify"
 	"github.com/cairn-registry/cairn/internal/redisconn"
@@ -41,18 +42,7 @@ func alternation(res []string) string {
 // formatter (text, json, logstash), fields on every line, and the caller
 // with reportcaller.
 func newLogger(w io.Writer, c config.Log) *slog.Logger {
-	var lvl slog.Level
-	switch c.Level {
-	case "debug":
-		lvl = slog.LevelDebug
-	case "warn":
-		lvl = slog.LevelWarn
-	case "error":
-		lvl = slog.LevelError
-	default:
-		lvl = slog.LevelInfo
-	}
-	opts := &slog.HandlerOptions{Level: lvl, AddSource: c.ReportCaller}
+	opts := &slog.HandlerOptions{Level: slogLevel(c.Level), AddSource: c.ReportCaller}
 	var h slog.Handler
 	switch c.Formatter {
 	case "json":
@@ -73,6 +63,22 @@ func newLogger(w io.Writer, c config.Log) *slog.Logger {
 		h = slog.NewJSONHandler(w, opts).WithAttrs([]slog.Attr{slog.String("@version", "1")})
 	default:
 		h = slog.NewTextHandler(w, opts)
+	}
+	for _, hook := range c.Hooks {
+		if hook.Disabled {
+			continue
+		}
+		var levels []slog.Level
+		for _, name := range hook.Levels {
+			l, _ := config.HookLevel(name) // validated
+			levels = append(levels, slogLevel(l))
+		}
+		o := hook.Options
+		h = logmail.New(h, logmail.Options{
+			Levels: levels, Addr: o.SMTP.Addr, Username: o.SMTP.Username, Password: o.SMTP.Password,
+			Insecure: o.SMTP.Insecure, From: o.From, To: o.To,
+			OnError: func(err error) { fmt.Fprintf(w, "cairn: %v\n", err) },
+		})
 	}
 	if len(c.Fields) > 0 {
 		attrs := make([]slog.Attr, 0, len(c.Fields))
@@ -167,4 +173,17 @@ func expireCached(log *slog.Logger, reg *registry.Registry, ttl time.Duration) t
 		}
 		return nil
 	}
+}
+
+// slogLevel maps a canonical level name to slog's.
+func slogLevel(name string) slog.Level {
+	switch name {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
 }

@@ -1,12 +1,12 @@
 // Package config loads cairn's YAML configuration. The keys are those of
 // distribution/distribution's config.yml, so a distribution configuration
 // works unchanged: keys cairn implements are honoured with distribution's
-// meaning; keys that make no sense for cairn are ignored with a printed
-// reason (ignored), or refused with one where running without them would
-// weaken the registry or serve the wrong data (refused); keys not done yet
-// are reported as such (notYet); and any other key is reported as unknown
-// with its full path. testdata/distribution holds distribution's reference
-// configurations, which the tests load.
+// meaning; keys it does not are refused with a one-line reason where
+// running without them would weaken the registry or serve the wrong data
+// (refused), else reported as not supported yet (notYet) or obsolete; and
+// any other key is reported as unknown with its full path.
+// testdata/distribution holds distribution's reference configurations,
+// which the tests load: every key in them is honoured.
 //
 // Environment variables override the file as in distribution:
 // REGISTRY_STORAGE_FILESYSTEM_ROOTDIRECTORY=/x sets storage.filesystem.rootdirectory.
@@ -78,8 +78,50 @@ type Log struct {
 	AccessLog AccessLog `yaml:"accesslog"`
 	// ReportCaller adds the source file and line to every line.
 	ReportCaller bool `yaml:"reportcaller"`
+	// Hooks mail log records of chosen levels (type mail, as in
+	// distribution).
+	Hooks []LogHook `yaml:"hooks"`
+}
 
-	_ ignored `yaml:"hooks" why:"cairn sends no mail from its logs; alert on its log lines or metrics instead"`
+// LogHook is one log hook; mail is the only type.
+type LogHook struct {
+	Type     string `yaml:"type"`
+	Disabled bool   `yaml:"disabled"`
+	// Levels are logrus's names: panic, fatal, error, warn (warning),
+	// info, debug, trace. cairn logs no panic or fatal records: they are
+	// read as error, its most severe level.
+	Levels  []string       `yaml:"levels"`
+	Options LogHookOptions `yaml:"options"`
+}
+
+// LogHookOptions say where mail goes.
+type LogHookOptions struct {
+	SMTP SMTPOptions `yaml:"smtp"`
+	From string      `yaml:"from"`
+	To   []string    `yaml:"to"`
+}
+
+// SMTPOptions locate the mail server.
+type SMTPOptions struct {
+	Addr     string `yaml:"addr"`
+	Username string `yaml:"username"`
+	Password string `yaml:"password"`
+	Insecure bool   `yaml:"insecure"`
+}
+
+// HookLevel maps a hook's level name to cairn's level name.
+func HookLevel(name string) (string, bool) {
+	switch strings.ToLower(name) {
+	case "panic", "fatal", "error":
+		return "error", true
+	case "warn", "warning":
+		return "warn", true
+	case "info":
+		return "info", true
+	case "debug", "trace":
+		return "debug", true
+	}
+	return "", false
 }
 
 // AccessLog configures the request log.
@@ -216,10 +258,6 @@ type refused struct{}
 // obsolete marks a key that older distribution versions read and current ones
 // dropped: reported as a warning, then ignored.
 type obsolete struct{}
-
-// ignored marks a distribution key that has no meaning for cairn; its why
-// tag is printed when the key is given, and the key is then ignored.
-type ignored struct{}
 
 // setDefaults fills the parameters of a filesystem section the user wrote.
 func (f *Filesystem) setDefaults() {

@@ -39,7 +39,6 @@ const (
 	notYetKind
 	refusedKind
 	obsoleteKind
-	ignoredKind
 )
 
 // fieldsOf maps the yaml key names of struct type t to its fields, including
@@ -60,8 +59,6 @@ func fieldsOf(t reflect.Type) map[string]field {
 			f.kind = refusedKind
 		case reflect.TypeFor[obsolete]():
 			f.kind = obsoleteKind
-		case reflect.TypeFor[ignored]():
-			f.kind = ignoredKind
 		default:
 			if !sf.IsExported() {
 				continue
@@ -356,8 +353,6 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) error {
 			d.warnf(k, "%s is not supported yet; ignored", p)
 		case f.kind == obsoleteKind:
 			d.warnf(k, "%s is obsolete (current distribution ignores it too); ignored", p)
-		case f.kind == ignoredKind:
-			d.warnf(k, "%s is ignored: %s", p, f.why)
 		case f.kind == refusedKind:
 			return d.errorf(k, p, "refused: %s", f.why)
 		default:

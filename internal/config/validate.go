@@ -24,6 +24,26 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("config: log.formatter: %q is not one of text, json, logstash", c.Log.Formatter)
 	}
+	for i, h := range c.Log.Hooks {
+		if h.Disabled {
+			continue
+		}
+		key := fmt.Sprintf("config: log.hooks[%d]", i)
+		if h.Type != "mail" {
+			return fmt.Errorf("%s.type: %q is not mail, the one hook type", key, h.Type)
+		}
+		for _, l := range h.Levels {
+			if _, ok := HookLevel(l); !ok {
+				return fmt.Errorf("%s.levels: %q is not one of panic, fatal, error, warn, info, debug, trace", key, l)
+			}
+		}
+		if err := validateAddr(h.Options.SMTP.Addr); err != nil {
+			return fmt.Errorf("%s.options.smtp.addr: %w", key, err)
+		}
+		if h.Options.From == "" || len(h.Options.To) == 0 {
+			return fmt.Errorf("%s.options: from and to are required", key)
+		}
+	}
 	if c.HTTP.Net != "unix" {
 		if err := validateAddr(c.HTTP.Addr); err != nil {
 			return fmt.Errorf("config: http.addr: %w", err)
