@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/cairn-registry/cairn/internal/blobcache"
 	"github.com/cairn-registry/cairn/internal/config"
@@ -20,7 +19,6 @@ import (
 	"github.com/cairn-registry/cairn/internal/redisconn"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
-	"github.com/cairn-registry/cairn/internal/task"
 )
 
 // Wiring of the configuration's optional sections that cairn serve (and,
@@ -159,20 +157,6 @@ func newNotifier(c config.Notifications, log *slog.Logger) *notify.Notifier {
 		return nil
 	}
 	return notify.New(eps, log)
-}
-
-// expireCached is the task that deletes what a pull-through cache fetched
-// longer than ttl ago.
-func expireCached(log *slog.Logger, reg *registry.Registry, ttl time.Duration) task.Func {
-	return func(ctx context.Context) error {
-		n, err := reg.ExpireCached(ctx, time.Now().Add(-ttl))
-		if err != nil && ctx.Err() == nil {
-			log.Warn("proxy expiry finished with errors", "expired", n, "err", err)
-		} else if n > 0 {
-			log.Info("proxy expiry", "expired", n)
-		}
-		return nil
-	}
 }
 
 // slogLevel maps a canonical level name to slog's.

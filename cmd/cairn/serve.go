@@ -26,7 +26,6 @@ import (
 	"github.com/cairn-registry/cairn/internal/health"
 	"github.com/cairn-registry/cairn/internal/metrics"
 	"github.com/cairn-registry/cairn/internal/notify"
-	"github.com/cairn-registry/cairn/internal/proxy"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/server"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
@@ -130,18 +129,6 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		MaxTags:           cfg.Tags.MaxTags,
 		Healthy:           checker.Err,
 	}
-	if p := cfg.Proxy; p != nil {
-		o := proxy.Options{RemoteURL: p.RemoteURL, Username: p.Username, Password: p.Password}
-		if p.Exec != nil {
-			o.ExecCommand, o.ExecLifetime = p.Exec.Command, p.Exec.Lifetime
-		}
-		remote, err := proxy.New(o)
-		if err != nil {
-			return fmt.Errorf("config: %w", err)
-		}
-		srvOpts.Proxy = remote
-		log.Info("pull-through cache", "remote", p.RemoteURL, "ttl", p.CacheTTL())
-	}
 	if cfg.HTTP.Host != "" {
 		// Validated: an http or https URL with a host.
 		srvOpts.Host, _ = url.Parse(cfg.HTTP.Host)
@@ -233,12 +220,6 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		if g := cfg.Storage.GC; g.Enabled {
 			runner.Every("gc", g.Interval, g.Interval, task.High, scheduledGC(log, reg.Driver(), cfg, m, store))
 			log.Info("gc scheduled", "interval", g.Interval, "delay", g.Delay, "delete_untagged", g.DeleteUntagged)
-		}
-		if p := cfg.Proxy; p != nil && p.CacheTTL() > 0 {
-			// Checked as often as the TTL, at least every second and at
-			// most every hour: content outlives it by at most that.
-			every := min(max(p.CacheTTL(), time.Second), time.Hour)
-			runner.Every("proxy expiry", every, every, task.High, expireCached(log, reg, p.CacheTTL()))
 		}
 	}
 	runnerDone := make(chan struct{})
@@ -338,12 +319,10 @@ func registryOptions(cfg *config.Config) registry.Options {
 	v := cfg.Validation.Manifests
 	opts := registry.Options{
 		DeleteEnabled:   cfg.Storage.Delete.Enabled,
+		SparseManifests: v.Sparse,
 		IndexPlatforms:  v.Indexes.Platforms,
 		TagLookups:      cfg.Storage.Tag.ConcurrencyLimit,
 		ManifestClasses: cfg.Policy.Repository.Classes,
-		// A pull-through cache stores a manifest before the blobs it
-		// names, which clients fetch afterwards.
-		SparseManifests: v.Sparse || cfg.Proxy != nil,
 	}
 	if cfg.Validation.URLChecks() {
 		// distribution joins each list into one alternation; the

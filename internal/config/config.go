@@ -54,9 +54,8 @@ type Config struct {
 	// Notifications sends distribution's events to listeners.
 	Notifications Notifications `yaml:"notifications"`
 
-	_ notYet `yaml:"middleware"`
-	// Proxy makes the registry a pull-through cache (see proxy.go).
-	Proxy *Proxy `yaml:"proxy"`
+	_ notYet  `yaml:"middleware"`
+	_ refused `yaml:"proxy" why:"cairn is not a pull-through cache; without it, images the upstream holds would be NAME_UNKNOWN here"`
 	// Policy restricts what may be pushed.
 	Policy Policy   `yaml:"policy"`
 	_      obsolete `yaml:"reporting"`

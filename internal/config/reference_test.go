@@ -16,7 +16,9 @@ import (
 
 // Keys of distribution's reference that cairn refuses, stopping start-up,
 // with the reason each must print.
-var wantRefused = map[string]string{}
+var wantRefused = map[string]string{
+	"proxy": "cairn is not a pull-through cache",
+}
 
 // Values of the reference that are placeholders or fragments, no valid
 // configuration (distribution cannot load the first, and silently serves
@@ -25,8 +27,6 @@ var wantRefused = map[string]string{}
 var wantInvalid = map[string]struct{ why, drop string }{
 	"notifications.endpoints[0].headers": {`expected a mapping, not "<http.Header>"`, "notifications.endpoints[0].headers"},
 	"http.tls.letsencrypt.cachefile":     {"required", "http.tls"},
-	"proxy.username":                     {"expected a string, not a list", "proxy.username"},
-	"proxy.password":                     {"expected a string, not a list", "proxy.password"},
 }
 
 // Keys cairn ignores with a printed reason.

@@ -77,11 +77,6 @@ func (c *Config) Validate() error {
 	if err := c.Notifications.validate(); err != nil {
 		return err
 	}
-	if c.Proxy != nil {
-		if err := c.Proxy.validate(); err != nil {
-			return err
-		}
-	}
 	switch {
 	case c.Catalog.MaxEntries < 0:
 		return fmt.Errorf("config: catalog.maxentries: must not be negative, not %d", c.Catalog.MaxEntries)

@@ -477,11 +477,6 @@ func (r *Registry) DeleteManifest(ctx context.Context, repo, ref string) error {
 	if !r.opts.DeleteEnabled {
 		return fmt.Errorf("%w: deletes are disabled", ErrUnsupported)
 	}
-	return r.deleteManifest(ctx, repo, ref)
-}
-
-// deleteManifest is DeleteManifest whatever storage.delete says.
-func (r *Registry) deleteManifest(ctx context.Context, repo, ref string) error {
 	tag, d, err := ParseReference(ref)
 	if err != nil {
 		return err

@@ -22,14 +22,6 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, rt route) {
 		return
 	}
 	info, err := s.reg.StatBlob(ctx, rt.name, d)
-	if errors.Is(err, registry.ErrBlobUnknown) && s.opts.Proxy != nil {
-		// Stored for another repository: linked here, not fetched again.
-		if ok, merr := s.reg.MountBlob(ctx, rt.name, d, ""); merr == nil && ok {
-			info, err = s.reg.StatBlob(ctx, rt.name, d)
-		} else if s.proxyBlob(w, r, rt, d) {
-			return
-		}
-	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -15,9 +15,6 @@ import (
 )
 
 func (s *Server) getManifest(w http.ResponseWriter, r *http.Request, rt route) {
-	if s.opts.Proxy != nil {
-		s.proxyManifest(r, rt)
-	}
 	get := s.reg.GetManifest
 	if r.Method == http.MethodHead {
 		get = s.reg.StatManifest

@@ -50,11 +50,6 @@ type Options struct {
 	Notifier        Notifier
 	EventSource     notify.Source
 	EventReferences bool
-	// Proxy, when set, makes the registry a pull-through cache of it
-	// (distribution's proxy section): manifests and blobs missing here are
-	// read from it and stored, a tag is checked against it on every
-	// manifest GET, and writes are UNSUPPORTED.
-	Proxy Upstream
 	// Healthy, when set, is asked before every request: while it returns
 	// an error the request is answered 503 UNAVAILABLE, as distribution
 	// answers while a health check fails.
@@ -289,10 +284,6 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, rt route) stri
 	}
 	if s.opts.ReadOnly && r.Method != http.MethodGet && r.Method != http.MethodHead {
 		s.writeError(w, r, errDenied)
-		return user
-	}
-	if s.opts.Proxy != nil && r.Method != http.MethodGet && r.Method != http.MethodHead {
-		s.writeError(w, r, errProxyPush)
 		return user
 	}
 	rt.user = user

@@ -3,7 +3,6 @@ package config
 import (
 	"errors"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -44,21 +43,20 @@ func TestServeDistributionDevConfig(t *testing.T) {
 	}
 }
 
-// A key cairn refuses stops start-up with one line naming the key and
-// why: here the debug listener's TLS, set through the environment on top
-// of distribution's config-dev.yml.
+// A configuration with a key cairn refuses stops start-up with one line
+// naming the key and why: distribution's config-cache.yml configures a
+// pull-through cache.
 func TestServeRefusesWithReason(t *testing.T) {
 	cmd := exec.Command(cairnproc.Binary(t), "serve", "--addr", cairnproc.FreeAddr(t), "--root", t.TempDir(),
-		"--config", filepath.Join(reference, "cmd-registry-config-dev.yml"))
-	cmd.Env = append(os.Environ(), "REGISTRY_HTTP_DEBUG_TLS_CERTIFICATE=/etc/cert.pem")
+		"--config", filepath.Join(reference, "cmd-registry-config-cache.yml"))
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
 		t.Fatalf("exit: %v, output %q", err, out)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	want := "cairn: config: REGISTRY_HTTP_DEBUG_TLS_CERTIFICATE: http.debug.tls: refused: cairn serves the debug listener over plain HTTP only"
-	if len(lines) != 1 || !strings.HasPrefix(lines[0], want) {
-		t.Errorf("output %q, want one line starting %q", out, want)
+	last := lines[len(lines)-1]
+	if !strings.HasPrefix(last, "cairn: config: proxy: refused: cairn is not a pull-through cache") {
+		t.Errorf("last line %q, want the refusal of proxy with its reason", last)
 	}
 }
