@@ -21,6 +21,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/dedup"
 	"github.com/cairn-registry/cairn/internal/dedup/pack"
 	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/redisconn"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -127,8 +128,20 @@ func dedupOptions(cfg *config.Config) dedup.Options {
 // release what deduplicated layers hold). It returns nil, nil when neither.
 func openMeta(ctx context.Context, cfg *config.Config, lockTimeout time.Duration) (meta.Store, error) {
 	if r := cfg.Storage.Dedup.Metadata.Redis; r != nil {
-		s, err := meta.OpenRedis(ctx, meta.RedisOptions{Addr: r.Addr, Username: r.Username, Password: r.Password, DB: r.DB, Prefix: r.Prefix})
+		o := meta.RedisOptions{Addr: r.Addr, Username: r.Username, Password: r.Password, DB: r.DB, Prefix: r.Prefix}
+		if r.Addr == "" {
+			// The redis section's server (validation made sure there is one).
+			c, err := redisconn.Open(ctx, cfg.Redis.Options())
+			if err != nil {
+				return nil, fmt.Errorf("dedup: metadata store: %w", err)
+			}
+			o.Client, o.OwnClient = c, true
+		}
+		s, err := meta.OpenRedis(ctx, o)
 		if err != nil {
+			if o.Client != nil {
+				o.Client.Close()
+			}
 			return nil, fmt.Errorf("dedup: %w", err)
 		}
 		return s, nil
@@ -229,7 +242,7 @@ func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	opts := dedupOptions(cfg)
 	opts.PreconstructDir = "" // the CLI serves nothing
-	log := newLogger(stderr, cfg.Log.Level)
+	log := newLogger(stderr, cfg.Log)
 	e, err := dedup.New(d, store, opts, log, nil)
 	if err != nil {
 		return err

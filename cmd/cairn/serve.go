@@ -11,15 +11,21 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
+	"regexp"
 	"sync/atomic"
 	"time"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/crypto/acme"
+	"golang.org/x/crypto/acme/autocert"
 
 	"github.com/cairn-registry/cairn/internal/auth"
 	"github.com/cairn-registry/cairn/internal/config"
+	"github.com/cairn-registry/cairn/internal/health"
 	"github.com/cairn-registry/cairn/internal/metrics"
+	"github.com/cairn-registry/cairn/internal/notify"
 	"github.com/cairn-registry/cairn/internal/proxy"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/server"
@@ -31,9 +37,6 @@ import (
 	"github.com/cairn-registry/cairn/internal/storage/driver/s3"
 	"github.com/cairn-registry/cairn/internal/task"
 )
-
-// shutdownTimeout bounds how long in-flight requests may run after SIGTERM.
-const shutdownTimeout = 60 * time.Second
 
 // Connection timeouts. Whole-request read and write timeouts would cut off
 // multi-gigabyte layer transfers, so slow clients are bounded instead by
@@ -69,7 +72,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := newLogger(stderr, cfg.Log.Level)
+	log := newLogger(stderr, cfg.Log)
 	for _, w := range warnings {
 		log.Warn("config: " + w)
 	}
@@ -110,6 +113,12 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	regOpts := registryOptions(cfg)
 	regOpts.Redirector = redirector
 	regOpts.Dedup = engine.Source
+	descriptors, closeDescriptors, err := newDescriptorCache(ctx, cfg, m)
+	if err != nil {
+		return err
+	}
+	defer closeDescriptors()
+	regOpts.Descriptors = descriptors
 	if store != nil {
 		regOpts.Observer = engine
 	}
@@ -118,12 +127,20 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		regOpts.Mirrored = func(repo string) bool { return mirror.Mirrors(repo) }
 	}
 	reg := registry.New(id, regOpts)
+	checker := health.New(healthChecks(cfg.Health, d))
 	srvOpts := server.Options{
-		ReadOnly:        cfg.Storage.Maintenance.ReadOnly.Enabled,
-		Logger:          log,
-		Auth:            authz,
-		Metrics:         m,
-		BodyIdleTimeout: bodyIdleTimeout,
+		ReadOnly:          cfg.Storage.Maintenance.ReadOnly.Enabled,
+		Logger:            log,
+		Auth:              authz,
+		Metrics:           m,
+		BodyIdleTimeout:   bodyIdleTimeout,
+		Headers:           http.Header(cfg.HTTP.Headers),
+		Prefix:            cfg.HTTP.Prefix,
+		AbsoluteURLs:      cfg.HTTP.RelativeURLs != nil && !*cfg.HTTP.RelativeURLs,
+		NoAccessLog:       cfg.Log.AccessLog.Disabled,
+		MaxCatalogEntries: cfg.Catalog.MaxEntries,
+		MaxTags:           cfg.Tags.MaxTags,
+		Healthy:           checker.Err,
 	}
 	if cfg.Proxy.Enabled() {
 		if mirror, err = newMirror(cfg.Proxy, reg, log); err != nil {
@@ -131,12 +148,21 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		srvOpts.Mirror = mirror
 	}
-	srv := server.New(reg, srvOpts)
-
-	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
+	if cfg.HTTP.Host != "" {
+		// Validated: an http or https URL with a host.
+		srvOpts.Host, _ = url.Parse(cfg.HTTP.Host)
+	}
+	ln, err := net.Listen(cfg.HTTP.Net, cfg.HTTP.Addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	notifier := newNotifier(cfg.Notifications, log)
+	if notifier != nil {
+		srvOpts.Notifier = notifier
+		srvOpts.EventSource = notify.Source{Addr: ln.Addr().String(), InstanceID: notify.NewID()}
+		srvOpts.EventReferences = cfg.Notifications.Events.IncludeReferences
+	}
+	srv := server.New(reg, srvOpts)
 	httpSrv := &http.Server{
 		Handler:           srv,
 		TLSConfig:         tlsConfig,
@@ -148,6 +174,12 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if cfg.HTTP.HTTP2.Disabled {
 		// A non-nil empty map keeps net/http from configuring HTTP/2.
 		httpSrv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
+	}
+	if cfg.HTTP.H2C.Enabled {
+		httpSrv.Protocols = new(http.Protocols)
+		httpSrv.Protocols.SetHTTP1(true)
+		httpSrv.Protocols.SetUnencryptedHTTP2(true)
+		httpSrv.Protocols.SetHTTP2(!cfg.HTTP.HTTP2.Disabled)
 	}
 	serveErr := make(chan error, 2)
 
@@ -170,14 +202,18 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 				if stopping.Load() {
 					return errors.New("shutting down")
 				}
+				if err := checker.Err(); err != nil {
+					return fmt.Errorf("health: %w", err)
+				}
 				return storageReady(ctx)
 			},
+			Handlers: map[string]http.Handler{"/debug/health": checker.Handler()},
 		}
 		if dc.Prometheus.Enabled {
 			opts.Metrics = m
 		}
 		if store != nil {
-			opts.Handlers = map[string]http.Handler{"/dedup/stats": statsHandler(engine)}
+			opts.Handlers["/dedup/stats"] = statsHandler(engine)
 		}
 		debugSrv = &http.Server{
 			Handler:           metrics.DebugHandler(opts),
@@ -185,7 +221,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			IdleTimeout:       idleTimeout,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		}
-		log.Info("debug listener: /metrics, /healthz, /readyz, /debug/pprof/", "addr", dln.Addr().String())
+		log.Info("debug listener: /metrics, /healthz, /readyz, /debug/health, /debug/pprof/", "addr", dln.Addr().String())
 		go func() { serveErr <- fmt.Errorf("debug listener: %w", debugSrv.Serve(dln)) }()
 	}
 	log.Info("cairn serving", "addr", ln.Addr().String(), "tls", tlsConfig != nil, "auth", authName(cfg.Auth),
@@ -219,6 +255,14 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	runnerDone := make(chan struct{})
 	go func() { runner.Run(bg); close(runnerDone) }()
 	defer func() { stopBG(); <-runnerDone }()
+	healthDone := make(chan struct{})
+	go func() { checker.Run(bg); close(healthDone) }()
+	defer func() { stopBG(); <-healthDone }()
+	if notifier != nil {
+		notifyDone := make(chan struct{})
+		go func() { notifier.Run(bg); close(notifyDone) }()
+		defer func() { stopBG(); <-notifyDone }()
+	}
 
 	go func() {
 		if tlsConfig != nil {
@@ -237,10 +281,10 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	log.Info("shutting down: finishing in-flight requests", "timeout", shutdownTimeout)
+	log.Info("shutting down: finishing in-flight requests", "timeout", cfg.HTTP.DrainTimeout)
 	stopping.Store(true)
 	stopBG()
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.HTTP.DrainTimeout)
 	defer cancel()
 	err = httpSrv.Shutdown(sctx)
 	if debugSrv != nil {
@@ -307,6 +351,20 @@ func registryOptions(cfg *config.Config) registry.Options {
 		DeleteEnabled:   cfg.Storage.Delete.Enabled,
 		SparseManifests: v.Sparse,
 		IndexPlatforms:  v.Indexes.Platforms,
+		TagLookups:      cfg.Storage.Tag.ConcurrencyLimit,
+		ManifestClasses: cfg.Policy.Repository.Classes,
+	}
+	if cfg.Validation.URLChecks() {
+		// distribution joins each list into one alternation; the
+		// expressions were compiled once by validation already.
+		rules := &registry.URLRules{}
+		if a := v.URLs.Allow; len(a) > 0 {
+			rules.Allow = regexp.MustCompile(alternation(a))
+		}
+		if d := v.URLs.Deny; len(d) > 0 {
+			rules.Deny = regexp.MustCompile(alternation(d))
+		}
+		opts.LayerURLs = rules
 	}
 	for _, p := range v.Indexes.PlatformList {
 		opts.PlatformList = append(opts.PlatformList, ocispec.Platform{OS: p.OS, Architecture: p.Architecture})
@@ -319,21 +377,6 @@ func rootOf(cfg *config.Config) string {
 		return cfg.Storage.Filesystem.RootDirectory
 	}
 	return ""
-}
-
-func newLogger(w io.Writer, level string) *slog.Logger {
-	var lvl slog.Level
-	switch level {
-	case "debug":
-		lvl = slog.LevelDebug
-	case "warn":
-		lvl = slog.LevelWarn
-	case "error":
-		lvl = slog.LevelError
-	default:
-		lvl = slog.LevelInfo
-	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl}))
 }
 
 // backgroundQueue bounds the background tasks waiting per priority.
@@ -387,7 +430,17 @@ func expireCache(log *slog.Logger, mirror *proxy.Cache) task.Func {
 func newMirror(c config.Proxy, reg *registry.Registry, log *slog.Logger) (*proxy.Cache, error) {
 	var ups []proxy.Upstream
 	for _, u := range c.All() {
-		ups = append(ups, proxy.Upstream{Prefix: u.Prefix, URL: u.RemoteURL, Username: u.Username, Password: u.Password, Revalidate: u.Revalidate, TTL: *u.TTL})
+		up := proxy.Upstream{Prefix: u.Prefix, URL: u.RemoteURL, Username: u.Username, Password: u.Password, Revalidate: u.Revalidate, TTL: *u.TTL}
+		if e := u.Exec; e != nil {
+			// distribution's lifetime: unset keeps the answer, 0 asks every time.
+			up.CredentialHelper, up.HelperLifetime = e.Command, -1
+			if e.Lifetime == nil {
+				up.HelperLifetime = 0
+			} else if *e.Lifetime > 0 {
+				up.HelperLifetime = *e.Lifetime
+			}
+		}
+		ups = append(ups, up)
 		log.Info("pull-through cache", "prefix", u.Prefix, "upstream", u.RemoteURL, "revalidate", u.Revalidate, "ttl", *u.TTL)
 	}
 	cache, err := proxy.New(reg, proxy.Options{Upstreams: ups, Log: log})
@@ -412,6 +465,8 @@ func newAuthorizer(c config.Auth) (auth.Authorizer, error) {
 				return nil, fmt.Errorf("config: auth.accesscontrol: %w", err)
 			}
 		}
+	case c.Silly != nil:
+		a = auth.NewSilly(c.Silly.Realm, c.Silly.Service)
 	case c.Token != nil:
 		t, err := auth.NewToken(auth.TokenOptions{
 			Realm:             c.Token.Realm,
@@ -462,6 +517,8 @@ func authName(c config.Auth) string {
 		name = "htpasswd"
 	case c.Token != nil:
 		name = "token"
+	case c.Silly != nil:
+		name = "silly"
 	}
 	if c.Anonymous.Pull {
 		name += "+anonymous-pull"
@@ -478,11 +535,29 @@ func newTLSConfig(c *config.TLS) (*tls.Config, error) {
 	if c == nil {
 		return nil, nil
 	}
-	cert, err := tls.LoadX509KeyPair(c.Certificate, c.Key)
-	if err != nil {
-		return nil, fmt.Errorf("config: http.tls: certificate and key: %w", err)
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if le := c.LetsEncrypt; le != nil {
+		m := &autocert.Manager{
+			Cache:  autocert.DirCache(le.CacheFile),
+			Email:  le.Email,
+			Prompt: autocert.AcceptTOS,
+		}
+		if len(le.Hosts) > 0 {
+			m.HostPolicy = autocert.HostWhitelist(le.Hosts...)
+		}
+		if le.DirectoryURL != "" {
+			m.Client = &acme.Client{DirectoryURL: le.DirectoryURL}
+		}
+		tc.GetCertificate = m.GetCertificate
+		// TLS-ALPN-01: the ACME server proves the name on this listener.
+		tc.NextProtos = []string{acme.ALPNProto}
+	} else {
+		cert, err := tls.LoadX509KeyPair(c.Certificate, c.Key)
+		if err != nil {
+			return nil, fmt.Errorf("config: http.tls: certificate and key: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
 	}
-	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	if c.MinimumTLS == "tls1.3" {
 		tc.MinVersion = tls.VersionTLS13
 	}
@@ -512,9 +587,15 @@ func newTLSConfig(c *config.TLS) (*tls.Config, error) {
 			}
 		}
 		tc.ClientCAs = pool
-		tc.ClientAuth = tls.RequireAndVerifyClientCert
-		if c.ClientAuth == config.ClientAuthIfGiven {
+		switch c.ClientAuth {
+		case config.ClientAuthIfGiven:
 			tc.ClientAuth = tls.VerifyClientCertIfGiven
+		case config.ClientAuthRequest:
+			tc.ClientAuth = tls.RequestClientCert
+		case config.ClientAuthAny:
+			tc.ClientAuth = tls.RequireAnyClientCert
+		default:
+			tc.ClientAuth = tls.RequireAndVerifyClientCert
 		}
 	}
 	return tc, nil

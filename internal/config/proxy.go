@@ -22,8 +22,18 @@ type Proxy struct {
 	// Revalidate (cairn) is how long a tag checked with the upstream is
 	// served without asking again (default 1m).
 	Revalidate time.Duration `yaml:"revalidate"`
+	// Exec gets the credentials from a Docker credential helper.
+	Exec *ProxyExec `yaml:"exec"`
 	// Upstreams (cairn) mirror several registries, by repository prefix.
 	Upstreams []ProxyUpstream `yaml:"upstreams"`
+}
+
+// ProxyExec is distribution's proxy.exec: a credential helper run as
+// `command get`, its answer kept for lifetime (unset: for ever; 0: asked
+// every time).
+type ProxyExec struct {
+	Command  string         `yaml:"command"`
+	Lifetime *time.Duration `yaml:"lifetime"`
 }
 
 // ProxyUpstream is one mirrored registry under a repository prefix.
@@ -34,6 +44,7 @@ type ProxyUpstream struct {
 	Password   string         `yaml:"password"`
 	TTL        *time.Duration `yaml:"ttl"`
 	Revalidate time.Duration  `yaml:"revalidate"`
+	Exec       *ProxyExec     `yaml:"exec"`
 }
 
 // Enabled reports whether any upstream is configured.
@@ -50,7 +61,7 @@ const defaultRevalidate = time.Minute
 func (p *Proxy) All() []ProxyUpstream {
 	var out []ProxyUpstream
 	if p.RemoteURL != "" {
-		out = append(out, ProxyUpstream{RemoteURL: p.RemoteURL, Username: p.Username, Password: p.Password, TTL: p.TTL, Revalidate: p.Revalidate})
+		out = append(out, ProxyUpstream{RemoteURL: p.RemoteURL, Username: p.Username, Password: p.Password, TTL: p.TTL, Revalidate: p.Revalidate, Exec: p.Exec})
 	}
 	out = append(out, p.Upstreams...)
 	for i := range out {
@@ -99,6 +110,9 @@ func (p *Proxy) validate() error {
 		}
 		if *u.TTL < 0 || u.Revalidate < 0 {
 			return fmt.Errorf("config: %s: ttl and revalidate must not be negative", key)
+		}
+		if u.Exec != nil && u.Exec.Command == "" {
+			return fmt.Errorf("config: %s: exec.command: required (a Docker credential helper)", strings.TrimSuffix(key, ".remoteurl"))
 		}
 	}
 	return nil

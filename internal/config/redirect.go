@@ -19,8 +19,8 @@ type Redirect struct {
 type Middleware struct {
 	Storage []StorageMiddleware `yaml:"storage"`
 
-	_ notYet `yaml:"registry"`
-	_ notYet `yaml:"repository"`
+	_ refused `yaml:"registry" why:"distribution's registry middlewares are code built into a distribution binary; cairn cannot run them"`
+	_ refused `yaml:"repository" why:"distribution's repository middlewares are code built into a distribution binary; cairn cannot run them"`
 }
 
 // StorageMiddleware is one entry of middleware.storage, in distribution's

@@ -12,8 +12,6 @@ storage:
   redirect:
     disable: true
 middleware:
-  registry:
-    - name: something
   storage:
     - name: redirect
       disabled: true
@@ -31,8 +29,11 @@ middleware:
 	if !c.Storage.Redirect.Disable {
 		t.Error("storage.redirect.disable not read")
 	}
-	if len(warnings) != 1 || !strings.Contains(warnings[0], "middleware.registry is not supported yet") {
-		t.Errorf("warnings = %q, want one for middleware.registry", warnings)
+	if len(warnings) != 0 {
+		t.Errorf("warnings = %q", warnings)
+	}
+	if _, _, err := Parse([]byte("middleware:\n  registry:\n    - name: something\n")); err == nil || !strings.Contains(err.Error(), "config: middleware.registry: refused: distribution's registry middlewares are code built into a distribution binary") {
+		t.Errorf("middleware.registry: %v, want a refusal with its reason", err)
 	}
 	sm, i, ok := c.Middleware.RedirectMiddleware()
 	if !ok || i != 1 || sm.Name != "cloudfront" || sm.Options["keypairid"] != "K2JCJMDEHXQW5F" || sm.Options["duration"] != "3000s" {

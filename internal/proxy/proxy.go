@@ -56,6 +56,11 @@ type Upstream struct {
 	// Username and Password authenticate to it (Basic, or to its token
 	// server); empty pulls anonymously.
 	Username, Password string
+	// CredentialHelper, when set, is a Docker credential helper that gives
+	// the credentials instead, asked again after HelperLifetime (0: kept
+	// for ever, negative: asked every time).
+	CredentialHelper string
+	HelperLifetime   time.Duration
 	// Revalidate is how long a tag checked with the upstream is served
 	// without asking again.
 	Revalidate time.Duration
@@ -132,7 +137,11 @@ func New(store Store, opts Options) (*Cache, error) {
 			}
 		}
 		host := base.Hostname()
-		c.mirrors = append(c.mirrors, &mirror{Upstream: u, up: newUpstream(base, u.Username, u.Password, hc),
+		up := newUpstream(base, u.Username, u.Password, hc)
+		if u.CredentialHelper != "" {
+			up.helper = &credHelper{command: u.CredentialHelper, lifetime: u.HelperLifetime}
+		}
+		c.mirrors = append(c.mirrors, &mirror{Upstream: u, up: up,
 			dockerHub: host == "registry-1.docker.io" || host == "docker.io" || host == "index.docker.io"})
 	}
 	slices.SortFunc(c.mirrors, func(a, b *mirror) int { return len(b.Prefix) - len(a.Prefix) })

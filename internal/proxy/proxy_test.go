@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -314,5 +316,32 @@ func TestExpire(t *testing.T) {
 	}
 	if ok, err := reg.MountBlob(ctx, "local/other", cd, ""); err != nil || ok {
 		t.Fatalf("the expired image's own config survived GC (mounted %v, %v)", ok, err)
+	}
+}
+
+// TestCredentialHelper: the credentials come from a Docker credential
+// helper (distribution's proxy.exec), asked with the upstream's host.
+func TestCredentialHelper(t *testing.T) {
+	c, _, _ := newTestCache(t)
+	dir := t.TempDir()
+	helper := filepath.Join(dir, "docker-credential-test")
+	script := "#!/bin/sh\nread host\necho \"$host\" >> " + filepath.Join(dir, "asked") + "\necho '{\"Username\":\"u\",\"Secret\":\"p\"}'\n"
+	if err := os.WriteFile(helper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m := c.mirrors[0]
+	m.up.user, m.up.pass = "", ""
+	m.up.helper = &credHelper{command: helper}
+	if _, err := c.Manifest(t.Context(), "up/app", "v1", false); err != nil {
+		t.Fatal(err)
+	}
+	asked, err := os.ReadFile(filepath.Join(dir, "asked"))
+	if err != nil || strings.TrimSpace(string(asked)) != m.up.base.Host {
+		t.Fatalf("helper asked for %q (%v), want %s", asked, err, m.up.base.Host)
+	}
+	m.up.helper = &credHelper{command: filepath.Join(dir, "missing")}
+	m.up.basic = true
+	if _, err := c.Manifest(t.Context(), "up/other", "v1", false); !errors.Is(err, ErrUpstream) {
+		t.Fatalf("a helper that cannot run: %v, want ErrUpstream", err)
 	}
 }

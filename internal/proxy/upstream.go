@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os/exec"
 	"strings"
 	"sync"
 	"time"
@@ -40,6 +41,7 @@ var errNotFound = errors.New("proxy: not found upstream")
 type upstream struct {
 	base       *url.URL
 	user, pass string
+	helper     *credHelper // when set, the credentials come from it
 	hc         *http.Client
 
 	mu     sync.Mutex
@@ -74,7 +76,11 @@ func (u *upstream) do(ctx context.Context, method, path, scope string, hdr http.
 		case tok.token != "" && time.Now().Before(tok.expires):
 			req.Header.Set("Authorization", "Bearer "+tok.token)
 		case basic:
-			req.SetBasicAuth(u.user, u.pass)
+			user, pass, err := u.credentials(ctx)
+			if err != nil {
+				return nil, err
+			}
+			req.SetBasicAuth(user, pass)
 		}
 		resp, err := u.hc.Do(req)
 		if err != nil {
@@ -100,7 +106,7 @@ func (u *upstream) authenticate(ctx context.Context, challenge, scope string) er
 	scheme, params := parseChallenge(challenge)
 	switch strings.ToLower(scheme) {
 	case "basic":
-		if u.user == "" {
+		if u.user == "" && u.helper == nil {
 			return fmt.Errorf("%w: it asks for credentials and none are configured", ErrUpstream)
 		}
 		u.mu.Lock()
@@ -125,8 +131,12 @@ func (u *upstream) authenticate(ctx context.Context, challenge, scope string) er
 	if err != nil {
 		return err
 	}
-	if u.user != "" {
-		req.SetBasicAuth(u.user, u.pass)
+	user, pass, err := u.credentials(ctx)
+	if err != nil {
+		return err
+	}
+	if user != "" {
+		req.SetBasicAuth(user, pass)
 	}
 	resp, err := u.hc.Do(req)
 	if err != nil {
@@ -154,6 +164,48 @@ func (u *upstream) authenticate(ctx context.Context, challenge, scope string) er
 	u.tokens[scope] = bearer{token: tok, expires: time.Now().Add(life)}
 	u.mu.Unlock()
 	return nil
+}
+
+// credentials are the configured username and password, or the
+// credential helper's.
+func (u *upstream) credentials(ctx context.Context) (user, pass string, err error) {
+	if u.helper != nil {
+		return u.helper.get(ctx, u.base.Host)
+	}
+	return u.user, u.pass, nil
+}
+
+// credHelper runs a Docker credential helper (distribution's proxy.exec):
+// `<command> get` with the registry's host on stdin answers
+// {"Username": ..., "Secret": ...}; the answer is kept for lifetime (0:
+// for ever, negative: asked for every authentication).
+type credHelper struct {
+	command  string
+	lifetime time.Duration
+
+	mu         sync.Mutex
+	user, pass string
+	fetched    time.Time
+}
+
+func (h *credHelper) get(ctx context.Context, host string) (string, string, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.fetched.IsZero() && h.lifetime >= 0 && (h.lifetime == 0 || time.Since(h.fetched) < h.lifetime) {
+		return h.user, h.pass, nil
+	}
+	cmd := exec.CommandContext(ctx, h.command, "get")
+	cmd.Stdin = strings.NewReader(host)
+	out, err := cmd.Output()
+	if err != nil {
+		return "", "", fmt.Errorf("%w: credential helper %s: %w", ErrUpstream, h.command, err)
+	}
+	var c struct{ Username, Secret string }
+	if err := json.Unmarshal(out, &c); err != nil {
+		return "", "", fmt.Errorf("%w: credential helper %s: %w", ErrUpstream, h.command, err)
+	}
+	h.user, h.pass, h.fetched = c.Username, c.Secret, time.Now()
+	return h.user, h.pass, nil
 }
 
 func cmpOr(a, b string) string {

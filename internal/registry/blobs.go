@@ -50,6 +50,12 @@ type DedupSource interface {
 
 // StatBlob describes blob d in repo.
 func (r *Registry) StatBlob(ctx context.Context, repo string, d digest.Digest) (BlobInfo, error) {
+	dc := r.opts.Descriptors
+	if dc != nil {
+		if size, ok := dc.Lookup(ctx, repo, d); ok {
+			return BlobInfo{Size: size}, nil
+		}
+	}
 	linked, err := r.linkedInRepo(ctx, repo, d)
 	if err != nil {
 		return BlobInfo{}, err
@@ -59,6 +65,9 @@ func (r *Registry) StatBlob(ctx context.Context, repo string, d digest.Digest) (
 	}
 	fi, err := driver.StatFile(ctx, r.d, layout.BlobData(d))
 	if err == nil {
+		if dc != nil {
+			dc.Remember(ctx, repo, d, fi.Size)
+		}
 		return BlobInfo{Size: fi.Size}, nil
 	}
 	if errors.Is(err, driver.ErrNotFound) && r.opts.Dedup != nil {
@@ -179,10 +188,23 @@ func (r *Registry) DeleteBlob(ctx context.Context, repo string, d digest.Digest)
 		return fmt.Errorf("%w: deletes are disabled", ErrUnsupported)
 	}
 	err := r.d.Delete(ctx, layout.LayerLinkDir(repo, d))
+	// Forgotten after the link is gone, so that a HEAD racing the delete
+	// cannot leave an entry behind it (unless it read the link before).
+	if dc := r.opts.Descriptors; dc != nil {
+		dc.Forget(ctx, repo, d)
+	}
 	if errors.Is(err, driver.ErrNotFound) {
 		return fmt.Errorf("%w: %s", ErrBlobUnknown, d)
 	}
 	return err
+}
+
+// ForgetBlob drops what the descriptor cache holds about blob d in repo:
+// the caller found the blob gone although StatBlob said it was there.
+func (r *Registry) ForgetBlob(ctx context.Context, repo string, d digest.Digest) {
+	if dc := r.opts.Descriptors; dc != nil {
+		dc.Forget(ctx, repo, d)
+	}
 }
 
 // MountBlob links blob d into repo without an upload when the caller may

@@ -25,6 +25,8 @@ var (
 	// ErrUnavailable: a pull-through cache's upstream could not answer
 	// for content the cache does not hold.
 	ErrUnavailable = errors.New("service unavailable")
+	// ErrDenied: the registry's policy does not allow the content.
+	ErrDenied = errors.New("requested access to the resource is denied")
 )
 
 // RangeError reports a chunk that does not continue an upload, or a request

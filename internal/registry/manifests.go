@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"mime"
 	"path"
+	"runtime"
 	"slices"
 	"strings"
 
 	"github.com/cairn-registry/cairn/internal/fence"
 	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/parallel"
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -23,6 +25,8 @@ const (
 	MediaTypeDockerManifest     = "application/vnd.docker.distribution.manifest.v2+json"
 	MediaTypeDockerManifestList = "application/vnd.docker.distribution.manifest.list.v2+json"
 	mediaTypeDockerSchema1      = "application/vnd.docker.distribution.manifest.v1+json"
+	mediaTypeDockerImageConfig  = "application/vnd.docker.container.image.v1+json"
+	mediaTypeDockerPluginConfig = "application/vnd.docker.plugin.v1+json"
 	mediaTypeDockerSchema1JWS   = "application/vnd.docker.distribution.manifest.v1+prettyjws"
 	mediaTypeDockerForeign      = "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip"
 )
@@ -309,6 +313,9 @@ func (r *Registry) validateManifest(ctx context.Context, repo, contentType strin
 	if err := validDescriptor("config", *m.Config); err != nil {
 		return err
 	}
+	if err := r.checkClass(m.Config.MediaType); err != nil {
+		return err
+	}
 	if err := r.requireLinkedBlob(ctx, repo, "config", *m.Config); err != nil {
 		return err
 	}
@@ -316,12 +323,38 @@ func (r *Registry) validateManifest(ctx context.Context, repo, contentType strin
 		if err := validDescriptor(fmt.Sprintf("layers[%d]", i), l); err != nil {
 			return err
 		}
+		if u := r.opts.LayerURLs; u != nil {
+			if err := u.check(fmt.Sprintf("layers[%d]", i), l.URLs); err != nil {
+				return err
+			}
+		}
 		if IsNonDistributable(l.MediaType) {
 			continue
 		}
 		if err := r.requireLinkedBlob(ctx, repo, fmt.Sprintf("layers[%d]", i), l); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkClass applies ManifestClasses to an image manifest's config type.
+func (r *Registry) checkClass(configType string) error {
+	allowed := r.opts.ManifestClasses
+	if len(allowed) == 0 {
+		return nil
+	}
+	var class string
+	switch configType {
+	case ocispec.MediaTypeImageConfig, mediaTypeDockerImageConfig:
+		class = "image"
+	case mediaTypeDockerPluginConfig:
+		class = "plugin"
+	default:
+		return fmt.Errorf("%w: unknown manifest class for %s", ErrDenied, configType)
+	}
+	if !slices.Contains(allowed, class) {
+		return fmt.Errorf("%w: registry does not allow %s manifest", ErrDenied, class)
 	}
 	return nil
 }
@@ -505,16 +538,27 @@ func (r *Registry) untagDigest(ctx context.Context, repo string, d digest.Digest
 		}
 		return err
 	}
-	for _, t := range tags {
+	// Each tag is one link read; storage.tag.concurrencylimit bounds how
+	// many are in flight, which on an object store is what a delete costs.
+	conc := r.opts.TagLookups
+	if conc <= 0 {
+		conc = runtime.GOMAXPROCS(0)
+	}
+	errs := make([]error, len(tags))
+	parallel.For(ctx, len(tags), conc, func(i int) {
+		t := tags[i]
 		cur, err := r.readLink(ctx, layout.TagCurrentLink(repo, t))
 		if err != nil || cur != d {
-			continue
+			return
 		}
 		if err := r.d.Delete(ctx, layout.TagDir(repo, t)); err != nil && !errors.Is(err, driver.ErrNotFound) {
-			return err
+			errs[i] = err
 		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
-	return nil
+	return ctx.Err()
 }
 
 // Tags returns repo's tags in lexical order. A repository that exists with

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -8,7 +9,9 @@ import (
 	"strings"
 
 	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/cairn-registry/cairn/internal/notify"
 	"github.com/cairn-registry/cairn/internal/registry"
 )
 
@@ -72,11 +75,15 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, rt route) {
 		rc, err = s.opts.Mirror.OpenBlob(ctx, rt.name, d, info, start)
 	} else {
 		rc, err = s.reg.OpenBlob(ctx, d, info, start)
+		if errors.Is(err, registry.ErrBlobUnknown) {
+			s.reg.ForgetBlob(ctx, rt.name, d)
+		}
 	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
+	s.event(r, rt, notify.ActionPull, s.blobTarget(r, rt, d, size))
 	defer rc.Close()
 	w.WriteHeader(status)
 	// A failure now can only cut the response short; the client sees a
@@ -179,4 +186,5 @@ func (s *Server) deleteBlob(w http.ResponseWriter, r *http.Request, rt route) {
 	}
 	w.Header().Set("Content-Length", "0")
 	w.WriteHeader(http.StatusAccepted)
+	s.event(r, rt, notify.ActionDelete, notify.Target{Descriptor: ocispec.Descriptor{Digest: d}})
 }

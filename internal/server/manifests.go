@@ -7,6 +7,10 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/cairn-registry/cairn/internal/notify"
 	"github.com/cairn-registry/cairn/internal/registry"
 )
 
@@ -39,6 +43,7 @@ func (s *Server) getManifest(w http.ResponseWriter, r *http.Request, rt route) {
 	w.WriteHeader(http.StatusOK)
 	if r.Method == http.MethodGet {
 		w.Write(m.Content)
+		s.event(r, rt, notify.ActionPull, s.manifestTarget(r, rt, m, rt.ref))
 	}
 }
 
@@ -63,7 +68,7 @@ func (s *Server) putManifest(w http.ResponseWriter, r *http.Request, rt route) {
 		return
 	}
 	h := w.Header()
-	h.Set("Location", "/v2/"+rt.name+"/manifests/"+string(res.Digest))
+	h.Set("Location", s.urls.location(r, "/v2/"+rt.name+"/manifests/"+string(res.Digest)))
 	h.Set("Docker-Content-Digest", string(res.Digest))
 	for _, t := range res.Tags {
 		h.Add("OCI-Tag", t)
@@ -73,6 +78,11 @@ func (s *Server) putManifest(w http.ResponseWriter, r *http.Request, rt route) {
 	}
 	h.Set("Content-Length", "0")
 	w.WriteHeader(http.StatusCreated)
+	if s.opts.Notifier != nil {
+		if m, err := registry.ParseManifest(res.Digest, content); err == nil {
+			s.event(r, rt, notify.ActionPush, s.manifestTarget(r, rt, m, rt.ref))
+		}
+	}
 }
 
 func (s *Server) deleteManifest(w http.ResponseWriter, r *http.Request, rt route) {
@@ -88,4 +98,10 @@ func (s *Server) deleteManifest(w http.ResponseWriter, r *http.Request, rt route
 	}
 	w.Header().Set("Content-Length", "0")
 	w.WriteHeader(http.StatusAccepted)
+	// A digest deletes the manifest, a tag only the tag.
+	if d, err := digest.Parse(rt.ref); err == nil {
+		s.event(r, rt, notify.ActionDelete, notify.Target{Descriptor: ocispec.Descriptor{Digest: d}})
+	} else {
+		s.event(r, rt, notify.ActionDelete, notify.Target{Tag: rt.ref})
+	}
 }

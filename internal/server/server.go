@@ -11,10 +11,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
 	"github.com/cairn-registry/cairn/internal/auth"
+	"github.com/cairn-registry/cairn/internal/notify"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/opencontainers/go-digest"
 )
@@ -30,6 +32,31 @@ type Options struct {
 	Auth auth.Authorizer
 	// Metrics, when set, receives one observation per request.
 	Metrics Observer
+	// Headers are added to every response (distribution's http.headers).
+	Headers http.Header
+	// Prefix ("" or "/path/") is the path the API is served under.
+	Prefix string
+	// Host, when set, is the base of every Location URL (http.host).
+	Host *url.URL
+	// AbsoluteURLs makes Location headers absolute URLs built from the
+	// request (http.relativeurls: false); by default they are paths.
+	AbsoluteURLs bool
+	// NoAccessLog drops the one log line per request.
+	NoAccessLog bool
+	// MaxCatalogEntries (catalog.maxentries) and MaxTags (tags.maxtags)
+	// bound listing pages as distribution does; 0 leaves cairn's rules.
+	MaxCatalogEntries int
+	MaxTags           int
+	// Notifier, when set, receives an event for every push, pull, mount
+	// and delete (distribution's notifications), from EventSource;
+	// EventReferences adds a manifest's descriptors to its events.
+	Notifier        Notifier
+	EventSource     notify.Source
+	EventReferences bool
+	// Healthy, when set, is asked before every request: while it returns
+	// an error the request is answered 503 UNAVAILABLE, as distribution
+	// answers while a health check fails.
+	Healthy func() error
 	// BodyIdleTimeout ends a request whose body delivers no byte for this
 	// long (0: no limit), so that a client trickling an upload cannot hold
 	// a connection forever. Whole-request timeouts cannot do this: a
@@ -87,6 +114,7 @@ type Server struct {
 	reg  *registry.Registry
 	opts Options
 	log  *slog.Logger
+	urls urlBuilder
 }
 
 // New returns a Server over reg.
@@ -95,7 +123,7 @@ func New(reg *registry.Registry, opts Options) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{reg: reg, opts: opts, log: log}
+	return &Server{reg: reg, opts: opts, log: log, urls: urlBuilder{prefix: opts.Prefix, host: opts.Host, relative: !opts.AbsoluteURLs}}
 }
 
 // routeKind names an API endpoint.
@@ -190,23 +218,43 @@ func parseRoute(p string) route {
 // ServeHTTP logs, measures and dispatches the request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	for name, values := range s.opts.Headers {
+		for _, v := range values {
+			w.Header().Add(name, v)
+		}
+	}
 	lw := &loggingWriter{ResponseWriter: w, status: http.StatusOK}
 	body := &countingReader{r: r.Body}
 	if s.opts.BodyIdleTimeout > 0 {
 		body.rc, body.idle = http.NewResponseController(w), s.opts.BodyIdleTimeout
 	}
 	r.Body = body
-	rt := parseRoute(r.URL.Path)
+	logPath := r.URL.Path
+	rt := route{}
+	if s.urls.stripPrefix(r) {
+		rt = parseRoute(r.URL.Path)
+	}
 	m := s.opts.Metrics
 	if m != nil && isUpload(rt, r.Method) {
 		m.UploadsInProgress(1)
 		defer m.UploadsInProgress(-1)
 	}
-	user := s.dispatch(lw, r, rt)
+	var user string
+	if err := s.unhealthy(); err != nil {
+		writeErrorBody(lw, http.StatusServiceUnavailable, apiError{Code: "UNAVAILABLE", Message: "service unavailable: " + err.Error()})
+	} else {
+		user = s.dispatch(lw, r, rt)
+	}
 	d := time.Since(start)
+	if m != nil {
+		m.ObserveRequest(routeNames[rt.kind], r.Method, lw.status, body.n, lw.n, d)
+	}
+	if s.opts.NoAccessLog {
+		return
+	}
 	s.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
 		slog.String("method", r.Method),
-		slog.String("path", r.URL.Path),
+		slog.String("path", logPath),
 		slog.Int("status", lw.status),
 		slog.Int64("bytes_in", body.n),
 		slog.Int64("bytes_out", lw.n),
@@ -215,9 +263,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		slog.String("user", user),
 		slog.String("user_agent", r.UserAgent()),
 	)
-	if m != nil {
-		m.ObserveRequest(routeNames[rt.kind], r.Method, lw.status, body.n, lw.n, d)
+}
+
+func (s *Server) unhealthy() error {
+	if s.opts.Healthy == nil {
+		return nil
 	}
+	return s.opts.Healthy()
 }
 
 // isUpload reports a request that carries blob data into an upload.

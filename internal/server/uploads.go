@@ -9,6 +9,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/notify"
 	"github.com/cairn-registry/cairn/internal/registry"
 )
 
@@ -40,7 +41,10 @@ func (s *Server) startUpload(w http.ResponseWriter, r *http.Request, rt route) {
 			return
 		}
 		if mounted {
-			s.blobCreated(w, rt.name, d)
+			s.blobCreated(w, r, rt.name, d)
+			if s.opts.Notifier != nil {
+				s.mountEvent(r, rt, d)
+			}
 			return
 		}
 		// Not mountable: the client uploads it in the session opened below.
@@ -53,18 +57,20 @@ func (s *Server) startUpload(w http.ResponseWriter, r *http.Request, rt route) {
 	if dg := q.Get("digest"); dg != "" {
 		// Monolithic upload: the whole blob is the POST body.
 		d, err := registry.ParseDigest(dg)
+		var size int64
 		if err == nil {
-			_, err = s.reg.FinishUpload(ctx, rt.name, id, d, r.Body, 0)
+			size, err = s.reg.FinishUpload(ctx, rt.name, id, d, r.Body, 0)
 		}
 		if err != nil {
 			s.reg.CancelUpload(ctx, rt.name, id)
 			s.writeError(w, r, err)
 			return
 		}
-		s.blobCreated(w, rt.name, d)
+		s.blobCreated(w, r, rt.name, d)
+		s.event(r, rt, notify.ActionPush, s.blobTarget(r, rt, d, size))
 		return
 	}
-	s.uploadAccepted(w, rt.name, id, 0, http.StatusAccepted)
+	s.uploadAccepted(w, r, rt.name, id, 0, http.StatusAccepted)
 }
 
 // mount links blob d into rt's repository from a source the caller may
@@ -83,17 +89,17 @@ func (s *Server) mount(r *http.Request, rt route, d digest.Digest) (bool, error)
 	return false, nil
 }
 
-func (s *Server) blobCreated(w http.ResponseWriter, name string, d digest.Digest) {
+func (s *Server) blobCreated(w http.ResponseWriter, r *http.Request, name string, d digest.Digest) {
 	h := w.Header()
-	h.Set("Location", blobLocation(name, d))
+	h.Set("Location", s.urls.location(r, blobLocation(name, d)))
 	h.Set("Docker-Content-Digest", string(d))
 	h.Set("Content-Length", "0")
 	w.WriteHeader(http.StatusCreated)
 }
 
-func (s *Server) uploadAccepted(w http.ResponseWriter, name, id string, size int64, status int) {
+func (s *Server) uploadAccepted(w http.ResponseWriter, r *http.Request, name, id string, size int64, status int) {
 	h := w.Header()
-	h.Set("Location", uploadLocation(name, id))
+	h.Set("Location", s.urls.location(r, uploadLocation(name, id)))
 	h.Set("Range", rangeHeader(size))
 	h.Set("Docker-Upload-UUID", id)
 	h.Set("Content-Length", "0")
@@ -106,7 +112,7 @@ func (s *Server) uploadStatus(w http.ResponseWriter, r *http.Request, rt route) 
 		s.writeError(w, r, err)
 		return
 	}
-	s.uploadAccepted(w, rt.name, rt.ref, size, http.StatusNoContent)
+	s.uploadAccepted(w, r, rt.name, rt.ref, size, http.StatusNoContent)
 }
 
 // chunkStart reads the Content-Range of a chunk: the offset it starts at,
@@ -176,7 +182,7 @@ func (s *Server) patchUpload(w http.ResponseWriter, r *http.Request, rt route) {
 		s.writeRangeError(w, r, rt, err)
 		return
 	}
-	s.uploadAccepted(w, rt.name, rt.ref, size, http.StatusAccepted)
+	s.uploadAccepted(w, r, rt.name, rt.ref, size, http.StatusAccepted)
 }
 
 // writeRangeError answers a failed chunk; a 416 carries the upload's
@@ -184,7 +190,7 @@ func (s *Server) patchUpload(w http.ResponseWriter, r *http.Request, rt route) {
 func (s *Server) writeRangeError(w http.ResponseWriter, r *http.Request, rt route, err error) {
 	if isRangeError(err) {
 		if size, serr := s.reg.UploadSize(r.Context(), rt.name, rt.ref); serr == nil {
-			w.Header().Set("Location", uploadLocation(rt.name, rt.ref))
+			w.Header().Set("Location", s.urls.location(r, uploadLocation(rt.name, rt.ref)))
 			w.Header().Set("Range", rangeHeader(size))
 		} else {
 			err = serr
@@ -209,11 +215,25 @@ func (s *Server) finishUpload(w http.ResponseWriter, r *http.Request, rt route) 
 		}
 		body = r.Body
 	}
-	if _, err := s.reg.FinishUpload(ctx, rt.name, rt.ref, d, body, start); err != nil {
+	size, err := s.reg.FinishUpload(ctx, rt.name, rt.ref, d, body, start)
+	if err != nil {
 		s.writeRangeError(w, r, rt, err)
 		return
 	}
-	s.blobCreated(w, rt.name, d)
+	s.blobCreated(w, r, rt.name, d)
+	s.event(r, rt, notify.ActionPush, s.blobTarget(r, rt, d, size))
+}
+
+// mountEvent sends the event of blob d mounted into rt's repository, from
+// the repository the client named (none when it named none).
+func (s *Server) mountEvent(r *http.Request, rt route, d digest.Digest) {
+	size := int64(0)
+	if info, err := s.reg.StatBlob(r.Context(), rt.name, d); err == nil {
+		size = info.Size
+	}
+	t := s.blobTarget(r, rt, d, size)
+	t.FromRepository = r.URL.Query().Get("from")
+	s.event(r, rt, notify.ActionMount, t)
 }
 
 func (s *Server) cancelUpload(w http.ResponseWriter, r *http.Request, rt route) {
