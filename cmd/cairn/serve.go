@@ -28,6 +28,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/notify"
 	"github.com/cairn-registry/cairn/internal/proxy"
 	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/cairn-registry/cairn/internal/retention"
 	"github.com/cairn-registry/cairn/internal/server"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/azure"
@@ -148,6 +149,21 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		srvOpts.Mirror = mirror
 	}
+	ret, err := newRetention(cfg, reg, false)
+	if err != nil {
+		return err
+	}
+	var pulls *retention.Pulls
+	if ret != nil {
+		pulls = retention.NewPulls(id)
+		srvOpts.Pulls = pulls
+		defer func() {
+			// What was pulled since the last flush.
+			if err := pulls.Flush(context.WithoutCancel(ctx)); err != nil {
+				log.Warn("retention: recording pulls", "err", err)
+			}
+		}()
+	}
 	if cfg.HTTP.Host != "" {
 		// Validated: an http or https URL with a host.
 		srvOpts.Host, _ = url.Parse(cfg.HTTP.Host)
@@ -247,9 +263,19 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		if every := expiryInterval(cfg.Proxy); mirror != nil && every > 0 {
 			runner.Every("proxy expiry", every, every, task.High, expireCache(log, mirror))
 		}
+		if pulls != nil {
+			runner.Every("pull records", time.Minute, time.Minute, task.Normal, func(ctx context.Context) error {
+				if err := pulls.Flush(ctx); err != nil && ctx.Err() == nil {
+					log.Warn("retention: recording pulls", "err", err)
+				}
+				return nil
+			})
+		}
 		if g := cfg.Storage.GC; g.Enabled {
-			runner.Every("gc", g.Interval, g.Interval, task.High, scheduledGC(log, reg.Driver(), cfg, m, store))
-			log.Info("gc scheduled", "interval", g.Interval, "delay", g.Delay, "delete_untagged", g.DeleteUntagged)
+			runner.Every("gc", g.Interval, g.Interval, task.High, scheduledGC(log, reg.Driver(), cfg, m, store, ret))
+			log.Info("gc scheduled", "interval", g.Interval, "delay", g.Delay, "delete_untagged", g.DeleteUntagged, "retention", ret != nil)
+		} else if ret != nil {
+			log.Warn("retention policies run with the scheduled GC, which is off (storage.gc.enabled): run cairn gc to apply them")
 		}
 	}
 	runnerDone := make(chan struct{})
