@@ -65,11 +65,12 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: serve: unexpected argument %q", errUsage, fs.Arg(0))
 	}
-	cfg, warnings, err := loadConfig(*configPath, *root, func(c *config.Config) {
+	overrides := func(c *config.Config) {
 		if *addr != "" {
 			c.HTTP.Addr = *addr
 		}
-	})
+	}
+	cfg, warnings, err := loadConfig(*configPath, *root, overrides)
 	if err != nil {
 		return err
 	}
@@ -89,6 +90,21 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	tlsConfig, err := newTLSConfig(cfg.HTTP.TLS)
 	if err != nil {
 		return err
+	}
+	// What a reload may replace while serving (reload.go).
+	rl := &reloader{log: log, cfg: cfg, load: func() (*config.Config, error) {
+		c, _, err := loadConfig(*configPath, *root, overrides)
+		return c, err
+	}}
+	if authz != nil {
+		rl.authz = auth.NewSwappable(authz)
+		authz = rl.authz
+	}
+	if tlsConfig != nil && len(tlsConfig.Certificates) == 1 {
+		rl.cert = new(atomic.Pointer[tls.Certificate])
+		rl.cert.Store(&tlsConfig.Certificates[0])
+		tlsConfig.Certificates = nil
+		tlsConfig.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return rl.cert.Load(), nil }
 	}
 	m := metrics.New()
 	id := metrics.InstrumentDriver(d, m)
@@ -278,6 +294,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			log.Warn("retention policies run with the scheduled GC, which is off (storage.gc.enabled): run cairn gc to apply them")
 		}
 	}
+	go rl.run(bg, *configPath)
 	runnerDone := make(chan struct{})
 	go func() { runner.Run(bg); close(runnerDone) }()
 	defer func() { stopBG(); <-runnerDone }()
