@@ -24,6 +24,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/retention"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/task"
+	"go.opentelemetry.io/otel/trace"
 )
 
 const gcUsage = `usage: cairn gc [--config FILE] [--root DIR] [--dry-run] [--delete-untagged] [--delay DURATION]
@@ -268,7 +269,7 @@ func (p *gcProgress) print(pr gc.Progress) {
 // scheduledGC is the task of a scheduled garbage collection (the Runner
 // adds jitter, so that nodes sharing a store do not start together). A turn
 // is skipped while another node's or process's run is active.
-func scheduledGC(log *slog.Logger, d driver.Driver, cfg *config.Config, m *metrics.Metrics, store meta.Store, ret *retention.Retention) task.Func {
+func scheduledGC(log *slog.Logger, d driver.Driver, cfg *config.Config, m *metrics.Metrics, store meta.Store, ret *retention.Retention, tracer trace.Tracer) task.Func {
 	g := cfg.Storage.GC
 	opts := gcOptions(g)
 	if err := withDedup(&opts, d, store, cfg); err != nil {
@@ -281,6 +282,8 @@ func scheduledGC(log *slog.Logger, d driver.Driver, cfg *config.Config, m *metri
 			}
 			return nil
 		}
+		ctx, span := tracer.Start(ctx, "gc.run")
+		defer span.End()
 		// Retention first: the blobs what it deletes leaves unreferenced
 		// go in this run.
 		if _, err := applyRetention(ctx, log, ret); err != nil && ctx.Err() == nil {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"golang.org/x/crypto/acme"
 	"golang.org/x/crypto/acme/autocert"
 
@@ -37,6 +38,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
 	"github.com/cairn-registry/cairn/internal/storage/driver/s3"
 	"github.com/cairn-registry/cairn/internal/task"
+	"github.com/cairn-registry/cairn/internal/tracing"
 )
 
 // Connection timeouts. Whole-request read and write timeouts would cut off
@@ -106,11 +108,20 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		tlsConfig.Certificates = nil
 		tlsConfig.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return rl.cert.Load(), nil }
 	}
+	tr, err := tracing.Setup(ctx, versionString(), os.Getenv)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := tr.Shutdown(context.WithoutCancel(ctx)); err != nil {
+			log.Warn("tracing: flushing spans", "err", err)
+		}
+	}()
 	m := metrics.New()
-	id := metrics.InstrumentDriver(d, m)
+	id := metrics.InstrumentDriver(d, m, tr.Tracer("storage"))
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
-	engine, store, err := openDedup(bg, cfg, id, log, m)
+	engine, store, err := openDedup(bg, cfg, id, log, m, tr.Tracer("dedup"))
 	if err != nil {
 		return err
 	}
@@ -195,8 +206,16 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		srvOpts.EventReferences = cfg.Notifications.Events.IncludeReferences
 	}
 	srv := server.New(reg, srvOpts)
+	var handler http.Handler = srv
+	if tr.Enabled {
+		// A span per request, named by method and route; the propagated
+		// context of a caller's trace is its parent.
+		handler = otelhttp.NewHandler(srv, "cairn", otelhttp.WithTracerProvider(tr.Provider), otelhttp.WithPropagators(tr.Propagator),
+			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " " + server.RouteName(r.URL.Path) }))
+		log.Info("tracing on: spans exported over OTLP (OTEL_* environment)")
+	}
 	httpSrv := &http.Server{
-		Handler:           srv,
+		Handler:           handler,
 		TLSConfig:         tlsConfig,
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       idleTimeout,
@@ -288,7 +307,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			})
 		}
 		if g := cfg.Storage.GC; g.Enabled {
-			runner.Every("gc", g.Interval, g.Interval, task.High, scheduledGC(log, reg.Driver(), cfg, m, store, ret))
+			runner.Every("gc", g.Interval, g.Interval, task.High, scheduledGC(log, reg.Driver(), cfg, m, store, ret, tr.Tracer("gc")))
 			log.Info("gc scheduled", "interval", g.Interval, "delay", g.Delay, "delete_untagged", g.DeleteUntagged, "retention", ret != nil)
 		} else if ret != nil {
 			log.Warn("retention policies run with the scheduled GC, which is off (storage.gc.enabled): run cairn gc to apply them")

@@ -35,6 +35,8 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
 	"github.com/cairn-registry/cairn/internal/dedup/pack"
@@ -126,6 +128,9 @@ type Options struct {
 	// while a GET waits for one (cache.Disk).
 	PredictRebuilds int
 
+	// Tracer traces each layer's processing (nil: not traced).
+	Tracer trace.Tracer
+
 	// Packs tunes how unique files are packed and read back (package
 	// pack; zero values take its defaults).
 	Packs pack.Options
@@ -178,6 +183,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.PredictRebuilds <= 0 {
 		o.PredictRebuilds = max(1, runtime.GOMAXPROCS(0)-1)
+	}
+	if o.Tracer == nil {
+		o.Tracer = noop.NewTracerProvider().Tracer("")
 	}
 	return o
 }

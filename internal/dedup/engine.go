@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cairn-registry/cairn/internal/dedup/cache"
 	"github.com/cairn-registry/cairn/internal/dedup/pack"
@@ -334,11 +337,16 @@ func (w *Worker) runJob(ctx context.Context, j job) {
 			w.enqueueJob(*next)
 		}
 	}()
+	ctx, span := w.opts.Tracer.Start(ctx, "dedup.layer", trace.WithAttributes(
+		attribute.String("cairn.layer", j.layer.String()), attribute.String("cairn.dedup.mode", string(j.mode))))
+	defer span.End()
 	start := time.Now()
 	out, err := w.leased(ctx, j.layer, func(ctx context.Context) (outcome, error) {
 		return w.process(ctx, j.layer, j.mode, j.recheck)
 	})
+	span.SetAttributes(attribute.String("cairn.dedup.outcome", string(out)))
 	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
 		if ctx.Err() == nil {
 			w.log.Warn("dedup: layer failed, stays pending", "layer", j.layer, "err", err)
 			w.metrics.DedupProcessed("error")

@@ -4,9 +4,14 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -40,13 +45,23 @@ type opMetrics struct {
 	calls   prometheus.Counter
 	errors  prometheus.Counter
 	latency prometheus.Observer
+	name    string       // the span's name: "storage." + the operation
+	tracer  trace.Tracer // a no-op one when tracing is off
 }
 
-func (o *opMetrics) done(start time.Time, err error) {
-	o.calls.Inc()
-	o.latency.Observe(time.Since(start).Seconds())
-	if failed(err) {
-		o.errors.Inc()
+// begin starts timing one call, in a span of its own (a child of ctx's)
+// naming the path; the returned func ends both.
+func (o *opMetrics) begin(ctx context.Context, path string) (context.Context, func(error)) {
+	ctx, span := o.tracer.Start(ctx, o.name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attribute.String("cairn.storage.path", path)))
+	start := time.Now()
+	return ctx, func(err error) {
+		o.calls.Inc()
+		o.latency.Observe(time.Since(start).Seconds())
+		if failed(err) {
+			o.errors.Inc()
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
 	}
 }
 
@@ -58,10 +73,13 @@ func failed(err error) bool {
 }
 
 // InstrumentDriver returns d with every call counted by operation, timed,
-// and its failures counted. Readers are returned unwrapped, so that blob
-// GETs keep the kernel's sendfile path; writers are wrapped to time Commit
-// and Cancel.
-func InstrumentDriver(d driver.Driver, m *Metrics) driver.Driver {
+// its failures counted, and traced as a span by tracer (nil: none).
+// Readers are returned unwrapped, so that blob GETs keep the kernel's
+// sendfile path; writers are wrapped to time Commit and Cancel.
+func InstrumentDriver(d driver.Driver, m *Metrics, tracer trace.Tracer) driver.Driver {
+	if tracer == nil {
+		tracer = noop.NewTracerProvider().Tracer("")
+	}
 	name := d.Name()
 	ops := make(map[string]*opMetrics, len(operations))
 	for _, op := range operations {
@@ -69,6 +87,8 @@ func InstrumentDriver(d driver.Driver, m *Metrics) driver.Driver {
 			calls:   m.storageOps.WithLabelValues(name, op),
 			errors:  m.storageErrors.WithLabelValues(name, op),
 			latency: m.storageLatency.WithLabelValues(name, op),
+			name:    "storage." + op,
+			tracer:  tracer,
 		}
 	}
 	return &instrumented{
@@ -99,37 +119,37 @@ func (i *instrumented) Name() string { return i.d.Name() }
 func (i *instrumented) Unwrap() driver.Driver { return i.d }
 
 func (i *instrumented) GetContent(ctx context.Context, path string) ([]byte, error) {
-	start := time.Now()
+	ctx, done := i.get.begin(ctx, path)
 	b, err := i.d.GetContent(ctx, path)
-	i.get.done(start, err)
+	done(err)
 	return b, err
 }
 
 func (i *instrumented) PutContent(ctx context.Context, path string, content []byte) error {
-	start := time.Now()
+	ctx, done := i.put.begin(ctx, path)
 	err := i.d.PutContent(ctx, path, content)
-	i.put.done(start, err)
+	done(err)
 	return err
 }
 
 func (i *instrumented) Reader(ctx context.Context, path string, offset int64) (io.ReadCloser, error) {
-	start := time.Now()
+	ctx, done := i.reader.begin(ctx, path)
 	rc, err := i.d.Reader(ctx, path, offset)
-	i.reader.done(start, err)
+	done(err)
 	return rc, err
 }
 
 func (i *instrumented) ReadRange(ctx context.Context, path string, offset, length int64) (io.ReadCloser, error) {
-	start := time.Now()
+	ctx, done := i.readRange.begin(ctx, path)
 	rc, err := i.d.ReadRange(ctx, path, offset, length)
-	i.readRange.done(start, err)
+	done(err)
 	return rc, err
 }
 
 func (i *instrumented) Writer(ctx context.Context, path string, append bool) (driver.FileWriter, error) {
-	start := time.Now()
+	ctx, done := i.writer.begin(ctx, path)
 	w, err := i.d.Writer(ctx, path, append)
-	i.writer.done(start, err)
+	done(err)
 	if err != nil {
 		return nil, err
 	}
@@ -137,54 +157,54 @@ func (i *instrumented) Writer(ctx context.Context, path string, append bool) (dr
 }
 
 func (i *instrumented) Stat(ctx context.Context, path string) (driver.FileInfo, error) {
-	start := time.Now()
+	ctx, done := i.stat.begin(ctx, path)
 	fi, err := i.d.Stat(ctx, path)
-	i.stat.done(start, err)
+	done(err)
 	return fi, err
 }
 
 // StatFile implements driver.FileStater, observed as a stat: without it
 // driver.StatFile would reach the wrapped driver past the metrics.
 func (i *instrumented) StatFile(ctx context.Context, path string) (driver.FileInfo, error) {
-	start := time.Now()
+	ctx, done := i.stat.begin(ctx, path)
 	fi, err := driver.StatFile(ctx, i.d, path)
-	i.stat.done(start, err)
+	done(err)
 	return fi, err
 }
 
 func (i *instrumented) List(ctx context.Context, path string) ([]string, error) {
-	start := time.Now()
+	ctx, done := i.list.begin(ctx, path)
 	out, err := i.d.List(ctx, path)
-	i.list.done(start, err)
+	done(err)
 	return out, err
 }
 
 func (i *instrumented) Move(ctx context.Context, src, dst string) error {
-	start := time.Now()
+	ctx, done := i.move.begin(ctx, "")
 	err := i.d.Move(ctx, src, dst)
-	i.move.done(start, err)
+	done(err)
 	return err
 }
 
 func (i *instrumented) Delete(ctx context.Context, path string) error {
-	start := time.Now()
+	ctx, done := i.delete.begin(ctx, path)
 	err := i.d.Delete(ctx, path)
-	i.delete.done(start, err)
+	done(err)
 	return err
 }
 
 // Walk is timed as a whole, including the time fn takes.
 func (i *instrumented) Walk(ctx context.Context, path string, fn driver.WalkFn) error {
-	start := time.Now()
+	ctx, done := i.walk.begin(ctx, path)
 	err := i.d.Walk(ctx, path, fn)
-	i.walk.done(start, err)
+	done(err)
 	return err
 }
 
 func (i *instrumented) DeleteFiles(ctx context.Context, paths []string) (int, error) {
-	start := time.Now()
+	ctx, done := i.deleteFiles.begin(ctx, strconv.Itoa(len(paths))+" paths")
 	n, err := i.d.DeleteFiles(ctx, paths)
-	i.deleteFiles.done(start, err)
+	done(err)
 	if n > 0 {
 		i.deleted.Add(float64(n))
 	}
@@ -197,15 +217,15 @@ type instrumentedWriter struct {
 }
 
 func (w *instrumentedWriter) Commit(ctx context.Context) error {
-	start := time.Now()
+	ctx, done := w.commit.begin(ctx, "")
 	err := w.FileWriter.Commit(ctx)
-	w.commit.done(start, err)
+	done(err)
 	return err
 }
 
 func (w *instrumentedWriter) Cancel(ctx context.Context) error {
-	start := time.Now()
+	ctx, done := w.cancel.begin(ctx, "")
 	err := w.FileWriter.Cancel(ctx)
-	w.cancel.done(start, err)
+	done(err)
 	return err
 }

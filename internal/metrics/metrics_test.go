@@ -79,7 +79,7 @@ func TestInstrumentDriver(t *testing.T) {
 	ctx := context.Background()
 	m := New()
 	inner := &fileStater{Driver: inmemory.New()}
-	d := InstrumentDriver(inner, m)
+	d := InstrumentDriver(inner, m, nil)
 	if d.Name() != "inmemory" {
 		t.Errorf("Name() = %q", d.Name())
 	}

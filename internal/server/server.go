@@ -144,6 +144,10 @@ const (
 	routeUpload
 )
 
+// RouteName names the API route of path ("manifest", "blob", ...), as
+// metrics label it: a trace's span name.
+func RouteName(path string) string { return routeNames[parseRoute(path).kind] }
+
 // routeNames label a route's metrics.
 var routeNames = [...]string{
 	routeNone:        "unknown",
