@@ -12,8 +12,9 @@ ORAS_SRC="oras.land/oras@v1.2.3 ./cmd/oras"
 
 # Debian packages: skopeo and podman; uidmap for podman's user namespace setup;
 # golang-github-containers-common (a podman/skopeo dependency) ships
-# /etc/containers/policy.json and registries.conf.
-DEBIAN_PACKAGES=(skopeo podman uidmap golang-github-containers-common)
+# /etc/containers/policy.json and registries.conf; chromium renders the web
+# page in test/webui (headless).
+DEBIAN_PACKAGES=(skopeo podman uidmap golang-github-containers-common chromium)
 
 _as_root() {
 	if [[ $(id -u) == 0 ]]; then
@@ -82,6 +83,7 @@ tool_versions() {
 	done
 	command -v skopeo >/dev/null && out+=("$(skopeo --version)")
 	command -v podman >/dev/null && out+=("$(podman --version)")
+	command -v chromium >/dev/null && out+=("$(chromium --version 2>/dev/null)")
 	local IFS=';'
 	printf '%s\n' "${out[*]}"
 }

@@ -189,8 +189,11 @@ run_tests() {
 	# shellcheck disable=SC2086
 	go test -count=1 "${timeout[@]}" "${race[@]}" $internal || rc=1
 	if [[ -n $others ]]; then
+		# Artifacts the tests keep (test/webui's screenshots) go to
+		# test-artifacts/_artifacts/.
+		rm -rf test-artifacts && mkdir -p test-artifacts
 		# shellcheck disable=SC2086
-		go test -count=1 "${timeout[@]}" $others || rc=1
+		go test -count=1 "${timeout[@]}" -artifacts -outputdir "$PWD/test-artifacts" $others || rc=1
 	fi
 	return $rc
 }

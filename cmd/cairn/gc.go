@@ -24,6 +24,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/retention"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/task"
+	"github.com/cairn-registry/cairn/internal/webui"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -269,7 +270,7 @@ func (p *gcProgress) print(pr gc.Progress) {
 // scheduledGC is the task of a scheduled garbage collection (the Runner
 // adds jitter, so that nodes sharing a store do not start together). A turn
 // is skipped while another node's or process's run is active.
-func scheduledGC(log *slog.Logger, d driver.Driver, cfg *config.Config, m *metrics.Metrics, store meta.Store, ret *retention.Retention, tracer trace.Tracer) task.Func {
+func scheduledGC(log *slog.Logger, d driver.Driver, cfg *config.Config, m *metrics.Metrics, store meta.Store, ret *retention.Retention, tracer trace.Tracer, history *webui.History) task.Func {
 	g := cfg.Storage.GC
 	opts := gcOptions(g)
 	if err := withDedup(&opts, d, store, cfg); err != nil {
@@ -295,6 +296,11 @@ func scheduledGC(log *slog.Logger, d driver.Driver, cfg *config.Config, m *metri
 			return nil
 		}
 		m.GCRun(err, time.Since(start))
+		run := webui.GCRun{At: start, Error: err != nil}
+		if rep != nil {
+			run.Freed, run.Blobs = rep.Deleted.BytesFreed, rep.Deleted.Blobs
+		}
+		history.AddGCRun(run)
 		if err != nil {
 			return fmt.Errorf("gc: %w", err)
 		}

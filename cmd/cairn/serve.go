@@ -39,6 +39,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/storage/driver/s3"
 	"github.com/cairn-registry/cairn/internal/task"
 	"github.com/cairn-registry/cairn/internal/tracing"
+	"github.com/cairn-registry/cairn/internal/webui"
 )
 
 // Connection timeouts. Whole-request read and write timeouts would cut off
@@ -207,6 +208,19 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	srv := server.New(reg, srvOpts)
 	var handler http.Handler = srv
+	history := &webui.History{}
+	var ui http.Handler
+	var uiStorage func(context.Context) (webui.Storage, error)
+	if cfg.UI.Enabled {
+		uiAuth := authz
+		if cfg.UI.Listener == "debug" {
+			uiAuth = nil // the operators' listener has no authentication
+		}
+		ui, uiStorage = newUI(reg, uiAuth, engine, store != nil, m, history)
+		if cfg.UI.Listener != "debug" {
+			handler = withUI(handler, ui)
+		}
+	}
 	if tr.Enabled {
 		// A span per request, named by method and route; the propagated
 		// context of a caller's trace is its parent.
@@ -266,6 +280,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		if store != nil {
 			opts.Handlers["/dedup/stats"] = statsHandler(engine)
 		}
+		if ui != nil && cfg.UI.Listener == "debug" {
+			opts.Handlers[uiPrefix+"/"] = ui
+		}
 		debugSrv = &http.Server{
 			Handler:           metrics.DebugHandler(opts),
 			ReadHeaderTimeout: readHeaderTimeout,
@@ -307,13 +324,22 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			})
 		}
 		if g := cfg.Storage.GC; g.Enabled {
-			runner.Every("gc", g.Interval, g.Interval, task.High, scheduledGC(log, reg.Driver(), cfg, m, store, ret, tr.Tracer("gc")))
+			runner.Every("gc", g.Interval, g.Interval, task.High, scheduledGC(log, reg.Driver(), cfg, m, store, ret, tr.Tracer("gc"), history))
 			log.Info("gc scheduled", "interval", g.Interval, "delay", g.Delay, "delete_untagged", g.DeleteUntagged, "retention", ret != nil)
 		} else if ret != nil {
 			log.Warn("retention policies run with the scheduled GC, which is off (storage.gc.enabled): run cairn gc to apply them")
 		}
 	}
 	go rl.run(bg, *configPath)
+	if uiStorage != nil {
+		// The page's storage story over time.
+		runner.Every("ui sample", time.Second, 10*time.Minute, task.Low, func(ctx context.Context) error {
+			if st, err := uiStorage(ctx); err == nil && st.Dedup {
+				history.AddSample(webui.Sample{At: time.Now(), Logical: st.Logical, Stored: st.Stored})
+			}
+			return nil
+		})
+	}
 	runnerDone := make(chan struct{})
 	go func() { runner.Run(bg); close(runnerDone) }()
 	defer func() { stopBG(); <-runnerDone }()

@@ -46,6 +46,8 @@ type Config struct {
 	Proxy Proxy `yaml:"proxy"`
 	// Retention deletes tags and untagged manifests by rules (cairn).
 	Retention Retention `yaml:"retention"`
+	// UI is the built-in web page (cairn).
+	UI UI `yaml:"ui"`
 
 	// Middleware holds distribution's storage middlewares that decide where
 	// blob GETs are redirected (redirect, cloudfront).

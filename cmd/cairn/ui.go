@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cairn-registry/cairn/internal/auth"
+	"github.com/cairn-registry/cairn/internal/dedup"
+	"github.com/cairn-registry/cairn/internal/metrics"
+	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/cairn-registry/cairn/internal/webui"
+)
+
+// uiPrefix is where the web page lives on its listener.
+const uiPrefix = "/ui"
+
+// newUI builds the web page's handler; its storage figures are dedup's
+// statistics (computed at most once a minute), its cache ratios the
+// metrics'.
+func newUI(reg *registry.Registry, authz auth.Authorizer, engine *dedup.Engine, hasStore bool, m *metrics.Metrics, history *webui.History) (http.Handler, func(context.Context) (webui.Storage, error)) {
+	var mu sync.Mutex
+	var last webui.Storage
+	var at time.Time
+	storage := func(ctx context.Context) (webui.Storage, error) {
+		if !hasStore {
+			return webui.Storage{}, nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if time.Since(at) < time.Minute {
+			return last, nil
+		}
+		st, err := engine.Stats(ctx)
+		if err != nil {
+			return webui.Storage{}, err
+		}
+		last, at = webui.Storage{Dedup: true, Logical: st.LogicalBytes, Stored: st.StoredBytes.Total}, time.Now()
+		return last, nil
+	}
+	caches := func() []webui.CacheRatio {
+		families, err := m.Gatherer().Gather()
+		if err != nil {
+			return nil
+		}
+		by := map[string]*webui.CacheRatio{}
+		var order []string
+		for _, f := range families {
+			if f.GetName() != "cairn_cache_requests_total" {
+				continue
+			}
+			for _, s := range f.GetMetric() {
+				var cache, result string
+				for _, l := range s.GetLabel() {
+					switch l.GetName() {
+					case "cache":
+						cache = l.GetValue()
+					case "result":
+						result = l.GetValue()
+					}
+				}
+				c := by[cache]
+				if c == nil {
+					c = &webui.CacheRatio{Cache: cache}
+					by[cache] = c
+					order = append(order, cache)
+				}
+				v := s.GetCounter().GetValue()
+				c.Lookups += v
+				if strings.HasPrefix(result, "hit") {
+					c.Hits += v
+				}
+			}
+		}
+		out := make([]webui.CacheRatio, 0, len(order))
+		for _, k := range order {
+			out = append(out, *by[k])
+		}
+		return out
+	}
+	h := webui.Handler(webui.Options{Registry: reg, Auth: authz, Storage: storage, Caches: caches, History: history, Prefix: uiPrefix})
+	return h, storage
+}
+
+// withUI serves the page under uiPrefix beside next.
+func withUI(next, ui http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == uiPrefix || strings.HasPrefix(r.URL.Path, uiPrefix+"/") {
+			ui.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

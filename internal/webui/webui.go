@@ -1,0 +1,292 @@
+// Package webui is the built-in web page: what the registry holds
+// (repositories, tags with sizes, media types, platforms and referrers)
+// and the storage story at a glance (logical against stored bytes, the
+// dedup ratio over time, bytes freed per GC run, cache hit ratios), drawn
+// on the server as HTML and inline SVG with embedded assets: nothing for a
+// user to build. Authentication and authorization are the API's: without
+// credentials a protected registry shows nothing, and a user sees only the
+// repositories they may pull.
+package webui
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"html/template"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/cairn-registry/cairn/internal/auth"
+	"github.com/cairn-registry/cairn/internal/registry"
+)
+
+//go:embed assets
+var assets embed.FS
+
+var pages = template.Must(template.New("").Funcs(template.FuncMap{
+	"bytes": humanBytes,
+	"short": func(d digest.Digest) string {
+		if len(d.Encoded()) < 12 {
+			return d.String()
+		}
+		return d.Encoded()[:12]
+	},
+}).ParseFS(assets, "assets/*.html"))
+
+// Registry is what the page reads of the registry.
+type Registry interface {
+	Repositories(ctx context.Context, n int, last string) ([]string, bool, error)
+	Tags(ctx context.Context, repo string) ([]string, error)
+	GetManifest(ctx context.Context, repo, ref string) (*registry.Manifest, error)
+	Referrers(ctx context.Context, repo string, subject digest.Digest, artifactType string) ([]ocispec.Descriptor, error)
+}
+
+// Storage is what storage holds now.
+type Storage struct {
+	Dedup   bool  // dedup keeps figures (it ran on this store)
+	Logical int64 // bytes without dedup
+	Stored  int64
+}
+
+// CacheRatio is one cache's hits among its lookups.
+type CacheRatio struct {
+	Cache         string
+	Hits, Lookups float64
+}
+
+// Options configure the page.
+type Options struct {
+	Registry Registry
+	// Auth, when set, authorizes visitors as the API does.
+	Auth auth.Authorizer
+	// Storage reports the current figures (nil: none).
+	Storage func(ctx context.Context) (Storage, error)
+	// Caches reports the hit ratios (nil: none).
+	Caches  func() []CacheRatio
+	History *History
+	// Prefix is where the page is served ("/ui").
+	Prefix string
+}
+
+// Handler serves the page under opts.Prefix.
+func Handler(opts Options) http.Handler {
+	h := &handler{Options: opts}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+opts.Prefix+"/{$}", h.overview)
+	mux.HandleFunc("GET "+opts.Prefix+"/repo/{name...}", h.repository)
+	mux.Handle("GET "+opts.Prefix+"/assets/", http.StripPrefix(opts.Prefix, http.FileServerFS(assets)))
+	mux.HandleFunc("GET "+opts.Prefix, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, opts.Prefix+"/", http.StatusMovedPermanently)
+	})
+	return mux
+}
+
+type handler struct{ Options }
+
+// grant authorizes the visitor; false means it answered the refusal.
+func (h *handler) grant(w http.ResponseWriter, r *http.Request) (*auth.Grant, bool) {
+	if h.Auth == nil {
+		return nil, true
+	}
+	g, err := h.Auth.Authorize(r, nil)
+	if err == nil {
+		return &g, true
+	}
+	var ch *auth.Challenge
+	if errors.As(err, &ch) {
+		if v := ch.Header(); v != "" {
+			w.Header().Set("WWW-Authenticate", v)
+		}
+		http.Error(w, ch.Message(), ch.Status())
+		return nil, false
+	}
+	http.Error(w, "authorization failed", http.StatusInternalServerError)
+	return nil, false
+}
+
+func mayPull(g *auth.Grant, repo string) bool {
+	return g == nil || g.Allows(auth.Access{Type: auth.TypeRepository, Name: repo, Action: auth.ActionPull})
+}
+
+type overviewPage struct {
+	Repositories []repoRow
+	Storage      *Storage
+	Ratio        float64
+	Charts       []template.HTML
+	Generated    time.Time
+	Prefix       string
+}
+
+type repoRow struct {
+	Name string
+	Tags int
+}
+
+func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
+	g, ok := h.grant(w, r)
+	if !ok {
+		return
+	}
+	ctx := r.Context()
+	names, _, err := h.Registry.Repositories(ctx, -1, "")
+	if err != nil {
+		http.Error(w, "listing repositories: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	p := overviewPage{Generated: time.Now().UTC(), Prefix: h.Prefix}
+	for _, n := range names {
+		if !mayPull(g, n) {
+			continue
+		}
+		tags, err := h.Registry.Tags(ctx, n)
+		if err != nil && !errors.Is(err, registry.ErrNameUnknown) {
+			http.Error(w, "listing tags: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		p.Repositories = append(p.Repositories, repoRow{Name: n, Tags: len(tags)})
+	}
+	if h.Storage != nil {
+		if st, err := h.Storage(ctx); err == nil {
+			p.Storage = &st
+			if st.Stored > 0 {
+				p.Ratio = float64(st.Logical) / float64(st.Stored)
+			}
+		}
+	}
+	p.Charts = h.charts(p.Storage)
+	render(w, "overview.html", p)
+}
+
+// charts draws the storage story, now included.
+func (h *handler) charts(now *Storage) []template.HTML {
+	var samples []Sample
+	var runs []GCRun
+	if h.History != nil {
+		samples, runs = h.History.snapshot()
+	}
+	if now != nil && now.Dedup {
+		samples = append(samples, Sample{At: time.Now(), Logical: now.Logical, Stored: now.Stored})
+	}
+	var logical, stored, ratio []point
+	for _, s := range samples {
+		x := float64(s.At.Unix())
+		logical = append(logical, point{X: x, Y: float64(s.Logical)})
+		stored = append(stored, point{X: x, Y: float64(s.Stored)})
+		if s.Stored > 0 {
+			ratio = append(ratio, point{X: x, Y: float64(s.Logical) / float64(s.Stored)})
+		}
+	}
+	var freed []point
+	for _, run := range runs {
+		freed = append(freed, point{Y: float64(run.Freed), Label: run.At.Format("2006-01-02 15:04")})
+	}
+	var hits []point
+	if h.Caches != nil {
+		for _, c := range h.Caches() {
+			if c.Lookups > 0 {
+				hits = append(hits, point{Y: 100 * c.Hits / c.Lookups, Label: c.Cache})
+			}
+		}
+	}
+	return []template.HTML{
+		lineChart("Logical (blue) and stored (green) bytes", "bytes", logical, stored),
+		lineChart("Dedup ratio", "x", ratio),
+		barChart("Bytes freed per GC run", "bytes", freed),
+		barChart("Cache hit ratio", "%", hits),
+	}
+}
+
+type repoPage struct {
+	Name   string
+	Tags   []tagRow
+	Prefix string
+}
+
+type tagRow struct {
+	Tag       string
+	Digest    digest.Digest
+	MediaType string
+	Size      int64
+	Platforms []string
+	Referrers []string // artifact types
+}
+
+func (h *handler) repository(w http.ResponseWriter, r *http.Request) {
+	g, ok := h.grant(w, r)
+	if !ok {
+		return
+	}
+	name := r.PathValue("name")
+	ctx := r.Context()
+	tags, err := h.Registry.Tags(ctx, name)
+	if !mayPull(g, name) || errors.Is(err, registry.ErrNameUnknown) || errors.Is(err, registry.ErrNameInvalid) {
+		// The same for a repository the visitor may not see.
+		http.NotFound(w, r)
+		return
+	}
+	if err != nil {
+		http.Error(w, "listing tags: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	p := repoPage{Name: name, Prefix: h.Prefix}
+	for _, t := range tags {
+		m, err := h.Registry.GetManifest(ctx, name, t)
+		if err != nil {
+			continue // untagged meanwhile
+		}
+		row := tagRow{Tag: t, Digest: m.Digest, MediaType: m.MediaType, Size: int64(len(m.Content))}
+		row.Size += imageSize(m)
+		for i, c := range m.Manifests {
+			if i == 32 {
+				break // a page, not an inventory
+			}
+			if c.Platform != nil {
+				pl := c.Platform.OS + "/" + c.Platform.Architecture
+				if c.Platform.Variant != "" {
+					pl += "/" + c.Platform.Variant
+				}
+				row.Platforms = append(row.Platforms, pl)
+			}
+			if child, err := h.Registry.GetManifest(ctx, name, c.Digest.String()); err == nil {
+				row.Size += int64(len(child.Content)) + imageSize(child)
+			}
+		}
+		if refs, err := h.Registry.Referrers(ctx, name, m.Digest, ""); err == nil {
+			for _, d := range refs {
+				row.Referrers = append(row.Referrers, strings.TrimSpace(d.ArtifactType+" "+string(d.MediaType)))
+			}
+			slices.Sort(row.Referrers)
+		}
+		p.Tags = append(p.Tags, row)
+	}
+	render(w, "repository.html", p)
+}
+
+// imageSize is the bytes of an image manifest's config and layers.
+func imageSize(m *registry.Manifest) int64 {
+	var n int64
+	if m.Config != nil {
+		n += m.Config.Size
+	}
+	for _, l := range m.Layers {
+		n += l.Size
+	}
+	return n
+}
+
+func render(w http.ResponseWriter, page string, data any) {
+	var b strings.Builder
+	if err := pages.ExecuteTemplate(&b, page, data); err != nil {
+		http.Error(w, "rendering: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Write([]byte(b.String()))
+}
