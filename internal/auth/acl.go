@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/cairn-registry/cairn/internal/layout"
 )
 
 // AccessControl is per-repository access control for htpasswd users, in
@@ -72,9 +74,9 @@ func WithAccessControl(next Authorizer, ac AccessControl) (Authorizer, error) {
 		}
 	}
 	for pattern, p := range ac.Repositories {
-		re, err := compilePattern(pattern)
+		re, err := layout.RepoPattern(pattern)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("auth: access control: %w", err)
 		}
 		what := fmt.Sprintf("repository pattern %q", pattern)
 		if err := errors.Join(checkActions(what+" default policy", p.Default), checkActions(what+" anonymous policy", p.Anonymous)); err != nil {
@@ -96,33 +98,6 @@ func WithAccessControl(next Authorizer, ac AccessControl) (Authorizer, error) {
 		return cmp.Or(cmp.Compare(len(y.pattern), len(x.pattern)), strings.Compare(x.pattern, y.pattern))
 	})
 	return &aclAuthorizer{next: next, acl: a}, nil
-}
-
-// compilePattern turns a repository pattern into an anchored expression:
-// "**" matches anything, "*" anything but "/", "?" one character but "/".
-func compilePattern(pattern string) (*regexp.Regexp, error) {
-	if pattern == "" {
-		return nil, errors.New("auth: access control: empty repository pattern")
-	}
-	var b strings.Builder
-	b.WriteString("^")
-	for i := 0; i < len(pattern); i++ {
-		switch c := pattern[i]; {
-		case c == '*' && i+1 < len(pattern) && pattern[i+1] == '*':
-			b.WriteString(".*")
-			i++
-		case c == '*':
-			b.WriteString("[^/]*")
-		case c == '?':
-			b.WriteString("[^/]")
-		case 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '.', c == '_', c == '-', c == '/':
-			b.WriteString(regexp.QuoteMeta(string(c)))
-		default:
-			return nil, fmt.Errorf("auth: access control: repository pattern %q: %q is not allowed (lower-case names, '/', '*', '**', '?')", pattern, c)
-		}
-	}
-	b.WriteString("$")
-	return regexp.Compile(b.String())
 }
 
 func checkActions(what string, actions []string) error {

@@ -28,6 +28,9 @@
 package layout
 
 import (
+	"errors"
+	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -440,4 +443,33 @@ func ParseJournalPath(p string) (repo string, manifest bool, alg, hex string, ok
 		return "", false, "", "", false
 	}
 	return repo, manifest, parts[0], parts[1], true
+}
+
+// RepoPattern compiles a repository name pattern (access control,
+// retention): "**" matches anything, "*" anything but "/", "?" one
+// character but "/"; the rest is literal and must be what repository
+// names hold (lower case, digits, ".", "_", "-", "/").
+func RepoPattern(pattern string) (*regexp.Regexp, error) {
+	if pattern == "" {
+		return nil, errors.New("empty repository pattern")
+	}
+	var b strings.Builder
+	b.WriteString("^")
+	for i := 0; i < len(pattern); i++ {
+		switch c := pattern[i]; {
+		case c == '*' && i+1 < len(pattern) && pattern[i+1] == '*':
+			b.WriteString(".*")
+			i++
+		case c == '*':
+			b.WriteString("[^/]*")
+		case c == '?':
+			b.WriteString("[^/]")
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '.', c == '_', c == '-', c == '/':
+			b.WriteString(regexp.QuoteMeta(string(c)))
+		default:
+			return nil, fmt.Errorf("repository pattern %q: %q is not allowed (lower-case names, '/', '*', '**', '?')", pattern, c)
+		}
+	}
+	b.WriteString("$")
+	return regexp.Compile(b.String())
 }

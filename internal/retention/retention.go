@@ -33,6 +33,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -104,7 +105,7 @@ func New(store Store, opts Options) (*Retention, error) {
 			return nil, fmt.Errorf("retention: policies[%d]: repositories: at least one pattern", i)
 		}
 		for _, pat := range p.Repositories {
-			re, err := repoPattern(pat)
+			re, err := layout.RepoPattern(pat)
 			if err != nil {
 				return nil, fmt.Errorf("retention: policies[%d]: %w", i, err)
 			}
@@ -127,31 +128,6 @@ func New(store Store, opts Options) (*Retention, error) {
 		r.policies = append(r.policies, c)
 	}
 	return r, nil
-}
-
-// repoPattern compiles a repository pattern: "**" matches anything, "*"
-// anything but "/", "?" one character but "/".
-func repoPattern(pattern string) (*regexp.Regexp, error) {
-	if pattern == "" {
-		return nil, errors.New("empty repository pattern")
-	}
-	var b strings.Builder
-	b.WriteString("^")
-	for i := 0; i < len(pattern); i++ {
-		switch c := pattern[i]; {
-		case c == '*' && i+1 < len(pattern) && pattern[i+1] == '*':
-			b.WriteString(".*")
-			i++
-		case c == '*':
-			b.WriteString("[^/]*")
-		case c == '?':
-			b.WriteString("[^/]")
-		default:
-			b.WriteString(regexp.QuoteMeta(string(c)))
-		}
-	}
-	b.WriteString("$")
-	return regexp.Compile(b.String())
 }
 
 // policyFor returns the first policy whose patterns match repo.
