@@ -1,0 +1,347 @@
+// Package notify sends registry events to webhook endpoints, as
+// distribution's notifications do: the same configuration, the same JSON
+// envelope (EnvelopeMediaType), so existing receivers work unchanged.
+//
+// Delivery is at least once. An event is written to a bounded on-disk queue
+// per endpoint (bbolt) before any attempt to send it, and removed only after
+// the endpoint answered 2xx or 3xx; a restart resumes from what is queued.
+// A full queue drops its oldest events and counts them. Events reach each
+// endpoint in the order they were queued, in envelopes of up to maxBatch.
+//
+// Life of an event: Notify hands it to the writer goroutine (it blocks only
+// while the writer is behind by intakeSize events); the writer filters it
+// per endpoint (ignore.mediatypes, ignore.actions), appends it to the
+// queues in one transaction with the events that arrived meanwhile, and
+// wakes the endpoints' senders. A sender POSTs the oldest events with the
+// endpoint's timeout; after threshold failures in a row it waits backoff
+// before each further try, and it never gives up on an event.
+package notify
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Endpoint is one receiver, with distribution's defaults for zero values.
+type Endpoint struct {
+	Name    string
+	URL     string
+	Headers http.Header
+	// Timeout bounds one POST (default 1s).
+	Timeout time.Duration
+	// Threshold failures in a row make the sender wait Backoff before each
+	// further try (defaults 10 and 1s).
+	Threshold int
+	Backoff   time.Duration
+	// IgnoreMediaTypes and IgnoreActions drop events whose target has one
+	// of the media types, or whose action is listed, before they are
+	// queued.
+	IgnoreMediaTypes []string
+	IgnoreActions    []string
+}
+
+// Metrics receives delivery counts (metrics.Notifications implements it).
+type Metrics interface {
+	NotifySent(endpoint string, events int)
+	NotifyFailed(endpoint string)
+	NotifyDropped(endpoint string, events int)
+	NotifyPending(endpoint string, events int)
+}
+
+// Options configure a Notifier.
+type Options struct {
+	Endpoints []Endpoint
+	// QueuePath is the bbolt file of the queues; MaxEvents bounds each
+	// endpoint's queue (default DefaultMaxEvents).
+	QueuePath string
+	MaxEvents int
+	// Source names this process in every event.
+	Source  Source
+	Metrics Metrics
+	Logger  *slog.Logger
+}
+
+// DefaultMaxEvents bounds an endpoint's queue when Options.MaxEvents is 0.
+const DefaultMaxEvents = 10000
+
+const (
+	// intakeSize is how many events may wait for the writer.
+	intakeSize = 1024
+	// maxBatch bounds the events of one envelope, and of one write.
+	maxBatch = 32
+)
+
+// Notifier queues events and delivers them.
+type Notifier struct {
+	eps     []*endpoint
+	queue   *Queue
+	source  Source
+	metrics Metrics
+	log     *slog.Logger
+
+	intake chan Event
+	done   chan struct{} // closed when Run returns: Notify stops waiting
+	once   sync.Once
+}
+
+type endpoint struct {
+	Endpoint
+	client *http.Client
+	wake   chan struct{} // has one token when new events were queued
+}
+
+// New opens the queue file and returns a Notifier; Run delivers.
+func New(opts Options) (*Notifier, error) {
+	max := opts.MaxEvents
+	if max == 0 {
+		max = DefaultMaxEvents
+	}
+	q, err := OpenQueue(opts.QueuePath, max)
+	if err != nil {
+		return nil, err
+	}
+	n := &Notifier{
+		queue: q, source: opts.Source, metrics: opts.Metrics, log: opts.Logger,
+		intake: make(chan Event, intakeSize), done: make(chan struct{}),
+	}
+	if n.log == nil {
+		n.log = slog.New(slog.DiscardHandler)
+	}
+	if n.metrics == nil {
+		n.metrics = nopMetrics{}
+	}
+	for _, e := range opts.Endpoints {
+		if e.Timeout <= 0 {
+			e.Timeout = time.Second
+		}
+		if e.Threshold <= 0 {
+			e.Threshold = 10
+		}
+		if e.Backoff <= 0 {
+			e.Backoff = time.Second
+		}
+		n.eps = append(n.eps, &endpoint{
+			Endpoint: e,
+			client:   &http.Client{Timeout: e.Timeout},
+			wake:     make(chan struct{}, 1),
+		})
+		n.metrics.NotifyPending(e.Name, q.Len(e.Name))
+	}
+	return n, nil
+}
+
+// NewID returns a random identifier for an event, request or instance.
+func NewID() string { return uuid.NewString() }
+
+// Notify queues ev for every endpoint that does not ignore it, filling its
+// ID, timestamp and source when empty. It does not wait for delivery.
+// After Run has returned, events are dropped.
+func (n *Notifier) Notify(ev Event) {
+	if ev.ID == "" {
+		ev.ID = NewID()
+	}
+	if ev.Timestamp.IsZero() {
+		ev.Timestamp = time.Now().UTC()
+	}
+	if ev.Source == (Source{}) {
+		ev.Source = n.source
+	}
+	select {
+	case n.intake <- ev:
+	case <-n.done:
+		n.log.Warn("notifications: event after shutdown not queued", "action", ev.Action)
+	}
+}
+
+// Run writes and delivers events until ctx is done, then writes what
+// Notify handed over and returns. Call it once; Close after.
+func (n *Notifier) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, e := range n.eps {
+		wg.Go(func() { n.send(ctx, e) })
+	}
+	for {
+		select {
+		case ev := <-n.intake:
+			n.write(ev)
+		case <-ctx.Done():
+			// Events handed over before shutdown are written, so a
+			// restart delivers them.
+			n.once.Do(func() { close(n.done) })
+			for {
+				select {
+				case ev := <-n.intake:
+					n.write(ev)
+					continue
+				default:
+				}
+				break
+			}
+			wg.Wait()
+			return
+		}
+	}
+}
+
+// Close closes the queue file; call it after Run has returned.
+func (n *Notifier) Close() error { return n.queue.Close() }
+
+// write queues first and the events waiting behind it (up to maxBatch) in
+// one transaction.
+func (n *Notifier) write(first Event) {
+	batch := []Event{first}
+	for len(batch) < maxBatch {
+		select {
+		case ev := <-n.intake:
+			batch = append(batch, ev)
+			continue
+		default:
+		}
+		break
+	}
+	items := make(map[string][][]byte)
+	for _, ev := range batch {
+		data, err := json.Marshal(ev)
+		if err != nil {
+			n.log.Error("notifications: event not encodable", "action", ev.Action, "err", err)
+			continue
+		}
+		for _, e := range n.eps {
+			if e.ignores(ev) {
+				continue
+			}
+			items[e.Name] = append(items[e.Name], data)
+		}
+	}
+	if len(items) == 0 {
+		return
+	}
+	dropped, err := n.queue.Append(items)
+	if err != nil {
+		n.log.Error("notifications: events lost: the queue could not be written", "events", len(batch), "err", err)
+		return
+	}
+	for _, e := range n.eps {
+		if _, ok := items[e.Name]; !ok {
+			continue
+		}
+		if d := dropped[e.Name]; d > 0 {
+			n.metrics.NotifyDropped(e.Name, d)
+			n.log.Warn("notifications: queue full, oldest events dropped", "endpoint", e.Name, "dropped", d)
+		}
+		n.metrics.NotifyPending(e.Name, n.queue.Len(e.Name))
+		select {
+		case e.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (e *endpoint) ignores(ev Event) bool {
+	return slices.Contains(e.IgnoreActions, ev.Action) ||
+		(ev.Target.MediaType != "" && slices.Contains(e.IgnoreMediaTypes, ev.Target.MediaType))
+}
+
+// send delivers e's queue, oldest first, until ctx is done.
+func (n *Notifier) send(ctx context.Context, e *endpoint) {
+	failures := 0
+	for ctx.Err() == nil {
+		items, err := n.queue.Peek(e.Name, maxBatch)
+		if err != nil {
+			n.log.Error("notifications: queue unreadable", "endpoint", e.Name, "err", err)
+			items = nil
+		}
+		if len(items) == 0 {
+			select {
+			case <-e.wake:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		if err := e.post(ctx, items); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			n.metrics.NotifyFailed(e.Name)
+			if failures == e.Threshold {
+				n.log.Warn("notifications: endpoint failing; backing off between tries", "endpoint", e.Name, "failures", failures, "backoff", e.Backoff, "err", err)
+			}
+			if failures >= e.Threshold {
+				select {
+				case <-time.After(e.Backoff):
+				case <-ctx.Done():
+				}
+			}
+			continue
+		}
+		if failures >= e.Threshold {
+			n.log.Info("notifications: endpoint recovered", "endpoint", e.Name, "failures", failures)
+		}
+		failures = 0
+		seqs := make([]uint64, len(items))
+		for i, it := range items {
+			seqs[i] = it.Seq
+		}
+		if err := n.queue.Remove(e.Name, seqs); err != nil {
+			// Delivered, still queued: sent again later (at least once).
+			n.log.Error("notifications: delivered events stay queued", "endpoint", e.Name, "err", err)
+		}
+		n.metrics.NotifySent(e.Name, len(items))
+		n.metrics.NotifyPending(e.Name, n.queue.Len(e.Name))
+	}
+}
+
+// post sends items in one envelope; any 2xx or 3xx answer (after
+// redirects) delivers them, as in distribution.
+func (e *endpoint) post(ctx context.Context, items []Item) error {
+	var body bytes.Buffer
+	body.WriteString(`{"events":[`)
+	for i, it := range items {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		body.Write(it.Data)
+	}
+	body.WriteString("]}")
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.URL, bytes.NewReader(body.Bytes()))
+	if err != nil {
+		return err
+	}
+	for k, vs := range e.Headers {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	req.Header.Set("Content-Type", EnvelopeMediaType)
+	resp, err := e.client.Do(req)
+	if err != nil {
+		return err
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode >= 400 {
+		return fmt.Errorf("%w: %s", errStatus, resp.Status)
+	}
+	return nil
+}
+
+var errStatus = errors.New("notify: endpoint answered")
+
+type nopMetrics struct{}
+
+func (nopMetrics) NotifySent(string, int)    {}
+func (nopMetrics) NotifyFailed(string)       {}
+func (nopMetrics) NotifyDropped(string, int) {}
+func (nopMetrics) NotifyPending(string, int) {}
