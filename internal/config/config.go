@@ -40,8 +40,10 @@ type Config struct {
 	// anonymous pull); none by default.
 	Auth Auth `yaml:"auth"`
 
+	// Notifications sends events to webhook endpoints (notifications.go).
+	Notifications Notifications `yaml:"notifications"`
+
 	_ notYet   `yaml:"middleware"`
-	_ notYet   `yaml:"notifications"`
 	_ notYet   `yaml:"redis"`
 	_ notYet   `yaml:"health"`
 	_ notYet   `yaml:"catalog"`

@@ -126,7 +126,6 @@ func TestDistributionConfigLoadsWithWarnings(t *testing.T) {
 		"http.secret is not supported yet; ignored (line 27)",
 		"http.headers is not supported yet; ignored (line 33)",
 		"health is not supported yet; ignored (line 35)",
-		"notifications is not supported yet; ignored (line 40)",
 	}
 	if !slices.Equal(warnings, want) {
 		t.Errorf("warnings:\n%s\nwant:\n%s", strings.Join(warnings, "\n"), strings.Join(want, "\n"))

@@ -30,6 +30,9 @@ func (c *Config) Validate() error {
 	if err := c.Validation.validate(); err != nil {
 		return err
 	}
+	if err := c.Notifications.validate(); err != nil {
+		return err
+	}
 	return c.Storage.validate()
 }
 
