@@ -20,6 +20,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/gc"
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/metrics"
+	"github.com/cairn-registry/cairn/internal/notify"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/task"
 )
@@ -245,10 +246,15 @@ func (p *gcProgress) print(pr gc.Progress) {
 		pr.Phase, bar, pr.Deleted, pr.Planned, pr.Repositories, pr.Manifests, pr.Blobs, pr.Elapsed.Round(100*time.Millisecond))
 }
 
+// gcEvents receives the event of each scheduled run (notify.Notifier).
+type gcEvents interface {
+	Notify(notify.Event)
+}
+
 // scheduledGC is the task of a scheduled garbage collection (the Runner
 // adds jitter, so that nodes sharing a store do not start together). A turn
 // is skipped while another node's or process's run is active.
-func scheduledGC(log *slog.Logger, d driver.Driver, cfg *config.Config, m *metrics.Metrics, store meta.Store) task.Func {
+func scheduledGC(log *slog.Logger, d driver.Driver, cfg *config.Config, m *metrics.Metrics, store meta.Store, events gcEvents) task.Func {
 	g := cfg.Storage.GC
 	opts := gcOptions(g)
 	if err := withDedup(&opts, d, store, cfg); err != nil {
@@ -267,6 +273,9 @@ func scheduledGC(log *slog.Logger, d driver.Driver, cfg *config.Config, m *metri
 			return nil
 		}
 		m.GCRun(err, time.Since(start))
+		if events != nil {
+			events.Notify(gcEvent(rep, err))
+		}
 		if err != nil {
 			return fmt.Errorf("gc: %w", err)
 		}

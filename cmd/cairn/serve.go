@@ -19,6 +19,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/auth"
 	"github.com/cairn-registry/cairn/internal/config"
+	"github.com/cairn-registry/cairn/internal/dedup"
 	"github.com/cairn-registry/cairn/internal/metrics"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/server"
@@ -89,7 +90,23 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	id := metrics.InstrumentDriver(d, m)
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
-	engine, store, err := openDedup(bg, cfg, id, log, m)
+	notifier, err := newNotifier(cfg, m, log)
+	if err != nil {
+		return err
+	}
+	var layerEvents dedup.LayerEvents
+	if notifier != nil {
+		// Stopped last (deferred first): requests, GC and dedup still
+		// emit events while they finish, and Run writes them to the
+		// queue before it returns.
+		defer notifier.Close()
+		notifyCtx, stopNotify := context.WithCancel(context.WithoutCancel(ctx))
+		notifyDone := make(chan struct{})
+		go func() { notifier.Run(notifyCtx); close(notifyDone) }()
+		defer func() { stopNotify(); <-notifyDone }()
+		layerEvents = dedupEvents{notifier}
+	}
+	engine, store, err := openDedup(bg, cfg, id, log, m, layerEvents)
 	if err != nil {
 		return err
 	}
@@ -111,6 +128,10 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		Auth:            authz,
 		Metrics:         m,
 		BodyIdleTimeout: bodyIdleTimeout,
+	}
+	if notifier != nil {
+		srvOpts.Events = notifier
+		srvOpts.EventReferences = cfg.Notifications.Events.IncludeReferences
 	}
 	srv := server.New(reg, srvOpts)
 
@@ -182,7 +203,11 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			runner.Every("upload purge", time.Minute, p.Interval, task.High, purgeUploads(log, reg, p.Age, p.DryRun))
 		}
 		if g := cfg.Storage.GC; g.Enabled {
-			runner.Every("gc", g.Interval, g.Interval, task.High, scheduledGC(log, reg.Driver(), cfg, m, store))
+			var gcEv gcEvents // nil unless notifications are on: not a nil *Notifier
+			if notifier != nil {
+				gcEv = notifier
+			}
+			runner.Every("gc", g.Interval, g.Interval, task.High, scheduledGC(log, reg.Driver(), cfg, m, store, gcEv))
 			log.Info("gc scheduled", "interval", g.Interval, "delay", g.Delay, "delete_untagged", g.DeleteUntagged)
 		}
 	}

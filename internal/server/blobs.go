@@ -23,6 +23,7 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, rt route) {
 		return
 	}
 	size := info.Size
+	noteBlob(r, size)
 	h := w.Header()
 	etag := `"` + string(d) + `"`
 	h.Set("Docker-Content-Digest", string(d))

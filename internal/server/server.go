@@ -5,6 +5,7 @@
 package server
 
 import (
+	"bytes"
 	"io"
 	"log/slog"
 	"net"
@@ -32,6 +33,11 @@ type Options struct {
 	// a connection forever. Whole-request timeouts cannot do this: a
 	// large layer upload legitimately takes many minutes.
 	BodyIdleTimeout time.Duration
+	// Events, when set, receives an event for every push, pull, delete
+	// and mount (distribution's notifications; see events.go).
+	// EventReferences adds a manifest's descriptors to its events.
+	Events          Events
+	EventReferences bool
 }
 
 // clientID names the client of r for the registry's pull records: the
@@ -175,6 +181,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.UploadsInProgress(1)
 		defer m.UploadsInProgress(-1)
 	}
+	var note *eventNote
+	if s.opts.Events != nil {
+		r, note = s.withEventNote(r, rt, lw, body)
+	}
 	user := s.dispatch(lw, r, rt)
 	d := time.Since(start)
 	s.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
@@ -190,6 +200,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	)
 	if m != nil {
 		m.ObserveRequest(routeNames[rt.kind], r.Method, lw.status, body.n, lw.n, d)
+	}
+	if note != nil {
+		s.emitEvents(r, rt, user, lw.status, lw.Header(), note)
 	}
 }
 
@@ -333,6 +346,7 @@ type loggingWriter struct {
 	status      int
 	n           int64
 	wroteHeader bool
+	capture     *bytes.Buffer // when set, receives the body (a manifest's, for events)
 }
 
 func (w *loggingWriter) WriteHeader(code int) {
@@ -346,6 +360,9 @@ func (w *loggingWriter) Write(p []byte) (int, error) {
 	w.wroteHeader = true
 	n, err := w.ResponseWriter.Write(p)
 	w.n += int64(n)
+	if w.capture != nil {
+		w.capture.Write(p[:n])
+	}
 	return n, err
 }
 
@@ -370,6 +387,8 @@ func (w *loggingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 type countingReader struct {
 	r io.ReadCloser
 	n int64
+	// capture, when set, receives the body (a manifest's, for events).
+	capture *bytes.Buffer
 
 	rc       *http.ResponseController
 	idle     time.Duration
@@ -387,6 +406,9 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	}
 	n, err := c.r.Read(p)
 	c.n += int64(n)
+	if c.capture != nil {
+		c.capture.Write(p[:n])
+	}
 	if err != nil {
 		// The body is done. net/http now watches the connection for the
 		// client going away, with no deadline; one set from here would

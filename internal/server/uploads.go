@@ -40,6 +40,7 @@ func (s *Server) startUpload(w http.ResponseWriter, r *http.Request, rt route) {
 			return
 		}
 		if mounted {
+			noteMount(r)
 			s.blobCreated(w, rt.name, d)
 			return
 		}
@@ -53,14 +54,16 @@ func (s *Server) startUpload(w http.ResponseWriter, r *http.Request, rt route) {
 	if dg := q.Get("digest"); dg != "" {
 		// Monolithic upload: the whole blob is the POST body.
 		d, err := registry.ParseDigest(dg)
+		var size int64
 		if err == nil {
-			_, err = s.reg.FinishUpload(ctx, rt.name, id, d, r.Body, 0)
+			size, err = s.reg.FinishUpload(ctx, rt.name, id, d, r.Body, 0)
 		}
 		if err != nil {
 			s.reg.CancelUpload(ctx, rt.name, id)
 			s.writeError(w, r, err)
 			return
 		}
+		noteBlob(r, size)
 		s.blobCreated(w, rt.name, d)
 		return
 	}
@@ -209,10 +212,12 @@ func (s *Server) finishUpload(w http.ResponseWriter, r *http.Request, rt route) 
 		}
 		body = r.Body
 	}
-	if _, err := s.reg.FinishUpload(ctx, rt.name, rt.ref, d, body, start); err != nil {
+	size, err := s.reg.FinishUpload(ctx, rt.name, rt.ref, d, body, start)
+	if err != nil {
 		s.writeRangeError(w, r, rt, err)
 		return
 	}
+	noteBlob(r, size)
 	s.blobCreated(w, rt.name, d)
 }
 
