@@ -37,8 +37,6 @@ func newNotifier(cfg *config.Config, m *metrics.Metrics, log *slog.Logger) (*not
 			IgnoreMediaTypes: append(slices.Clone(e.Ignore.MediaTypes), e.IgnoredMediaTypes...),
 			IgnoreActions:    e.Ignore.Actions,
 		})
-		// Headers are not logged: they often hold credentials.
-		log.Info("notifications: endpoint", "name", e.Name, "url", e.URL, "timeout", e.Timeout, "threshold", e.Threshold, "backoff", e.Backoff)
 	}
 	n, err := notify.New(notify.Options{
 		Endpoints: eps,

@@ -137,6 +137,9 @@ func New(opts Options) (*Notifier, error) {
 			wake:     make(chan struct{}, 1),
 		})
 		n.metrics.NotifyPending(e.Name, q.Len(e.Name))
+		// Headers are not logged: they often hold credentials.
+		n.log.Info("notifications: endpoint", "name", e.Name, "url", e.URL, "timeout", e.Timeout,
+			"threshold", e.Threshold, "backoff", e.Backoff, "queued", q.Len(e.Name))
 	}
 	return n, nil
 }
