@@ -6,7 +6,7 @@
 // per endpoint (bbolt) before any attempt to send it, and removed only after
 // the endpoint answered 2xx or 3xx; a restart resumes from what is queued.
 // A full queue drops its oldest events and counts them. Events reach each
-// endpoint in the order they were queued, in envelopes of up to maxBatch.
+// endpoint in the order they were queued, in envelopes of up to maxEnvelope.
 //
 // Life of an event: Notify hands it to the writer goroutine (it blocks only
 // while the writer is behind by intakeSize events); the writer filters it
@@ -76,10 +76,12 @@ type Options struct {
 const DefaultMaxEvents = 10000
 
 const (
-	// intakeSize is how many events may wait for the writer.
+	// intakeSize is how many events may wait for the writer; the writer
+	// takes all that wait in one transaction, so under load the cost of a
+	// commit is shared by many events.
 	intakeSize = 1024
-	// maxBatch bounds the events of one envelope, and of one write.
-	maxBatch = 32
+	// maxEnvelope bounds the events of one envelope.
+	maxEnvelope = 64
 )
 
 // Notifier queues events and delivers them.
@@ -200,11 +202,10 @@ func (n *Notifier) Run(ctx context.Context) {
 // Close closes the queue file; call it after Run has returned.
 func (n *Notifier) Close() error { return n.queue.Close() }
 
-// write queues first and the events waiting behind it (up to maxBatch) in
-// one transaction.
+// write queues first and the events waiting behind it in one transaction.
 func (n *Notifier) write(first Event) {
 	batch := []Event{first}
-	for len(batch) < maxBatch {
+	for len(batch) < intakeSize {
 		select {
 		case ev := <-n.intake:
 			batch = append(batch, ev)
@@ -260,7 +261,7 @@ func (e *endpoint) ignores(ev Event) bool {
 func (n *Notifier) send(ctx context.Context, e *endpoint) {
 	failures := 0
 	for ctx.Err() == nil {
-		items, err := n.queue.Peek(e.Name, maxBatch)
+		items, err := n.queue.Peek(e.Name, maxEnvelope)
 		if err != nil {
 			n.log.Error("notifications: queue unreadable", "endpoint", e.Name, "err", err)
 			items = nil
