@@ -21,17 +21,19 @@ import (
 	"github.com/cairn-registry/cairn/internal/dedup"
 	"github.com/cairn-registry/cairn/internal/dedup/pack"
 	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/redisconn"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
-const dedupUsage = `usage: cairn dedup run [--config FILE] [--root DIR] [--mode MODE] [--json]
+const dedupUsage = `usage: cairn dedup run [--config FILE] [--root DIR] [--mode MODE] [--json] [--quiet]
        cairn dedup stats [--config FILE] [--root DIR] [--json]
        cairn dedup repack [--config FILE] [--root DIR] [--json]
 
 run    deduplicates every layer of every stored manifest, in each repository's
        mode (storage.dedup), or in --mode for all; cairn serve must be stopped
        (it owns the metadata store) — a running server does the same in the
-       background.
+       background. Progress goes to stderr: a line redrawn on a terminal,
+       else a line every 10 s (--quiet: none).
 stats  prints logical and stored bytes, the ratio, layers by state, unique and
        shared files and recipe hits by encoder; with cairn serve running it
        asks the server's http.debug.addr.
@@ -126,8 +128,20 @@ func dedupOptions(cfg *config.Config) dedup.Options {
 // release what deduplicated layers hold). It returns nil, nil when neither.
 func openMeta(ctx context.Context, cfg *config.Config, lockTimeout time.Duration) (meta.Store, error) {
 	if r := cfg.Storage.Dedup.Metadata.Redis; r != nil {
-		s, err := meta.OpenRedis(ctx, meta.RedisOptions{Addr: r.Addr, Username: r.Username, Password: r.Password, DB: r.DB, Prefix: r.Prefix})
+		o := meta.RedisOptions{Addr: r.Addr, Username: r.Username, Password: r.Password, DB: r.DB, Prefix: r.Prefix}
+		if r.Addr == "" {
+			// The redis section's server (validation made sure there is one).
+			c, err := redisconn.Open(ctx, cfg.Redis.Options())
+			if err != nil {
+				return nil, fmt.Errorf("dedup: metadata store: %w", err)
+			}
+			o.Client, o.OwnClient = c, true
+		}
+		s, err := meta.OpenRedis(ctx, o)
 		if err != nil {
+			if o.Client != nil {
+				o.Client.Close()
+			}
 			return nil, fmt.Errorf("dedup: %w", err)
 		}
 		return s, nil
@@ -173,8 +187,10 @@ func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	root := fs.String("root", "", "filesystem storage root `directory` (overrides the storage section)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	var mode *string
+	quiet := new(bool)
 	if sub == "run" {
 		mode = fs.String("mode", "", "process every repository in this `mode` (index, full, selective)")
+		quiet = fs.Bool("quiet", false, "print no progress")
 	}
 	if done, err := parseFlags(fs, args[1:], "dedup "+sub, dedupUsage, stdout); done || err != nil {
 		return err
@@ -226,7 +242,7 @@ func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	opts := dedupOptions(cfg)
 	opts.PreconstructDir = "" // the CLI serves nothing
-	log := newLogger(stderr, cfg.Log.Level)
+	log := newLogger(stderr, cfg.Log)
 	e, err := dedup.New(d, store, opts, log, nil)
 	if err != nil {
 		return err
@@ -243,7 +259,13 @@ func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return repack(ctx, e, *asJSON, stdout)
 	}
 	start := time.Now()
-	rs, err := e.RunAll(ctx, force)
+	ro := dedup.RunOptions{Force: force}
+	if !*quiet {
+		p := &dedupProgress{newProgressLine(stderr)}
+		ro.Progress, ro.ProgressInterval = p.print, p.interval
+		defer p.finish()
+	}
+	rs, err := e.RunAll(ctx, ro)
 	if err != nil {
 		return fmt.Errorf("dedup run: %w", err)
 	}
@@ -259,6 +281,29 @@ func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("dedup run: %d layers failed (see the log); they stay pending", rs.Errors)
 	}
 	return nil
+}
+
+// dedupProgress shows a dedup run's progress: a bar on a terminal, a line
+// every 10 seconds otherwise.
+type dedupProgress struct{ progressLine }
+
+func (p *dedupProgress) print(pr dedup.RunProgress) {
+	if !p.tty {
+		if pr.Final {
+			return // the summary follows
+		}
+		fmt.Fprintf(p.w, "dedup run: %d manifests read, %d of %d layers done, %d failed, %s\n",
+			pr.Manifests, pr.Done, pr.Layers, pr.Errors, pr.Elapsed.Round(time.Second))
+		return
+	}
+	const width = 30
+	bar := strings.Repeat(" ", width)
+	if pr.Layers > 0 {
+		n := min(pr.Done, pr.Layers) * width / pr.Layers
+		bar = strings.Repeat("#", n) + strings.Repeat("-", width-n)
+	}
+	p.draw("dedup run [%s] %d/%d layers  %d manifests  %d failed  %s",
+		bar, pr.Done, pr.Layers, pr.Manifests, pr.Errors, pr.Elapsed.Round(100*time.Millisecond))
 }
 
 // repack runs `cairn dedup repack`.

@@ -115,7 +115,7 @@ func runScrub(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return exitError{2, fmt.Errorf("scrub: %w", err)}
 	}
-	log := newLogger(stderr, cfg.Log.Level)
+	log := newLogger(stderr, cfg.Log)
 	v := cfg.Validation.Manifests
 	opts := scrub.Options{
 		Recipes: mode, Sample: *sample, Seed: *seed, Workers: *workers,

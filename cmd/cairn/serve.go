@@ -11,16 +11,22 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
+	"regexp"
 	"sync/atomic"
 	"time"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/crypto/acme"
+	"golang.org/x/crypto/acme/autocert"
 
 	"github.com/cairn-registry/cairn/internal/auth"
 	"github.com/cairn-registry/cairn/internal/config"
 	"github.com/cairn-registry/cairn/internal/dedup"
+	"github.com/cairn-registry/cairn/internal/health"
 	"github.com/cairn-registry/cairn/internal/metrics"
+	"github.com/cairn-registry/cairn/internal/proxy"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/server"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
@@ -31,9 +37,6 @@ import (
 	"github.com/cairn-registry/cairn/internal/storage/driver/s3"
 	"github.com/cairn-registry/cairn/internal/task"
 )
-
-// shutdownTimeout bounds how long in-flight requests may run after SIGTERM.
-const shutdownTimeout = 60 * time.Second
 
 // Connection timeouts. Whole-request read and write timeouts would cut off
 // multi-gigabyte layer transfers, so slow clients are bounded instead by
@@ -69,7 +72,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := newLogger(stderr, cfg.Log.Level)
+	log := newLogger(stderr, cfg.Log)
 	for _, w := range warnings {
 		log.Warn("config: " + w)
 	}
@@ -116,29 +119,64 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			store.Close()
 		}
 	}()
+	redirector, redirectDesc, rw, err := newRedirector(ctx, cfg, d)
+	if err != nil {
+		return err
+	}
+	for _, w := range rw {
+		log.Warn("config: " + w)
+	}
 	regOpts := registryOptions(cfg)
+	regOpts.Redirector = redirector
 	regOpts.Dedup = engine.Source
+	descriptors, closeDescriptors, err := newDescriptorCache(ctx, cfg, m)
+	if err != nil {
+		return err
+	}
+	defer closeDescriptors()
+	regOpts.Descriptors = descriptors
 	if store != nil {
 		regOpts.Observer = engine
 	}
+	var mirror *proxy.Cache
+	if cfg.Proxy.Enabled() {
+		regOpts.Mirrored = func(repo string) bool { return mirror.Mirrors(repo) }
+	}
 	reg := registry.New(id, regOpts)
+	checker := health.New(healthChecks(cfg.Health, d))
 	srvOpts := server.Options{
-		ReadOnly:        cfg.Storage.Maintenance.ReadOnly.Enabled,
-		Logger:          log,
-		Auth:            authz,
-		Metrics:         m,
-		BodyIdleTimeout: bodyIdleTimeout,
+		ReadOnly:          cfg.Storage.Maintenance.ReadOnly.Enabled,
+		Logger:            log,
+		Auth:              authz,
+		Metrics:           m,
+		BodyIdleTimeout:   bodyIdleTimeout,
+		Headers:           http.Header(cfg.HTTP.Headers),
+		Prefix:            cfg.HTTP.Prefix,
+		AbsoluteURLs:      cfg.HTTP.RelativeURLs != nil && !*cfg.HTTP.RelativeURLs,
+		NoAccessLog:       cfg.Log.AccessLog.Disabled,
+		MaxCatalogEntries: cfg.Catalog.MaxEntries,
+		MaxTags:           cfg.Tags.MaxTags,
+		Healthy:           checker.Err,
+	}
+	if cfg.Proxy.Enabled() {
+		if mirror, err = newMirror(cfg.Proxy, reg, log); err != nil {
+			return err
+		}
+		srvOpts.Mirror = mirror
+	}
+	if cfg.HTTP.Host != "" {
+		// Validated: an http or https URL with a host.
+		srvOpts.Host, _ = url.Parse(cfg.HTTP.Host)
 	}
 	if notifier != nil {
 		srvOpts.Events = notifier
 		srvOpts.EventReferences = cfg.Notifications.Events.IncludeReferences
 	}
-	srv := server.New(reg, srvOpts)
-
-	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
+	ln, err := net.Listen(cfg.HTTP.Net, cfg.HTTP.Addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	srv := server.New(reg, srvOpts)
 	httpSrv := &http.Server{
 		Handler:           srv,
 		TLSConfig:         tlsConfig,
@@ -150,6 +188,12 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if cfg.HTTP.HTTP2.Disabled {
 		// A non-nil empty map keeps net/http from configuring HTTP/2.
 		httpSrv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
+	}
+	if cfg.HTTP.H2C.Enabled {
+		httpSrv.Protocols = new(http.Protocols)
+		httpSrv.Protocols.SetHTTP1(true)
+		httpSrv.Protocols.SetUnencryptedHTTP2(true)
+		httpSrv.Protocols.SetHTTP2(!cfg.HTTP.HTTP2.Disabled)
 	}
 	serveErr := make(chan error, 2)
 
@@ -172,14 +216,18 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 				if stopping.Load() {
 					return errors.New("shutting down")
 				}
+				if err := checker.Err(); err != nil {
+					return fmt.Errorf("health: %w", err)
+				}
 				return storageReady(ctx)
 			},
+			Handlers: map[string]http.Handler{"/debug/health": checker.Handler()},
 		}
 		if dc.Prometheus.Enabled {
 			opts.Metrics = m
 		}
 		if store != nil {
-			opts.Handlers = map[string]http.Handler{"/dedup/stats": statsHandler(engine)}
+			opts.Handlers["/dedup/stats"] = statsHandler(engine)
 		}
 		debugSrv = &http.Server{
 			Handler:           metrics.DebugHandler(opts),
@@ -187,12 +235,20 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			IdleTimeout:       idleTimeout,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		}
-		log.Info("debug listener: /metrics, /healthz, /readyz, /debug/pprof/", "addr", dln.Addr().String())
+		log.Info("debug listener: /metrics, /healthz, /readyz, /debug/health, /debug/pprof/", "addr", dln.Addr().String())
 		go func() { serveErr <- fmt.Errorf("debug listener: %w", debugSrv.Serve(dln)) }()
 	}
 	log.Info("cairn serving", "addr", ln.Addr().String(), "tls", tlsConfig != nil, "auth", authName(cfg.Auth),
 		"driver", d.Name(), "root", rootOf(cfg),
 		"delete", cfg.Storage.Delete.Enabled, "dedup", cfg.Storage.Dedup.Mode, "readonly", cfg.Storage.Maintenance.ReadOnly.Enabled, "version", versionString())
+	if redirector != nil {
+		log.Info("blob GETs are redirected", "to", redirectDesc)
+		if n, _ := config.ParseBytes(cfg.Storage.Dedup.Cache.Prefetch.Size); n > 0 {
+			log.Warn("storage.dedup.cache.prefetch holds intact layers that redirected GETs never read; set storage.redirect.disable or a prefetch size of 0")
+		}
+	} else {
+		log.Info("blob redirects off", "reason", redirectDesc)
+	}
 
 	// Background work runs on one Runner: dedup's jobs, scheduled GC and
 	// upload purging.
@@ -201,6 +257,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		engine.Schedule(runner)
 		if p := cfg.Storage.Maintenance.UploadPurging; p.Enabled {
 			runner.Every("upload purge", time.Minute, p.Interval, task.High, purgeUploads(log, reg, p.Age, p.DryRun))
+		}
+		if every := expiryInterval(cfg.Proxy); mirror != nil && every > 0 {
+			runner.Every("proxy expiry", every, every, task.High, expireCache(log, mirror))
 		}
 		if g := cfg.Storage.GC; g.Enabled {
 			var gcEv gcEvents // nil unless notifications are on: not a nil *Notifier
@@ -214,6 +273,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	runnerDone := make(chan struct{})
 	go func() { runner.Run(bg); close(runnerDone) }()
 	defer func() { stopBG(); <-runnerDone }()
+	healthDone := make(chan struct{})
+	go func() { checker.Run(bg); close(healthDone) }()
+	defer func() { stopBG(); <-healthDone }()
 
 	go func() {
 		if tlsConfig != nil {
@@ -232,10 +294,10 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	log.Info("shutting down: finishing in-flight requests", "timeout", shutdownTimeout)
+	log.Info("shutting down: finishing in-flight requests", "timeout", cfg.HTTP.DrainTimeout)
 	stopping.Store(true)
 	stopBG()
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.HTTP.DrainTimeout)
 	defer cancel()
 	err = httpSrv.Shutdown(sctx)
 	if debugSrv != nil {
@@ -302,6 +364,20 @@ func registryOptions(cfg *config.Config) registry.Options {
 		DeleteEnabled:   cfg.Storage.Delete.Enabled,
 		SparseManifests: v.Sparse,
 		IndexPlatforms:  v.Indexes.Platforms,
+		TagLookups:      cfg.Storage.Tag.ConcurrencyLimit,
+		ManifestClasses: cfg.Policy.Repository.Classes,
+	}
+	if cfg.Validation.URLChecks() {
+		// distribution joins each list into one alternation; the
+		// expressions were compiled once by validation already.
+		rules := &registry.URLRules{}
+		if a := v.URLs.Allow; len(a) > 0 {
+			rules.Allow = regexp.MustCompile(alternation(a))
+		}
+		if d := v.URLs.Deny; len(d) > 0 {
+			rules.Deny = regexp.MustCompile(alternation(d))
+		}
+		opts.LayerURLs = rules
 	}
 	for _, p := range v.Indexes.PlatformList {
 		opts.PlatformList = append(opts.PlatformList, ocispec.Platform{OS: p.OS, Architecture: p.Architecture})
@@ -314,21 +390,6 @@ func rootOf(cfg *config.Config) string {
 		return cfg.Storage.Filesystem.RootDirectory
 	}
 	return ""
-}
-
-func newLogger(w io.Writer, level string) *slog.Logger {
-	var lvl slog.Level
-	switch level {
-	case "debug":
-		lvl = slog.LevelDebug
-	case "warn":
-		lvl = slog.LevelWarn
-	case "error":
-		lvl = slog.LevelError
-	default:
-		lvl = slog.LevelInfo
-	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl}))
 }
 
 // backgroundQueue bounds the background tasks waiting per priority.
@@ -348,6 +409,60 @@ func purgeUploads(log *slog.Logger, reg *registry.Registry, age time.Duration, d
 	}
 }
 
+// expiryInterval is how often cached content is expired: a quarter of the
+// shortest TTL, between a minute and an hour; 0 when nothing expires.
+func expiryInterval(c config.Proxy) time.Duration {
+	var shortest time.Duration
+	for _, u := range c.All() {
+		if ttl := *u.TTL; ttl > 0 && (shortest == 0 || ttl < shortest) {
+			shortest = ttl
+		}
+	}
+	if shortest == 0 {
+		return 0
+	}
+	return min(max(shortest/4, time.Minute), time.Hour)
+}
+
+// expireCache removes cached content nobody pulled within its TTL; the
+// scheduled GC frees the blobs that leaves unreferenced.
+func expireCache(log *slog.Logger, mirror *proxy.Cache) task.Func {
+	return func(ctx context.Context) error {
+		start := time.Now()
+		rep, err := mirror.Expire(ctx, start)
+		if err != nil && ctx.Err() == nil {
+			log.Warn("proxy expiry finished with errors", "tags", rep.Tags, "manifests", rep.Manifests, "err", err)
+		} else {
+			log.Info("proxy expiry", "repositories", rep.Repositories, "tags", rep.Tags, "manifests", rep.Manifests, "duration", time.Since(start))
+		}
+		return nil
+	}
+}
+
+// newMirror builds the pull-through cache the proxy section configures.
+func newMirror(c config.Proxy, reg *registry.Registry, log *slog.Logger) (*proxy.Cache, error) {
+	var ups []proxy.Upstream
+	for _, u := range c.All() {
+		up := proxy.Upstream{Prefix: u.Prefix, URL: u.RemoteURL, Username: u.Username, Password: u.Password, Revalidate: u.Revalidate, TTL: *u.TTL}
+		if e := u.Exec; e != nil {
+			// distribution's lifetime: unset keeps the answer, 0 asks every time.
+			up.CredentialHelper, up.HelperLifetime = e.Command, -1
+			if e.Lifetime == nil {
+				up.HelperLifetime = 0
+			} else if *e.Lifetime > 0 {
+				up.HelperLifetime = *e.Lifetime
+			}
+		}
+		ups = append(ups, up)
+		log.Info("pull-through cache", "prefix", u.Prefix, "upstream", u.RemoteURL, "revalidate", u.Revalidate, "ttl", *u.TTL)
+	}
+	cache, err := proxy.New(reg, proxy.Options{Upstreams: ups, Log: log})
+	if err != nil {
+		return nil, fmt.Errorf("config: proxy: %w", err)
+	}
+	return cache, nil
+}
+
 // newAuthorizer builds the authorizer auth configures; nil when none is.
 func newAuthorizer(c config.Auth) (auth.Authorizer, error) {
 	var a auth.Authorizer
@@ -363,6 +478,8 @@ func newAuthorizer(c config.Auth) (auth.Authorizer, error) {
 				return nil, fmt.Errorf("config: auth.accesscontrol: %w", err)
 			}
 		}
+	case c.Silly != nil:
+		a = auth.NewSilly(c.Silly.Realm, c.Silly.Service)
 	case c.Token != nil:
 		t, err := auth.NewToken(auth.TokenOptions{
 			Realm:             c.Token.Realm,
@@ -413,6 +530,8 @@ func authName(c config.Auth) string {
 		name = "htpasswd"
 	case c.Token != nil:
 		name = "token"
+	case c.Silly != nil:
+		name = "silly"
 	}
 	if c.Anonymous.Pull {
 		name += "+anonymous-pull"
@@ -429,11 +548,29 @@ func newTLSConfig(c *config.TLS) (*tls.Config, error) {
 	if c == nil {
 		return nil, nil
 	}
-	cert, err := tls.LoadX509KeyPair(c.Certificate, c.Key)
-	if err != nil {
-		return nil, fmt.Errorf("config: http.tls: certificate and key: %w", err)
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if le := c.LetsEncrypt; le != nil {
+		m := &autocert.Manager{
+			Cache:  autocert.DirCache(le.CacheFile),
+			Email:  le.Email,
+			Prompt: autocert.AcceptTOS,
+		}
+		if len(le.Hosts) > 0 {
+			m.HostPolicy = autocert.HostWhitelist(le.Hosts...)
+		}
+		if le.DirectoryURL != "" {
+			m.Client = &acme.Client{DirectoryURL: le.DirectoryURL}
+		}
+		tc.GetCertificate = m.GetCertificate
+		// TLS-ALPN-01: the ACME server proves the name on this listener.
+		tc.NextProtos = []string{acme.ALPNProto}
+	} else {
+		cert, err := tls.LoadX509KeyPair(c.Certificate, c.Key)
+		if err != nil {
+			return nil, fmt.Errorf("config: http.tls: certificate and key: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
 	}
-	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	if c.MinimumTLS == "tls1.3" {
 		tc.MinVersion = tls.VersionTLS13
 	}
@@ -463,9 +600,15 @@ func newTLSConfig(c *config.TLS) (*tls.Config, error) {
 			}
 		}
 		tc.ClientCAs = pool
-		tc.ClientAuth = tls.RequireAndVerifyClientCert
-		if c.ClientAuth == config.ClientAuthIfGiven {
+		switch c.ClientAuth {
+		case config.ClientAuthIfGiven:
 			tc.ClientAuth = tls.VerifyClientCertIfGiven
+		case config.ClientAuthRequest:
+			tc.ClientAuth = tls.RequestClientCert
+		case config.ClientAuthAny:
+			tc.ClientAuth = tls.RequireAnyClientCert
+		default:
+			tc.ClientAuth = tls.RequireAndVerifyClientCert
 		}
 	}
 	return tc, nil

@@ -1,9 +1,12 @@
 // Package config loads cairn's YAML configuration. The keys are those of
 // distribution/distribution's config.yml, so a distribution configuration
-// works unchanged: keys cairn implements are honoured, keys distribution
-// knows but cairn does not implement yet are reported as warnings (or
-// refused, where running without them would weaken the registry or serve the
-// wrong data), and any other key is reported as unknown with its full path.
+// works unchanged: keys cairn implements are honoured with distribution's
+// meaning; keys it does not are refused with a one-line reason where
+// running without them would weaken the registry or serve the wrong data
+// (refused), else reported as not supported yet (notYet) or obsolete; and
+// any other key is reported as unknown with its full path.
+// testdata/distribution holds distribution's reference configurations,
+// which the tests load: every key in them is honoured.
 //
 // Environment variables override the file as in distribution:
 // REGISTRY_STORAGE_FILESYSTEM_ROOTDIRECTORY=/x sets storage.filesystem.rootdirectory.
@@ -39,19 +42,28 @@ type Config struct {
 	// Auth configures authentication (htpasswd or token, optionally
 	// anonymous pull); none by default.
 	Auth Auth `yaml:"auth"`
+	// Proxy makes cairn a pull-through cache of other registries.
+	Proxy Proxy `yaml:"proxy"`
 
-	// Notifications sends events to webhook endpoints (notifications.go).
+	// Middleware holds distribution's storage middlewares that decide where
+	// blob GETs are redirected (redirect, cloudfront).
+	Middleware Middleware `yaml:"middleware"`
+
+	// Redis is the one Redis connection every Redis user in cairn shares
+	// (see redis.go).
+	Redis *Redis `yaml:"redis"`
+	// Health adds periodic checks whose failure makes the registry
+	// unhealthy (see health.go).
+	Health Health `yaml:"health"`
+	// Catalog and Tags bound the pages of the listing endpoints.
+	Catalog Catalog `yaml:"catalog"`
+	Tags    Tags    `yaml:"tags"`
+	// Notifications sends distribution's events to listeners.
 	Notifications Notifications `yaml:"notifications"`
-
-	_ notYet   `yaml:"middleware"`
-	_ notYet   `yaml:"redis"`
-	_ notYet   `yaml:"health"`
-	_ notYet   `yaml:"catalog"`
-	_ notYet   `yaml:"tags"`
-	_ notYet   `yaml:"proxy"`
-	_ notYet   `yaml:"policy"`
-	_ obsolete `yaml:"reporting"`
-	_ obsolete `yaml:"compatibility"`
+	// Policy restricts what may be pushed.
+	Policy Policy   `yaml:"policy"`
+	_      obsolete `yaml:"reporting"`
+	_      obsolete `yaml:"compatibility"`
 }
 
 // Log configures logging.
@@ -60,12 +72,64 @@ type Log struct {
 	// "warning" means warn; loading stores the canonical lower-case name.
 	// distribution's deprecated top-level "loglevel" key is read as log.level.
 	Level string `yaml:"level"`
+	// Formatter is text (default), json or logstash (JSON with logstash's
+	// @timestamp, @version and message keys).
+	Formatter string `yaml:"formatter"`
+	// Fields are added to every log line.
+	Fields map[string]any `yaml:"fields"`
+	// AccessLog.Disabled drops the one line per request.
+	AccessLog AccessLog `yaml:"accesslog"`
+	// ReportCaller adds the source file and line to every line.
+	ReportCaller bool `yaml:"reportcaller"`
+	// Hooks mail log records of chosen levels (type mail, as in
+	// distribution).
+	Hooks []LogHook `yaml:"hooks"`
+}
 
-	_ notYet `yaml:"accesslog"`
-	_ notYet `yaml:"formatter"`
-	_ notYet `yaml:"fields"`
-	_ notYet `yaml:"hooks"`
-	_ notYet `yaml:"reportcaller"`
+// LogHook is one log hook; mail is the only type.
+type LogHook struct {
+	Type     string `yaml:"type"`
+	Disabled bool   `yaml:"disabled"`
+	// Levels are logrus's names: panic, fatal, error, warn (warning),
+	// info, debug, trace. cairn logs no panic or fatal records: they are
+	// read as error, its most severe level.
+	Levels  []string       `yaml:"levels"`
+	Options LogHookOptions `yaml:"options"`
+}
+
+// LogHookOptions say where mail goes.
+type LogHookOptions struct {
+	SMTP SMTPOptions `yaml:"smtp"`
+	From string      `yaml:"from"`
+	To   []string    `yaml:"to"`
+}
+
+// SMTPOptions locate the mail server.
+type SMTPOptions struct {
+	Addr     string `yaml:"addr"`
+	Username string `yaml:"username"`
+	Password string `yaml:"password"`
+	Insecure bool   `yaml:"insecure"`
+}
+
+// HookLevel maps a hook's level name to cairn's level name.
+func HookLevel(name string) (string, bool) {
+	switch strings.ToLower(name) {
+	case "panic", "fatal", "error":
+		return "error", true
+	case "warn", "warning":
+		return "warn", true
+	case "info":
+		return "info", true
+	case "debug", "trace":
+		return "debug", true
+	}
+	return "", false
+}
+
+// AccessLog configures the request log.
+type AccessLog struct {
+	Disabled bool `yaml:"disabled"`
 }
 
 // HTTP configures the listener.
@@ -77,15 +141,31 @@ type HTTP struct {
 	// Debug is the operators' listener: metrics, health, profiling.
 	Debug Debug `yaml:"debug"`
 	HTTP2 HTTP2 `yaml:"http2"`
-
-	_ notYet `yaml:"net"`
-	_ notYet `yaml:"host"`
-	_ notYet `yaml:"prefix"`
-	_ notYet `yaml:"secret"`
-	_ notYet `yaml:"relativeurls"`
-	_ notYet `yaml:"draintimeout"`
-	_ notYet `yaml:"headers"`
-	_ notYet `yaml:"h2c"`
+	// H2C serves HTTP/2 without TLS (behind load balancers that speak it).
+	H2C H2C `yaml:"h2c"`
+	// Net is tcp (default) or unix; with unix, Addr is the socket's path.
+	Net string `yaml:"net"`
+	// Prefix is the path the API is served under ("/my/registry/": the
+	// API is then /my/registry/v2/).
+	Prefix string `yaml:"prefix"`
+	// Host is the externally reachable URL (https://registry.example:5000)
+	// that Location headers are built on, whatever the request said.
+	Host string `yaml:"host"`
+	// Secret is accepted for distribution's configurations: distribution
+	// signs upload state it hands to clients with it; cairn keeps that
+	// state in storage and hands none out, so nothing is signed.
+	Secret string `yaml:"secret"`
+	// RelativeURLs: true or unset (cairn's default) makes Location headers
+	// paths, which every client resolves and which survive proxies that
+	// terminate TLS without saying so; false, as distribution's default,
+	// makes them absolute URLs built from the request (Host overrides
+	// both).
+	RelativeURLs *bool `yaml:"relativeurls"`
+	// DrainTimeout bounds how long in-flight requests may finish after
+	// SIGTERM (default 60s; distribution's default, 0, is taken as 60s).
+	DrainTimeout time.Duration `yaml:"draintimeout"`
+	// Headers are added to every response of the API listener.
+	Headers map[string][]string `yaml:"headers"`
 }
 
 // Storage selects the storage driver and its parameters. Exactly one driver
@@ -107,11 +187,13 @@ type Storage struct {
 	GC GC `yaml:"gc"`
 	// Dedup is cairn's layer deduplication (see dedup.go).
 	Dedup Dedup `yaml:"dedup"`
+	// Redirect controls blob redirects to the store (see redirect.go).
+	Redirect Redirect `yaml:"redirect"`
 
-	// Serving from the default directory instead would hide the real data.
-	_ notYet `yaml:"cache"`
-	_ notYet `yaml:"redirect"`
-	_ notYet `yaml:"tag"`
+	// Cache caches blob descriptors (see redis.go).
+	Cache Cache `yaml:"cache"`
+	// Tag tunes tag lookups.
+	Tag Tag `yaml:"tag"`
 
 	// defaulted is set while Filesystem holds the ./cairn-data default rather
 	// than a section the user wrote, so that naming another driver (in the
@@ -165,6 +247,7 @@ const (
 	distributionRootDirectory = "/var/lib/registry"
 	defaultMaxThreads         = 100
 	minMaxThreads             = 25
+	defaultDrainTimeout       = 60 * time.Second
 )
 
 // notYet marks a distribution key cairn does not implement yet: reported as a
@@ -202,10 +285,12 @@ func (s *Storage) yieldDefaultDriver(named string) {
 // except the storage driver, which depends on what the documents name.
 func base() *Config {
 	return &Config{
-		Log: Log{Level: "info"},
+		Log: Log{Level: "info", Formatter: "text"},
 		HTTP: HTTP{
-			Addr:  "127.0.0.1:5000",
-			Debug: Debug{Prometheus: Prometheus{Enabled: true, Path: defaultMetricsPath}},
+			Addr:         "127.0.0.1:5000",
+			Net:          "tcp",
+			DrainTimeout: defaultDrainTimeout,
+			Debug:        Debug{Prometheus: Prometheus{Enabled: true, Path: defaultMetricsPath}},
 		},
 		Storage: Storage{
 			Delete: Delete{Enabled: true},
@@ -218,6 +303,7 @@ func base() *Config {
 			},
 			GC:    defaultGC(),
 			Dedup: defaultDedup(),
+			Cache: Cache{BlobDescriptorSize: defaultBlobDescriptorSize, TTL: defaultBlobDescriptorTTL},
 		},
 		Validation: Validation{Manifests: ManifestValidation{Indexes: IndexValidation{Platforms: "all"}}},
 	}
@@ -245,6 +331,16 @@ func (c *Config) finish() {
 	c.Validation.Manifests.Indexes.Platforms = strings.ToLower(c.Validation.Manifests.Indexes.Platforms)
 	if lvl, ok := canonicalLevel(c.Log.Level); ok {
 		c.Log.Level = lvl
+	}
+	c.Log.Formatter = strings.ToLower(c.Log.Formatter)
+	if c.HTTP.DrainTimeout == 0 {
+		c.HTTP.DrainTimeout = defaultDrainTimeout
+	}
+	switch p := c.HTTP.Prefix; {
+	case p == "/":
+		c.HTTP.Prefix = ""
+	case p != "" && !strings.HasSuffix(p, "/"):
+		c.HTTP.Prefix = p + "/"
 	}
 }
 
@@ -313,13 +409,40 @@ func parse(data []byte, file string) (*Config, []string, error) {
 	return c, d.warnings, nil
 }
 
+// Policy is distribution's policy section.
+type Policy struct {
+	Repository RepositoryPolicy `yaml:"repository"`
+}
+
+// RepositoryPolicy lists the classes of image manifests a push may store:
+// "image" (image configs) and "plugin" (Docker plugin configs); empty
+// allows every manifest.
+type RepositoryPolicy struct {
+	Classes []string `yaml:"classes"`
+}
+
+// URLChecks reports whether the urls of pushed manifests' layers are
+// checked against validation.manifests.urls: when allow or deny is given
+// and validation is not disabled. (distribution also checks with neither
+// given, refusing every URL; cairn accepts http and https URLs then.)
+func (v *Validation) URLChecks() bool {
+	on := !v.Disabled
+	if v.Enabled != nil {
+		on = *v.Enabled
+	}
+	return on && (len(v.Manifests.URLs.Allow) > 0 || len(v.Manifests.URLs.Deny) > 0)
+}
+
 // Validation configures manifest validation (distribution's keys plus
 // cairn's sparse switch).
 type Validation struct {
 	Manifests ManifestValidation `yaml:"manifests"`
-
-	_ notYet `yaml:"disabled"`
-	_ notYet `yaml:"enabled"`
+	// Disabled turns off the URL checks of pushed manifests (urls.allow
+	// and urls.deny), as in distribution: any URL is then accepted.
+	Disabled bool `yaml:"disabled"`
+	// Enabled is distribution's deprecated inverse of Disabled; when given
+	// it wins.
+	Enabled *bool `yaml:"enabled"`
 }
 
 // ManifestValidation says which descriptors of a pushed manifest must exist.
@@ -332,8 +455,16 @@ type ManifestValidation struct {
 	// platforms or layers. Off by default: a push naming a missing blob fails
 	// with MANIFEST_BLOB_UNKNOWN.
 	Sparse bool `yaml:"sparse"`
+	// URLs restricts the URLs that layers of pushed manifests may name.
+	URLs URLValidation `yaml:"urls"`
+}
 
-	_ notYet `yaml:"urls"`
+// URLValidation holds regular expressions (RE2) for the "urls" of pushed
+// manifests' descriptors. With validation on and Allow empty, no URL is
+// accepted; otherwise a URL must match one Allow and no Deny expression.
+type URLValidation struct {
+	Allow []string `yaml:"allow"`
+	Deny  []string `yaml:"deny"`
 }
 
 // IndexValidation selects the index children that must exist.

@@ -190,6 +190,29 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) error {
 		return d.value(n, v.Elem(), path)
 	case reflect.Struct:
 		return d.structure(n, v, path)
+	case reflect.Map:
+		if n.Kind != yaml.MappingNode {
+			return d.errorf(n, path, "expected a mapping, not %s", describe(n))
+		}
+		return d.decodeAny(n, v, path)
+	case reflect.Slice:
+		if v.Type().Elem().Kind() != reflect.Struct {
+			return d.decodeAny(n, v, path)
+		}
+		// Lists of sections (health checks) are decoded key by key, so
+		// that their unknown keys are reported too.
+		if n.Kind != yaml.SequenceNode {
+			return d.errorf(n, path, "expected a list, not %s", describe(n))
+		}
+		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+		for i, item := range n.Content {
+			elem := s.Index(i)
+			elem.Set(newWithDefaults(v.Type().Elem()).Elem())
+			if err := d.value(item, elem, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+		v.Set(s)
 	case reflect.String:
 		if n.Kind != yaml.ScalarNode {
 			return d.errorf(n, path, "expected a string, not %s", describe(n))
@@ -220,11 +243,16 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) error {
 		}
 		v.SetInt(i)
 	default:
-		// Kinds no current key uses (lists, maps): yaml decodes them and
-		// the key is named on failure.
-		if err := n.Decode(v.Addr().Interface()); err != nil {
-			return d.errorf(n, path, "%s", oneLine(err))
-		}
+		return d.decodeAny(n, v, path)
+	}
+	return nil
+}
+
+// decodeAny hands kinds with no keys of their own (lists of strings, maps)
+// to yaml; the key is named on failure.
+func (d *decoder) decodeAny(n *yaml.Node, v reflect.Value, path string) error {
+	if err := n.Decode(v.Addr().Interface()); err != nil {
+		return d.errorf(n, path, "%s", oneLine(err))
 	}
 	return nil
 }
@@ -326,7 +354,7 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) error {
 		case f.kind == obsoleteKind:
 			d.warnf(k, "%s is obsolete (current distribution ignores it too); ignored", p)
 		case f.kind == refusedKind:
-			return d.errorf(k, p, "not supported yet: %s", f.why)
+			return d.errorf(k, p, "refused: %s", f.why)
 		default:
 			if err := d.value(val, v.Field(f.index), p); err != nil {
 				return err
@@ -344,7 +372,7 @@ func (d *decoder) driverShortForm(n *yaml.Node, v reflect.Value, path string, fi
 		return d.errorf(n, path, "%q is not a storage driver (cairn supports %s)", n.Value, strings.Join(drivers, ", "))
 	}
 	if f.kind == refusedKind {
-		return d.errorf(n, path, "not supported yet: %s", f.why)
+		return d.errorf(n, path, "refused: %s", f.why)
 	}
 	if y, ok := v.Addr().Interface().(interface{ yieldDefaultDriver(string) }); ok {
 		y.yieldDefaultDriver(n.Value)

@@ -51,7 +51,9 @@ type DedupMetadata struct {
 	Redis *DedupRedis `yaml:"redis"`
 }
 
-// DedupRedis is a Redis server holding the metadata.
+// DedupRedis is a Redis server holding the metadata. With no Addr, the
+// top-level redis section's connection is used (one server: its Lua scripts
+// touch keys of several hash slots, so not Redis Cluster).
 type DedupRedis struct {
 	Addr     string `yaml:"addr"`
 	Username string `yaml:"username"`
@@ -162,9 +164,6 @@ func (d *Dedup) validate() error {
 		return fmt.Errorf("config: storage.dedup.packs.size: %w", err)
 	}
 	if r := d.Metadata.Redis; r != nil {
-		if r.Addr == "" {
-			return fmt.Errorf("config: storage.dedup.metadata.redis.addr: must be set (host:port)")
-		}
 		if d.Metadata.Path != "" {
 			return fmt.Errorf("config: storage.dedup.metadata: give path or redis, not both")
 		}

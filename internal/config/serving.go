@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 )
 
@@ -12,21 +13,27 @@ import (
 type Auth struct {
 	Htpasswd *Htpasswd `yaml:"htpasswd"`
 	Token    *Token    `yaml:"token"`
+	// Silly is distribution's development backend: any request carrying
+	// an Authorization header is let in, others are challenged.
+	Silly *Silly `yaml:"silly"`
 	// Anonymous (cairn) lets callers without credentials pull.
 	Anonymous Anonymous `yaml:"anonymous"`
 	// AccessControl (cairn) gives htpasswd users and groups actions per
 	// repository pattern.
 	AccessControl *AccessControl `yaml:"accesscontrol"`
+}
 
-	// silly accepts any credentials: serving it would be unauthenticated.
-	_ refused `yaml:"silly" why:"the silly backend accepts anyone; use htpasswd or token"`
+// Silly configures the silly backend's challenge.
+type Silly struct {
+	Realm   string `yaml:"realm"`
+	Service string `yaml:"service"`
 }
 
 // unknownKey makes any other key under auth fatal: an authentication method
 // cairn does not know, ignored with a warning, would leave the registry
 // open to everyone.
 func (*Auth) unknownKey() string {
-	return "unknown authentication method (cairn supports htpasswd, token, anonymous); without it the registry would be unauthenticated"
+	return "unknown authentication method (cairn supports htpasswd, token, silly, anonymous); without it the registry would be unauthenticated"
 }
 
 // Htpasswd configures HTTP Basic authentication against an htpasswd file.
@@ -104,7 +111,7 @@ type ACLPolicy struct {
 }
 
 // Enabled reports whether any authentication is configured.
-func (a *Auth) Enabled() bool { return a.Htpasswd != nil || a.Token != nil }
+func (a *Auth) Enabled() bool { return a.Htpasswd != nil || a.Token != nil || a.Silly != nil }
 
 // TLS configures HTTPS on http.addr, with distribution's keys.
 type TLS struct {
@@ -123,14 +130,32 @@ type TLS struct {
 	// names (TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, ...); empty means
 	// Go's defaults.
 	CipherSuites []string `yaml:"ciphersuites"`
+	// LetsEncrypt obtains and renews the certificate from an ACME server
+	// (TLS-ALPN-01 on this listener) instead of Certificate and Key.
+	LetsEncrypt *LetsEncrypt `yaml:"letsencrypt"`
+}
 
-	_ refused `yaml:"letsencrypt" why:"cairn does not obtain certificates; give certificate and key"`
+// LetsEncrypt configures certificates from Let's Encrypt (or another ACME
+// server).
+type LetsEncrypt struct {
+	// CacheFile is where certificates and the account key are kept (a
+	// directory, despite distribution's name for it).
+	CacheFile string `yaml:"cachefile"`
+	// Email is given to the ACME server for the account.
+	Email string `yaml:"email"`
+	// Hosts are the only names a certificate is requested for; empty
+	// allows any name a client asks for.
+	Hosts []string `yaml:"hosts"`
+	// DirectoryURL is the ACME server (default Let's Encrypt's).
+	DirectoryURL string `yaml:"directoryurl"`
 }
 
 // TLS client authentication modes (distribution's clientauth values).
 const (
 	ClientAuthRequire  = "require-and-verify-client-cert"
 	ClientAuthIfGiven  = "verify-client-cert-if-given"
+	ClientAuthRequest  = "request-client-cert"
+	ClientAuthAny      = "require-any-client-cert"
 	defaultMinimumTLS  = "tls1.2"
 	defaultMetricsPath = "/metrics"
 )
@@ -159,6 +184,11 @@ type Prometheus struct {
 	Path string `yaml:"path"`
 }
 
+// H2C configures HTTP/2 over plain TCP.
+type H2C struct {
+	Enabled bool `yaml:"enabled"`
+}
+
 // HTTP2 configures HTTP/2, which comes with TLS.
 type HTTP2 struct {
 	// Disabled serves HTTP/1.1 only over TLS.
@@ -166,8 +196,14 @@ type HTTP2 struct {
 }
 
 func (a *Auth) validate() error {
-	if a.Htpasswd != nil && a.Token != nil {
-		return errors.New("config: auth: give either htpasswd or token, not both")
+	n := 0
+	for _, set := range []bool{a.Htpasswd != nil, a.Token != nil, a.Silly != nil} {
+		if set {
+			n++
+		}
+	}
+	if n > 1 {
+		return errors.New("config: auth: give one of htpasswd, token or silly, not several")
 	}
 	if a.AccessControl != nil {
 		switch {
@@ -178,7 +214,10 @@ func (a *Auth) validate() error {
 		}
 	}
 	if a.Anonymous.Pull && !a.Enabled() {
-		return errors.New("config: auth.anonymous.pull: needs auth.htpasswd or auth.token, or nobody could push; for a registry nobody writes to, use storage.maintenance.readonly")
+		return errors.New("config: auth.anonymous.pull: needs auth.htpasswd, auth.token or auth.silly, or nobody could push; for a registry nobody writes to, use storage.maintenance.readonly")
+	}
+	if s := a.Silly; s != nil && (s.Realm == "" || s.Service == "") {
+		return errors.New("config: auth.silly: realm and service are required")
 	}
 	if h := a.Htpasswd; h != nil {
 		if h.Realm == "" {
@@ -204,18 +243,35 @@ func (a *Auth) validate() error {
 	return nil
 }
 
+// validHeaderName reports an RFC 9110 token.
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, c := range name {
+		if c > 0x7e || c <= ' ' || strings.ContainsRune("\"(),/:;<=>?@[\\]{}", c) {
+			return false
+		}
+	}
+	return true
+}
+
 func (h *HTTP) validateServing() error {
 	if t := h.TLS; t != nil {
-		if t.Certificate == "" {
+		switch le := t.LetsEncrypt; {
+		case le != nil && t.Certificate != "":
+			return errors.New("config: http.tls: give certificate and key, or letsencrypt, not both")
+		case le != nil && le.CacheFile == "":
+			return errors.New("config: http.tls.letsencrypt.cachefile: required")
+		case le == nil && t.Certificate == "":
 			return errors.New("config: http.tls.certificate: required with http.tls")
-		}
-		if t.Key == "" {
+		case le == nil && t.Key == "":
 			return errors.New("config: http.tls.key: required with http.tls")
 		}
 		switch t.ClientAuth {
-		case ClientAuthRequire, ClientAuthIfGiven:
+		case ClientAuthRequire, ClientAuthIfGiven, ClientAuthRequest, ClientAuthAny:
 		default:
-			return fmt.Errorf("config: http.tls.clientauth: %q is not one of %s, %s", t.ClientAuth, ClientAuthRequire, ClientAuthIfGiven)
+			return fmt.Errorf("config: http.tls.clientauth: %q is not one of %s, %s, %s, %s", t.ClientAuth, ClientAuthRequire, ClientAuthIfGiven, ClientAuthRequest, ClientAuthAny)
 		}
 		switch t.MinimumTLS {
 		case "tls1.2", "tls1.3":
@@ -223,6 +279,28 @@ func (h *HTTP) validateServing() error {
 			return fmt.Errorf("config: http.tls.minimumtls: %s is insecure; cairn serves tls1.2 or tls1.3", t.MinimumTLS)
 		default:
 			return fmt.Errorf("config: http.tls.minimumtls: %q is not one of tls1.2, tls1.3", t.MinimumTLS)
+		}
+	}
+	switch h.Net {
+	case "tcp", "unix":
+	default:
+		return fmt.Errorf("config: http.net: %q is not one of tcp, unix", h.Net)
+	}
+	if p := h.Prefix; p != "" && (!strings.HasPrefix(p, "/") || strings.Contains(p, "//") || strings.ContainsAny(p, "?#")) {
+		return fmt.Errorf("config: http.prefix: %q must be a path starting with /, such as /registry/", p)
+	}
+	if h.Host != "" {
+		u, err := url.Parse(h.Host)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("config: http.host: %q is not a URL such as https://registry.example:5000", h.Host)
+		}
+	}
+	if h.DrainTimeout < 0 {
+		return fmt.Errorf("config: http.draintimeout: must not be negative, not %s", h.DrainTimeout)
+	}
+	for name := range h.Headers {
+		if !validHeaderName(name) {
+			return fmt.Errorf("config: http.headers: %q is not a header name", name)
 		}
 	}
 	if d := h.Debug; d.Addr != "" {

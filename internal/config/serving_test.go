@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestServingKeysAreRead(t *testing.T) {
@@ -80,8 +81,8 @@ func TestServingKeysAreValidated(t *testing.T) {
 	const htpasswd = "auth:\n  htpasswd:\n    realm: r\n    path: /h\n"
 	const token = "auth:\n  token:\n    realm: https://a/t\n    service: s\n    issuer: i\n    jwks: /j\n"
 	cases := []struct{ name, doc, want string }{
-		{"both methods", htpasswd + "  token:\n    realm: x\n", "config: auth: give either htpasswd or token, not both"},
-		{"anonymous alone", "auth:\n  anonymous:\n    pull: true\n", "config: auth.anonymous.pull: needs auth.htpasswd or auth.token"},
+		{"both methods", htpasswd + "  token:\n    realm: x\n", "config: auth: give one of htpasswd, token or silly, not several"},
+		{"anonymous alone", "auth:\n  anonymous:\n    pull: true\n", "config: auth.anonymous.pull: needs auth.htpasswd, auth.token or auth.silly"},
 		{"access control with tokens", token + "  accesscontrol:\n    adminpolicy: {users: [a], actions: [pull]}\n", "config: auth.accesscontrol: needs auth.htpasswd"},
 		{"access control and anonymous pull", htpasswd + "  anonymous: {pull: true}\n  accesscontrol:\n    repositories: {'**': {anonymouspolicy: [pull]}}\n", "config: auth.anonymous.pull: give anonymous pulls per repository in auth.accesscontrol"},
 		{"htpasswd without path", "auth:\n  htpasswd:\n    realm: r\n", "config: auth.htpasswd.path: required"},
@@ -91,16 +92,16 @@ func TestServingKeysAreValidated(t *testing.T) {
 		{"token without realm", strings.Replace(token, "    realm: https://a/t\n", "", 1), "config: auth.token.realm: required"},
 		{"token without keys", strings.Replace(token, "    jwks: /j\n", "", 1), "config: auth.token: give rootcertbundle or jwks"},
 		{"unknown auth method", "auth:\n  ldap:\n    url: x\n", "config: auth.ldap: unknown authentication method"},
-		{"silly auth", "auth:\n  silly:\n    realm: x\n", "config: auth.silly: not supported yet: the silly backend accepts anyone"},
+		{"silly auth", "auth:\n  silly:\n    realm: x\n", "config: auth.silly: realm and service are required"},
 		{"tls without certificate", "http:\n  tls:\n    key: /k\n", "config: http.tls.certificate: required"},
 		{"tls 1.0", "http:\n  tls:\n    certificate: /c\n    key: /k\n    minimumtls: tls1.0\n", "config: http.tls.minimumtls: tls1.0 is insecure"},
 		{"tls version garbage", "http:\n  tls:\n    certificate: /c\n    key: /k\n    minimumtls: ssl3\n", `config: http.tls.minimumtls: "ssl3" is not one of tls1.2, tls1.3`},
 		{"clientauth garbage", "http:\n  tls:\n    certificate: /c\n    key: /k\n    clientauth: maybe\n", `config: http.tls.clientauth: "maybe" is not one of`},
-		{"letsencrypt", "http:\n  tls:\n    letsencrypt:\n      email: a@b\n", "config: http.tls.letsencrypt: not supported yet: cairn does not obtain certificates"},
+		{"letsencrypt", "http:\n  tls:\n    letsencrypt:\n      email: a@b\n", "config: http.tls.letsencrypt.cachefile: required"},
 		{"debug addr", "http:\n  debug:\n    addr: nowhere\n", `config: http.debug.addr: "nowhere": missing port in address`},
 		{"debug addr is http addr", "http:\n  addr: 127.0.0.1:5000\n  debug:\n    addr: 127.0.0.1:5000\n", "config: http.debug.addr: \"127.0.0.1:5000\" is also http.addr"},
 		{"metrics path", "http:\n  debug:\n    addr: :5001\n    prometheus:\n      path: /readyz\n", `config: http.debug.prometheus.path: "/readyz" must start with /`},
-		{"debug tls", "http:\n  debug:\n    addr: :5001\n    tls:\n      certificate: /c\n", "config: http.debug.tls: not supported yet"},
+		{"debug tls", "http:\n  debug:\n    addr: :5001\n    tls:\n      certificate: /c\n", "config: http.debug.tls: refused"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -133,5 +134,34 @@ func TestServingKeysFromEnvironment(t *testing.T) {
 	}
 	if c.HTTP.Debug.Addr != "127.0.0.1:5001" {
 		t.Errorf("debug.addr = %q", c.HTTP.Debug.Addr)
+	}
+}
+
+func TestProxyKeys(t *testing.T) {
+	c, _, err := Parse([]byte("proxy:\n  revalidate: 5m\n  upstreams:\n    - prefix: docker.io/\n      remoteurl: https://registry-1.docker.io\n      username: u\n      password: p\n    - prefix: ghcr.io\n      remoteurl: https://ghcr.io\n      ttl: 0s\n      revalidate: 30s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := c.Proxy.All()
+	if len(all) != 2 || *all[0].TTL != 168*time.Hour || all[0].Revalidate != 5*time.Minute || *all[1].TTL != 0 || all[1].Revalidate != 30*time.Second || all[0].Username != "u" {
+		t.Fatalf("upstreams %+v", all)
+	}
+	c, _, err = Parse([]byte("proxy:\n  remoteurl: https://registry-1.docker.io\n  ttl: 24h\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all := c.Proxy.All(); len(all) != 1 || all[0].Prefix != "" || *all[0].TTL != 24*time.Hour || all[0].Revalidate != time.Minute {
+		t.Fatalf("remoteurl: %+v", all)
+	}
+	for doc, want := range map[string]string{
+		"proxy:\n  remoteurl: https://a\n  upstreams:\n    - {prefix: x, remoteurl: https://b}\n":                   "config: proxy: give remoteurl",
+		"proxy:\n  upstreams:\n    - {remoteurl: https://b}\n":                                                      "config: proxy.upstreams[0].prefix: required",
+		"proxy:\n  upstreams:\n    - {prefix: x, remoteurl: ftp://b}\n":                                             `config: proxy.upstreams[0].remoteurl: "ftp://b" is not an http(s) URL`,
+		"proxy:\n  upstreams:\n    - {prefix: x, remoteurl: https://b}\n    - {prefix: x/, remoteurl: https://c}\n": `config: proxy.upstreams[1].prefix: "x" is given twice`,
+		"proxy:\n  remoteurl: registry-1.docker.io\n":                                                               `config: proxy.remoteurl: "registry-1.docker.io" is not an http(s) URL`,
+	} {
+		if _, _, err := Parse([]byte(doc)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", doc, err, want)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -18,8 +19,37 @@ func (c *Config) Validate() error {
 	if _, ok := canonicalLevel(c.Log.Level); !ok {
 		return fmt.Errorf("config: log.level: %q is not one of debug, info, warn, error", c.Log.Level)
 	}
-	if err := validateAddr(c.HTTP.Addr); err != nil {
-		return fmt.Errorf("config: http.addr: %w", err)
+	switch strings.ToLower(c.Log.Formatter) {
+	case "text", "json", "logstash":
+	default:
+		return fmt.Errorf("config: log.formatter: %q is not one of text, json, logstash", c.Log.Formatter)
+	}
+	for i, h := range c.Log.Hooks {
+		if h.Disabled {
+			continue
+		}
+		key := fmt.Sprintf("config: log.hooks[%d]", i)
+		if h.Type != "mail" {
+			return fmt.Errorf("%s.type: %q is not mail, the one hook type", key, h.Type)
+		}
+		for _, l := range h.Levels {
+			if _, ok := HookLevel(l); !ok {
+				return fmt.Errorf("%s.levels: %q is not one of panic, fatal, error, warn, info, debug, trace", key, l)
+			}
+		}
+		if err := validateAddr(h.Options.SMTP.Addr); err != nil {
+			return fmt.Errorf("%s.options.smtp.addr: %w", key, err)
+		}
+		if h.Options.From == "" || len(h.Options.To) == 0 {
+			return fmt.Errorf("%s.options: from and to are required", key)
+		}
+	}
+	if c.HTTP.Net != "unix" {
+		if err := validateAddr(c.HTTP.Addr); err != nil {
+			return fmt.Errorf("config: http.addr: %w", err)
+		}
+	} else if c.HTTP.Addr == "" {
+		return errors.New("config: http.addr: the socket's path is required with http.net: unix")
 	}
 	if err := c.HTTP.validateServing(); err != nil {
 		return err
@@ -30,8 +60,36 @@ func (c *Config) Validate() error {
 	if err := c.Validation.validate(); err != nil {
 		return err
 	}
+	if err := c.Proxy.validate(); err != nil {
+		return err
+	}
+	if err := c.Middleware.validate(); err != nil {
+		return err
+	}
+	if c.Redis != nil {
+		if err := c.Redis.validate(); err != nil {
+			return err
+		}
+	}
+	if r := c.Storage.Dedup.Metadata.Redis; r != nil && r.Addr == "" && c.Redis == nil {
+		return errors.New("config: storage.dedup.metadata.redis.addr: must be set (host:port), or give the redis section")
+	}
+	if err := c.Storage.Cache.validate(c.Redis != nil); err != nil {
+		return err
+	}
+	if err := c.Health.validate(); err != nil {
+		return err
+	}
 	if err := c.Notifications.validate(); err != nil {
 		return err
+	}
+	switch {
+	case c.Catalog.MaxEntries < 0:
+		return fmt.Errorf("config: catalog.maxentries: must not be negative, not %d", c.Catalog.MaxEntries)
+	case c.Tags.MaxTags < 0:
+		return fmt.Errorf("config: tags.maxtags: must not be negative, not %d", c.Tags.MaxTags)
+	case c.Storage.Tag.ConcurrencyLimit < 0:
+		return fmt.Errorf("config: storage.tag.concurrencylimit: must not be negative, not %d", c.Storage.Tag.ConcurrencyLimit)
 	}
 	return c.Storage.validate()
 }
@@ -46,6 +104,13 @@ func (v *Validation) validate() error {
 		}
 	default:
 		return fmt.Errorf("config: validation.manifests.indexes.platforms: %q is not one of all, none, list", idx.Platforms)
+	}
+	for key, res := range map[string][]string{"allow": v.Manifests.URLs.Allow, "deny": v.Manifests.URLs.Deny} {
+		for _, re := range res {
+			if _, err := regexp.Compile(re); err != nil {
+				return fmt.Errorf("config: validation.manifests.urls.%s: %s", key, oneLine(err))
+			}
+		}
 	}
 	return nil
 }

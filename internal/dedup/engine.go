@@ -1,6 +1,7 @@
 package dedup
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -499,16 +500,50 @@ type RunStats struct {
 	Errors    int            `json:"errors"`
 }
 
+// RunOptions tune RunAll.
+type RunOptions struct {
+	// Force processes every layer in this mode ("": each repository's).
+	Force Mode
+	// Progress, when set, is called about every ProgressInterval (default
+	// 10 s) while the run lasts, and once at its end (Final).
+	Progress         func(RunProgress)
+	ProgressInterval time.Duration
+}
+
+// RunProgress is a snapshot of RunAll: the manifests read so far, the
+// layers they name that are to be processed, and how many are done.
+type RunProgress struct {
+	Manifests int
+	Layers    int
+	Done      int
+	Errors    int
+	Elapsed   time.Duration
+	Final     bool
+}
+
 // RunAll processes every layer named by a manifest stored in any
-// repository, in each repository's mode (forced to force when not ""),
-// with the configured number of workers. It is `cairn dedup run`.
-func (w *Worker) RunAll(ctx context.Context, force Mode) (*RunStats, error) {
+// repository, in each repository's mode (forced to opts.Force when not
+// ""), with the configured number of workers. It is `cairn dedup run`.
+func (w *Worker) RunAll(ctx context.Context, opts RunOptions) (*RunStats, error) {
 	if w.meta == nil {
 		return nil, errors.New("dedup: no metadata store")
 	}
 	modes := make(map[digest.Digest]Mode)
 	var order []digest.Digest
 	st := &RunStats{Outcomes: make(map[string]int)}
+	var mu sync.Mutex // guards st and toDo once the workers run
+	toDo := 0
+	if opts.Progress != nil {
+		start := time.Now()
+		report := func(final bool) {
+			mu.Lock()
+			p := RunProgress{Manifests: st.Manifests, Layers: toDo, Done: st.Layers, Errors: st.Errors, Elapsed: time.Since(start), Final: final}
+			mu.Unlock()
+			opts.Progress(p)
+		}
+		stop := parallel.Every(cmp.Or(opts.ProgressInterval, 10*time.Second), func() { report(false) })
+		defer func() { stop(); report(true) }()
+	}
 	err := w.d.Walk(ctx, layout.RepositoriesDir, func(fi driver.FileInfo) error {
 		if fi.IsDir {
 			return nil
@@ -536,19 +571,24 @@ func (w *Worker) RunAll(ctx context.Context, force Mode) (*RunStats, error) {
 		if !ok {
 			return nil
 		}
-		st.Manifests++
 		if err := w.meta.SetImageLayers(ctx, md, layers); err != nil {
 			return err
 		}
-		mode := force
+		mode := opts.Force
 		if mode == "" {
 			mode = w.opts.ModeFor(re.Repo)
 		}
+		mu.Lock()
+		defer mu.Unlock()
+		st.Manifests++
 		for _, l := range layers {
 			if _, seen := modes[l]; !seen {
 				order = append(order, l)
 			}
 			if mode.rank() >= modes[l].rank() {
+				if modes[l].rank() == 0 && mode.rank() > 0 {
+					toDo++ // a layer to process, counted once
+				}
 				modes[l] = mode
 			}
 		}
@@ -557,7 +597,6 @@ func (w *Worker) RunAll(ctx context.Context, force Mode) (*RunStats, error) {
 	if err != nil && !errors.Is(err, driver.ErrNotFound) {
 		return st, err
 	}
-	var mu sync.Mutex
 	work := make(chan digest.Digest)
 	var wg sync.WaitGroup
 	for range w.opts.Workers {

@@ -3,11 +3,15 @@ package dedup
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/registry"
 )
@@ -234,4 +238,43 @@ func TestSelectivePromoteOnPulls(t *testing.T) {
 		return st == meta.StateIntact
 	})
 	v.wantData(l.blob)
+}
+
+// TestRunAllProgress: a run reports its progress, and at its end every
+// layer its manifests name is done.
+func TestRunAllProgress(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	v := newEnv(t, nil, Options{Mode: ModeFull})
+	ls := sharedLayers(t)
+	for i, pair := range [][]tlayer{ls[:2], ls[1:3]} {
+		for _, l := range pair {
+			v.put(l.blob)
+		}
+		m := manifest(t, false, digest.FromString("cfg"), pair)
+		md := v.put(m)
+		repo := fmt.Sprintf("run/img%d", i)
+		if err := v.d.PutContent(ctx, layout.RevisionLink(repo, md), []byte(md)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	var seen []RunProgress
+	st, err := v.eng.RunAll(ctx, RunOptions{Progress: func(p RunProgress) {
+		mu.Lock()
+		seen = append(seen, p)
+		mu.Unlock()
+	}, ProgressInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := seen[len(seen)-1]
+	if !last.Final || last.Manifests != 2 || last.Layers != 3 || last.Done != 3 || last.Errors != 0 || st.Layers != 3 {
+		t.Fatalf("final progress %+v, stats %+v; want 2 manifests, 3 of 3 layers done", last, st)
+	}
+	for _, p := range seen[:len(seen)-1] {
+		if p.Final || p.Done > p.Layers {
+			t.Fatalf("progress %+v before the end", p)
+		}
+	}
 }

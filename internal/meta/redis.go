@@ -15,6 +15,14 @@ import (
 
 // RedisOptions configures the Redis store; zero fields take the defaults.
 type RedisOptions struct {
+	// Client, when set, is the connection to use (the redis section's,
+	// shared with other Redis users); Addr, Username, Password and DB are
+	// then not read, and Close leaves it open. It must reach one server
+	// (or a sentinel-managed primary), not a Redis Cluster.
+	Client redis.UniversalClient
+	// OwnClient makes Close close Client too (it was opened for the store).
+	OwnClient bool
+
 	Addr     string // host:port
 	Username string // ACL user; empty: the default user
 	Password string
@@ -52,9 +60,10 @@ func (o RedisOptions) withDefaults() RedisOptions {
 // maxmemory-policy noeviction. An evicted or lost file entry breaks the reference
 // counts that keep GC from deleting live files.
 type Redis struct {
-	c    *redis.Client
-	opts RedisOptions
-	k    redisKeys
+	c     redis.UniversalClient
+	owned bool // c was opened here, and is closed by Close
+	opts  RedisOptions
+	k     redisKeys
 }
 
 var _ Store = (*Redis)(nil)
@@ -102,16 +111,29 @@ func (k redisKeys) client(name string) []string {
 // OpenRedis connects to the Redis server at o.Addr and checks that it answers.
 func OpenRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 	o = o.withDefaults()
-	if o.Addr == "" {
+	var c redis.UniversalClient
+	closeOwned := func() {}
+	switch {
+	case o.Client != nil:
+		if _, cluster := o.Client.(*redis.ClusterClient); cluster {
+			return nil, errors.New("meta: redis: the metadata store needs one server, not a Redis Cluster (its scripts touch keys of several hash slots)")
+		}
+		c = o.Client
+		if o.Addr == "" {
+			o.Addr = "the redis section's server"
+		}
+	case o.Addr == "":
 		return nil, errors.New("meta: redis: no address")
+	default:
+		owned := redis.NewClient(&redis.Options{
+			Addr: o.Addr, Username: o.Username, Password: o.Password, DB: o.DB,
+			// A managed-cloud handshake that a plain server refuses: skip the round trip.
+			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		})
+		c, closeOwned = owned, func() { owned.Close() }
 	}
-	c := redis.NewClient(&redis.Options{
-		Addr: o.Addr, Username: o.Username, Password: o.Password, DB: o.DB,
-		// A managed-cloud handshake that a plain server refuses: skip the round trip.
-		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-	})
 	if err := c.Ping(ctx).Err(); err != nil {
-		c.Close()
+		closeOwned()
 		return nil, fmt.Errorf("meta: redis at %s: %w", o.Addr, err)
 	}
 	// Eviction would drop reference counts, and GC would then delete live files:
@@ -120,7 +142,7 @@ func OpenRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 	// services, ACLs) is trusted.
 	if cfg, err := c.ConfigGet(ctx, "maxmemory-policy").Result(); err == nil {
 		if p := cfg["maxmemory-policy"]; strings.HasPrefix(p, "allkeys-") {
-			c.Close()
+			closeOwned()
 			return nil, fmt.Errorf("meta: redis at %s: maxmemory-policy %s may evict the file index; set noeviction", o.Addr, p)
 		}
 	}
@@ -128,15 +150,20 @@ func OpenRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 	// a restarted server lost.
 	for _, s := range allScripts {
 		if err := s.Load(ctx, c).Err(); err != nil {
-			c.Close()
+			closeOwned()
 			return nil, fmt.Errorf("meta: redis at %s: load script: %w", o.Addr, err)
 		}
 	}
-	return &Redis{c: c, opts: o, k: newRedisKeys(o.Prefix)}, nil
+	return &Redis{c: c, owned: o.Client == nil || o.OwnClient, opts: o, k: newRedisKeys(o.Prefix)}, nil
 }
 
-// Close closes the connections.
-func (s *Redis) Close() error { return s.c.Close() }
+// Close closes the connections it opened; a shared Client stays open.
+func (s *Redis) Close() error {
+	if !s.owned {
+		return nil
+	}
+	return s.c.Close()
+}
 
 // run runs script as one atomic step.
 func (s *Redis) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {

@@ -6,7 +6,7 @@
 // per endpoint (bbolt) before any attempt to send it, and removed only after
 // the endpoint answered 2xx or 3xx; a restart resumes from what is queued.
 // A full queue drops its oldest events and counts them. Events reach each
-// endpoint in the order they were queued, in envelopes of up to maxEnvelope.
+// endpoint in the order they were queued, one per envelope.
 //
 // Life of an event: Notify hands it to the writer goroutine (it blocks only
 // while the writer is behind by intakeSize events); the writer filters it
@@ -80,8 +80,8 @@ const (
 	// takes all that wait in one transaction, so under load the cost of a
 	// commit is shared by many events.
 	intakeSize = 1024
-	// maxEnvelope bounds the events of one envelope.
-	maxEnvelope = 64
+	// maxPeek bounds the events a sender reads from the queue at once.
+	maxPeek = 64
 )
 
 // Notifier queues events and delivers them.
@@ -257,11 +257,14 @@ func (e *endpoint) ignores(ev Event) bool {
 		(ev.Target.MediaType != "" && slices.Contains(e.IgnoreMediaTypes, ev.Target.MediaType))
 }
 
-// send delivers e's queue, oldest first, until ctx is done.
+// send delivers e's queue, oldest first, until ctx is done. Events go one
+// per envelope, as distribution sends them (some receivers read only the
+// first); those delivered are removed from the queue together, so a commit
+// is shared by up to maxPeek deliveries.
 func (n *Notifier) send(ctx context.Context, e *endpoint) {
 	failures := 0
 	for ctx.Err() == nil {
-		items, err := n.queue.Peek(e.Name, maxEnvelope)
+		items, err := n.queue.Peek(e.Name, maxPeek)
 		if err != nil {
 			n.log.Error("notifications: queue unreadable", "endpoint", e.Name, "err", err)
 			items = nil
@@ -273,53 +276,52 @@ func (n *Notifier) send(ctx context.Context, e *endpoint) {
 			}
 			continue
 		}
-		if err := e.post(ctx, items); err != nil {
-			if ctx.Err() != nil {
-				return
+		delivered := 0
+		for _, it := range items {
+			if err = e.post(ctx, it.Data); err != nil {
+				break
 			}
-			failures++
-			n.metrics.NotifyFailed(e.Name)
-			if failures == e.Threshold {
-				n.log.Warn("notifications: endpoint failing; backing off between tries", "endpoint", e.Name, "failures", failures, "backoff", e.Backoff, "err", err)
-			}
+			delivered++
+		}
+		if delivered > 0 {
 			if failures >= e.Threshold {
-				select {
-				case <-time.After(e.Backoff):
-				case <-ctx.Done():
-				}
+				n.log.Info("notifications: endpoint recovered", "endpoint", e.Name, "failures", failures)
 			}
+			failures = 0
+			seqs := make([]uint64, delivered)
+			for i, it := range items[:delivered] {
+				seqs[i] = it.Seq
+			}
+			if rerr := n.queue.Remove(e.Name, seqs); rerr != nil {
+				// Delivered, still queued: sent again later (at least once).
+				n.log.Error("notifications: delivered events stay queued", "endpoint", e.Name, "err", rerr)
+			}
+			n.metrics.NotifySent(e.Name, delivered)
+			n.metrics.NotifyPending(e.Name, n.queue.Len(e.Name))
+		}
+		if err == nil || ctx.Err() != nil {
 			continue
 		}
+		failures++
+		n.metrics.NotifyFailed(e.Name)
+		if failures == e.Threshold {
+			n.log.Warn("notifications: endpoint failing; backing off between tries", "endpoint", e.Name, "failures", failures, "backoff", e.Backoff, "err", err)
+		}
 		if failures >= e.Threshold {
-			n.log.Info("notifications: endpoint recovered", "endpoint", e.Name, "failures", failures)
+			select {
+			case <-time.After(e.Backoff):
+			case <-ctx.Done():
+			}
 		}
-		failures = 0
-		seqs := make([]uint64, len(items))
-		for i, it := range items {
-			seqs[i] = it.Seq
-		}
-		if err := n.queue.Remove(e.Name, seqs); err != nil {
-			// Delivered, still queued: sent again later (at least once).
-			n.log.Error("notifications: delivered events stay queued", "endpoint", e.Name, "err", err)
-		}
-		n.metrics.NotifySent(e.Name, len(items))
-		n.metrics.NotifyPending(e.Name, n.queue.Len(e.Name))
 	}
 }
 
-// post sends items in one envelope; any 2xx or 3xx answer (after
-// redirects) delivers them, as in distribution.
-func (e *endpoint) post(ctx context.Context, items []Item) error {
-	var body bytes.Buffer
-	body.WriteString(`{"events":[`)
-	for i, it := range items {
-		if i > 0 {
-			body.WriteByte(',')
-		}
-		body.Write(it.Data)
-	}
-	body.WriteString("]}")
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.URL, bytes.NewReader(body.Bytes()))
+// post sends one event; any 2xx or 3xx answer (after redirects) delivers
+// it, as in distribution.
+func (e *endpoint) post(ctx context.Context, event []byte) error {
+	body := make([]byte, 0, len(event)+len(`{"events":[]}`))
+	body = append(append(append(body, `{"events":[`...), event...), "]}"...)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.URL, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"mime"
 	"path"
+	"runtime"
 	"slices"
 	"strings"
 
 	"github.com/cairn-registry/cairn/internal/fence"
 	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/parallel"
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -23,6 +25,8 @@ const (
 	MediaTypeDockerManifest     = "application/vnd.docker.distribution.manifest.v2+json"
 	MediaTypeDockerManifestList = "application/vnd.docker.distribution.manifest.list.v2+json"
 	mediaTypeDockerSchema1      = "application/vnd.docker.distribution.manifest.v1+json"
+	mediaTypeDockerImageConfig  = "application/vnd.docker.container.image.v1+json"
+	mediaTypeDockerPluginConfig = "application/vnd.docker.plugin.v1+json"
 	mediaTypeDockerSchema1JWS   = "application/vnd.docker.distribution.manifest.v1+prettyjws"
 	mediaTypeDockerForeign      = "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip"
 )
@@ -309,6 +313,9 @@ func (r *Registry) validateManifest(ctx context.Context, repo, contentType strin
 	if err := validDescriptor("config", *m.Config); err != nil {
 		return err
 	}
+	if err := r.checkClass(m.Config.MediaType); err != nil {
+		return err
+	}
 	if err := r.requireLinkedBlob(ctx, repo, "config", *m.Config); err != nil {
 		return err
 	}
@@ -316,12 +323,38 @@ func (r *Registry) validateManifest(ctx context.Context, repo, contentType strin
 		if err := validDescriptor(fmt.Sprintf("layers[%d]", i), l); err != nil {
 			return err
 		}
+		if u := r.opts.LayerURLs; u != nil {
+			if err := u.check(fmt.Sprintf("layers[%d]", i), l.URLs); err != nil {
+				return err
+			}
+		}
 		if IsNonDistributable(l.MediaType) {
 			continue
 		}
 		if err := r.requireLinkedBlob(ctx, repo, fmt.Sprintf("layers[%d]", i), l); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkClass applies ManifestClasses to an image manifest's config type.
+func (r *Registry) checkClass(configType string) error {
+	allowed := r.opts.ManifestClasses
+	if len(allowed) == 0 {
+		return nil
+	}
+	var class string
+	switch configType {
+	case ocispec.MediaTypeImageConfig, mediaTypeDockerImageConfig:
+		class = "image"
+	case mediaTypeDockerPluginConfig:
+		class = "plugin"
+	default:
+		return fmt.Errorf("%w: unknown manifest class for %s", ErrDenied, configType)
+	}
+	if !slices.Contains(allowed, class) {
+		return fmt.Errorf("%w: registry does not allow %s manifest", ErrDenied, class)
 	}
 	return nil
 }
@@ -352,7 +385,7 @@ func validDescriptor(field string, desc ocispec.Descriptor) error {
 // requireLinkedBlob is requireBlob for a config or layer, which sparse
 // manifests may name without pushing.
 func (r *Registry) requireLinkedBlob(ctx context.Context, repo, field string, desc ocispec.Descriptor) error {
-	if r.opts.SparseManifests {
+	if r.sparse(repo) {
 		return nil
 	}
 	return r.requireBlob(ctx, repo, field, desc)
@@ -389,7 +422,7 @@ func (r *Registry) requireBlob(ctx context.Context, repo, field string, desc oci
 // requireChild checks an index entry: a manifest must be a revision of repo,
 // anything else a blob of repo.
 func (r *Registry) requireChild(ctx context.Context, repo, field string, desc ocispec.Descriptor) error {
-	if !r.childRequired(desc.Platform) {
+	if !r.childRequired(repo, desc.Platform) {
 		return nil
 	}
 	if desc.MediaType != "" && !IsManifestMediaType(desc.MediaType) {
@@ -415,9 +448,15 @@ func (r *Registry) requireChild(ctx context.Context, repo, field string, desc oc
 	return nil
 }
 
+// sparse reports whether manifests stored in repo may name blobs and
+// children it does not hold.
+func (r *Registry) sparse(repo string) bool {
+	return r.opts.SparseManifests || r.opts.Mirrored != nil && r.opts.Mirrored(repo)
+}
+
 // childRequired applies the index validation policy to a child's platform.
-func (r *Registry) childRequired(p *ocispec.Platform) bool {
-	if r.opts.SparseManifests {
+func (r *Registry) childRequired(repo string, p *ocispec.Platform) bool {
+	if r.sparse(repo) {
 		return false
 	}
 	switch r.opts.IndexPlatforms {
@@ -444,6 +483,12 @@ func (r *Registry) DeleteManifest(ctx context.Context, repo, ref string) error {
 	if !r.opts.DeleteEnabled {
 		return fmt.Errorf("%w: deletes are disabled", ErrUnsupported)
 	}
+	return r.Evict(ctx, repo, ref)
+}
+
+// Evict is DeleteManifest for cairn itself (a pull-through cache's
+// expiry), whether or not the API may delete.
+func (r *Registry) Evict(ctx context.Context, repo, ref string) error {
 	tag, d, err := ParseReference(ref)
 	if err != nil {
 		return err
@@ -493,16 +538,27 @@ func (r *Registry) untagDigest(ctx context.Context, repo string, d digest.Digest
 		}
 		return err
 	}
-	for _, t := range tags {
+	// Each tag is one link read; storage.tag.concurrencylimit bounds how
+	// many are in flight, which on an object store is what a delete costs.
+	conc := r.opts.TagLookups
+	if conc <= 0 {
+		conc = runtime.GOMAXPROCS(0)
+	}
+	errs := make([]error, len(tags))
+	parallel.For(ctx, len(tags), conc, func(i int) {
+		t := tags[i]
 		cur, err := r.readLink(ctx, layout.TagCurrentLink(repo, t))
 		if err != nil || cur != d {
-			continue
+			return
 		}
 		if err := r.d.Delete(ctx, layout.TagDir(repo, t)); err != nil && !errors.Is(err, driver.ErrNotFound) {
-			return err
+			errs[i] = err
 		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
-	return nil
+	return ctx.Err()
 }
 
 // Tags returns repo's tags in lexical order. A repository that exists with

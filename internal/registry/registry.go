@@ -15,6 +15,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
+	"regexp"
 	"strings"
 
 	"github.com/cairn-registry/cairn/internal/layout"
@@ -37,6 +39,10 @@ type Options struct {
 	// SparseManifests accepts manifests whose config, layers or index
 	// children were never pushed (mirrors of some platforms or layers).
 	SparseManifests bool
+	// Mirrored, when set, names the repositories of a pull-through cache:
+	// their manifests are stored before their blobs are fetched, so they
+	// are sparse too.
+	Mirrored func(repo string) bool
 	// IndexPlatforms selects the index children that must exist: "all" (or
 	// ""), "none", or "list" (children whose platform is in PlatformList,
 	// and children without a platform).
@@ -46,9 +52,55 @@ type Options struct {
 	Dedup DedupSource
 	// Observer, when set, learns about pushes and pulls.
 	Observer Observer
+	// Redirector, when set, hands out the URLs intact blobs are fetched
+	// from instead of through cairn (see BlobRedirectURL).
+	Redirector Redirector
 	// MaxUploadChunks bounds the chunks of one upload session; 0 means
 	// DefaultMaxUploadChunks.
 	MaxUploadChunks int
+	// LayerURLs, when set, checks the urls of pushed image manifests'
+	// layers (distribution's validation.manifests.urls).
+	LayerURLs *URLRules
+	// TagLookups bounds the tag links read at once when a manifest delete
+	// looks for the tags naming it; 0 means GOMAXPROCS.
+	TagLookups int
+	// Descriptors, when set, caches what StatBlob found (see
+	// DescriptorCache).
+	Descriptors DescriptorCache
+	// ManifestClasses, when set, are the only classes of image manifests a
+	// push may store (distribution's policy.repository.classes): "image"
+	// for image configs, "plugin" for Docker plugin configs; a manifest
+	// whose config is of another type is refused, indexes are not checked.
+	ManifestClasses []string
+}
+
+// DescriptorCache remembers that a blob is linked into a repository and its
+// size, so that StatBlob skips the link read and the stat. It is a hint:
+// only the read paths (HEAD and GET of blobs) consult it, never a writer,
+// and a GET that finds the data gone forgets the entry.
+type DescriptorCache interface {
+	Lookup(ctx context.Context, repo string, d digest.Digest) (size int64, ok bool)
+	Remember(ctx context.Context, repo string, d digest.Digest, size int64)
+	Forget(ctx context.Context, repo string, d digest.Digest)
+}
+
+// URLRules is distribution's rule for the urls of layer descriptors: each
+// must be http or https without a fragment, match Allow (when set) and not
+// match Deny (when set).
+type URLRules struct {
+	Allow, Deny *regexp.Regexp
+}
+
+// check returns an error naming the first URL the rules refuse.
+func (u *URLRules) check(field string, urls []string) error {
+	for _, s := range urls {
+		pu, err := url.Parse(s)
+		if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Fragment != "" ||
+			(u.Allow != nil && !u.Allow.MatchString(s)) || (u.Deny != nil && u.Deny.MatchString(s)) {
+			return fmt.Errorf("%w: %s: url %q is not allowed (validation.manifests.urls)", ErrManifestInvalid, field, s)
+		}
+	}
+	return nil
 }
 
 // Registry serves repositories stored through one driver.

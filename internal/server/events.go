@@ -145,7 +145,7 @@ func isDigest(ref string) bool { return strings.Contains(ref, ":") }
 func (s *Server) manifestTarget(r *http.Request, rt route, d digest.Digest, mediaType string, size int64, note *eventNote) notify.Target {
 	t := notify.Target{
 		MediaType: mediaType, Digest: d, Size: size, Length: size,
-		URL: absURL(r, "/v2/"+rt.name+"/manifests/"+string(d)),
+		URL: s.eventURL(r, "/v2/"+rt.name+"/manifests/"+string(d)),
 	}
 	if s.opts.EventReferences && note.manifest.Len() > 0 {
 		if m, err := registry.ParseManifest(d, note.manifest.Bytes()); err == nil {
@@ -162,18 +162,18 @@ func (s *Server) manifestTarget(r *http.Request, rt route, d digest.Digest, medi
 
 // blobTarget describes blob d of rt's repository; size -1 is unknown.
 func (s *Server) blobTarget(r *http.Request, rt route, d digest.Digest, size int64) notify.Target {
-	t := notify.Target{MediaType: blobMediaType, Digest: d, URL: absURL(r, blobLocation(rt.name, d))}
+	t := notify.Target{MediaType: blobMediaType, Digest: d, URL: s.eventURL(r, blobLocation(rt.name, d))}
 	if size >= 0 {
 		t.Size, t.Length = size, size
 	}
 	return t
 }
 
-// absURL is the URL of path on the host the client asked.
-func absURL(r *http.Request, path string) string {
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	return scheme + "://" + r.Host + path
+// eventURL is the absolute URL of apiPath, as distribution writes it in
+// events: http.host, else the origin the client reached. Receivers fetch
+// from it, so cairn's default of relative Locations does not apply.
+func (s *Server) eventURL(r *http.Request, apiPath string) string {
+	b := s.urls
+	b.relative = false
+	return b.location(r, apiPath)
 }

@@ -16,6 +16,10 @@ import (
 // maxPageSize caps n for tags and catalog pages.
 const maxPageSize = 10000
 
+// defaultCatalogEntries is distribution's catalog page without n, applied
+// with catalog.maxentries.
+const defaultCatalogEntries = 100
+
 // pagination reads n (-1 when absent) and last.
 func pagination(r *http.Request) (int, string, error) {
 	q := r.URL.Query()
@@ -31,10 +35,11 @@ func pagination(r *http.Request) (int, string, error) {
 	return n, q.Get("last"), nil
 }
 
-// setNextLink adds the RFC 5988 Link header for the page after last.
-func setNextLink(w http.ResponseWriter, path string, n int, last string) {
+// setNextLink adds the RFC 5988 Link header for the page after last: a
+// path under the configured prefix, as distribution writes it.
+func (s *Server) setNextLink(w http.ResponseWriter, path string, n int, last string) {
 	q := url.Values{"n": {strconv.Itoa(n)}, "last": {last}}
-	w.Header().Set("Link", fmt.Sprintf(`<%s?%s>; rel="next"`, path, q.Encode()))
+	w.Header().Set("Link", fmt.Sprintf(`<%s?%s>; rel="next"`, s.urls.path(path), q.Encode()))
 }
 
 func writeJSON(w http.ResponseWriter, contentType string, v any) {
@@ -55,6 +60,11 @@ func (s *Server) tags(w http.ResponseWriter, r *http.Request, rt route) {
 		s.writeError(w, r, err)
 		return
 	}
+	// distribution's tags.maxtags: a larger n is clamped, and the Link
+	// header leads to the rest.
+	if m := s.opts.MaxTags; m > 0 && n > m {
+		n = m
+	}
 	all, err := s.reg.Tags(r.Context(), rt.name)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -62,7 +72,7 @@ func (s *Server) tags(w http.ResponseWriter, r *http.Request, rt route) {
 	}
 	page, more := registry.Page(all, n, last)
 	if more {
-		setNextLink(w, "/v2/"+rt.name+"/tags/list", n, page[len(page)-1])
+		s.setNextLink(w, "/v2/"+rt.name+"/tags/list", n, page[len(page)-1])
 	}
 	writeJSON(w, "application/json", struct {
 		Name string   `json:"name"`
@@ -76,13 +86,24 @@ func (s *Server) catalog(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	// distribution's catalog.maxentries: without n a page of at most 100,
+	// and more than the maximum is refused.
+	if m := s.opts.MaxCatalogEntries; m > 0 {
+		switch {
+		case n > m:
+			s.writeError(w, r, fmt.Errorf("%w: n=%d is more than the %d entries a page may hold", registry.ErrPaginationInvalid, n, m))
+			return
+		case n < 0:
+			n = min(defaultCatalogEntries, m)
+		}
+	}
 	repos, more, err := s.reg.Repositories(r.Context(), n, last)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	if more {
-		setNextLink(w, "/v2/_catalog", n, repos[len(repos)-1])
+		s.setNextLink(w, "/v2/_catalog", n, repos[len(repos)-1])
 	}
 	writeJSON(w, "application/json", struct {
 		Repositories []string `json:"repositories"`

@@ -15,7 +15,13 @@ func (s *Server) getManifest(w http.ResponseWriter, r *http.Request, rt route) {
 	if r.Method == http.MethodHead {
 		get = s.reg.StatManifest
 	}
-	m, err := get(r.Context(), rt.name, rt.ref)
+	var m *registry.Manifest
+	var err error
+	if s.mirrored(rt.name) {
+		m, err = s.opts.Mirror.Manifest(r.Context(), rt.name, rt.ref, r.Method == http.MethodHead)
+	} else {
+		m, err = get(r.Context(), rt.name, rt.ref)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -57,7 +63,7 @@ func (s *Server) putManifest(w http.ResponseWriter, r *http.Request, rt route) {
 		return
 	}
 	h := w.Header()
-	h.Set("Location", "/v2/"+rt.name+"/manifests/"+string(res.Digest))
+	h.Set("Location", s.urls.location(r, "/v2/"+rt.name+"/manifests/"+string(res.Digest)))
 	h.Set("Docker-Content-Digest", string(res.Digest))
 	for _, t := range res.Tags {
 		h.Add("OCI-Tag", t)

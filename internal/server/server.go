@@ -6,15 +6,19 @@ package server
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
 	"github.com/cairn-registry/cairn/internal/auth"
 	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/opencontainers/go-digest"
 )
 
 // Options tune a Server.
@@ -28,6 +32,25 @@ type Options struct {
 	Auth auth.Authorizer
 	// Metrics, when set, receives one observation per request.
 	Metrics Observer
+	// Headers are added to every response (distribution's http.headers).
+	Headers http.Header
+	// Prefix ("" or "/path/") is the path the API is served under.
+	Prefix string
+	// Host, when set, is the base of every Location URL (http.host).
+	Host *url.URL
+	// AbsoluteURLs makes Location headers absolute URLs built from the
+	// request (http.relativeurls: false); by default they are paths.
+	AbsoluteURLs bool
+	// NoAccessLog drops the one log line per request.
+	NoAccessLog bool
+	// MaxCatalogEntries (catalog.maxentries) and MaxTags (tags.maxtags)
+	// bound listing pages as distribution does; 0 leaves cairn's rules.
+	MaxCatalogEntries int
+	MaxTags           int
+	// Healthy, when set, is asked before every request: while it returns
+	// an error the request is answered 503 UNAVAILABLE, as distribution
+	// answers while a health check fails.
+	Healthy func() error
 	// BodyIdleTimeout ends a request whose body delivers no byte for this
 	// long (0: no limit), so that a client trickling an upload cannot hold
 	// a connection forever. Whole-request timeouts cannot do this: a
@@ -38,7 +61,28 @@ type Options struct {
 	// EventReferences adds a manifest's descriptors to its events.
 	Events          Events
 	EventReferences bool
+	// Mirror, when set, fills the repositories it mirrors from their
+	// upstream registries on pulls, and pushes to them are refused.
+	Mirror Mirror
 }
+
+// Mirror is a pull-through cache (package proxy implements it): for the
+// repositories it mirrors, manifest and blob reads go through it.
+type Mirror interface {
+	Mirrors(repo string) bool
+	Manifest(ctx context.Context, repo, ref string, head bool) (*registry.Manifest, error)
+	// StatBlob with fetch (a GET) may start fetching the blob.
+	StatBlob(ctx context.Context, repo string, d digest.Digest, fetch bool) (registry.BlobInfo, error)
+	OpenBlob(ctx context.Context, repo string, d digest.Digest, info registry.BlobInfo, offset int64) (io.ReadCloser, error)
+}
+
+// mirrored reports whether repo belongs to the pull-through cache.
+func (s *Server) mirrored(repo string) bool {
+	return s.opts.Mirror != nil && repo != "" && s.opts.Mirror.Mirrors(repo)
+}
+
+// errMirrored refuses a push to a mirrored repository.
+var errMirrored = fmt.Errorf("%w: the repository mirrors an upstream registry; pushes are refused", registry.ErrUnsupported)
 
 // clientID names the client of r for the registry's pull records: the
 // authenticated user, else the remote IP.
@@ -59,6 +103,9 @@ type Observer interface {
 	ObserveRequest(route, method string, status int, bytesIn, bytesOut int64, d time.Duration)
 	// UploadsInProgress adds delta to the blob uploads being received.
 	UploadsInProgress(delta int)
+	// BlobRedirect counts a blob GET answered with a redirect (ok), or one
+	// cairn served because the redirect URL could not be made (!ok).
+	BlobRedirect(ok bool)
 }
 
 // Server answers the registry API.
@@ -66,6 +113,7 @@ type Server struct {
 	reg  *registry.Registry
 	opts Options
 	log  *slog.Logger
+	urls urlBuilder
 }
 
 // New returns a Server over reg.
@@ -74,7 +122,7 @@ func New(reg *registry.Registry, opts Options) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{reg: reg, opts: opts, log: log}
+	return &Server{reg: reg, opts: opts, log: log, urls: urlBuilder{prefix: opts.Prefix, host: opts.Host, relative: !opts.AbsoluteURLs}}
 }
 
 // routeKind names an API endpoint.
@@ -169,13 +217,22 @@ func parseRoute(p string) route {
 // ServeHTTP logs, measures and dispatches the request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	for name, values := range s.opts.Headers {
+		for _, v := range values {
+			w.Header().Add(name, v)
+		}
+	}
 	lw := &loggingWriter{ResponseWriter: w, status: http.StatusOK}
 	body := &countingReader{r: r.Body}
 	if s.opts.BodyIdleTimeout > 0 {
 		body.rc, body.idle = http.NewResponseController(w), s.opts.BodyIdleTimeout
 	}
 	r.Body = body
-	rt := parseRoute(r.URL.Path)
+	logPath := r.URL.Path
+	rt := route{}
+	if s.urls.stripPrefix(r) {
+		rt = parseRoute(r.URL.Path)
+	}
 	m := s.opts.Metrics
 	if m != nil && isUpload(rt, r.Method) {
 		m.UploadsInProgress(1)
@@ -185,11 +242,25 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.opts.Events != nil {
 		r, note = s.withEventNote(r, rt, lw, body)
 	}
-	user := s.dispatch(lw, r, rt)
+	var user string
+	if err := s.unhealthy(); err != nil {
+		writeErrorBody(lw, http.StatusServiceUnavailable, apiError{Code: "UNAVAILABLE", Message: "service unavailable: " + err.Error()})
+	} else {
+		user = s.dispatch(lw, r, rt)
+	}
 	d := time.Since(start)
+	if m != nil {
+		m.ObserveRequest(routeNames[rt.kind], r.Method, lw.status, body.n, lw.n, d)
+	}
+	if note != nil {
+		s.emitEvents(r, rt, user, lw.status, lw.Header(), note)
+	}
+	if s.opts.NoAccessLog {
+		return
+	}
 	s.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
 		slog.String("method", r.Method),
-		slog.String("path", r.URL.Path),
+		slog.String("path", logPath),
 		slog.Int("status", lw.status),
 		slog.Int64("bytes_in", body.n),
 		slog.Int64("bytes_out", lw.n),
@@ -198,12 +269,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		slog.String("user", user),
 		slog.String("user_agent", r.UserAgent()),
 	)
-	if m != nil {
-		m.ObserveRequest(routeNames[rt.kind], r.Method, lw.status, body.n, lw.n, d)
+}
+
+func (s *Server) unhealthy() error {
+	if s.opts.Healthy == nil {
+		return nil
 	}
-	if note != nil {
-		s.emitEvents(r, rt, user, lw.status, lw.Header(), note)
-	}
+	return s.opts.Healthy()
 }
 
 // isUpload reports a request that carries blob data into an upload.
@@ -245,6 +317,10 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, rt route) stri
 	}
 	if s.opts.ReadOnly && r.Method != http.MethodGet && r.Method != http.MethodHead {
 		s.writeError(w, r, errDenied)
+		return user
+	}
+	if s.mirrored(rt.name) && (r.Method == http.MethodPut || r.Method == http.MethodPost || r.Method == http.MethodPatch) {
+		s.writeError(w, r, errMirrored)
 		return user
 	}
 	rt.user = user

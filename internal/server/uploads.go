@@ -41,7 +41,7 @@ func (s *Server) startUpload(w http.ResponseWriter, r *http.Request, rt route) {
 		}
 		if mounted {
 			noteMount(r)
-			s.blobCreated(w, rt.name, d)
+			s.blobCreated(w, r, rt.name, d)
 			return
 		}
 		// Not mountable: the client uploads it in the session opened below.
@@ -64,10 +64,10 @@ func (s *Server) startUpload(w http.ResponseWriter, r *http.Request, rt route) {
 			return
 		}
 		noteBlob(r, size)
-		s.blobCreated(w, rt.name, d)
+		s.blobCreated(w, r, rt.name, d)
 		return
 	}
-	s.uploadAccepted(w, rt.name, id, 0, http.StatusAccepted)
+	s.uploadAccepted(w, r, rt.name, id, 0, http.StatusAccepted)
 }
 
 // mount links blob d into rt's repository from a source the caller may
@@ -86,17 +86,17 @@ func (s *Server) mount(r *http.Request, rt route, d digest.Digest) (bool, error)
 	return false, nil
 }
 
-func (s *Server) blobCreated(w http.ResponseWriter, name string, d digest.Digest) {
+func (s *Server) blobCreated(w http.ResponseWriter, r *http.Request, name string, d digest.Digest) {
 	h := w.Header()
-	h.Set("Location", blobLocation(name, d))
+	h.Set("Location", s.urls.location(r, blobLocation(name, d)))
 	h.Set("Docker-Content-Digest", string(d))
 	h.Set("Content-Length", "0")
 	w.WriteHeader(http.StatusCreated)
 }
 
-func (s *Server) uploadAccepted(w http.ResponseWriter, name, id string, size int64, status int) {
+func (s *Server) uploadAccepted(w http.ResponseWriter, r *http.Request, name, id string, size int64, status int) {
 	h := w.Header()
-	h.Set("Location", uploadLocation(name, id))
+	h.Set("Location", s.urls.location(r, uploadLocation(name, id)))
 	h.Set("Range", rangeHeader(size))
 	h.Set("Docker-Upload-UUID", id)
 	h.Set("Content-Length", "0")
@@ -109,7 +109,7 @@ func (s *Server) uploadStatus(w http.ResponseWriter, r *http.Request, rt route) 
 		s.writeError(w, r, err)
 		return
 	}
-	s.uploadAccepted(w, rt.name, rt.ref, size, http.StatusNoContent)
+	s.uploadAccepted(w, r, rt.name, rt.ref, size, http.StatusNoContent)
 }
 
 // chunkStart reads the Content-Range of a chunk: the offset it starts at,
@@ -179,7 +179,7 @@ func (s *Server) patchUpload(w http.ResponseWriter, r *http.Request, rt route) {
 		s.writeRangeError(w, r, rt, err)
 		return
 	}
-	s.uploadAccepted(w, rt.name, rt.ref, size, http.StatusAccepted)
+	s.uploadAccepted(w, r, rt.name, rt.ref, size, http.StatusAccepted)
 }
 
 // writeRangeError answers a failed chunk; a 416 carries the upload's
@@ -187,7 +187,7 @@ func (s *Server) patchUpload(w http.ResponseWriter, r *http.Request, rt route) {
 func (s *Server) writeRangeError(w http.ResponseWriter, r *http.Request, rt route, err error) {
 	if isRangeError(err) {
 		if size, serr := s.reg.UploadSize(r.Context(), rt.name, rt.ref); serr == nil {
-			w.Header().Set("Location", uploadLocation(rt.name, rt.ref))
+			w.Header().Set("Location", s.urls.location(r, uploadLocation(rt.name, rt.ref)))
 			w.Header().Set("Range", rangeHeader(size))
 		} else {
 			err = serr
@@ -218,7 +218,7 @@ func (s *Server) finishUpload(w http.ResponseWriter, r *http.Request, rt route) 
 		return
 	}
 	noteBlob(r, size)
-	s.blobCreated(w, rt.name, d)
+	s.blobCreated(w, r, rt.name, d)
 }
 
 func (s *Server) cancelUpload(w http.ResponseWriter, r *http.Request, rt route) {

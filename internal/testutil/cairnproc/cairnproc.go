@@ -146,6 +146,13 @@ func StartArgs(t testing.TB, bin string, args ...string) *Server {
 	return start(t, bin, "http", &http.Client{Timeout: time.Second}, args)
 }
 
+// StartAt is StartArgs for a server whose API is not at /v2/ (http.prefix):
+// it waits until GET apiBase (such as "/my/registry/v2/") answers.
+func StartAt(t testing.TB, bin, apiBase string, args ...string) *Server {
+	t.Helper()
+	return startAt(t, bin, "http", &http.Client{Timeout: time.Second}, apiBase, args)
+}
+
 // StartTLS is StartArgs for a server whose args configure http.tls: it
 // waits until GET /v2/ answers over HTTPS to client (which trusts the
 // test's CA, and for mutual TLS presents a certificate).
@@ -155,6 +162,11 @@ func StartTLS(t testing.TB, bin string, client *http.Client, args ...string) *Se
 }
 
 func start(t testing.TB, bin, scheme string, client *http.Client, args []string) *Server {
+	t.Helper()
+	return startAt(t, bin, scheme, client, "/v2/", args)
+}
+
+func startAt(t testing.TB, bin, scheme string, client *http.Client, apiBase string, args []string) *Server {
 	t.Helper()
 	addr := FreeAddr(t)
 	full := append([]string{"serve", "--addr", addr}, args...)
@@ -172,13 +184,13 @@ func start(t testing.TB, bin, scheme string, client *http.Client, args []string)
 			t.Logf("cairn log:\n%s", s.Logs())
 		}
 	})
-	if err := s.waitReady(client, 30*time.Second); err != nil {
+	if err := s.waitReady(client, apiBase, 30*time.Second); err != nil {
 		t.Fatalf("cairn did not become ready: %v\nlog:\n%s", err, s.Logs())
 	}
 	return s
 }
 
-func (s *Server) waitReady(client *http.Client, timeout time.Duration) error {
+func (s *Server) waitReady(client *http.Client, apiBase string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		select {
@@ -186,7 +198,7 @@ func (s *Server) waitReady(client *http.Client, timeout time.Duration) error {
 			return fmt.Errorf("process exited: %v", s.cmd.ProcessState)
 		default:
 		}
-		resp, err := client.Get(s.URL + "/v2/")
+		resp, err := client.Get(s.URL + apiBase)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusUnauthorized {

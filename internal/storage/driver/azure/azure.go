@@ -28,10 +28,12 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/streaming"
+	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blockblob"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/sas"
 
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -51,6 +53,17 @@ type Parameters struct {
 	// http://127.0.0.1:10000/devstoreaccount1.
 	ServiceURL    string `yaml:"serviceurl"`
 	RootDirectory string `yaml:"rootdirectory"`
+	// Credentials chooses how requests are authorized, as distribution's
+	// credentials.type: shared_key (default: accountname and accountkey),
+	// client_secret (a Microsoft Entra application: clientid, tenantid,
+	// secret) or default_credentials (azidentity's default chain:
+	// environment, workload identity, managed identity, Azure CLI).
+	Credentials Credentials `yaml:"credentials"`
+	// MaxRetries and RetryDelay are the SDK's retry policy for each
+	// request (distribution's max_retries and retry_delay; defaults 10 and
+	// 100ms).
+	MaxRetries int           `yaml:"max_retries"`
+	RetryDelay time.Duration `yaml:"retry_delay"`
 
 	// MaxDeleteConcurrency bounds the single deletes in flight when DeleteFiles
 	// cannot use batches (default 64).
@@ -64,10 +77,27 @@ type Parameters struct {
 	Transport http.RoundTripper `yaml:"-"`
 }
 
+// Credentials are distribution's credentials section.
+type Credentials struct {
+	Type     string `yaml:"type"`
+	ClientID string `yaml:"clientid"`
+	TenantID string `yaml:"tenantid"`
+	Secret   string `yaml:"secret"`
+}
+
+// Credential types.
+const (
+	credSharedKey    = "shared_key"
+	credClientSecret = "client_secret"
+	credDefault      = "default_credentials"
+)
+
 // Defaults.
 const (
 	defaultRealm                = "core.windows.net"
 	defaultMaxDeleteConcurrency = 64
+	defaultMaxRetries           = 10
+	defaultRetryDelay           = 100 * time.Millisecond
 )
 
 // Batch delete modes.
@@ -103,8 +133,31 @@ func New(_ context.Context, p Parameters) (*Driver, error) {
 	if p.Container == "" {
 		return nil, errors.New("azure: container is required")
 	}
-	if p.AccountKey == "" {
-		return nil, errors.New("azure: accountkey is required")
+	credType := strings.ToLower(p.Credentials.Type)
+	if credType == "" {
+		credType = credSharedKey
+	}
+	switch credType {
+	case credSharedKey:
+		if p.AccountKey == "" {
+			return nil, errors.New("azure: accountkey is required")
+		}
+	case credClientSecret:
+		if c := p.Credentials; c.ClientID == "" || c.TenantID == "" || c.Secret == "" {
+			return nil, errors.New("azure: credentials: client_secret needs clientid, tenantid and secret")
+		}
+	case credDefault:
+	default:
+		return nil, fmt.Errorf("azure: credentials.type %q is not shared_key, client_secret or default_credentials", p.Credentials.Type)
+	}
+	if p.MaxRetries < 0 || p.RetryDelay < 0 {
+		return nil, errors.New("azure: max_retries and retry_delay must not be negative")
+	}
+	if p.MaxRetries == 0 {
+		p.MaxRetries = defaultMaxRetries
+	}
+	if p.RetryDelay == 0 {
+		p.RetryDelay = defaultRetryDelay
 	}
 	if p.Realm == "" {
 		p.Realm = defaultRealm
@@ -130,10 +183,6 @@ func New(_ context.Context, p Parameters) (*Driver, error) {
 	default:
 		return nil, fmt.Errorf("azure: batchdelete %q is not auto, true or false", p.BatchDelete)
 	}
-	cred, err := container.NewSharedKeyCredential(p.AccountName, p.AccountKey)
-	if err != nil {
-		return nil, fmt.Errorf("azure: accountkey: %w", err)
-	}
 	rt := p.Transport
 	if rt == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
@@ -146,11 +195,36 @@ func New(_ context.Context, p Parameters) (*Driver, error) {
 	opts := &container.ClientOptions{ClientOptions: azcore.ClientOptions{
 		Transport: &http.Client{Transport: rt},
 		Telemetry: policy.TelemetryOptions{ApplicationID: "cairn"},
+		Retry:     policy.RetryOptions{MaxRetries: int32(min(p.MaxRetries, 1<<30)), RetryDelay: p.RetryDelay},
 	}}
 	containerURL := strings.TrimRight(p.ServiceURL, "/") + "/" + url.PathEscape(p.Container)
-	client, err := container.NewClientWithSharedKeyCredential(containerURL, cred, opts)
-	if err != nil {
-		return nil, fmt.Errorf("azure: %w", err)
+	var client *container.Client
+	switch credType {
+	case credSharedKey:
+		cred, err := container.NewSharedKeyCredential(p.AccountName, p.AccountKey)
+		if err != nil {
+			return nil, fmt.Errorf("azure: accountkey: %w", err)
+		}
+		client, err = container.NewClientWithSharedKeyCredential(containerURL, cred, opts)
+		if err != nil {
+			return nil, fmt.Errorf("azure: %w", err)
+		}
+	default:
+		var cred azcore.TokenCredential
+		var err error
+		if credType == credClientSecret {
+			c := p.Credentials
+			cred, err = azidentity.NewClientSecretCredential(c.TenantID, c.ClientID, c.Secret, nil)
+		} else {
+			cred, err = azidentity.NewDefaultAzureCredential(nil)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("azure: credentials: %w", err)
+		}
+		client, err = container.NewClient(containerURL, cred, opts)
+		if err != nil {
+			return nil, fmt.Errorf("azure: %w", err)
+		}
 	}
 	root := strings.Trim(p.RootDirectory, "/")
 	if root != "" {
@@ -518,5 +592,16 @@ func (d *Driver) Delete(ctx context.Context, p string) error {
 	return nil
 }
 
-// RedirectURL implements driver.Driver; cairn serves blobs itself.
-func (d *Driver) RedirectURL(context.Context, string, string) (string, error) { return "", nil }
+// SignedURL returns a URL with a read-only service SAS for the blob at p,
+// valid for expiry, signed locally with the account key (Azurite checks it
+// as Azure does). It sends no request.
+func (d *Driver) SignedURL(_ context.Context, p string, expiry time.Duration) (string, error) {
+	if p == "/" || !driver.ValidPath(p) {
+		return "", d.invalid(p)
+	}
+	u, err := d.blob(p).GetSASURL(sas.BlobPermissions{Read: true}, time.Now().Add(expiry), nil)
+	if err != nil {
+		return "", fmt.Errorf("azure: sign %s: %w", p, err)
+	}
+	return u, nil
+}

@@ -3,7 +3,6 @@ package filesystem_test
 import (
 	"context"
 	"errors"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -179,13 +178,6 @@ func TestForeignNamesHidden(t *testing.T) {
 		return nil
 	}); err != nil || !slices.Equal(walked, []string{"/dir", "/dir/link"}) {
 		t.Errorf("Walk(/) = %q, %v", walked, err)
-	}
-}
-
-func TestRedirectURL(t *testing.T) {
-	d := newDriver(t, t.TempDir())
-	if u, err := d.RedirectURL(context.Background(), http.MethodGet, "/f"); u != "" || err != nil {
-		t.Errorf("RedirectURL = %q, %v; want none", u, err)
 	}
 }
 

@@ -52,6 +52,8 @@ type Parameters struct {
 	ObjectACL    string `yaml:"objectacl"`    // canned ACL for new objects; "": none sent
 	Accelerate   bool   `yaml:"accelerate"`   // S3 Transfer Acceleration endpoints
 	UseDualStack bool   `yaml:"usedualstack"` // AWS's IPv6 (dual-stack) endpoints
+	// UseFIPSEndpoint selects AWS's FIPS 140 endpoints.
+	UseFIPSEndpoint bool `yaml:"usefipsendpoint"`
 	// V4Auth is accepted for distribution's configs; requests are always
 	// signed with SigV4, so only false (SigV2) is refused.
 	V4Auth  *bool  `yaml:"v4auth"`
@@ -190,6 +192,9 @@ func NewClient(ctx context.Context, p Parameters, optFns ...func(*s3.Options)) (
 		o.UseAccelerate = p.Accelerate
 		if p.UseDualStack {
 			o.EndpointOptions.UseDualStackEndpoint = aws.DualStackEndpointStateEnabled
+		}
+		if p.UseFIPSEndpoint {
+			o.EndpointOptions.UseFIPSEndpoint = aws.FIPSEndpointStateEnabled
 		}
 		o.EndpointOptions.DisableHTTPS = !secure
 		o.DisableLogOutputChecksumValidationSkipped = true
