@@ -21,6 +21,8 @@ import (
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/metrics"
 	"github.com/cairn-registry/cairn/internal/notify"
+	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/cairn-registry/cairn/internal/retention"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/task"
 )
@@ -29,7 +31,8 @@ const gcUsage = `usage: cairn gc [--config FILE] [--root DIR] [--dry-run] [--del
                [--batch-size N] [--concurrency N] [--json] [--quiet]
 
 Deletes what no manifest references, while the registry may go on serving.
-Flags override the config file's storage.gc section.`
+Flags override the config file's storage.gc section. The retention policies
+of the config file run first (with --dry-run, reported only).`
 
 // runGC runs `cairn gc`: one garbage collection of the configured storage.
 // The report goes to stdout (a summary, or JSON with --json), progress to
@@ -99,6 +102,23 @@ func runGC(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if set["concurrency"] {
 		opts.Concurrency = *conc
+	}
+	// Retention policies first: what they delete is collected in this run
+	// (a dry run reports both).
+	ret, err := newRetention(cfg, registry.New(d, registryOptions(cfg)), *dryRun)
+	if err != nil {
+		return err
+	}
+	rrep, err := applyRetention(ctx, newLogger(stderr, cfg.Log), ret)
+	if err != nil {
+		return fmt.Errorf("gc: retention: %s", oneLine(err.Error()))
+	}
+	if rrep != nil && !*quiet && !*asJSON {
+		verb := "deleted"
+		if rrep.DryRun {
+			verb = "would delete"
+		}
+		fmt.Fprintf(stdout, "retention: %d repositories governed; %s %d tags and %d untagged manifests\n", rrep.Repositories, verb, len(rrep.Tags), len(rrep.Manifests))
 	}
 	if !*quiet {
 		p := newGCProgress(stderr)
@@ -254,7 +274,7 @@ type gcEvents interface {
 // scheduledGC is the task of a scheduled garbage collection (the Runner
 // adds jitter, so that nodes sharing a store do not start together). A turn
 // is skipped while another node's or process's run is active.
-func scheduledGC(log *slog.Logger, d driver.Driver, cfg *config.Config, m *metrics.Metrics, store meta.Store, events gcEvents) task.Func {
+func scheduledGC(log *slog.Logger, d driver.Driver, cfg *config.Config, m *metrics.Metrics, store meta.Store, ret *retention.Retention, events gcEvents) task.Func {
 	g := cfg.Storage.GC
 	opts := gcOptions(g)
 	if err := withDedup(&opts, d, store, cfg); err != nil {
@@ -266,6 +286,11 @@ func scheduledGC(log *slog.Logger, d driver.Driver, cfg *config.Config, m *metri
 				log.Info("gc skipped: another run is active, or the store could not be read", "err", err)
 			}
 			return nil
+		}
+		// Retention first: the blobs what it deletes leaves unreferenced
+		// go in this run.
+		if _, err := applyRetention(ctx, log, ret); err != nil && ctx.Err() == nil {
+			log.Warn("retention failed; collecting anyway", "err", err)
 		}
 		start := time.Now()
 		rep, err := gc.Run(ctx, d, opts)

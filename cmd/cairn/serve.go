@@ -28,6 +28,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/metrics"
 	"github.com/cairn-registry/cairn/internal/proxy"
 	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/cairn-registry/cairn/internal/retention"
 	"github.com/cairn-registry/cairn/internal/server"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/azure"
@@ -64,11 +65,12 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: serve: unexpected argument %q", errUsage, fs.Arg(0))
 	}
-	cfg, warnings, err := loadConfig(*configPath, *root, func(c *config.Config) {
+	overrides := func(c *config.Config) {
 		if *addr != "" {
 			c.HTTP.Addr = *addr
 		}
-	})
+	}
+	cfg, warnings, err := loadConfig(*configPath, *root, overrides)
 	if err != nil {
 		return err
 	}
@@ -88,6 +90,21 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	tlsConfig, err := newTLSConfig(cfg.HTTP.TLS)
 	if err != nil {
 		return err
+	}
+	// What a reload may replace while serving (reload.go).
+	rl := &reloader{log: log, cfg: cfg, load: func() (*config.Config, error) {
+		c, _, err := loadConfig(*configPath, *root, overrides)
+		return c, err
+	}}
+	if authz != nil {
+		rl.authz = auth.NewSwappable(authz)
+		authz = rl.authz
+	}
+	if tlsConfig != nil && len(tlsConfig.Certificates) == 1 {
+		rl.cert = new(atomic.Pointer[tls.Certificate])
+		rl.cert.Store(&tlsConfig.Certificates[0])
+		tlsConfig.Certificates = nil
+		tlsConfig.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return rl.cert.Load(), nil }
 	}
 	m := metrics.New()
 	id := metrics.InstrumentDriver(d, m)
@@ -163,6 +180,21 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 		srvOpts.Mirror = mirror
+	}
+	ret, err := newRetention(cfg, reg, false)
+	if err != nil {
+		return err
+	}
+	var pulls *retention.Pulls
+	if ret != nil {
+		pulls = retention.NewPulls(id)
+		srvOpts.Pulls = pulls
+		defer func() {
+			// What was pulled since the last flush.
+			if err := pulls.Flush(context.WithoutCancel(ctx)); err != nil {
+				log.Warn("retention: recording pulls", "err", err)
+			}
+		}()
 	}
 	if cfg.HTTP.Host != "" {
 		// Validated: an http or https URL with a host.
@@ -261,15 +293,26 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		if every := expiryInterval(cfg.Proxy); mirror != nil && every > 0 {
 			runner.Every("proxy expiry", every, every, task.High, expireCache(log, mirror))
 		}
+		if pulls != nil {
+			runner.Every("pull records", time.Minute, time.Minute, task.Normal, func(ctx context.Context) error {
+				if err := pulls.Flush(ctx); err != nil && ctx.Err() == nil {
+					log.Warn("retention: recording pulls", "err", err)
+				}
+				return nil
+			})
+		}
 		if g := cfg.Storage.GC; g.Enabled {
 			var gcEv gcEvents // nil unless notifications are on: not a nil *Notifier
 			if notifier != nil {
 				gcEv = notifier
 			}
-			runner.Every("gc", g.Interval, g.Interval, task.High, scheduledGC(log, reg.Driver(), cfg, m, store, gcEv))
-			log.Info("gc scheduled", "interval", g.Interval, "delay", g.Delay, "delete_untagged", g.DeleteUntagged)
+			runner.Every("gc", g.Interval, g.Interval, task.High, scheduledGC(log, reg.Driver(), cfg, m, store, ret, gcEv))
+			log.Info("gc scheduled", "interval", g.Interval, "delay", g.Delay, "delete_untagged", g.DeleteUntagged, "retention", ret != nil)
+		} else if ret != nil {
+			log.Warn("retention policies run with the scheduled GC, which is off (storage.gc.enabled): run cairn gc to apply them")
 		}
 	}
+	go rl.run(bg, *configPath)
 	runnerDone := make(chan struct{})
 	go func() { runner.Run(bg); close(runnerDone) }()
 	defer func() { stopBG(); <-runnerDone }()

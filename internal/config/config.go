@@ -44,6 +44,8 @@ type Config struct {
 	Auth Auth `yaml:"auth"`
 	// Proxy makes cairn a pull-through cache of other registries.
 	Proxy Proxy `yaml:"proxy"`
+	// Retention deletes tags and untagged manifests by rules (cairn).
+	Retention Retention `yaml:"retention"`
 
 	// Middleware holds distribution's storage middlewares that decide where
 	// blob GETs are redirected (redirect, cloudfront).

@@ -63,6 +63,9 @@ func (c *Config) Validate() error {
 	if err := c.Proxy.validate(); err != nil {
 		return err
 	}
+	if err := c.Retention.validate(); err != nil {
+		return err
+	}
 	if err := c.Middleware.validate(); err != nil {
 		return err
 	}

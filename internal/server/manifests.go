@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/cairn-registry/cairn/internal/registry"
 )
@@ -25,6 +26,10 @@ func (s *Server) getManifest(w http.ResponseWriter, r *http.Request, rt route) {
 	if err != nil {
 		s.writeError(w, r, err)
 		return
+	}
+	if s.opts.Pulls != nil && !strings.Contains(rt.ref, ":") {
+		// By tag (containerd resolves a tag with a HEAD, then GETs by digest).
+		s.opts.Pulls.Pulled(rt.name, rt.ref)
 	}
 	h := w.Header()
 	etag := `"` + string(m.Digest) + `"`

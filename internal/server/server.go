@@ -64,6 +64,9 @@ type Options struct {
 	// Mirror, when set, fills the repositories it mirrors from their
 	// upstream registries on pulls, and pushes to them are refused.
 	Mirror Mirror
+	// Pulls, when set, records each pull of a manifest by tag (retention's
+	// pulled-within rules).
+	Pulls interface{ Pulled(repo, tag string) }
 }
 
 // Mirror is a pull-through cache (package proxy implements it): for the

@@ -44,11 +44,11 @@ func TestServeDistributionDevConfig(t *testing.T) {
 }
 
 // A configuration with a key cairn refuses stops start-up with one line
-// naming the key and why: distribution's config-cache.yml configures a
-// pull-through cache.
+// naming the key and why: a registry middleware is code built into a
+// distribution binary.
 func TestServeRefusesWithReason(t *testing.T) {
 	cmd := exec.Command(cairnproc.Binary(t), "serve", "--addr", cairnproc.FreeAddr(t), "--root", t.TempDir(),
-		"--config", filepath.Join(reference, "cmd-registry-config-cache.yml"))
+		"--config", cairnproc.WriteConfig(t, "middleware:\n  registry:\n    - name: custom\n"))
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
@@ -56,7 +56,7 @@ func TestServeRefusesWithReason(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	last := lines[len(lines)-1]
-	if !strings.HasPrefix(last, "cairn: config: proxy: refused: cairn is not a pull-through cache") {
-		t.Errorf("last line %q, want the refusal of proxy with its reason", last)
+	if !strings.HasPrefix(last, "cairn: config: middleware.registry: refused: distribution's registry middlewares are code built into a distribution binary") {
+		t.Errorf("last line %q, want the refusal of middleware.registry with its reason", last)
 	}
 }
