@@ -389,7 +389,7 @@ func printStats(w io.Writer, st *dedup.Stats, asJSON bool) error {
 // openDedup builds the engine serve uses: restores always (layers
 // deduplicated earlier must stay pullable whatever the mode), background
 // work (Schedule) when a metadata store is open.
-func openDedup(ctx context.Context, cfg *config.Config, d driver.Driver, log *slog.Logger, m dedup.Metrics, tracer trace.Tracer) (*dedup.Engine, meta.Store, error) {
+func openDedup(ctx context.Context, cfg *config.Config, d driver.Driver, log *slog.Logger, m dedup.Metrics, tracer trace.Tracer, events dedup.LayerEvents) (*dedup.Engine, meta.Store, error) {
 	store, err := openMeta(ctx, cfg, 5*time.Second)
 	if errors.Is(err, meta.ErrLocked) {
 		return nil, nil, errors.New("dedup: the metadata store is in use by another cairn process (cairn dedup run, or a second serve on the same root)")
@@ -399,6 +399,7 @@ func openDedup(ctx context.Context, cfg *config.Config, d driver.Driver, log *sl
 	}
 	opts := dedupOptions(cfg)
 	opts.Tracer = tracer
+	opts.Events = events
 	if store == nil {
 		// Dedup never ran here: nothing to rebuild or spool, so no cache
 		// directories in the root (a recipe found anyway is still served).

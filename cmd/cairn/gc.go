@@ -20,12 +20,14 @@ import (
 	"github.com/cairn-registry/cairn/internal/gc"
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/metrics"
+	"github.com/cairn-registry/cairn/internal/notify"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/retention"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/task"
 	"github.com/cairn-registry/cairn/internal/webui"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 const gcUsage = `usage: cairn gc [--config FILE] [--root DIR] [--dry-run] [--delete-untagged] [--delay DURATION]
@@ -267,10 +269,24 @@ func (p *gcProgress) print(pr gc.Progress) {
 		pr.Phase, bar, pr.Deleted, pr.Planned, pr.Repositories, pr.Manifests, pr.Blobs, pr.Elapsed.Round(100*time.Millisecond))
 }
 
+// gcEvents receives the event of each scheduled run (notify.Notifier).
+type gcEvents interface {
+	Notify(notify.Event)
+}
+
 // scheduledGC is the task of a scheduled garbage collection (the Runner
 // adds jitter, so that nodes sharing a store do not start together). A turn
 // is skipped while another node's or process's run is active.
-func scheduledGC(log *slog.Logger, d driver.Driver, cfg *config.Config, m *metrics.Metrics, store meta.Store, ret *retention.Retention, tracer trace.Tracer, history *webui.History) task.Func {
+// gcHooks is what a scheduled GC run reports to, and retention to run
+// first; nil fields are skipped.
+type gcHooks struct {
+	retention *retention.Retention
+	tracer    trace.Tracer
+	history   *webui.History
+	events    gcEvents
+}
+
+func scheduledGC(log *slog.Logger, d driver.Driver, cfg *config.Config, m *metrics.Metrics, store meta.Store, hooks gcHooks) task.Func {
 	g := cfg.Storage.GC
 	opts := gcOptions(g)
 	if err := withDedup(&opts, d, store, cfg); err != nil {
@@ -283,11 +299,15 @@ func scheduledGC(log *slog.Logger, d driver.Driver, cfg *config.Config, m *metri
 			}
 			return nil
 		}
+		tracer := hooks.tracer
+		if tracer == nil {
+			tracer = noop.NewTracerProvider().Tracer("")
+		}
 		ctx, span := tracer.Start(ctx, "gc.run")
 		defer span.End()
 		// Retention first: the blobs what it deletes leaves unreferenced
 		// go in this run.
-		if _, err := applyRetention(ctx, log, ret); err != nil && ctx.Err() == nil {
+		if _, err := applyRetention(ctx, log, hooks.retention); err != nil && ctx.Err() == nil {
 			log.Warn("retention failed; collecting anyway", "err", err)
 		}
 		start := time.Now()
@@ -300,7 +320,12 @@ func scheduledGC(log *slog.Logger, d driver.Driver, cfg *config.Config, m *metri
 		if rep != nil {
 			run.Freed, run.Blobs = rep.Deleted.BytesFreed, rep.Deleted.Blobs
 		}
-		history.AddGCRun(run)
+		if hooks.history != nil {
+			hooks.history.AddGCRun(run)
+		}
+		if hooks.events != nil {
+			hooks.events.Notify(gcEvent(rep, err))
+		}
 		if err != nil {
 			return fmt.Errorf("gc: %w", err)
 		}

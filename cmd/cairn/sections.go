@@ -15,7 +15,6 @@ import (
 	"github.com/cairn-registry/cairn/internal/health"
 	"github.com/cairn-registry/cairn/internal/logmail"
 	"github.com/cairn-registry/cairn/internal/metrics"
-	"github.com/cairn-registry/cairn/internal/notify"
 	"github.com/cairn-registry/cairn/internal/redisconn"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
@@ -135,28 +134,6 @@ func newDescriptorCache(ctx context.Context, cfg *config.Config, m *metrics.Metr
 		return blobcache.NewRedis(client, prefix, c.TTL, m.CacheLookup), func() { client.Close() }, nil
 	}
 	return nil, func() {}, nil
-}
-
-// newNotifier returns the notifier of the enabled notification endpoints;
-// nil when there is none.
-func newNotifier(c config.Notifications, log *slog.Logger) *notify.Notifier {
-	var eps []notify.Endpoint
-	for _, e := range c.Endpoints {
-		if e.Disabled {
-			continue
-		}
-		eps = append(eps, notify.Endpoint{
-			Name: e.Name, URL: e.URL, Headers: http.Header(e.Headers),
-			Timeout: e.Timeout, Threshold: e.Threshold, Backoff: e.Backoff,
-			IgnoreMediaTypes: append(slices.Clone(e.Ignore.MediaTypes), e.IgnoredMediaTypes...),
-			IgnoreActions:    e.Ignore.Actions,
-		})
-		log.Info("notifications: sending events", "endpoint", e.Name)
-	}
-	if len(eps) == 0 {
-		return nil
-	}
-	return notify.New(eps, log)
 }
 
 // slogLevel maps a canonical level name to slog's.

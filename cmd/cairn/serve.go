@@ -24,9 +24,9 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/auth"
 	"github.com/cairn-registry/cairn/internal/config"
+	"github.com/cairn-registry/cairn/internal/dedup"
 	"github.com/cairn-registry/cairn/internal/health"
 	"github.com/cairn-registry/cairn/internal/metrics"
-	"github.com/cairn-registry/cairn/internal/notify"
 	"github.com/cairn-registry/cairn/internal/proxy"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/retention"
@@ -122,7 +122,23 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	id := metrics.InstrumentDriver(d, m, tr.Tracer("storage"))
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
-	engine, store, err := openDedup(bg, cfg, id, log, m, tr.Tracer("dedup"))
+	notifier, err := newNotifier(cfg, m, log)
+	if err != nil {
+		return err
+	}
+	var layerEvents dedup.LayerEvents
+	if notifier != nil {
+		// Stopped last (deferred first): requests, GC and dedup still
+		// emit events while they finish, and Run writes them to the
+		// queue before it returns.
+		defer notifier.Close()
+		notifyCtx, stopNotify := context.WithCancel(context.WithoutCancel(ctx))
+		notifyDone := make(chan struct{})
+		go func() { notifier.Run(notifyCtx); close(notifyDone) }()
+		defer func() { stopNotify(); <-notifyDone }()
+		layerEvents = dedupEvents{notifier}
+	}
+	engine, store, err := openDedup(bg, cfg, id, log, m, tr.Tracer("dedup"), layerEvents)
 	if err != nil {
 		return err
 	}
@@ -196,15 +212,13 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		// Validated: an http or https URL with a host.
 		srvOpts.Host, _ = url.Parse(cfg.HTTP.Host)
 	}
+	if notifier != nil {
+		srvOpts.Events = notifier
+		srvOpts.EventReferences = cfg.Notifications.Events.IncludeReferences
+	}
 	ln, err := net.Listen(cfg.HTTP.Net, cfg.HTTP.Addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
-	}
-	notifier := newNotifier(cfg.Notifications, log)
-	if notifier != nil {
-		srvOpts.Notifier = notifier
-		srvOpts.EventSource = notify.Source{Addr: ln.Addr().String(), InstanceID: notify.NewID()}
-		srvOpts.EventReferences = cfg.Notifications.Events.IncludeReferences
 	}
 	srv := server.New(reg, srvOpts)
 	var handler http.Handler = srv
@@ -324,7 +338,11 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			})
 		}
 		if g := cfg.Storage.GC; g.Enabled {
-			runner.Every("gc", g.Interval, g.Interval, task.High, scheduledGC(log, reg.Driver(), cfg, m, store, ret, tr.Tracer("gc"), history))
+			hooks := gcHooks{retention: ret, tracer: tr.Tracer("gc"), history: history}
+			if notifier != nil {
+				hooks.events = notifier // not a nil *Notifier in the interface
+			}
+			runner.Every("gc", g.Interval, g.Interval, task.High, scheduledGC(log, reg.Driver(), cfg, m, store, hooks))
 			log.Info("gc scheduled", "interval", g.Interval, "delay", g.Delay, "delete_untagged", g.DeleteUntagged, "retention", ret != nil)
 		} else if ret != nil {
 			log.Warn("retention policies run with the scheduled GC, which is off (storage.gc.enabled): run cairn gc to apply them")
@@ -346,11 +364,6 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	healthDone := make(chan struct{})
 	go func() { checker.Run(bg); close(healthDone) }()
 	defer func() { stopBG(); <-healthDone }()
-	if notifier != nil {
-		notifyDone := make(chan struct{})
-		go func() { notifier.Run(bg); close(notifyDone) }()
-		defer func() { stopBG(); <-notifyDone }()
-	}
 
 	go func() {
 		if tlsConfig != nil {

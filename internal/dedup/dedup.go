@@ -134,6 +134,15 @@ type Options struct {
 	// Packs tunes how unique files are packed and read back (package
 	// pack; zero values take its defaults).
 	Packs pack.Options
+
+	// Events, when set, learns of each layer the worker deduplicated.
+	Events LayerEvents
+}
+
+// LayerEvents learns of layers whose intact copy the worker replaced by
+// their recipe (notifications' dedup events).
+type LayerEvents interface {
+	LayerDeduplicated(layer digest.Digest)
 }
 
 // ModeFor returns the mode for repo.

@@ -354,6 +354,9 @@ func (w *Worker) runJob(ctx context.Context, j job) {
 		return
 	}
 	w.metrics.DedupProcessed(string(out))
+	if out == outDeduplicated && w.opts.Events != nil {
+		w.opts.Events.LayerDeduplicated(j.layer)
+	}
 	w.log.Debug("dedup: layer processed", "layer", j.layer, "outcome", out, "duration", time.Since(start))
 }
 

@@ -1,124 +1,129 @@
-// Package notify sends distribution's event notifications: every push,
-// pull, mount and delete becomes an event POSTed, one envelope per event,
-// to each configured endpoint (the notifications section), in order, with
-// distribution's JSON shape and media type, so that listeners written for
-// distribution work unchanged.
+// Package notify sends registry events to webhook endpoints, as
+// distribution's notifications do: the same configuration, the same JSON
+// envelope (EnvelopeMediaType), so existing receivers work unchanged.
 //
-// Delivery is at least once while the process runs: each endpoint has an
-// in-memory queue (bounded; an event that finds it full is dropped and
-// logged) and retries an event until its listener answers 2xx or 3xx,
-// waiting Backoff between tries once Threshold tries in a row failed.
-// Events still queued when the process stops are lost, as in distribution.
+// Delivery is at least once. An event is written to a bounded on-disk queue
+// per endpoint (bbolt) before any attempt to send it, and removed only after
+// the endpoint answered 2xx or 3xx; a restart resumes from what is queued.
+// A full queue drops its oldest events and counts them. Events reach each
+// endpoint in the order they were queued, one per envelope.
+//
+// Life of an event: Notify hands it to the writer goroutine (it blocks only
+// while the writer is behind by intakeSize events); the writer filters it
+// per endpoint (ignore.mediatypes, ignore.actions), appends it to the
+// queues in one transaction with the events that arrived meanwhile, and
+// wakes the endpoints' senders. A sender POSTs the oldest events with the
+// endpoint's timeout; after threshold failures in a row it waits backoff
+// before each further try, and it never gives up on an event.
 package notify
 
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
 	"sync"
 	"time"
 
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/google/uuid"
 )
 
-// MediaType is the Content-Type of every envelope.
-const MediaType = "application/vnd.docker.distribution.events.v2+json"
-
-// Actions.
-const (
-	ActionPull   = "pull"
-	ActionPush   = "push"
-	ActionMount  = "mount"
-	ActionDelete = "delete"
-)
-
-// Event is one event, as distribution writes it.
-type Event struct {
-	ID        string    `json:"id,omitempty"`
-	Timestamp time.Time `json:"timestamp"`
-	Action    string    `json:"action,omitempty"`
-	Target    Target    `json:"target"`
-	Request   Request   `json:"request"`
-	Actor     Actor     `json:"actor"`
-	Source    Source    `json:"source"`
-}
-
-// Target is what the event is about.
-type Target struct {
-	ocispec.Descriptor
-	Length         int64                `json:"length,omitempty"`
-	Repository     string               `json:"repository,omitempty"`
-	FromRepository string               `json:"fromRepository,omitempty"`
-	URL            string               `json:"url,omitempty"`
-	Tag            string               `json:"tag,omitempty"`
-	References     []ocispec.Descriptor `json:"references,omitempty"`
-}
-
-// Request describes the request that caused the event.
-type Request struct {
-	ID        string `json:"id"`
-	Addr      string `json:"addr,omitempty"`
-	Host      string `json:"host,omitempty"`
-	Method    string `json:"method"`
-	UserAgent string `json:"useragent"`
-}
-
-// Actor is the authenticated user, if any.
-type Actor struct {
-	Name string `json:"name,omitempty"`
-}
-
-// Source is the registry node that sent the event.
-type Source struct {
-	Addr       string `json:"addr,omitempty"`
-	InstanceID string `json:"instanceID,omitempty"`
-}
-
-type envelope struct {
-	Events []Event `json:"events"`
-}
-
-// Endpoint is one listener.
+// Endpoint is one receiver, with distribution's defaults for zero values.
 type Endpoint struct {
 	Name    string
 	URL     string
 	Headers http.Header
 	// Timeout bounds one POST (default 1s).
 	Timeout time.Duration
-	// Threshold tries in a row must fail before the sender waits Backoff
-	// between tries (defaults 10 and 1s).
+	// Threshold failures in a row make the sender wait Backoff before each
+	// further try (defaults 10 and 1s).
 	Threshold int
 	Backoff   time.Duration
 	// IgnoreMediaTypes and IgnoreActions drop events whose target has one
-	// of these media types, or whose action is one of these.
+	// of the media types, or whose action is listed, before they are
+	// queued.
 	IgnoreMediaTypes []string
 	IgnoreActions    []string
 }
 
-// queueLen bounds the events waiting per endpoint.
-const queueLen = 10000
-
-// Notifier fans events out to endpoints.
-type Notifier struct {
-	endpoints []*sender
-	log       *slog.Logger
+// Metrics receives delivery counts (metrics.Notifications implements it).
+type Metrics interface {
+	NotifySent(endpoint string, events int)
+	NotifyFailed(endpoint string)
+	NotifyDropped(endpoint string, events int)
+	NotifyPending(endpoint string, events int)
 }
 
-type sender struct {
+// Options configure a Notifier.
+type Options struct {
+	Endpoints []Endpoint
+	// QueuePath is the bbolt file of the queues; MaxEvents bounds each
+	// endpoint's queue (default DefaultMaxEvents).
+	QueuePath string
+	MaxEvents int
+	// Source names this process in every event.
+	Source  Source
+	Metrics Metrics
+	Logger  *slog.Logger
+}
+
+// DefaultMaxEvents bounds an endpoint's queue when Options.MaxEvents is 0.
+const DefaultMaxEvents = 10000
+
+const (
+	// intakeSize is how many events may wait for the writer; the writer
+	// takes all that wait in one transaction, so under load the cost of a
+	// commit is shared by many events.
+	intakeSize = 1024
+	// maxPeek bounds the events a sender reads from the queue at once.
+	maxPeek = 64
+)
+
+// Notifier queues events and delivers them.
+type Notifier struct {
+	eps     []*endpoint
+	queue   *Queue
+	source  Source
+	metrics Metrics
+	log     *slog.Logger
+
+	intake chan Event
+	done   chan struct{} // closed when Run returns: Notify stops waiting
+	once   sync.Once
+}
+
+type endpoint struct {
 	Endpoint
 	client *http.Client
-	queue  chan Event
+	wake   chan struct{} // has one token when new events were queued
 }
 
-// New returns a Notifier for endpoints; nothing is sent until Run.
-func New(endpoints []Endpoint, log *slog.Logger) *Notifier {
-	n := &Notifier{log: log}
-	for _, e := range endpoints {
+// New opens the queue file and returns a Notifier; Run delivers.
+func New(opts Options) (*Notifier, error) {
+	max := opts.MaxEvents
+	if max == 0 {
+		max = DefaultMaxEvents
+	}
+	q, err := OpenQueue(opts.QueuePath, max)
+	if err != nil {
+		return nil, err
+	}
+	n := &Notifier{
+		queue: q, source: opts.Source, metrics: opts.Metrics, log: opts.Logger,
+		intake: make(chan Event, intakeSize), done: make(chan struct{}),
+	}
+	if n.log == nil {
+		n.log = slog.New(slog.DiscardHandler)
+	}
+	if n.metrics == nil {
+		n.metrics = nopMetrics{}
+	}
+	for _, e := range opts.Endpoints {
 		if e.Timeout <= 0 {
 			e.Timeout = time.Second
 		}
@@ -128,20 +133,25 @@ func New(endpoints []Endpoint, log *slog.Logger) *Notifier {
 		if e.Backoff <= 0 {
 			e.Backoff = time.Second
 		}
-		n.endpoints = append(n.endpoints, &sender{
+		n.eps = append(n.eps, &endpoint{
 			Endpoint: e,
 			client:   &http.Client{Timeout: e.Timeout},
-			queue:    make(chan Event, queueLen),
+			wake:     make(chan struct{}, 1),
 		})
+		n.metrics.NotifyPending(e.Name, q.Len(e.Name))
+		// Headers are not logged: they often hold credentials.
+		n.log.Info("notifications: endpoint", "name", e.Name, "url", e.URL, "timeout", e.Timeout,
+			"threshold", e.Threshold, "backoff", e.Backoff, "queued", q.Len(e.Name))
 	}
-	return n
+	return n, nil
 }
 
-// NewID returns a random identifier for an event or a request.
-func NewID() string { return rand.Text() }
+// NewID returns a random identifier for an event, request or instance.
+func NewID() string { return uuid.NewString() }
 
-// Notify queues ev for every endpoint that does not ignore it. It never
-// blocks.
+// Notify queues ev for every endpoint that does not ignore it, filling its
+// ID, timestamp and source when empty. It does not wait for delivery.
+// After Run has returned, events are dropped.
 func (n *Notifier) Notify(ev Event) {
 	if ev.ID == "" {
 		ev.ID = NewID()
@@ -149,78 +159,195 @@ func (n *Notifier) Notify(ev Event) {
 	if ev.Timestamp.IsZero() {
 		ev.Timestamp = time.Now().UTC()
 	}
-	for _, s := range n.endpoints {
-		if slices.Contains(s.IgnoreActions, ev.Action) || (ev.Target.MediaType != "" && slices.Contains(s.IgnoreMediaTypes, ev.Target.MediaType)) {
-			continue
-		}
-		select {
-		case s.queue <- ev:
-		default:
-			n.log.Warn("notifications: queue full; event dropped", "endpoint", s.Name, "action", ev.Action, "repository", ev.Target.Repository, "digest", ev.Target.Digest)
-		}
+	if ev.Source == (Source{}) {
+		ev.Source = n.source
+	}
+	select {
+	case n.intake <- ev:
+	case <-n.done:
+		n.log.Warn("notifications: event after shutdown not queued", "action", ev.Action)
 	}
 }
 
-// Run sends queued events until ctx ends.
+// Run writes and delivers events until ctx is done, then writes what
+// Notify handed over and returns. Call it once; Close after.
 func (n *Notifier) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	for _, s := range n.endpoints {
-		wg.Go(func() { n.send(ctx, s) })
+	for _, e := range n.eps {
+		wg.Go(func() { n.send(ctx, e) })
 	}
-	wg.Wait()
-}
-
-func (n *Notifier) send(ctx context.Context, s *sender) {
 	for {
-		var ev Event
 		select {
+		case ev := <-n.intake:
+			n.write(ev)
 		case <-ctx.Done():
-			return
-		case ev = <-s.queue:
-		}
-		for failures := 0; ; {
-			err := s.post(ctx, ev)
-			if err == nil {
+			// Events handed over before shutdown are written, so a
+			// restart delivers them.
+			n.once.Do(func() { close(n.done) })
+			for {
+				select {
+				case ev := <-n.intake:
+					n.write(ev)
+					continue
+				default:
+				}
 				break
 			}
-			if ctx.Err() != nil {
-				return
+			wg.Wait()
+			return
+		}
+	}
+}
+
+// Close closes the queue file; call it after Run has returned.
+func (n *Notifier) Close() error { return n.queue.Close() }
+
+// write queues first and the events waiting behind it in one transaction.
+func (n *Notifier) write(first Event) {
+	batch := []Event{first}
+	for len(batch) < intakeSize {
+		select {
+		case ev := <-n.intake:
+			batch = append(batch, ev)
+			continue
+		default:
+		}
+		break
+	}
+	items := make(map[string][][]byte)
+	for _, ev := range batch {
+		data, err := json.Marshal(ev)
+		if err != nil {
+			n.log.Error("notifications: event not encodable", "action", ev.Action, "err", err)
+			continue
+		}
+		for _, e := range n.eps {
+			if e.ignores(ev) {
+				continue
 			}
-			failures++
-			n.log.Warn("notifications: delivery failed; retrying", "endpoint", s.Name, "failures", failures, "err", err)
-			if failures >= s.Threshold {
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(s.Backoff):
-				}
+			items[e.Name] = append(items[e.Name], data)
+		}
+	}
+	if len(items) == 0 {
+		return
+	}
+	dropped, err := n.queue.Append(items)
+	if err != nil {
+		n.log.Error("notifications: events lost: the queue could not be written", "events", len(batch), "err", err)
+		return
+	}
+	for _, e := range n.eps {
+		if _, ok := items[e.Name]; !ok {
+			continue
+		}
+		if d := dropped[e.Name]; d > 0 {
+			n.metrics.NotifyDropped(e.Name, d)
+			n.log.Warn("notifications: queue full, oldest events dropped", "endpoint", e.Name, "dropped", d)
+		}
+		n.metrics.NotifyPending(e.Name, n.queue.Len(e.Name))
+		select {
+		case e.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (e *endpoint) ignores(ev Event) bool {
+	return slices.Contains(e.IgnoreActions, ev.Action) ||
+		(ev.Target.MediaType != "" && slices.Contains(e.IgnoreMediaTypes, ev.Target.MediaType))
+}
+
+// send delivers e's queue, oldest first, until ctx is done. Events go one
+// per envelope, as distribution sends them (some receivers read only the
+// first); those delivered are removed from the queue together, so a commit
+// is shared by up to maxPeek deliveries.
+func (n *Notifier) send(ctx context.Context, e *endpoint) {
+	failures := 0
+	for ctx.Err() == nil {
+		items, err := n.queue.Peek(e.Name, maxPeek)
+		if err != nil {
+			n.log.Error("notifications: queue unreadable", "endpoint", e.Name, "err", err)
+			items = nil
+		}
+		if len(items) == 0 {
+			select {
+			case <-e.wake:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		delivered := 0
+		for _, it := range items {
+			if err = e.post(ctx, it.Data); err != nil {
+				break
+			}
+			delivered++
+		}
+		if delivered > 0 {
+			if failures >= e.Threshold {
+				n.log.Info("notifications: endpoint recovered", "endpoint", e.Name, "failures", failures)
+			}
+			failures = 0
+			seqs := make([]uint64, delivered)
+			for i, it := range items[:delivered] {
+				seqs[i] = it.Seq
+			}
+			if rerr := n.queue.Remove(e.Name, seqs); rerr != nil {
+				// Delivered, still queued: sent again later (at least once).
+				n.log.Error("notifications: delivered events stay queued", "endpoint", e.Name, "err", rerr)
+			}
+			n.metrics.NotifySent(e.Name, delivered)
+			n.metrics.NotifyPending(e.Name, n.queue.Len(e.Name))
+		}
+		if err == nil || ctx.Err() != nil {
+			continue
+		}
+		failures++
+		n.metrics.NotifyFailed(e.Name)
+		if failures == e.Threshold {
+			n.log.Warn("notifications: endpoint failing; backing off between tries", "endpoint", e.Name, "failures", failures, "backoff", e.Backoff, "err", err)
+		}
+		if failures >= e.Threshold {
+			select {
+			case <-time.After(e.Backoff):
+			case <-ctx.Done():
 			}
 		}
 	}
 }
 
-func (s *sender) post(ctx context.Context, ev Event) error {
-	body, err := json.MarshalIndent(envelope{Events: []Event{ev}}, "", "   ")
+// post sends one event; any 2xx or 3xx answer (after redirects) delivers
+// it, as in distribution.
+func (e *endpoint) post(ctx context.Context, event []byte) error {
+	body := make([]byte, 0, len(event)+len(`{"events":[]}`))
+	body = append(append(append(body, `{"events":[`...), event...), "]}"...)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.URL, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.URL, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	for k, vs := range s.Headers {
+	for k, vs := range e.Headers {
 		for _, v := range vs {
 			req.Header.Add(k, v)
 		}
 	}
-	req.Header.Set("Content-Type", MediaType)
-	resp, err := s.client.Do(req)
+	req.Header.Set("Content-Type", EnvelopeMediaType)
+	resp, err := e.client.Do(req)
 	if err != nil {
 		return err
 	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode >= 400 {
-		return fmt.Errorf("%s answered %s", s.URL, resp.Status)
+		return fmt.Errorf("%w: %s", errStatus, resp.Status)
 	}
 	return nil
 }
+
+var errStatus = errors.New("notify: endpoint answered")
+
+type nopMetrics struct{}
+
+func (nopMetrics) NotifySent(string, int)    {}
+func (nopMetrics) NotifyFailed(string)       {}
+func (nopMetrics) NotifyDropped(string, int) {}
+func (nopMetrics) NotifyPending(string, int) {}

@@ -9,9 +9,7 @@ import (
 	"strings"
 
 	"github.com/opencontainers/go-digest"
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/cairn-registry/cairn/internal/notify"
 	"github.com/cairn-registry/cairn/internal/registry"
 )
 
@@ -34,6 +32,7 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, rt route) {
 		return
 	}
 	size := info.Size
+	noteBlob(r, size)
 	h := w.Header()
 	etag := `"` + string(d) + `"`
 	h.Set("Docker-Content-Digest", string(d))
@@ -83,7 +82,6 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, rt route) {
 		s.writeError(w, r, err)
 		return
 	}
-	s.event(r, rt, notify.ActionPull, s.blobTarget(r, rt, d, size))
 	defer rc.Close()
 	w.WriteHeader(status)
 	// A failure now can only cut the response short; the client sees a
@@ -186,5 +184,4 @@ func (s *Server) deleteBlob(w http.ResponseWriter, r *http.Request, rt route) {
 	}
 	w.Header().Set("Content-Length", "0")
 	w.WriteHeader(http.StatusAccepted)
-	s.event(r, rt, notify.ActionDelete, notify.Target{Descriptor: ocispec.Descriptor{Digest: d}})
 }

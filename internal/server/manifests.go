@@ -8,10 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/opencontainers/go-digest"
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-
-	"github.com/cairn-registry/cairn/internal/notify"
 	"github.com/cairn-registry/cairn/internal/registry"
 )
 
@@ -48,7 +44,6 @@ func (s *Server) getManifest(w http.ResponseWriter, r *http.Request, rt route) {
 	w.WriteHeader(http.StatusOK)
 	if r.Method == http.MethodGet {
 		w.Write(m.Content)
-		s.event(r, rt, notify.ActionPull, s.manifestTarget(r, rt, m, rt.ref))
 	}
 }
 
@@ -83,11 +78,6 @@ func (s *Server) putManifest(w http.ResponseWriter, r *http.Request, rt route) {
 	}
 	h.Set("Content-Length", "0")
 	w.WriteHeader(http.StatusCreated)
-	if s.opts.Notifier != nil {
-		if m, err := registry.ParseManifest(res.Digest, content); err == nil {
-			s.event(r, rt, notify.ActionPush, s.manifestTarget(r, rt, m, rt.ref))
-		}
-	}
 }
 
 func (s *Server) deleteManifest(w http.ResponseWriter, r *http.Request, rt route) {
@@ -103,10 +93,4 @@ func (s *Server) deleteManifest(w http.ResponseWriter, r *http.Request, rt route
 	}
 	w.Header().Set("Content-Length", "0")
 	w.WriteHeader(http.StatusAccepted)
-	// A digest deletes the manifest, a tag only the tag.
-	if d, err := digest.Parse(rt.ref); err == nil {
-		s.event(r, rt, notify.ActionDelete, notify.Target{Descriptor: ocispec.Descriptor{Digest: d}})
-	} else {
-		s.event(r, rt, notify.ActionDelete, notify.Target{Tag: rt.ref})
-	}
 }

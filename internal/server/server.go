@@ -5,6 +5,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -16,7 +17,6 @@ import (
 	"time"
 
 	"github.com/cairn-registry/cairn/internal/auth"
-	"github.com/cairn-registry/cairn/internal/notify"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/opencontainers/go-digest"
 )
@@ -47,12 +47,6 @@ type Options struct {
 	// bound listing pages as distribution does; 0 leaves cairn's rules.
 	MaxCatalogEntries int
 	MaxTags           int
-	// Notifier, when set, receives an event for every push, pull, mount
-	// and delete (distribution's notifications), from EventSource;
-	// EventReferences adds a manifest's descriptors to its events.
-	Notifier        Notifier
-	EventSource     notify.Source
-	EventReferences bool
 	// Healthy, when set, is asked before every request: while it returns
 	// an error the request is answered 503 UNAVAILABLE, as distribution
 	// answers while a health check fails.
@@ -62,6 +56,11 @@ type Options struct {
 	// a connection forever. Whole-request timeouts cannot do this: a
 	// large layer upload legitimately takes many minutes.
 	BodyIdleTimeout time.Duration
+	// Events, when set, receives an event for every push, pull, delete
+	// and mount (distribution's notifications; see events.go).
+	// EventReferences adds a manifest's descriptors to its events.
+	Events          Events
+	EventReferences bool
 	// Mirror, when set, fills the repositories it mirrors from their
 	// upstream registries on pulls, and pushes to them are refused.
 	Mirror Mirror
@@ -246,6 +245,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.UploadsInProgress(1)
 		defer m.UploadsInProgress(-1)
 	}
+	var note *eventNote
+	if s.opts.Events != nil {
+		r, note = s.withEventNote(r, rt, lw, body)
+	}
 	var user string
 	if err := s.unhealthy(); err != nil {
 		writeErrorBody(lw, http.StatusServiceUnavailable, apiError{Code: "UNAVAILABLE", Message: "service unavailable: " + err.Error()})
@@ -255,6 +258,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d := time.Since(start)
 	if m != nil {
 		m.ObserveRequest(routeNames[rt.kind], r.Method, lw.status, body.n, lw.n, d)
+	}
+	if note != nil {
+		s.emitEvents(r, rt, user, lw.status, lw.Header(), note)
 	}
 	if s.opts.NoAccessLog {
 		return
@@ -423,6 +429,7 @@ type loggingWriter struct {
 	status      int
 	n           int64
 	wroteHeader bool
+	capture     *bytes.Buffer // when set, receives the body (a manifest's, for events)
 }
 
 func (w *loggingWriter) WriteHeader(code int) {
@@ -436,6 +443,9 @@ func (w *loggingWriter) Write(p []byte) (int, error) {
 	w.wroteHeader = true
 	n, err := w.ResponseWriter.Write(p)
 	w.n += int64(n)
+	if w.capture != nil {
+		w.capture.Write(p[:n])
+	}
 	return n, err
 }
 
@@ -460,6 +470,8 @@ func (w *loggingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 type countingReader struct {
 	r io.ReadCloser
 	n int64
+	// capture, when set, receives the body (a manifest's, for events).
+	capture *bytes.Buffer
 
 	rc       *http.ResponseController
 	idle     time.Duration
@@ -477,6 +489,9 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	}
 	n, err := c.r.Read(p)
 	c.n += int64(n)
+	if c.capture != nil {
+		c.capture.Write(p[:n])
+	}
 	if err != nil {
 		// The body is done. net/http now watches the connection for the
 		// client going away, with no deadline; one set from here would

@@ -9,7 +9,6 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/cairn-registry/cairn/internal/notify"
 	"github.com/cairn-registry/cairn/internal/registry"
 )
 
@@ -41,10 +40,8 @@ func (s *Server) startUpload(w http.ResponseWriter, r *http.Request, rt route) {
 			return
 		}
 		if mounted {
+			noteMount(r)
 			s.blobCreated(w, r, rt.name, d)
-			if s.opts.Notifier != nil {
-				s.mountEvent(r, rt, d)
-			}
 			return
 		}
 		// Not mountable: the client uploads it in the session opened below.
@@ -66,8 +63,8 @@ func (s *Server) startUpload(w http.ResponseWriter, r *http.Request, rt route) {
 			s.writeError(w, r, err)
 			return
 		}
+		noteBlob(r, size)
 		s.blobCreated(w, r, rt.name, d)
-		s.event(r, rt, notify.ActionPush, s.blobTarget(r, rt, d, size))
 		return
 	}
 	s.uploadAccepted(w, r, rt.name, id, 0, http.StatusAccepted)
@@ -220,20 +217,8 @@ func (s *Server) finishUpload(w http.ResponseWriter, r *http.Request, rt route) 
 		s.writeRangeError(w, r, rt, err)
 		return
 	}
+	noteBlob(r, size)
 	s.blobCreated(w, r, rt.name, d)
-	s.event(r, rt, notify.ActionPush, s.blobTarget(r, rt, d, size))
-}
-
-// mountEvent sends the event of blob d mounted into rt's repository, from
-// the repository the client named (none when it named none).
-func (s *Server) mountEvent(r *http.Request, rt route, d digest.Digest) {
-	size := int64(0)
-	if info, err := s.reg.StatBlob(r.Context(), rt.name, d); err == nil {
-		size = info.Size
-	}
-	t := s.blobTarget(r, rt, d, size)
-	t.FromRepository = r.URL.Query().Get("from")
-	s.event(r, rt, notify.ActionMount, t)
 }
 
 func (s *Server) cancelUpload(w http.ResponseWriter, r *http.Request, rt route) {

@@ -34,7 +34,7 @@ func (l *listener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusInternalServerError)
 		return
 	}
-	if ct := r.Header.Get("Content-Type"); ct != notify.MediaType || r.Header.Get("Authorization") != "Bearer token" {
+	if ct := r.Header.Get("Content-Type"); ct != notify.EnvelopeMediaType || r.Header.Get("Authorization") != "Bearer token" {
 		l.bad = append(l.bad, fmt.Sprintf("Content-Type %q, Authorization %q", ct, r.Header.Get("Authorization")))
 	}
 	b, _ := io.ReadAll(r.Body)
