@@ -25,8 +25,9 @@ import (
 //
 // Predictions never slow a GET: predicted rebuilds are the preconstruct
 // cache's prefills, which wait in its queue while a GET waits for a
-// rebuild, run at most Options.PredictRebuilds at once and share
-// GOMAXPROCS-1 cores, so one is left to serving; a GET of a layer whose
+// rebuild, pause at their next write when one starts, run at most
+// Options.PredictRebuilds at once and share GOMAXPROCS-1 cores, so one is
+// left to serving; a GET of a layer whose
 // prediction is queued starts its rebuild at once (on every core), and one
 // that joins a running prediction waits only for what is left of it (see
 // cache.Disk). A prefetch is dropped if the client's GET of that layer

@@ -36,7 +36,7 @@ func (c *Cache) StatBlob(ctx context.Context, repo string, d digest.Digest, fetc
 	}
 	m, name, _ := c.route(repo)
 	if fetch {
-		fl, err := c.fetch(ctx, m, repo, name, d)
+		fl, err := c.fetch(ctx, m, repo, name, d, false)
 		if err != nil {
 			return registry.BlobInfo{}, err
 		}
@@ -59,13 +59,11 @@ func (c *Cache) OpenBlob(ctx context.Context, repo string, d digest.Digest, info
 		return c.store.OpenBlob(ctx, d, local, offset)
 	}
 	m, name, _ := c.route(repo)
-	if _, err := c.fetch(ctx, m, repo, name, d); err != nil {
+	// The reader's reference is taken with the flight, so that a fetch
+	// that ends at once still reaches this reader with its error.
+	fl, err := c.fetch(ctx, m, repo, name, d, true)
+	if err != nil {
 		return nil, err
-	}
-	fl := c.join(d, repo)
-	if fl == nil {
-		// Fetched and stored meanwhile.
-		return c.store.OpenBlob(ctx, d, info, offset)
 	}
 	return fl.reader(ctx, offset)
 }
@@ -135,16 +133,33 @@ const fetchIdle = 5 * time.Minute
 
 // fetch starts fetching blob d of upstream repository name for repo,
 // unless a fetch of d runs already, and returns that flight once the
-// upstream answered with the blob's size.
-func (c *Cache) fetch(ctx context.Context, m *mirror, repo, name string, d digest.Digest) (*flight, error) {
+// upstream answered with the blob's size. With reader, the flight holds a
+// reference for the caller's reader (flight.reader takes it over) and
+// links the blob into repo too; it is returned even when the upstream
+// refused, for the reader to release.
+func (c *Cache) fetch(ctx context.Context, m *mirror, repo, name string, d digest.Digest, reader bool) (*flight, error) {
 	c.mu.Lock()
 	if fl := c.flights[d]; fl != nil {
+		if reader {
+			fl.mu.Lock()
+			fl.refs++
+			if !contains(fl.repos, repo) {
+				fl.repos = append(fl.repos, repo)
+			}
+			fl.mu.Unlock()
+		}
 		c.mu.Unlock()
+		if reader {
+			return fl, nil
+		}
 		return fl, fl.wait(ctx)
 	}
 	// Registered before the upstream answers, so that concurrent first
 	// pulls wait for this one instead of asking the upstream too.
 	fl := &flight{d: d, ready: make(chan struct{}), size: -1, refs: 1, repos: []string{repo}}
+	if reader {
+		fl.refs++
+	}
 	fl.more.L = &fl.mu
 	c.flights[d] = fl
 	c.mu.Unlock()
@@ -167,6 +182,9 @@ func (c *Cache) fetch(ctx context.Context, m *mirror, repo, name string, d diges
 		close(fl.ready)
 		c.spool(fctx, fl, body, idle)
 	}()
+	if reader {
+		return fl, nil
+	}
 	return fl, fl.wait(ctx)
 }
 

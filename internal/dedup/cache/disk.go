@@ -45,6 +45,7 @@ type Stats struct {
 	Filling    int // fills running now
 	Prefills   int // Disk: fills running now that no Open waits for
 	Queued     int // Disk: prefills waiting to start
+	Yielding   int // Disk: running prefills paused for a fill an Open waits for
 }
 
 type counters struct {
@@ -82,8 +83,13 @@ func (c *counters) stats() Stats {
 //     waits for what is left of it, and from then on that fill is one an
 //     Open waits for.
 //
+//   - A running prefill pauses at its next write while a fill an Open
+//     waits for runs (its producer stalls behind it, so the CPU goes to
+//     the Open's fill), and goes on when none does or an Open joins it.
+//
 // A running fill is never stopped, so an Open shares the machine at most
-// with the prefills that were running when it came.
+// with what the prefills that were running when it came do before their
+// next write.
 //
 // Disk is safe for concurrent use.
 type Disk struct {
@@ -106,6 +112,11 @@ type Disk struct {
 	wanted       int
 	ahead        int
 	prefillLimit int
+	// idle is broadcast when wanted falls, a prefill becomes wanted, or
+	// Disk closes: prefills paused in yield look again. yielding counts
+	// them.
+	idle     *sync.Cond
+	yielding int
 }
 
 // maxQueued bounds the prefills waiting to start; beyond it the oldest is
@@ -137,6 +148,7 @@ func OpenDisk(dir string, capacity int64) (*Disk, error) {
 		dir: dir, capacity: max(capacity, 0), flights: make(map[string]*flight),
 		queue: list.New(), queued: make(map[string]*list.Element), prefillLimit: 1,
 	}
+	d.idle = sync.NewCond(&d.mu)
 	d.arc = NewARC(d.capacity, func(_ string, e diskEntry) {
 		// Under d.mu, so a fill of the same key cannot rename a new file
 		// into place between the decision and the unlink.
@@ -233,6 +245,7 @@ func (d *Disk) Open(ctx context.Context, key string, size, offset int64, fill Fi
 			fl.wanted = true
 			d.ahead--
 			d.wanted++
+			d.idle.Broadcast()
 		}
 	} else {
 		// A queued prefill of key is this fill, started now.
@@ -340,7 +353,7 @@ func (d *Disk) Stats() Stats {
 	s := d.stats.stats()
 	d.mu.Lock()
 	s.Entries, s.Bytes, s.Filling = d.arc.Len(), d.arc.Bytes(), len(d.flights)
-	s.Prefills, s.Queued = d.ahead, d.queue.Len()
+	s.Prefills, s.Queued, s.Yielding = d.ahead, d.queue.Len(), d.yielding
 	d.mu.Unlock()
 	return s
 }
@@ -357,6 +370,7 @@ func (d *Disk) Close() error {
 		for _, fl := range d.flights {
 			fl.cancel()
 		}
+		d.idle.Broadcast()
 	}
 	d.mu.Unlock()
 	d.running.Wait()
@@ -388,7 +402,7 @@ func (d *Disk) start(ctx context.Context, key, name string, size int64, fill Fil
 func (d *Disk) run(ctx context.Context, fl *flight, f *os.File, fill FillFunc) {
 	defer d.running.Done()
 	defer fl.cancel()
-	w := &flightWriter{ctx: ctx, fl: fl, f: f}
+	w := &flightWriter{ctx: ctx, d: d, fl: fl, f: f}
 	err := fill(ctx, w)
 	d.filled(fl)
 	if err == nil && w.n != fl.size {
@@ -437,10 +451,32 @@ func (d *Disk) filled(fl *flight) {
 	fl.filling = false
 	if fl.wanted {
 		d.wanted--
+		d.idle.Broadcast()
 	} else {
 		d.ahead--
 	}
 	d.dispatch()
+}
+
+// yield pauses a prefill's fill while a fill an Open waits for runs, until
+// an Open joins it, Disk closes or ctx ends.
+func (d *Disk) yield(ctx context.Context, fl *flight) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if fl.wanted || d.wanted == 0 || d.closed {
+		return
+	}
+	stop := context.AfterFunc(ctx, func() {
+		d.mu.Lock()
+		d.idle.Broadcast()
+		d.mu.Unlock()
+	})
+	defer stop()
+	d.yielding++
+	for !fl.wanted && d.wanted > 0 && !d.closed && ctx.Err() == nil {
+		d.idle.Wait()
+	}
+	d.yielding--
 }
 
 // flight is one running fill and the progress its readers wait on.
@@ -468,12 +504,14 @@ func (fl *flight) finish(err error) {
 
 type flightWriter struct {
 	ctx context.Context // the fill's own context, alive while the fill runs
+	d   *Disk
 	fl  *flight
 	f   *os.File
 	n   int64
 }
 
 func (w *flightWriter) Write(p []byte) (int, error) {
+	w.d.yield(w.ctx, w.fl)
 	if err := w.ctx.Err(); err != nil {
 		return 0, err
 	}

@@ -74,8 +74,9 @@ func wantStats(t *testing.T, d *Disk, prefills, queued int) {
 }
 
 // TestDiskOpenAheadOfPrefills: an Open that needs a fill starts it while
-// prefills are queued and one runs; the prefill that ends meanwhile starts
-// no other until that fill is done; then they start one at a time (limit 1).
+// prefills are queued and one runs; the running prefill pauses at its
+// first write while that fill runs, and nothing else starts; then they go
+// on, one at a time (limit 1).
 func TestDiskOpenAheadOfPrefills(t *testing.T) {
 	d, _ := openDisk(t, 1<<20)
 	p := []*heldFill{newHeldFill(100), newHeldFill(101), newHeldFill(102), newHeldFill(103)}
@@ -92,18 +93,16 @@ func TestDiskOpenAheadOfPrefills(t *testing.T) {
 	wantStats(t, d, 1, 3)
 
 	close(p[0].release)
-	// Published after its end was counted and the queue looked at, under
-	// one lock: nothing started, since the Open's fill runs.
-	waitFor(t, "the first prefill published", func() bool { return d.Contains(p[0].key) })
-	wantStats(t, d, 0, 3)
-	if p[1].hasStarted() {
-		t.Fatal("a prefill started while an Open waited for a fill")
+	waitFor(t, "the running prefill to yield", func() bool { return d.Stats().Yielding == 1 })
+	if d.Contains(p[0].key) || p[1].hasStarted() {
+		t.Fatal("a prefill went on while an Open waited for a fill")
 	}
 
 	close(g.release)
 	if b := readAll(t, r); !bytes.Equal(b, g.data) {
 		t.Fatal("Open read wrong bytes")
 	}
+	waitFor(t, "the first prefill published", func() bool { return d.Contains(p[0].key) })
 	p[1].waitStarted(t)
 	wantStats(t, d, 1, 2)
 	if p[2].hasStarted() || p[3].hasStarted() {
@@ -155,7 +154,8 @@ func TestDiskOpenPromotesQueuedPrefill(t *testing.T) {
 
 // TestDiskOpenJoinsRunningPrefill: an Open of a key being prefilled reads
 // that fill (no second one) and from then on it is a fill an Open waits
-// for: it leaves the prefill count, and no prefill starts until it ends.
+// for: it leaves the prefill count, it does not yield, the other running
+// prefill pauses, and no prefill starts until it ends.
 func TestDiskOpenJoinsRunningPrefill(t *testing.T) {
 	d, _ := openDisk(t, 1<<20)
 	d.SetPrefillLimit(2)
@@ -171,15 +171,15 @@ func TestDiskOpenJoinsRunningPrefill(t *testing.T) {
 	}
 	wantStats(t, d, 1, 1)
 	close(p[1].release)
-	waitFor(t, "the second prefill published", func() bool { return d.Contains(p[1].key) })
-	wantStats(t, d, 0, 1)
-	if p[2].hasStarted() {
-		t.Fatal("a prefill started while an Open waited for the one it joined")
+	waitFor(t, "the other prefill to yield", func() bool { return d.Stats().Yielding == 1 })
+	if p[2].hasStarted() || d.Contains(p[1].key) {
+		t.Fatal("a prefill went on while an Open waited for the one it joined")
 	}
 	close(p[0].release)
 	if b := readAll(t, r); !bytes.Equal(b, p[0].data) {
 		t.Fatal("Open read wrong bytes")
 	}
+	waitFor(t, "the second prefill published", func() bool { return d.Contains(p[1].key) })
 	p[2].waitStarted(t)
 	close(p[2].release)
 	waitFor(t, "prefill published", func() bool { return d.Contains(p[2].key) })
