@@ -73,11 +73,14 @@ func (c *counters) stats() Stats {
 //
 // Fills an Open waits for go first; prefills (fills ahead of an expected
 // Open) only use what they leave:
+//
 //   - An Open that needs a fill starts it at once, whatever prefills are
 //     queued or running.
+//
 //   - Prefill queues; a queued prefill starts only while no running fill
 //     has an Open waiting for it, and while fewer than the prefill limit
 //     (SetPrefillLimit) of prefills run.
+//
 //   - An Open of a key whose prefill is queued takes it out of the queue
 //     and starts the fill itself; an Open that joins a running prefill
 //     waits for what is left of it, and from then on that fill is one an
