@@ -56,6 +56,11 @@ type Registry struct {
 	d        driver.Driver
 	opts     Options
 	sessions sessionLocks
+	// owner names the upload chunk objects this Registry creates; only
+	// it appends to them (see uploads.go).
+	owner string
+	// appendInPlace: d is a driver.InPlaceAppender.
+	appendInPlace bool
 }
 
 // New returns a Registry over d.
@@ -66,7 +71,8 @@ func New(d driver.Driver, opts Options) *Registry {
 	if opts.MaxUploadChunks <= 0 {
 		opts.MaxUploadChunks = DefaultMaxUploadChunks
 	}
-	return &Registry{d: d, opts: opts}
+	_, inPlace := driver.As[driver.InPlaceAppender](d)
+	return &Registry{d: d, opts: opts, owner: newOwnerID(), appendInPlace: inPlace}
 }
 
 // Driver returns the storage driver, for callers that need to reach storage

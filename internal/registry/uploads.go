@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -12,6 +13,7 @@ import (
 	"hash"
 	"io"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,29 +30,42 @@ import (
 // Lifecycle of an upload session (_uploads/<id>/):
 //
 //   - StartUpload writes startedat (RFC 3339). The session holds nothing.
-//   - Each chunk (PATCH, or the body of the final PUT) is written to a new
-//     object of its own, chunks/<start>-<nonce>, by one writer. Only once
-//     that object is complete does the chunk join the session: a record
-//     chunks/<start>-<nonce>-<end> (empty) is written, then head, which
-//     names the newest chunk, the sha256 state over every byte so far, and
-//     a chain id (a hash over the record names from the first chunk on).
+//   - Each chunk (PATCH, or the body of the final PUT) is written to an
+//     object, chunks/<start>-<owner><nonce>, where <owner> names the
+//     Registry (the process) that created it. On a driver that appends in
+//     place (driver.InPlaceAppender: the filesystem) a chunk that follows
+//     one this Registry wrote is appended to that chunk's object, so an
+//     upload from one client through one node grows one file; otherwise
+//     (an object store, a session resumed after a restart or on another
+//     node) the chunk gets a new object. Only once the bytes are written
+//     and synced does the chunk join the session: a record
+//     chunks/<start>-<owner><nonce>-<end> (empty) says that the object
+//     holds the session's bytes start..end, then head names that record,
+//     the sha256 state over every byte so far, and a chain id (a hash over
+//     the records from offset 0 on, an appended object's newest record
+//     standing for its older ones).
 //     A chunk cut short by the client joins with the bytes that arrived, so
 //     the client can resume at the Range it is told.
 //   - FinishUpload takes the chain that head names (found among the
 //     records, checked by its chain id), verifies the digest from head's
-//     hash state, and moves the single chunk, or a concatenation of the
-//     chunks, into blobs/. Then it links the blob and deletes the session.
+//     hash state, and moves the single object, or a concatenation of the
+//     objects' ranges, into blobs/. Then it links the blob and deletes the
+//     session.
 //
-// Why this shape: a chunk object is written by exactly one writer and never
-// changed once its record exists, and the chain id binds head's hash state
-// to exactly those objects. So nothing a client does (a PATCH still
-// streaming while the same session is committed, two requests on one
-// session on two nodes, a write that fails half-way) can change the bytes
-// that land in blobs/ after they were verified, on any driver: a late
-// writer only ever writes its own chunk object, which the commit never
-// reads. Within one process, at most one request writes a session at a
-// time (a second one is refused with a RangeError); across processes the
-// chain id keeps the commit correct.
+// Why this shape: an object is written by exactly one Registry, only ever
+// at its end, and the bytes a record covers never change once the record
+// exists; the chain id binds head's hash state to exactly those records.
+// So nothing a client does (a PATCH still streaming while the same session
+// is committed, two requests on one session on two nodes, a write that
+// fails half-way) can change the bytes that land in blobs/ after they were
+// verified, on any driver: a late writer only ever writes past what the
+// records cover, and a commit reads only covered ranges. It moves an object
+// whole only when no one can still write to it: on an object store no one
+// appends, and on the filesystem only its owner does, which is the
+// committing Registry itself holding the session. Within one process, at
+// most one request writes a session at a time (a second one is refused
+// with a RangeError); across processes the chain id keeps the commit
+// correct.
 //
 // Uploads hash with sha256; an upload finished with another algorithm's
 // digest is re-read once to verify.
@@ -92,6 +107,9 @@ type uploadHead struct {
 	Chunks int    `json:"chunks"`
 	Tip    string `json:"tip"`   // record name of the newest chunk
 	Chain  string `json:"chain"` // chain id after Tip
+	// Base is the chain id before Tip's object: an append to that object
+	// replaces Tip by a longer record of it, with chain id chainID(Base, ..).
+	Base   string `json:"base,omitempty"`
 	SHA256 []byte `json:"sha256"`
 }
 
@@ -102,13 +120,25 @@ type chunkRecord struct {
 	start, end int64
 }
 
-// dataName is the chunk's object name, "<start>-<nonce>".
+// dataName is the chunk's object name, "<start>-<owner><nonce>".
 func (c chunkRecord) dataName() string { return c.name[:33] }
 
-func newChunkName(start int64) string {
-	var nonce [8]byte
+// owner is the id of the Registry that created the chunk's object.
+func (c chunkRecord) owner() string { return c.name[17:25] }
+
+// newOwnerID returns a random id for a Registry's chunk objects: 8 hex
+// digits, the first half of a chunk name's nonce.
+func newOwnerID() string {
+	var b [4]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// newChunkName names a new object written by owner at offset start.
+func newChunkName(owner string, start int64) string {
+	var nonce [4]byte
 	rand.Read(nonce[:])
-	return fmt.Sprintf("%016x-%s", start, hex.EncodeToString(nonce[:]))
+	return fmt.Sprintf("%016x-%s%s", start, owner, hex.EncodeToString(nonce[:]))
 }
 
 func recordName(dataName string, end int64) string {
@@ -276,10 +306,11 @@ func (r *Registry) AppendUpload(ctx context.Context, repo, id string, body io.Re
 	return c.rec.end, err
 }
 
-// writtenChunk is a chunk object written by writeChunk, not yet published.
+// writtenChunk is a chunk written by writeChunk, not yet published.
 type writtenChunk struct {
-	rec chunkRecord // name "" when nothing was written
-	h   hash.Hash   // sha256 over the session's bytes through this chunk
+	rec  chunkRecord // name "" when nothing was written
+	h    hash.Hash   // sha256 over the session's bytes through this chunk
+	base string      // chain id before rec's object
 }
 
 // writeChunk writes body as a new chunk object after head's bytes. It
@@ -296,34 +327,81 @@ func (r *Registry) writeChunk(ctx context.Context, repo, id string, head uploadH
 	if err != nil {
 		return writtenChunk{}, err
 	}
-	name := newChunkName(head.Size)
-	p := layout.UploadChunk(repo, id, name)
-	w, err := r.d.Writer(ctx, p, false)
+	cw, err := r.chunkWriter(ctx, repo, id, head)
 	if err != nil {
 		return writtenChunk{}, err
 	}
+	w := cw.w
 	n, copyErr := copyHashing(w, h, body)
-	if copyErr != nil && (n == 0 || w.Size() != n) {
+	if copyErr != nil && (n == 0 || w.Size() != head.Size-cw.start+n) {
 		// Nothing arrived, or the write itself failed: keep nothing.
-		w.Cancel(context.WithoutCancel(ctx))
+		cw.drop(context.WithoutCancel(ctx))
 		return writtenChunk{}, fmt.Errorf("upload %s: %w", id, copyErr)
 	}
 	if n == 0 {
-		w.Cancel(ctx)
+		cw.drop(context.WithoutCancel(ctx))
 		return writtenChunk{}, nil
 	}
 	if err := w.Commit(context.WithoutCancel(ctx)); err != nil {
-		w.Cancel(context.WithoutCancel(ctx))
+		cw.drop(context.WithoutCancel(ctx))
 		return writtenChunk{}, errors.Join(copyErr, err)
 	}
 	if err := w.Close(); err != nil {
 		return writtenChunk{}, errors.Join(copyErr, err)
 	}
-	c := writtenChunk{rec: chunkRecord{name: recordName(name, head.Size+n), start: head.Size, end: head.Size + n}, h: h}
+	end := head.Size + n
+	c := writtenChunk{rec: chunkRecord{name: recordName(cw.name, end), start: cw.start, end: end}, h: h, base: cw.base}
 	if copyErr != nil {
 		return c, fmt.Errorf("upload %s: %w", id, copyErr)
 	}
 	return c, nil
+}
+
+// chunkTarget is where writeChunk writes: an object, new or appended to.
+type chunkTarget struct {
+	w        driver.FileWriter
+	name     string // the object's name
+	start    int64  // the session offset of the object's first byte
+	base     string // chain id before the object
+	appended bool
+}
+
+// drop ends a write that is not kept. A new object is removed; an appended
+// one keeps the bytes its records cover, and whatever this writer added
+// past them makes its size disagree with head, so no later chunk appends
+// to it and no commit moves it.
+func (t chunkTarget) drop(ctx context.Context) {
+	if t.appended {
+		t.w.Close()
+		return
+	}
+	t.w.Cancel(ctx)
+}
+
+// chunkWriter opens where the chunk after head goes: head's tip object,
+// appended to in place, when this Registry created it on a driver that
+// appends in place and the object holds exactly the bytes its record
+// covers; otherwise a new object.
+func (r *Registry) chunkWriter(ctx context.Context, repo, id string, head uploadHead) (chunkTarget, error) {
+	if r.appendInPlace && head.Tip != "" {
+		tip, ok := parseChunkRecord(head.Tip)
+		if ok && tip.end == head.Size && tip.owner() == r.owner && chainID(head.Base, head.Tip) == head.Chain {
+			w, err := r.d.Writer(ctx, layout.UploadChunk(repo, id, tip.dataName()), true)
+			if err == nil && w.Size() == tip.end-tip.start {
+				return chunkTarget{w: w, name: tip.dataName(), start: tip.start, base: head.Base, appended: true}, nil
+			}
+			if err == nil {
+				w.Close()
+			}
+			// The object is gone or holds bytes of a failed write.
+		}
+	}
+	name := newChunkName(r.owner, head.Size)
+	w, err := r.d.Writer(ctx, layout.UploadChunk(repo, id, name), false)
+	if err != nil {
+		return chunkTarget{}, err
+	}
+	return chunkTarget{w: w, name: name, start: head.Size, base: head.Chain}, nil
 }
 
 // publishChunk makes chunk c part of the session: its record, then head.
@@ -339,7 +417,8 @@ func (r *Registry) publishChunk(ctx context.Context, repo, id string, head uploa
 		Size:   c.rec.end,
 		Chunks: head.Chunks + 1,
 		Tip:    c.rec.name,
-		Chain:  chainID(head.Chain, c.rec.name),
+		Chain:  chainID(c.base, c.rec.name),
+		Base:   c.base,
 		SHA256: state,
 	}
 	b, err := json.Marshal(next)
@@ -373,7 +452,11 @@ func (r *Registry) FinishUpload(ctx context.Context, repo, id string, d digest.D
 			return 0, err
 		}
 		if c.rec.name != "" {
-			chain = append(chain, c.rec)
+			if n := len(chain); n > 0 && chain[n-1].dataName() == c.rec.dataName() {
+				chain[n-1] = c.rec // appended to the tip's object
+			} else {
+				chain = append(chain, c.rec)
+			}
 			size, h = c.rec.end, c.h
 		}
 	}
@@ -406,6 +489,11 @@ func (r *Registry) sessionChain(ctx context.Context, repo, id string, head uploa
 		if c, ok := parseChunkRecord(path.Base(p)); ok {
 			byStart[c.start] = append(byStart[c.start], c)
 		}
+	}
+	// An appended object has a record per chunk, all starting where it
+	// does; the chain holds its newest, so the longest is tried first.
+	for _, cs := range byStart {
+		slices.SortFunc(cs, func(a, b chunkRecord) int { return cmp.Compare(b.end, a.end) })
 	}
 	// Depth-first from offset 0. Without forks this is one pass; visits
 	// are bounded so forks cannot make it explode.
@@ -478,10 +566,10 @@ func (r *Registry) placeBlob(ctx context.Context, repo, id string, d digest.Dige
 			return fmt.Errorf("%w: upload is empty, client said %s", ErrDigestInvalid, d)
 		}
 		return r.d.PutContent(ctx, dst, nil)
-	case len(chain) == 1 && d.Algorithm() == uploadHashAlg:
+	case len(chain) == 1 && d.Algorithm() == uploadHashAlg && r.movable(ctx, repo, id, chain[0]):
 		return r.moveIntoPlace(ctx, id, layout.UploadChunk(repo, id, chain[0].dataName()), dst)
 	}
-	tmp := layout.UploadChunk(repo, id, "assembled-"+newChunkName(0))
+	tmp := layout.UploadChunk(repo, id, "assembled-"+newChunkName(r.owner, 0))
 	w, err := r.d.Writer(ctx, tmp, false)
 	if err != nil {
 		return err
@@ -513,6 +601,23 @@ func (r *Registry) placeBlob(ctx context.Context, repo, id string, d digest.Dige
 		return err
 	}
 	return r.moveIntoPlace(ctx, id, tmp, dst)
+}
+
+// movable reports whether the object of chunk c, the whole chain, can be
+// moved into blobs/ as it is: no one can still write to it, and it holds
+// exactly c's bytes. Where nothing appends in place no one writes to an
+// object after its record; where objects are appended to, only their owner
+// does, so only an object of this Registry, which holds the session, is
+// moved.
+func (r *Registry) movable(ctx context.Context, repo, id string, c chunkRecord) bool {
+	if !r.appendInPlace {
+		return true
+	}
+	if c.owner() != r.owner {
+		return false
+	}
+	fi, err := driver.StatFile(ctx, r.d, layout.UploadChunk(repo, id, c.dataName()))
+	return err == nil && fi.Size == c.end-c.start
 }
 
 // moveIntoPlace moves a finished object to blob path dst. When another

@@ -77,6 +77,17 @@ type TempSweeper interface {
 	SweepTemp(ctx context.Context, path string, olderThan time.Time, dryRun bool) (int, error)
 }
 
+// InPlaceAppender is implemented by drivers whose Writer(path, true)
+// continues any file, committed or not, by writing only the new bytes
+// (filesystem). Uploads on such a driver grow one file per session instead
+// of writing an object per chunk and joining them at commit. Object stores,
+// whose objects are immutable, do not implement it: an append there copies
+// the object.
+type InPlaceAppender interface {
+	// AppendsInPlace only marks the capability.
+	AppendsInPlace()
+}
+
 // As returns the first driver in the chain d, d.Unwrap(), ... that
 // implements T: wrappers (metrics, request counting) hide the optional
 // interfaces of the driver they wrap and expose it with Unwrap.

@@ -46,8 +46,9 @@ const (
 )
 
 var (
-	_ driver.Driver      = (*Driver)(nil)
-	_ driver.TempSweeper = (*Driver)(nil)
+	_ driver.Driver          = (*Driver)(nil)
+	_ driver.TempSweeper     = (*Driver)(nil)
+	_ driver.InPlaceAppender = (*Driver)(nil)
 )
 
 // Driver stores files under a root directory. Its zero value is not usable;
@@ -276,6 +277,10 @@ func (d *Driver) Writer(_ context.Context, p string, append bool) (driver.FileWr
 	}
 	return newFileWriter(p, full, f, size), nil
 }
+
+// AppendsInPlace implements driver.InPlaceAppender: an appending Writer
+// opens the file and writes at its end.
+func (d *Driver) AppendsInPlace() {}
 
 // Stat implements driver.Driver. Directories report size 0, as object stores
 // have no directory sizes.
