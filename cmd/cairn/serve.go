@@ -273,10 +273,14 @@ func newDriver(ctx context.Context, cfg *config.Config) (driver.Driver, error) {
 
 func registryOptions(cfg *config.Config) registry.Options {
 	v := cfg.Validation.Manifests
+	mc := cfg.Storage.Cache.Manifests
+	size, _ := config.ParseBytes(mc.Size) // validated on load
 	opts := registry.Options{
-		DeleteEnabled:   cfg.Storage.Delete.Enabled,
-		SparseManifests: v.Sparse,
-		IndexPlatforms:  v.Indexes.Platforms,
+		DeleteEnabled:     cfg.Storage.Delete.Enabled,
+		SparseManifests:   v.Sparse,
+		IndexPlatforms:    v.Indexes.Platforms,
+		ManifestCacheSize: size,
+		TagTTL:            mc.TagTTL,
 	}
 	for _, p := range v.Indexes.PlatformList {
 		opts.PlatformList = append(opts.PlatformList, ocispec.Platform{OS: p.OS, Architecture: p.Architecture})

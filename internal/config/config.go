@@ -106,8 +106,10 @@ type Storage struct {
 	// Dedup is cairn's layer deduplication (see dedup.go).
 	Dedup Dedup `yaml:"dedup"`
 
+	// Cache keeps manifests and links in memory (see cache.go).
+	Cache Cache `yaml:"cache"`
+
 	// Serving from the default directory instead would hide the real data.
-	_ notYet `yaml:"cache"`
 	_ notYet `yaml:"redirect"`
 	_ notYet `yaml:"tag"`
 
@@ -216,6 +218,7 @@ func base() *Config {
 			},
 			GC:    defaultGC(),
 			Dedup: defaultDedup(),
+			Cache: defaultCache(),
 		},
 		Validation: Validation{Manifests: ManifestValidation{Indexes: IndexValidation{Platforms: "all"}}},
 	}

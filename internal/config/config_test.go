@@ -121,7 +121,7 @@ func TestDistributionConfigLoadsWithWarnings(t *testing.T) {
 	}
 	want := []string{
 		"log.fields is not supported yet; ignored (line 4)",
-		"storage.cache is not supported yet; ignored (line 10)",
+		"storage.cache.blobdescriptor is not supported yet; ignored (line 11)",
 		"storage.tag is not supported yet; ignored (line 23)",
 		"http.secret is not supported yet; ignored (line 27)",
 		"http.headers is not supported yet; ignored (line 33)",

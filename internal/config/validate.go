@@ -75,6 +75,9 @@ func (s *Storage) validate() error {
 	if err := s.Dedup.validate(); err != nil {
 		return err
 	}
+	if err := s.Cache.validate(); err != nil {
+		return err
+	}
 	return s.GC.validate()
 }
 

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/cairn-registry/cairn/internal/layout"
 
@@ -49,6 +50,14 @@ type Options struct {
 	// MaxUploadChunks bounds the chunks of one upload session; 0 means
 	// DefaultMaxUploadChunks.
 	MaxUploadChunks int
+	// ManifestCacheSize bounds, in bytes, the memory that keeps recently
+	// served manifests and links (see manifestCache); 0 caches nothing.
+	ManifestCacheSize int64
+	// TagTTL is how long a tag or revision link read from storage is
+	// trusted: a change made through another node sharing the storage is
+	// seen within it. 0 reads links on every request (manifests by digest
+	// are still cached).
+	TagTTL time.Duration
 }
 
 // Registry serves repositories stored through one driver.
@@ -61,6 +70,7 @@ type Registry struct {
 	owner string
 	// appendInPlace: d is a driver.InPlaceAppender.
 	appendInPlace bool
+	manifests     *manifestCache // nil: nothing cached
 }
 
 // New returns a Registry over d.
@@ -72,7 +82,10 @@ func New(d driver.Driver, opts Options) *Registry {
 		opts.MaxUploadChunks = DefaultMaxUploadChunks
 	}
 	_, inPlace := driver.As[driver.InPlaceAppender](d)
-	return &Registry{d: d, opts: opts, owner: newOwnerID(), appendInPlace: inPlace}
+	return &Registry{
+		d: d, opts: opts, owner: newOwnerID(), appendInPlace: inPlace,
+		manifests: newManifestCache(opts.ManifestCacheSize, opts.TagTTL),
+	}
 }
 
 // Driver returns the storage driver, for callers that need to reach storage
