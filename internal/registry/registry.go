@@ -68,8 +68,10 @@ type Registry struct {
 	// owner names the upload chunk objects this Registry creates; only
 	// it appends to them (see uploads.go).
 	owner string
-	// appendInPlace: d is a driver.InPlaceAppender.
+	// appendInPlace: d is a driver.InPlaceAppender; epoch is its
+	// CacheEpoch, and when it is known chunks are not synced one by one.
 	appendInPlace bool
+	epoch         string
 	manifests     *manifestCache // nil: nothing cached
 }
 
@@ -81,9 +83,13 @@ func New(d driver.Driver, opts Options) *Registry {
 	if opts.MaxUploadChunks <= 0 {
 		opts.MaxUploadChunks = DefaultMaxUploadChunks
 	}
-	_, inPlace := driver.As[driver.InPlaceAppender](d)
+	ipa, inPlace := driver.As[driver.InPlaceAppender](d)
+	epoch := ""
+	if inPlace {
+		epoch = ipa.CacheEpoch()
+	}
 	return &Registry{
-		d: d, opts: opts, owner: newOwnerID(), appendInPlace: inPlace,
+		d: d, opts: opts, owner: newOwnerID(), appendInPlace: inPlace, epoch: epoch,
 		manifests: newManifestCache(opts.ManifestCacheSize, opts.TagTTL),
 	}
 }

@@ -38,7 +38,7 @@ import (
 //     upload from one client through one node grows one file; otherwise
 //     (an object store, a session resumed after a restart or on another
 //     node) the chunk gets a new object. Only once the bytes are written
-//     and synced does the chunk join the session: a record
+//     does the chunk join the session: a record
 //     chunks/<start>-<owner><nonce>-<end> (empty) says that the object
 //     holds the session's bytes start..end, then head names that record,
 //     the sha256 state over every byte so far, and a chain id (a hash over
@@ -46,11 +46,18 @@ import (
 //     standing for its older ones).
 //     A chunk cut short by the client joins with the bytes that arrived, so
 //     the client can resume at the Range it is told.
+//   - Where the driver names its cache epoch (the filesystem: the boot id)
+//     a chunk's bytes are not synced before they join: they are readable
+//     through the page cache, the disk writes them meanwhile, and head
+//     notes the epoch in Unsynced. A machine that restarts may lose them
+//     while head (synced) still counts them, so a commit under another
+//     epoch re-reads and verifies the bytes before storing them. Elsewhere
+//     each chunk is committed (synced) before it joins.
 //   - FinishUpload takes the chain that head names (found among the
 //     records, checked by its chain id), verifies the digest from head's
-//     hash state, and moves the single object, or a concatenation of the
-//     objects' ranges, into blobs/. Then it links the blob and deletes the
-//     session.
+//     hash state, and moves the single object (synced first), or a
+//     concatenation of the objects' ranges, into blobs/. Then it links the
+//     blob and deletes the session.
 //
 // Why this shape: an object is written by exactly one Registry, only ever
 // at its end, and the bytes a record covers never change once the record
@@ -111,6 +118,23 @@ type uploadHead struct {
 	// replaces Tip by a longer record of it, with chain id chainID(Base, ..).
 	Base   string `json:"base,omitempty"`
 	SHA256 []byte `json:"sha256"`
+	// Unsynced is the cache epoch of bytes that joined without a sync;
+	// epochMixed when chunks joined under several.
+	Unsynced string `json:"unsynced,omitempty"`
+}
+
+// epochMixed marks a session whose unsynced bytes span cache epochs.
+const epochMixed = "?"
+
+// joinEpochs is the Unsynced of bytes unsynced under a and under b.
+func joinEpochs(a, b string) string {
+	switch {
+	case a == "" || a == b:
+		return b
+	case b == "":
+		return a
+	}
+	return epochMixed
 }
 
 // chunkRecord is a chunk that joined a session, parsed from its record name
@@ -308,9 +332,10 @@ func (r *Registry) AppendUpload(ctx context.Context, repo, id string, body io.Re
 
 // writtenChunk is a chunk written by writeChunk, not yet published.
 type writtenChunk struct {
-	rec  chunkRecord // name "" when nothing was written
-	h    hash.Hash   // sha256 over the session's bytes through this chunk
-	base string      // chain id before rec's object
+	rec      chunkRecord // name "" when nothing was written
+	h        hash.Hash   // sha256 over the session's bytes through this chunk
+	base     string      // chain id before rec's object
+	unsynced string      // the cache epoch when the bytes were not synced
 }
 
 // writeChunk writes body as a new chunk object after head's bytes. It
@@ -342,15 +367,20 @@ func (r *Registry) writeChunk(ctx context.Context, repo, id string, head uploadH
 		cw.drop(context.WithoutCancel(ctx))
 		return writtenChunk{}, nil
 	}
-	if err := w.Commit(context.WithoutCancel(ctx)); err != nil {
+	unsynced := ""
+	if r.epoch != "" {
+		// Closed, not synced: see the lifecycle above.
+		unsynced = r.epoch
+	} else if err := w.Commit(context.WithoutCancel(ctx)); err != nil {
 		cw.drop(context.WithoutCancel(ctx))
 		return writtenChunk{}, errors.Join(copyErr, err)
 	}
 	if err := w.Close(); err != nil {
+		cw.drop(context.WithoutCancel(ctx))
 		return writtenChunk{}, errors.Join(copyErr, err)
 	}
 	end := head.Size + n
-	c := writtenChunk{rec: chunkRecord{name: recordName(cw.name, end), start: cw.start, end: end}, h: h, base: cw.base}
+	c := writtenChunk{rec: chunkRecord{name: recordName(cw.name, end), start: cw.start, end: end}, h: h, base: cw.base, unsynced: unsynced}
 	if copyErr != nil {
 		return c, fmt.Errorf("upload %s: %w", id, copyErr)
 	}
@@ -414,12 +444,13 @@ func (r *Registry) publishChunk(ctx context.Context, repo, id string, head uploa
 		return err
 	}
 	next := uploadHead{
-		Size:   c.rec.end,
-		Chunks: head.Chunks + 1,
-		Tip:    c.rec.name,
-		Chain:  chainID(c.base, c.rec.name),
-		Base:   c.base,
-		SHA256: state,
+		Size:     c.rec.end,
+		Chunks:   head.Chunks + 1,
+		Tip:      c.rec.name,
+		Chain:    chainID(c.base, c.rec.name),
+		Base:     c.base,
+		SHA256:   state,
+		Unsynced: joinEpochs(head.Unsynced, c.unsynced),
 	}
 	b, err := json.Marshal(next)
 	if err != nil {
@@ -441,7 +472,7 @@ func (r *Registry) FinishUpload(ctx context.Context, repo, id string, d digest.D
 	if err != nil {
 		return 0, err
 	}
-	size := head.Size
+	size, unsynced := head.Size, head.Unsynced
 	h, err := head.hasher()
 	if err != nil {
 		return 0, err
@@ -458,6 +489,7 @@ func (r *Registry) FinishUpload(ctx context.Context, repo, id string, d digest.D
 				chain = append(chain, c.rec)
 			}
 			size, h = c.rec.end, c.h
+			unsynced = joinEpochs(unsynced, c.unsynced)
 		}
 	}
 	if d.Algorithm() == uploadHashAlg {
@@ -466,7 +498,9 @@ func (r *Registry) FinishUpload(ctx context.Context, repo, id string, d digest.D
 			return 0, fmt.Errorf("%w: upload has %s, client said %s", ErrDigestInvalid, got, d)
 		}
 	}
-	if err := r.commitUpload(ctx, repo, id, d, size, chain); err != nil {
+	// Bytes that joined unsynced under another epoch may have been lost.
+	suspect := unsynced != "" && unsynced != r.epoch
+	if err := r.commitUpload(ctx, repo, id, d, size, chain, suspect); err != nil {
 		return 0, err
 	}
 	return size, nil
@@ -526,8 +560,9 @@ func (r *Registry) sessionChain(ctx context.Context, repo, id string, head uploa
 
 // commitUpload puts the verified chunks in place as blob d unless the blob
 // is already there, links it into repo, and removes the session. A digest
-// other than sha256 is verified here, while the chunks are read.
-func (r *Registry) commitUpload(ctx context.Context, repo, id string, d digest.Digest, size int64, chain []chunkRecord) error {
+// other than sha256, or a suspect session's bytes, are verified here, while
+// the chunks are read.
+func (r *Registry) commitUpload(ctx context.Context, repo, id string, d digest.Digest, size int64, chain []chunkRecord, suspect bool) error {
 	// An existing blob may be one GC is about to delete (see package fence).
 	done, err := r.protectForGC(ctx, &fence.Record{Repo: repo, Digest: d})
 	if err != nil {
@@ -539,7 +574,7 @@ func (r *Registry) commitUpload(ctx context.Context, repo, id string, d digest.D
 		return err
 	}
 	if !have {
-		if err := r.placeBlob(ctx, repo, id, d, size, chain); err != nil {
+		if err := r.placeBlob(ctx, repo, id, d, size, chain, suspect); err != nil {
 			return err
 		}
 	} else if d.Algorithm() != uploadHashAlg {
@@ -555,9 +590,10 @@ func (r *Registry) commitUpload(ctx context.Context, repo, id string, d digest.D
 	return nil
 }
 
-// placeBlob writes blob d's data from the chain: the one chunk is moved,
-// several are concatenated into a new object first.
-func (r *Registry) placeBlob(ctx context.Context, repo, id string, d digest.Digest, size int64, chain []chunkRecord) error {
+// placeBlob writes blob d's data from the chain: the one chunk is synced
+// and moved, several are concatenated into a new object first, as is the
+// chunk of a suspect session, whose bytes are verified on the way.
+func (r *Registry) placeBlob(ctx context.Context, repo, id string, d digest.Digest, size int64, chain []chunkRecord, suspect bool) error {
 	dst := layout.BlobData(d)
 	switch {
 	case size == 0:
@@ -566,8 +602,14 @@ func (r *Registry) placeBlob(ctx context.Context, repo, id string, d digest.Dige
 			return fmt.Errorf("%w: upload is empty, client said %s", ErrDigestInvalid, d)
 		}
 		return r.d.PutContent(ctx, dst, nil)
-	case len(chain) == 1 && d.Algorithm() == uploadHashAlg && r.movable(ctx, repo, id, chain[0]):
-		return r.moveIntoPlace(ctx, id, layout.UploadChunk(repo, id, chain[0].dataName()), dst)
+	case len(chain) == 1 && d.Algorithm() == uploadHashAlg && !suspect && r.movable(ctx, repo, id, chain[0]):
+		src := layout.UploadChunk(repo, id, chain[0].dataName())
+		if r.epoch != "" {
+			if err := r.syncObject(ctx, src); err != nil {
+				return err
+			}
+		}
+		return r.moveIntoPlace(ctx, id, src, dst)
 	}
 	tmp := layout.UploadChunk(repo, id, "assembled-"+newChunkName(r.owner, 0))
 	w, err := r.d.Writer(ctx, tmp, false)
@@ -575,7 +617,7 @@ func (r *Registry) placeBlob(ctx context.Context, repo, id string, d digest.Dige
 		return err
 	}
 	var h hash.Hash
-	if d.Algorithm() != uploadHashAlg {
+	if d.Algorithm() != uploadHashAlg || suspect {
 		h = d.Algorithm().Hash()
 	}
 	if err := r.copyChunks(ctx, repo, id, w, h, chain); err != nil {
@@ -618,6 +660,19 @@ func (r *Registry) movable(ctx context.Context, repo, id string, c chunkRecord) 
 	}
 	fi, err := driver.StatFile(ctx, r.d, layout.UploadChunk(repo, id, c.dataName()))
 	return err == nil && fi.Size == c.end-c.start
+}
+
+// syncObject makes the bytes written to the object at p durable.
+func (r *Registry) syncObject(ctx context.Context, p string) error {
+	w, err := r.d.Writer(ctx, p, true)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", p, err)
+	}
+	if err := w.Commit(ctx); err != nil {
+		w.Close()
+		return err
+	}
+	return w.Close()
 }
 
 // moveIntoPlace moves a finished object to blob path dst. When another

@@ -3,6 +3,7 @@ package registry
 import (
 	"bytes"
 	"context"
+	"errors"
 	"path"
 	"testing"
 
@@ -153,4 +154,70 @@ func TestUploadAppendsInPlace(t *testing.T) {
 		}
 		wantBlob(t, r, digest.FromBytes(all), all)
 	})
+}
+
+// TestUploadUnsyncedAfterRestart: on the filesystem chunks join unsynced,
+// under the machine's boot id. A commit after the machine restarted (a new
+// epoch) cannot trust them: it verifies the bytes, stores them when they
+// survived, and refuses (storing nothing) when they did not.
+func TestUploadUnsyncedAfterRestart(t *testing.T) {
+	ctx := context.Background()
+	d, err := filesystem.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.CacheEpoch() == "" {
+		t.Skip("no boot id on this system: every chunk is synced")
+	}
+	push := func(r *Registry, repo string, data []byte) (string, string) {
+		id, _ := r.StartUpload(ctx, repo)
+		r.AppendUpload(ctx, repo, id, bytes.NewReader(data[:1000]), 0)
+		r.AppendUpload(ctx, repo, id, bytes.NewReader(data[1000:]), -1)
+		head, err := r.readHead(ctx, repo, id)
+		if err != nil || head.Unsynced != r.epoch {
+			t.Fatalf("head %+v, %v: want Unsynced %q", head, err, r.epoch)
+		}
+		return id, chunkObjects(t, d, repo, id)[0]
+	}
+	rebooted := func() *Registry {
+		r := New(d, Options{})
+		r.epoch = "another-boot"
+		return r
+	}
+
+	data := randomBytes(t, 50000)
+	id, _ := push(New(d, Options{}), "a", data)
+	if _, err := rebooted().FinishUpload(ctx, "a", id, digest.FromBytes(data), nil, -1); err != nil {
+		t.Fatalf("bytes that survived: %v", err)
+	}
+	wantBlob(t, New(d, Options{}), digest.FromBytes(data), data)
+
+	// The crash lost the bytes: the file reads as zeros.
+	data = randomBytes(t, 50000)
+	id, obj := push(New(d, Options{}), "a", data)
+	if err := d.PutContent(ctx, layout.UploadChunk("a", id, obj), make([]byte, len(data))); err != nil {
+		t.Fatal(err)
+	}
+	r := rebooted()
+	if _, err := r.FinishUpload(ctx, "a", id, digest.FromBytes(data), nil, -1); !errors.Is(err, ErrDigestInvalid) {
+		t.Fatalf("commit of lost bytes: %v, want DIGEST_INVALID", err)
+	}
+	if ok, _ := r.exists(ctx, layout.BlobData(digest.FromBytes(data))); ok {
+		t.Fatal("lost bytes were stored as the blob")
+	}
+
+	// Chunks under two epochs: verified even by the newest.
+	data = randomBytes(t, 50000)
+	first := New(d, Options{})
+	id, _ = first.StartUpload(ctx, "a")
+	first.AppendUpload(ctx, "a", id, bytes.NewReader(data[:1000]), 0)
+	r = rebooted()
+	r.AppendUpload(ctx, "a", id, bytes.NewReader(data[1000:]), -1)
+	if head, _ := r.readHead(ctx, "a", id); head.Unsynced != epochMixed {
+		t.Fatalf("head after chunks under two epochs: Unsynced %q", head.Unsynced)
+	}
+	if _, err := r.FinishUpload(ctx, "a", id, digest.FromBytes(data), nil, -1); err != nil {
+		t.Fatal(err)
+	}
+	wantBlob(t, r, digest.FromBytes(data), data)
 }

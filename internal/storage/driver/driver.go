@@ -84,8 +84,12 @@ type TempSweeper interface {
 // whose objects are immutable, do not implement it: an append there copies
 // the object.
 type InPlaceAppender interface {
-	// AppendsInPlace only marks the capability.
-	AppendsInPlace()
+	// CacheEpoch names the cache that holds what a FileWriter wrote and
+	// closed without Commit: such bytes are readable at once and last as
+	// long as the epoch does (filesystem: the page cache, until the
+	// machine restarts; the kernel's boot id). "" when the driver cannot
+	// tell: then only committed bytes may be counted on.
+	CacheEpoch() string
 }
 
 // As returns the first driver in the chain d, d.Unwrap(), ... that
