@@ -33,6 +33,11 @@ type Options struct {
 	// ChunkSize is the PATCH size of the chunked-PATCH push. Default
 	// DefaultChunkSize.
 	ChunkSize int64
+	// Flush calls sync(2) before every timed push, so that no push pays
+	// for writing out what the one before left dirty: a registry on this
+	// machine otherwise runs into the disk's sustained rate after a few
+	// hundred MB, and the figures depend on the order of the runs.
+	Flush bool
 	// Concurrency is the number of concurrent manifest clients. Default 8.
 	Concurrency int
 	// Repository is the repository to push into. Default a fresh
@@ -137,7 +142,7 @@ func RunRegistry(ctx context.Context, opts Options, progress io.Writer) (Result,
 		return Result{}, err
 	}
 	for _, size := range opts.Sizes {
-		br, err := benchBlobSize(ctx, c, buf[:size], stamp, repeatFor(opts.Repeat, size), opts.ChunkSize, logf)
+		br, err := benchBlobSize(ctx, c, buf[:size], stamp, repeatFor(opts.Repeat, size), opts, logf)
 		if err != nil {
 			return Result{}, fmt.Errorf("blob %s: %w", FormatSize(size), err)
 		}
@@ -240,18 +245,21 @@ func randomBuffer(sizes []int64) ([]byte, *stamper, error) {
 
 // benchBlobSize times sha256, the three push styles and pull for one size.
 // The push styles alternate so that drift in the machine hits them alike.
-func benchBlobSize(ctx context.Context, c *client, data []byte, st *stamper, runs int, chunk int64, logf func(string, ...any)) (BlobResult, error) {
+func benchBlobSize(ctx context.Context, c *client, data []byte, st *stamper, runs int, opts Options, logf func(string, ...any)) (BlobResult, error) {
 	size := int64(len(data))
 	var hashD, chunkD, patchD, monoD, pullD []time.Duration
 	var last string
 	for r := range runs {
 		for _, mode := range []pushMode{pushChunked, pushPatches, pushMonolithic} {
 			st.stamp(data)
+			if opts.Flush {
+				flushDisks()
+			}
 			t0 := time.Now()
 			dg := digestOf(data)
 			hashD = append(hashD, time.Since(t0))
 
-			d, err := c.pushBlob(ctx, mode, data, dg, chunk)
+			d, err := c.pushBlob(ctx, mode, data, dg, opts.ChunkSize)
 			if err != nil {
 				return BlobResult{}, fmt.Errorf("push (%s) run %d: %w", mode, r+1, err)
 			}
