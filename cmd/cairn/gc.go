@@ -248,7 +248,9 @@ func (p *gcProgress) print(pr gc.Progress) {
 // scheduledGC is the task of a scheduled garbage collection (the Runner
 // adds jitter, so that nodes sharing a store do not start together). A turn
 // is skipped while another node's or process's run is active.
-func scheduledGC(log *slog.Logger, d driver.Driver, cfg *config.Config, m *metrics.Metrics, store meta.Store) task.Func {
+// forget, called after a run, voids what the serving registry cached of
+// the links the run may have deleted.
+func scheduledGC(log *slog.Logger, d driver.Driver, cfg *config.Config, m *metrics.Metrics, store meta.Store, forget func()) task.Func {
 	g := cfg.Storage.GC
 	opts := gcOptions(g)
 	if err := withDedup(&opts, d, store, cfg); err != nil {
@@ -263,6 +265,7 @@ func scheduledGC(log *slog.Logger, d driver.Driver, cfg *config.Config, m *metri
 		}
 		start := time.Now()
 		rep, err := gc.Run(ctx, d, opts)
+		forget()
 		if ctx.Err() != nil {
 			return nil
 		}

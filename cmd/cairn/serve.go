@@ -182,7 +182,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			runner.Every("upload purge", time.Minute, p.Interval, task.High, purgeUploads(log, reg, p.Age, p.DryRun))
 		}
 		if g := cfg.Storage.GC; g.Enabled {
-			runner.Every("gc", g.Interval, g.Interval, task.High, scheduledGC(log, reg.Driver(), cfg, m, store))
+			runner.Every("gc", g.Interval, g.Interval, task.High, scheduledGC(log, reg.Driver(), cfg, m, store, reg.ForgetLinks))
 			log.Info("gc scheduled", "interval", g.Interval, "delay", g.Delay, "delete_untagged", g.DeleteUntagged)
 		}
 	}

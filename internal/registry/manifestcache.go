@@ -70,6 +70,13 @@ func (c *manifestCache) generation(repo string) uint64 { return c.gen(repo).Load
 // changed voids repo's link entries; called after a write to its links.
 func (c *manifestCache) changed(repo string) { c.gen(repo).Add(1) }
 
+// forgetLinks voids every link entry.
+func (c *manifestCache) forgetLinks() {
+	for i := range c.gens {
+		c.gens[i].Add(1)
+	}
+}
+
 func manifestKey(d digest.Digest) string { return "m\x00" + string(d) }
 
 // tagKey and revisionKey name link entries; NUL is in no repository name,

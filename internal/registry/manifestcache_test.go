@@ -79,6 +79,9 @@ func TestManifestCacheNodes(t *testing.T) {
 	wantManifest(t, slow, "app", "v1", d1)
 	time.Sleep(ttl - time.Since(moved))
 	wantManifest(t, b, "app", "v1", d2)
+	// What the GC in slow's process deleted or moved, slow is told of.
+	slow.ForgetLinks()
+	wantManifest(t, slow, "app", "v1", d2)
 
 	// A write through slow itself voids what it cached of the repository.
 	d3 := pushManifest(t, slow, "app", "v1", sparseManifest(3))

@@ -110,6 +110,15 @@ func (r *Registry) cachedLink(repo, key string, read func() (digest.Digest, erro
 	return d, err
 }
 
+// ForgetLinks voids every cached tag and revision link, for a writer that
+// changed links beside the Registry (the garbage collector in the same
+// process). Cached manifests stay: a digest names its bytes forever.
+func (r *Registry) ForgetLinks() {
+	if r.manifests != nil {
+		r.manifests.forgetLinks()
+	}
+}
+
 // manifestsChanged voids the cached links of repo after a write to them.
 func (r *Registry) manifestsChanged(repo string) {
 	if r.manifests != nil {
