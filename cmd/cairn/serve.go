@@ -20,6 +20,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/auth"
 	"github.com/cairn-registry/cairn/internal/config"
 	"github.com/cairn-registry/cairn/internal/metrics"
+	"github.com/cairn-registry/cairn/internal/proxy"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/server"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
@@ -99,10 +100,22 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			store.Close()
 		}
 	}()
+	redirector, redirectDesc, rw, err := newRedirector(ctx, cfg, d)
+	if err != nil {
+		return err
+	}
+	for _, w := range rw {
+		log.Warn("config: " + w)
+	}
 	regOpts := registryOptions(cfg)
+	regOpts.Redirector = redirector
 	regOpts.Dedup = engine.Source
 	if store != nil {
 		regOpts.Observer = engine
+	}
+	var mirror *proxy.Cache
+	if cfg.Proxy.Enabled() {
+		regOpts.Mirrored = func(repo string) bool { return mirror.Mirrors(repo) }
 	}
 	reg := registry.New(id, regOpts)
 	srvOpts := server.Options{
@@ -111,6 +124,12 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		Auth:            authz,
 		Metrics:         m,
 		BodyIdleTimeout: bodyIdleTimeout,
+	}
+	if cfg.Proxy.Enabled() {
+		if mirror, err = newMirror(cfg.Proxy, reg, log); err != nil {
+			return err
+		}
+		srvOpts.Mirror = mirror
 	}
 	srv := server.New(reg, srvOpts)
 
@@ -172,6 +191,14 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	log.Info("cairn serving", "addr", ln.Addr().String(), "tls", tlsConfig != nil, "auth", authName(cfg.Auth),
 		"driver", d.Name(), "root", rootOf(cfg),
 		"delete", cfg.Storage.Delete.Enabled, "dedup", cfg.Storage.Dedup.Mode, "readonly", cfg.Storage.Maintenance.ReadOnly.Enabled, "version", versionString())
+	if redirector != nil {
+		log.Info("blob GETs are redirected", "to", redirectDesc)
+		if n, _ := config.ParseBytes(cfg.Storage.Dedup.Cache.Prefetch.Size); n > 0 {
+			log.Warn("storage.dedup.cache.prefetch holds intact layers that redirected GETs never read; set storage.redirect.disable or a prefetch size of 0")
+		}
+	} else {
+		log.Info("blob redirects off", "reason", redirectDesc)
+	}
 
 	// Background work runs on one Runner: dedup's jobs, scheduled GC and
 	// upload purging.
@@ -180,6 +207,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		engine.Schedule(runner)
 		if p := cfg.Storage.Maintenance.UploadPurging; p.Enabled {
 			runner.Every("upload purge", time.Minute, p.Interval, task.High, purgeUploads(log, reg, p.Age, p.DryRun))
+		}
+		if every := expiryInterval(cfg.Proxy); mirror != nil && every > 0 {
+			runner.Every("proxy expiry", every, every, task.High, expireCache(log, mirror))
 		}
 		if g := cfg.Storage.GC; g.Enabled {
 			runner.Every("gc", g.Interval, g.Interval, task.High, scheduledGC(log, reg.Driver(), cfg, m, store, reg.ForgetLinks))
@@ -327,6 +357,50 @@ func purgeUploads(log *slog.Logger, reg *registry.Registry, age time.Duration, d
 	}
 }
 
+// expiryInterval is how often cached content is expired: a quarter of the
+// shortest TTL, between a minute and an hour; 0 when nothing expires.
+func expiryInterval(c config.Proxy) time.Duration {
+	var shortest time.Duration
+	for _, u := range c.All() {
+		if ttl := *u.TTL; ttl > 0 && (shortest == 0 || ttl < shortest) {
+			shortest = ttl
+		}
+	}
+	if shortest == 0 {
+		return 0
+	}
+	return min(max(shortest/4, time.Minute), time.Hour)
+}
+
+// expireCache removes cached content nobody pulled within its TTL; the
+// scheduled GC frees the blobs that leaves unreferenced.
+func expireCache(log *slog.Logger, mirror *proxy.Cache) task.Func {
+	return func(ctx context.Context) error {
+		start := time.Now()
+		rep, err := mirror.Expire(ctx, start)
+		if err != nil && ctx.Err() == nil {
+			log.Warn("proxy expiry finished with errors", "tags", rep.Tags, "manifests", rep.Manifests, "err", err)
+		} else {
+			log.Info("proxy expiry", "repositories", rep.Repositories, "tags", rep.Tags, "manifests", rep.Manifests, "duration", time.Since(start))
+		}
+		return nil
+	}
+}
+
+// newMirror builds the pull-through cache the proxy section configures.
+func newMirror(c config.Proxy, reg *registry.Registry, log *slog.Logger) (*proxy.Cache, error) {
+	var ups []proxy.Upstream
+	for _, u := range c.All() {
+		ups = append(ups, proxy.Upstream{Prefix: u.Prefix, URL: u.RemoteURL, Username: u.Username, Password: u.Password, Revalidate: u.Revalidate, TTL: *u.TTL})
+		log.Info("pull-through cache", "prefix", u.Prefix, "upstream", u.RemoteURL, "revalidate", u.Revalidate, "ttl", *u.TTL)
+	}
+	cache, err := proxy.New(reg, proxy.Options{Upstreams: ups, Log: log})
+	if err != nil {
+		return nil, fmt.Errorf("config: proxy: %w", err)
+	}
+	return cache, nil
+}
+
 // newAuthorizer builds the authorizer auth configures; nil when none is.
 func newAuthorizer(c config.Auth) (auth.Authorizer, error) {
 	var a auth.Authorizer
@@ -337,6 +411,11 @@ func newAuthorizer(c config.Auth) (auth.Authorizer, error) {
 			return nil, fmt.Errorf("config: auth.htpasswd.path: %w", err)
 		}
 		a = h
+		if c.AccessControl != nil {
+			if a, err = auth.WithAccessControl(h, accessControl(*c.AccessControl)); err != nil {
+				return nil, fmt.Errorf("config: auth.accesscontrol: %w", err)
+			}
+		}
 	case c.Token != nil:
 		t, err := auth.NewToken(auth.TokenOptions{
 			Realm:             c.Token.Realm,
@@ -361,6 +440,25 @@ func newAuthorizer(c config.Auth) (auth.Authorizer, error) {
 	return a, nil
 }
 
+// accessControl is the auth package's form of the accesscontrol section.
+func accessControl(c config.AccessControl) auth.AccessControl {
+	policy := func(p config.ACLPolicy) auth.Policy {
+		return auth.Policy{Users: p.Users, Groups: p.Groups, Actions: p.Actions}
+	}
+	ac := auth.AccessControl{Groups: map[string][]string{}, Repositories: map[string]auth.RepositoryPolicy{}, Admin: policy(c.AdminPolicy)}
+	for name, g := range c.Groups {
+		ac.Groups[name] = g.Users
+	}
+	for pattern, r := range c.Repositories {
+		rp := auth.RepositoryPolicy{Default: r.DefaultPolicy, Anonymous: r.AnonymousPolicy}
+		for _, p := range r.Policies {
+			rp.Policies = append(rp.Policies, policy(p))
+		}
+		ac.Repositories[pattern] = rp
+	}
+	return ac
+}
+
 func authName(c config.Auth) string {
 	name := "none"
 	switch {
@@ -371,6 +469,9 @@ func authName(c config.Auth) string {
 	}
 	if c.Anonymous.Pull {
 		name += "+anonymous-pull"
+	}
+	if c.AccessControl != nil {
+		name += "+accesscontrol"
 	}
 	return name
 }

@@ -66,6 +66,7 @@ type Grant struct {
 	all           bool                  // htpasswd users may do everything
 	access        map[resource][]string // token access claims
 	anonymousPull bool                  // anyone may pull
+	acl           *aclCaller            // per-repository rules decide
 }
 
 type resource struct{ typ, name string }
@@ -78,6 +79,9 @@ func (g Grant) Allows(a Access) bool {
 	if g.anonymousPull && a.Type == TypeRepository && a.Action == ActionPull {
 		return true
 	}
+	if g.acl != nil {
+		return g.acl.allows(a)
+	}
 	actions := g.access[resource{a.Type, a.Name}]
 	return slices.Contains(actions, a.Action) || slices.Contains(actions, ActionAll)
 }
@@ -86,7 +90,7 @@ func (g Grant) Allows(a Access) bool {
 // or the named ones. A mount without a source repository searches only
 // these, so a caller can neither take nor probe content it may not pull.
 func (g Grant) PullableRepositories() (all bool, names []string) {
-	if g.all || g.anonymousPull {
+	if g.all || g.anonymousPull || g.acl != nil && g.acl.pullsEverywhere() {
 		return true, nil
 	}
 	for res, actions := range g.access {

@@ -159,7 +159,9 @@ func hashKind(h string) string {
 // Authorize implements Authorizer.
 func (h *Htpasswd) Authorize(r *http.Request, need []Access) (Grant, error) {
 	user, pass, ok := r.BasicAuth()
-	if !ok {
+	if !ok || user == "" && pass == "" {
+		// containers/image (skopeo, podman) answers a Basic challenge
+		// with empty credentials when it has none: that names nobody.
 		return Grant{}, h.challenge(ErrNoCredentials, need)
 	}
 	ok, err := h.verify(r.Context(), user, pass)

@@ -101,6 +101,8 @@ func TestHtpasswdAuthorize(t *testing.T) {
 		{"wrong password", func(r *http.Request) { r.SetBasicAuth("alice", "looking-glass") }, ErrInvalidCredentials},
 		{"unknown user", func(r *http.Request) { r.SetBasicAuth("mallory", "wonderland") }, ErrInvalidCredentials},
 		{"empty password", func(r *http.Request) { r.SetBasicAuth("alice", "") }, ErrInvalidCredentials},
+		// What skopeo and podman send without credentials.
+		{"empty user and password", func(r *http.Request) { r.SetBasicAuth("", "") }, ErrNoCredentials},
 		{"right password", func(r *http.Request) { r.SetBasicAuth("alice", "wonderland") }, nil},
 		// Twice: the second answer comes from the verified cache and must
 		// not differ.

@@ -39,14 +39,18 @@ type Config struct {
 	// Auth configures authentication (htpasswd or token, optionally
 	// anonymous pull); none by default.
 	Auth Auth `yaml:"auth"`
+	// Proxy makes cairn a pull-through cache of other registries.
+	Proxy Proxy `yaml:"proxy"`
 
-	_ notYet   `yaml:"middleware"`
+	// Middleware holds distribution's storage middlewares that decide where
+	// blob GETs are redirected (redirect, cloudfront).
+	Middleware Middleware `yaml:"middleware"`
+
 	_ notYet   `yaml:"notifications"`
 	_ notYet   `yaml:"redis"`
 	_ notYet   `yaml:"health"`
 	_ notYet   `yaml:"catalog"`
 	_ notYet   `yaml:"tags"`
-	_ notYet   `yaml:"proxy"`
 	_ notYet   `yaml:"policy"`
 	_ obsolete `yaml:"reporting"`
 	_ obsolete `yaml:"compatibility"`
@@ -105,12 +109,12 @@ type Storage struct {
 	GC GC `yaml:"gc"`
 	// Dedup is cairn's layer deduplication (see dedup.go).
 	Dedup Dedup `yaml:"dedup"`
+	// Redirect controls blob redirects to the store (see redirect.go).
+	Redirect Redirect `yaml:"redirect"`
 
 	// Cache keeps manifests and links in memory (see cache.go).
 	Cache Cache `yaml:"cache"`
 
-	// Serving from the default directory instead would hide the real data.
-	_ notYet `yaml:"redirect"`
 	_ notYet `yaml:"tag"`
 
 	// defaulted is set while Filesystem holds the ./cairn-data default rather

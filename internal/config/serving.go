@@ -14,6 +14,9 @@ type Auth struct {
 	Token    *Token    `yaml:"token"`
 	// Anonymous (cairn) lets callers without credentials pull.
 	Anonymous Anonymous `yaml:"anonymous"`
+	// AccessControl (cairn) gives htpasswd users and groups actions per
+	// repository pattern.
+	AccessControl *AccessControl `yaml:"accesscontrol"`
 
 	// silly accepts any credentials: serving it would be unauthenticated.
 	_ refused `yaml:"silly" why:"the silly backend accepts anyone; use htpasswd or token"`
@@ -62,6 +65,42 @@ type Anonymous struct {
 	// Pull lets anyone pull (GET and HEAD of manifests, blobs, tags and
 	// referrers); pushes, deletes and the catalog still need credentials.
 	Pull bool `yaml:"pull"`
+}
+
+// AccessControl is per-repository access control for htpasswd users, in
+// the spirit of zot's accessControl (see auth.AccessControl for how rules
+// combine).
+type AccessControl struct {
+	// Groups maps a group name to its users.
+	Groups map[string]ACLGroup `yaml:"groups"`
+	// Repositories maps a repository pattern ("*" within a path segment,
+	// "**" across) to who may do what there; the longest matching pattern
+	// decides.
+	Repositories map[string]ACLRepository `yaml:"repositories"`
+	// AdminPolicy applies to every repository and the catalog.
+	AdminPolicy ACLPolicy `yaml:"adminpolicy"`
+}
+
+// ACLGroup lists a group's users.
+type ACLGroup struct {
+	Users []string `yaml:"users"`
+}
+
+// ACLRepository is what callers may do in the repositories of a pattern.
+type ACLRepository struct {
+	Policies []ACLPolicy `yaml:"policies"`
+	// DefaultPolicy is the actions of any authenticated user.
+	DefaultPolicy []string `yaml:"defaultpolicy"`
+	// AnonymousPolicy is the actions of anyone, with or without
+	// credentials.
+	AnonymousPolicy []string `yaml:"anonymouspolicy"`
+}
+
+// ACLPolicy gives actions (pull, push, delete, *) to users and groups.
+type ACLPolicy struct {
+	Users   []string `yaml:"users"`
+	Groups  []string `yaml:"groups"`
+	Actions []string `yaml:"actions"`
 }
 
 // Enabled reports whether any authentication is configured.
@@ -129,6 +168,14 @@ type HTTP2 struct {
 func (a *Auth) validate() error {
 	if a.Htpasswd != nil && a.Token != nil {
 		return errors.New("config: auth: give either htpasswd or token, not both")
+	}
+	if a.AccessControl != nil {
+		switch {
+		case a.Htpasswd == nil:
+			return errors.New("config: auth.accesscontrol: needs auth.htpasswd (token auth carries its own scopes)")
+		case a.Anonymous.Pull:
+			return errors.New("config: auth.anonymous.pull: give anonymous pulls per repository in auth.accesscontrol's anonymouspolicy instead")
+		}
 	}
 	if a.Anonymous.Pull && !a.Enabled() {
 		return errors.New("config: auth.anonymous.pull: needs auth.htpasswd or auth.token, or nobody could push; for a registry nobody writes to, use storage.maintenance.readonly")

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestServingKeysAreRead(t *testing.T) {
@@ -82,6 +83,8 @@ func TestServingKeysAreValidated(t *testing.T) {
 	cases := []struct{ name, doc, want string }{
 		{"both methods", htpasswd + "  token:\n    realm: x\n", "config: auth: give either htpasswd or token, not both"},
 		{"anonymous alone", "auth:\n  anonymous:\n    pull: true\n", "config: auth.anonymous.pull: needs auth.htpasswd or auth.token"},
+		{"access control with tokens", token + "  accesscontrol:\n    adminpolicy: {users: [a], actions: [pull]}\n", "config: auth.accesscontrol: needs auth.htpasswd"},
+		{"access control and anonymous pull", htpasswd + "  anonymous: {pull: true}\n  accesscontrol:\n    repositories: {'**': {anonymouspolicy: [pull]}}\n", "config: auth.anonymous.pull: give anonymous pulls per repository in auth.accesscontrol"},
 		{"htpasswd without path", "auth:\n  htpasswd:\n    realm: r\n", "config: auth.htpasswd.path: required"},
 		{"htpasswd without realm", "auth:\n  htpasswd:\n    path: /h\n", "config: auth.htpasswd.realm: required"},
 		{"token without service", strings.Replace(token, "    service: s\n", "", 1), "config: auth.token.service: required"},
@@ -131,5 +134,34 @@ func TestServingKeysFromEnvironment(t *testing.T) {
 	}
 	if c.HTTP.Debug.Addr != "127.0.0.1:5001" {
 		t.Errorf("debug.addr = %q", c.HTTP.Debug.Addr)
+	}
+}
+
+func TestProxyKeys(t *testing.T) {
+	c, _, err := Parse([]byte("proxy:\n  revalidate: 5m\n  upstreams:\n    - prefix: docker.io/\n      remoteurl: https://registry-1.docker.io\n      username: u\n      password: p\n    - prefix: ghcr.io\n      remoteurl: https://ghcr.io\n      ttl: 0s\n      revalidate: 30s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := c.Proxy.All()
+	if len(all) != 2 || *all[0].TTL != 168*time.Hour || all[0].Revalidate != 5*time.Minute || *all[1].TTL != 0 || all[1].Revalidate != 30*time.Second || all[0].Username != "u" {
+		t.Fatalf("upstreams %+v", all)
+	}
+	c, _, err = Parse([]byte("proxy:\n  remoteurl: https://registry-1.docker.io\n  ttl: 24h\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all := c.Proxy.All(); len(all) != 1 || all[0].Prefix != "" || *all[0].TTL != 24*time.Hour || all[0].Revalidate != time.Minute {
+		t.Fatalf("remoteurl: %+v", all)
+	}
+	for doc, want := range map[string]string{
+		"proxy:\n  remoteurl: https://a\n  upstreams:\n    - {prefix: x, remoteurl: https://b}\n":                   "config: proxy: give remoteurl",
+		"proxy:\n  upstreams:\n    - {remoteurl: https://b}\n":                                                      "config: proxy.upstreams[0].prefix: required",
+		"proxy:\n  upstreams:\n    - {prefix: x, remoteurl: ftp://b}\n":                                             `config: proxy.upstreams[0].remoteurl: "ftp://b" is not an http(s) URL`,
+		"proxy:\n  upstreams:\n    - {prefix: x, remoteurl: https://b}\n    - {prefix: x/, remoteurl: https://c}\n": `config: proxy.upstreams[1].prefix: "x" is given twice`,
+		"proxy:\n  remoteurl: registry-1.docker.io\n":                                                               `config: proxy.remoteurl: "registry-1.docker.io" is not an http(s) URL`,
+	} {
+		if _, _, err := Parse([]byte(doc)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", doc, err, want)
+		}
 	}
 }

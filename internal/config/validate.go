@@ -30,6 +30,12 @@ func (c *Config) Validate() error {
 	if err := c.Validation.validate(); err != nil {
 		return err
 	}
+	if err := c.Proxy.validate(); err != nil {
+		return err
+	}
+	if err := c.Middleware.validate(); err != nil {
+		return err
+	}
 	return c.Storage.validate()
 }
 

@@ -120,9 +120,10 @@ type Options struct {
 	Predict     bool
 	RepullRatio float64
 	// PredictRebuilds bounds the predicted rebuilds running at once
-	// (default one fewer than GOMAXPROCS, at least 1: a core is left to
-	// serving). A rebuild a GET waits for never waits for them, and none
-	// starts while a GET waits for one (cache.Disk).
+	// (default one fewer than GOMAXPROCS, at least 1). Together they use
+	// at most GOMAXPROCS-1 cores (at least 1): a core is left to serving.
+	// A rebuild a GET waits for never waits for them, and none starts
+	// while a GET waits for one (cache.Disk).
 	PredictRebuilds int
 
 	// Packs tunes how unique files are packed and read back (package
@@ -179,6 +180,15 @@ func (o Options) withDefaults() Options {
 		o.PredictRebuilds = max(1, runtime.GOMAXPROCS(0)-1)
 	}
 	return o
+}
+
+// allCores lets a rebuild use every core: a GET waits for it.
+const allCores = 0
+
+// predictProcs is the cores one predicted rebuild may use: the
+// predictions running at once share GOMAXPROCS-1 (at least one core).
+func (o Options) predictProcs() int {
+	return max(1, (runtime.GOMAXPROCS(0)-1)/o.PredictRebuilds)
 }
 
 // recipeVersion is written into every recipe file; a reader refuses others.

@@ -130,7 +130,6 @@ type Worker struct {
 // predictorStore is what the Predictor needs of the metadata store.
 type predictorStore interface {
 	summaryStore
-	SetImageLayers(ctx context.Context, manifest digest.Digest, layers []digest.Digest) error
 	RecordPull(ctx context.Context, client string, layer digest.Digest, now time.Time) (int64, error)
 	ClientLayers(ctx context.Context, client string) ([]meta.LayerPull, error)
 	RepullRatio(ctx context.Context, client string) (float64, error)
@@ -221,7 +220,9 @@ func New(d driver.Driver, store meta.Store, opts Options, log *slog.Logger, m Me
 		}
 		src.disk.SetPrefillLimit(opts.PredictRebuilds)
 	}
-	if opts.PrefetchSize > 0 {
+	if _, ok := driver.As[willReader](d); ok && opts.PrefetchSize > 0 {
+		log.Info("dedup: no prefetch cache on this storage: predicted intact layers are read ahead by the page cache", "storage", d.Name())
+	} else if opts.PrefetchSize > 0 {
 		src.mem = cache.NewMemory(opts.PrefetchSize)
 	}
 	var sums summaries

@@ -12,6 +12,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/task"
 )
 
@@ -22,12 +23,15 @@ import (
 // client that mostly re-pulls what it has (repull ratio above the
 // threshold, e.g. a CI runner without a layer cache) gets all of them.
 //
-// Predictions never slow a GET's rebuild: predicted rebuilds are the
-// preconstruct cache's prefills, which wait in its queue while a GET waits
-// for a rebuild and run at most Options.PredictRebuilds at once; a GET of
-// a layer whose prediction is queued starts its rebuild at once, and one
+// Predictions never slow a GET: predicted rebuilds are the preconstruct
+// cache's prefills, which wait in its queue while a GET waits for a
+// rebuild, run at most Options.PredictRebuilds at once and share
+// GOMAXPROCS-1 cores, so one is left to serving; a GET of a layer whose
+// prediction is queued starts its rebuild at once (on every core), and one
 // that joins a running prediction waits only for what is left of it (see
-// cache.Disk).
+// cache.Disk). A prefetch is dropped if the client's GET of that layer
+// began first, and a GET that arrives during a prefetch streams from it
+// instead of reading the backend a second time (cache.Memory).
 
 func (p *Predictor) now() time.Time { return time.Now() }
 
@@ -72,7 +76,7 @@ func (p *Predictor) BlobPulled(ctx context.Context, client string, d digest.Dige
 	if p.meta == nil {
 		return
 	}
-	if p.clients.expected(client, d) {
+	if p.clients.take(client, d) {
 		_, state, _ := p.layerState(ctx, d)
 		rebuilt := p.disk != nil && state == meta.StateDeduplicated
 		switch {
@@ -81,8 +85,8 @@ func (p *Predictor) BlobPulled(ctx context.Context, client string, d digest.Dige
 			// the GET waits only for what is left of it.
 			p.metrics.CacheLookup(CachePreconstruct+"_predicted", p.disk.Warm(string(d)))
 		case p.mem != nil:
-			_, hit := p.mem.Get(string(d))
-			p.metrics.CacheLookup(CachePrefetch+"_predicted", hit)
+			// A GET that joins a prefetch under way counts too.
+			p.metrics.CacheLookup(CachePrefetch+"_predicted", p.mem.Warm(string(d)))
 		}
 	}
 	if p.runner == nil {
@@ -111,16 +115,16 @@ func (p *Predictor) recordPull(ctx context.Context, pj pullJob) {
 
 // predictOne warms the caches for one predicted pull.
 func (p *Predictor) predictOne(ctx context.Context, j predictJob) {
-	if err := p.meta.SetImageLayers(ctx, j.manifest, j.layers); err != nil {
-		p.log.Debug("dedup: recording image layers", "err", err)
-	}
+	// The image's layers come from the manifest just served; its ILmap
+	// record was written when it was pushed (or scanned), so a manifest
+	// GET writes nothing.
 	targets, err := p.predictTargets(ctx, j)
 	if err != nil {
 		p.log.Debug("dedup: prediction", "err", err)
 		return
 	}
 	for _, l := range targets {
-		p.warm(ctx, l)
+		p.warm(ctx, j.client, l)
 	}
 }
 
@@ -150,11 +154,17 @@ func (p *Predictor) predictTargets(ctx context.Context, j predictJob) ([]digest.
 	return out, nil
 }
 
-// warm starts filling a cache with layer l: the intact bytes when it has
-// them and a prefetch cache is configured, else its rebuild, queued in the
-// preconstruct cache.
-func (p *Predictor) warm(ctx context.Context, l digest.Digest) {
-	fi, err := p.d.Stat(ctx, layout.BlobData(l))
+// willReader is a storage that can read a file ahead into a cache of its
+// own: the filesystem's page cache.
+type willReader interface {
+	WillRead(ctx context.Context, path string) error
+}
+
+// warm starts filling a cache with layer l for client: when it has its
+// intact bytes, the storage's own cache or else the prefetch cache, if
+// configured; else its rebuild, queued in the preconstruct cache.
+func (p *Predictor) warm(ctx context.Context, client string, l digest.Digest) {
+	fi, err := driver.StatFile(ctx, p.d, layout.BlobData(l))
 	if err != nil {
 		// No intact copy (or none readable now): rebuild it, if it has a
 		// recipe. Only here is the recipe read: in mode index every layer
@@ -167,25 +177,35 @@ func (p *Predictor) warm(ctx context.Context, l digest.Digest) {
 			return
 		}
 		queued := p.disk.Prefill(ctx, string(l), r.Size, func(ctx context.Context, w io.Writer) error {
-			return p.restore(ctx, r, w)
+			return p.restore(ctx, r, w, p.opts.predictProcs())
 		})
 		if queued {
 			p.metrics.DedupPredicted(CachePreconstruct)
 		}
 		return
 	}
-	if p.mem == nil {
+	if wr, ok := driver.As[willReader](p.d); ok {
+		if err := wr.WillRead(ctx, layout.BlobData(l)); err == nil {
+			p.metrics.DedupPredicted(CachePrefetch)
+		}
 		return
 	}
-	if _, ok := p.mem.Get(string(l)); ok {
+	if p.mem == nil || p.mem.Warm(string(l)) {
 		return
 	}
-	p.metrics.DedupPredicted(CachePrefetch)
 	select {
 	case p.warming <- struct{}{}:
 	case <-ctx.Done():
 		return
 	}
+	// GETs first: a layer the client began to GET while this prefetch
+	// waited for a slot is read by that GET; reading it again here would
+	// only compete with it.
+	if !p.clients.expected(client, l) || p.mem.Warm(string(l)) {
+		<-p.warming
+		return
+	}
+	p.metrics.DedupPredicted(CachePrefetch)
 	go func() {
 		defer func() { <-p.warming }()
 		err := p.mem.Fill(ctx, string(l), fi.Size, func(ctx context.Context, w io.Writer) error {
@@ -268,13 +288,29 @@ func (c *clientLayers) expect(client string, layers []digest.Digest) {
 	}
 }
 
+// expected reports whether client is expected to GET layer l.
 func (c *clientLayers) expected(client string, l digest.Digest) bool {
+	return c.lookup(client, l, false)
+}
+
+// take is expected for the client's GET of l: a first GET is a predicted
+// one, and l is no longer expected after it (a prefetch not yet started
+// leaves it to the GET; a repeated GET is not predicted).
+func (c *clientLayers) take(client string, l digest.Digest) bool {
+	return c.lookup(client, l, true)
+}
+
+func (c *clientLayers) lookup(client string, l digest.Digest, remove bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.byID[client]
 	if !ok {
 		return false
 	}
-	_, ok = el.Value.(*clientEntry).layers[shortKey(l)]
+	layers := el.Value.(*clientEntry).layers
+	_, ok = layers[shortKey(l)]
+	if ok && remove {
+		delete(layers, shortKey(l))
+	}
 	return ok
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
 	"github.com/opencontainers/go-digest"
 )
 
@@ -158,4 +159,58 @@ func TestPredictRebuildsDefault(t *testing.T) {
 	if got := (Options{PredictRebuilds: 5}).withDefaults().PredictRebuilds; got != 5 {
 		t.Errorf("PredictRebuilds 5 became %d", got)
 	}
+}
+
+// TestPredictLeavesLayersToGets: a layer the client began to GET before
+// its prediction ran is not prefetched beside that GET; the others are.
+func TestPredictLeavesLayersToGets(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	v := newEnv(t, nil, predictOptions(t))
+	ls := sharedLayers(t)
+	got, next := v.put(ls[0].blob), v.put(ls[1].blob)
+	j := predictJob{client: "10.0.0.3", manifest: digest.FromString("image"), layers: []digest.Digest{got, next}}
+	v.eng.clients.expect(j.client, j.layers)
+	v.eng.BlobPulled(ctx, j.client, got)
+	v.eng.predictOne(ctx, j)
+	if v.eng.mem.Warm(string(got)) || v.m.predictions(CachePrefetch) != 1 {
+		t.Fatalf("prefetches %d, layer already pulled warm %v; want 1 and false", v.m.predictions(CachePrefetch), v.eng.mem.Warm(string(got)))
+	}
+	eventually(t, "prefetch of the layer not pulled yet", func() bool {
+		rc := v.eng.CachedBlob(next, 0)
+		if rc == nil {
+			return false
+		}
+		b, err := io.ReadAll(rc)
+		return err == nil && bytes.Equal(b, ls[1].blob)
+	})
+}
+
+// TestPredictPageCache: on the filesystem an intact predicted layer is
+// left to the page cache (read ahead by the kernel), not copied into a
+// prefetch cache; a deduplicated one is still rebuilt ahead.
+func TestPredictPageCache(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	fs, err := filesystem.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := newEnv(t, fs, predictOptions(t))
+	if v.eng.mem != nil {
+		t.Fatal("a prefetch cache on the filesystem")
+	}
+	ls := sharedLayers(t)
+	dd, intact := v.put(ls[0].blob), v.put(ls[1].blob)
+	v.process(dd, ModeFull, outDeduplicated)
+	j := predictJob{client: "10.0.0.4", manifest: digest.FromString("image"), layers: []digest.Digest{intact, dd}}
+	v.eng.clients.expect(j.client, j.layers)
+	v.eng.predictOne(ctx, j)
+	if p, q := v.m.predictions(CachePreconstruct), v.m.predictions(CachePrefetch); p != 1 || q != 1 {
+		t.Fatalf("predicted preconstruct %d, prefetch %d; want 1 each", p, q)
+	}
+	if v.eng.CachedBlob(intact, 0) != nil {
+		t.Fatal("an intact layer copied into memory")
+	}
+	eventually(t, "the deduplicated layer rebuilt", func() bool { return v.eng.disk.Contains(string(dd)) })
 }

@@ -321,7 +321,7 @@ func isMismatch(err error) bool {
 // checked again without them. A point is only ever stored after it
 // reproduced the blob.
 func (w *Worker) rebuildChecked(ctx context.Context, rec *Recipe, original io.ReaderAt) error {
-	kept, err := w.rebuildChecking(ctx, rec, io.Discard, original)
+	kept, err := w.rebuildChecking(ctx, rec, io.Discard, original, allCores)
 	if err == nil {
 		rec.Compression = kept
 	}
@@ -330,7 +330,7 @@ func (w *Worker) rebuildChecked(ctx context.Context, rec *Recipe, original io.Re
 	}
 	w.log.Warn("dedup: the restart points of a layer do not reproduce it; checking it without them", "layer", rec.Digest, "err", err)
 	rec.Compression = rec.Compression.WithoutRestarts()
-	return w.rebuild(ctx, rec, io.Discard)
+	return w.rebuild(ctx, rec, io.Discard, allCores)
 }
 
 // awaitWriters bounds how long a first attempt waits for the files

@@ -157,7 +157,7 @@ func rebuildForFuzz(ctx context.Context, r *Recipe, fs layer.FileStore, w io.Wri
 	}()
 	v := digest.SHA256.Digester()
 	n := &countWriter{}
-	err := recompress.Rebuild(io.MultiWriter(w, v.Hash(), n), r.Compression, pr)
+	err := recompress.Rebuild(io.MultiWriter(w, v.Hash(), n), r.Compression, pr, 0)
 	pr.CloseWithError(errors.New("rebuild ended"))
 	cancel()
 	wg.Wait()

@@ -6,7 +6,6 @@ import (
 	"github.com/cairn-registry/cairn/internal/iocount"
 	"github.com/cairn-registry/cairn/internal/layout"
 
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -72,7 +71,7 @@ func (s *Source) OpenBlob(ctx context.Context, d digest.Digest, offset int64) (i
 		pr, pw := io.Pipe()
 		go func() {
 			w := &holdLast{w: &skipWriter{w: pw, skip: offset}, pass: r.Size - 1}
-			err := s.restore(ctx, r, w)
+			err := s.restore(ctx, r, w, allCores)
 			if err == nil {
 				err = w.flush()
 			}
@@ -84,7 +83,7 @@ func (s *Source) OpenBlob(ctx context.Context, d digest.Digest, offset int64) (i
 	// client's) counts as a hit: it does not start one.
 	warm := s.disk.Warm(string(d))
 	rc, hit, err := s.disk.Open(ctx, string(d), r.Size, offset, func(ctx context.Context, w io.Writer) error {
-		return s.restore(ctx, r, w)
+		return s.restore(ctx, r, w, allCores)
 	})
 	if err != nil {
 		return nil, err
@@ -94,16 +93,12 @@ func (s *Source) OpenBlob(ctx context.Context, d digest.Digest, offset int64) (i
 }
 
 // CachedBlob implements registry.DedupSource: intact blobs prefetched into
-// memory for a predicted pull.
+// memory for a predicted pull, also while the prefetch still reads them.
 func (s *Source) CachedBlob(d digest.Digest, offset int64) io.ReadCloser {
 	if s.mem == nil {
 		return nil
 	}
-	b, ok := s.mem.Get(string(d))
-	if !ok || offset > int64(len(b)) {
-		return nil
-	}
-	return io.NopCloser(bytes.NewReader(b[offset:]))
+	return s.mem.Open(string(d), offset)
 }
 
 // rebuild writes blob r.Digest to w: the tar is assembled from the file
@@ -112,15 +107,16 @@ func (s *Source) CachedBlob(d digest.Digest, offset int64) io.ReadCloser {
 // end; a mismatch returns ErrRebuildMismatch after the bytes were written,
 // so callers must not publish them (the preconstruct cache discards them).
 // It never writes more than r.Size bytes.
-func (s *Source) rebuild(ctx context.Context, r *Recipe, w io.Writer) error {
-	_, err := s.rebuildChecking(ctx, r, w, nil)
+func (s *Source) rebuild(ctx context.Context, r *Recipe, w io.Writer, procs int) error {
+	_, err := s.rebuildChecking(ctx, r, w, nil, procs)
 	return err
 }
 
 // rebuildChecking is rebuild that, given the original blob, checks the
 // recipe's restart points against it (recompress.Check) and returns the
-// compression recipe without those that did not hold.
-func (s *Source) rebuildChecking(ctx context.Context, r *Recipe, w io.Writer, original io.ReaderAt) (recompress.Recipe, error) {
+// compression recipe without those that did not hold. procs bounds the
+// cores the recompression uses (0: all).
+func (s *Source) rebuildChecking(ctx context.Context, r *Recipe, w io.Writer, original io.ReaderAt, procs int) (recompress.Recipe, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pr, pw := io.Pipe()
@@ -139,7 +135,7 @@ func (s *Source) rebuildChecking(ctx context.Context, r *Recipe, w io.Writer, or
 	if original != nil {
 		kept, err = recompress.Check(cw, r.Compression, pr, original)
 	} else {
-		err = recompress.Rebuild(cw, r.Compression, pr)
+		err = recompress.Rebuild(cw, r.Compression, pr, procs)
 	}
 	if err == nil {
 		// The tar must end exactly where the recipe's members do.
@@ -178,9 +174,9 @@ const (
 // short. So it is logged at ERROR, naming the layer and the file at fault,
 // and counted. A reader that went away or a stopping process is not a
 // failure of the layer, nor is an output that fails (a full cache disk).
-func (s *Source) restore(ctx context.Context, r *Recipe, w io.Writer) error {
+func (s *Source) restore(ctx context.Context, r *Recipe, w io.Writer, procs int) error {
 	out := &watchedWriter{w: w}
-	err := s.rebuild(ctx, r, out)
+	err := s.rebuild(ctx, r, out, procs)
 	if err == nil || out.err != nil || ctx.Err() != nil {
 		return err
 	}
@@ -321,7 +317,7 @@ func (w *Worker) promote(ctx context.Context, l digest.Digest) error {
 	if err != nil {
 		return err
 	}
-	return driver.Publish(ctx, w.d, fw, tmp, layout.BlobData(l), w.restore(ctx, r, fw))
+	return driver.Publish(ctx, w.d, fw, tmp, layout.BlobData(l), w.restore(ctx, r, fw, allCores))
 }
 
 // hot reports whether l was pulled often enough lately to keep its intact

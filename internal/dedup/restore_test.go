@@ -254,11 +254,11 @@ func TestRestoreReaderGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := v.eng.restore(t.Context(), r, &failAfter{n: 100}); err == nil {
+	if err := v.eng.restore(t.Context(), r, &failAfter{n: 100}, allCores); err == nil {
 		t.Fatal("restore into a failing writer succeeded")
 	}
 	ctx, cancel := context.WithCancel(t.Context())
-	if err := v.eng.restore(ctx, r, &failAfter{n: 100, then: cancel}); err == nil {
+	if err := v.eng.restore(ctx, r, &failAfter{n: 100, then: cancel}, allCores); err == nil {
 		t.Fatal("restore with a cancelled context succeeded")
 	}
 	v.m.mu.Lock()

@@ -24,7 +24,6 @@ const (
 	opMove        = "move"
 	opDelete      = "delete"
 	opWalk        = "walk"
-	opRedirectURL = "redirect_url"
 	opDeleteFiles = "delete_files"
 	opCommit      = "writer_commit"
 	opCancel      = "writer_cancel"
@@ -32,7 +31,7 @@ const (
 
 var operations = [...]string{
 	opGetContent, opPutContent, opReader, opReadRange, opWriter, opStat, opList,
-	opMove, opDelete, opWalk, opRedirectURL, opDeleteFiles, opCommit, opCancel,
+	opMove, opDelete, opWalk, opDeleteFiles, opCommit, opCancel,
 }
 
 // opMetrics are one operation's collectors, resolved once so that a call
@@ -77,7 +76,7 @@ func InstrumentDriver(d driver.Driver, m *Metrics) driver.Driver {
 		deleted: m.storageDeleted.WithLabelValues(name),
 		get:     ops[opGetContent], put: ops[opPutContent], reader: ops[opReader], readRange: ops[opReadRange],
 		writer: ops[opWriter], stat: ops[opStat], list: ops[opList], move: ops[opMove], delete: ops[opDelete],
-		walk: ops[opWalk], redirect: ops[opRedirectURL], deleteFiles: ops[opDeleteFiles], commit: ops[opCommit],
+		walk: ops[opWalk], deleteFiles: ops[opDeleteFiles], commit: ops[opCommit],
 		cancel: ops[opCancel],
 	}
 }
@@ -91,7 +90,7 @@ type instrumented struct {
 	d       driver.Driver
 	deleted prometheus.Counter
 
-	get, put, reader, readRange, writer, stat, list, move, delete, walk, redirect, deleteFiles, commit, cancel *opMetrics
+	get, put, reader, readRange, writer, stat, list, move, delete, walk, deleteFiles, commit, cancel *opMetrics
 }
 
 func (i *instrumented) Name() string { return i.d.Name() }
@@ -180,13 +179,6 @@ func (i *instrumented) Walk(ctx context.Context, path string, fn driver.WalkFn) 
 	err := i.d.Walk(ctx, path, fn)
 	i.walk.done(start, err)
 	return err
-}
-
-func (i *instrumented) RedirectURL(ctx context.Context, method, path string) (string, error) {
-	start := time.Now()
-	u, err := i.d.RedirectURL(ctx, method, path)
-	i.redirect.done(start, err)
-	return u, err
 }
 
 func (i *instrumented) DeleteFiles(ctx context.Context, paths []string) (int, error) {

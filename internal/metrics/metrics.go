@@ -37,6 +37,7 @@ type Metrics struct {
 	bytesIn  *prometheus.CounterVec
 	bytesOut *prometheus.CounterVec
 	uploads  prometheus.Gauge
+	redirect *prometheus.CounterVec
 
 	storageOps     *prometheus.CounterVec
 	storageErrors  *prometheus.CounterVec
@@ -69,6 +70,9 @@ func New() *Metrics {
 		"Response body bytes sent, by API route and method.", "route", "method")
 	m.uploads = f.gauge("uploads_in_progress",
 		"Blob upload requests (POST, PATCH, PUT on an upload) being received right now.")
+
+	m.redirect = f.counterVec("blob_redirects_total",
+		"Blob GETs answered with a 307 to the object store or CDN (result ok), or served by cairn because no URL could be signed (result error).", "result")
 
 	m.storageOps = f.counterVec("storage_operations_total",
 		"Storage driver calls, by driver and operation.", "driver", "operation")
@@ -136,6 +140,16 @@ func (m *Metrics) ObserveRequest(route, method string, status int, bytesIn, byte
 // UploadsInProgress adds delta (+1 when an upload request starts, -1 when
 // it ends) to the uploads in progress.
 func (m *Metrics) UploadsInProgress(delta int) { m.uploads.Add(float64(delta)) }
+
+// BlobRedirect counts a blob GET redirected (ok) or served by cairn after
+// signing its URL failed (!ok).
+func (m *Metrics) BlobRedirect(ok bool) {
+	result := "ok"
+	if !ok {
+		result = "error"
+	}
+	m.redirect.WithLabelValues(result).Inc()
+}
 
 // GCRun records a finished garbage collection run.
 func (m *Metrics) GCRun(err error, d time.Duration) {

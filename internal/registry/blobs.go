@@ -30,6 +30,9 @@ type BlobInfo struct {
 	// Rebuilt is true when dedup removed the intact bytes: reads rebuild the
 	// blob from its recipe, so storage cannot serve it by redirect.
 	Rebuilt bool
+	// Fetching is true when a pull-through cache is still fetching the
+	// blob from its upstream: it is not in storage yet.
+	Fetching bool
 }
 
 // DedupSource serves blobs whose data file deduplication removed, by
@@ -138,10 +141,35 @@ func (r *Registry) blobExists(ctx context.Context, d digest.Digest) (bool, error
 	return r.exists(ctx, layout.BlobRecipe(d))
 }
 
-// BlobRedirectURL returns a URL the client may fetch blob d from directly, or
-// "" when cairn serves it.
-func (r *Registry) BlobRedirectURL(ctx context.Context, method string, d digest.Digest) (string, error) {
-	return r.d.RedirectURL(ctx, method, layout.BlobData(d))
+// Redirector hands out URLs that serve stored files without cairn: an
+// object store's presigned URLs, or a CDN's.
+type Redirector interface {
+	// RedirectURL returns a URL that answers a GET (Range included) of the
+	// file at path, a driver path, without credentials for a short while.
+	RedirectURL(ctx context.Context, path string) (string, error)
+}
+
+// BlobRedirectURL returns a URL the client may GET blob d from directly,
+// or "" when cairn serves it: without a Redirector, and for a blob StatBlob
+// found rebuilt (its intact bytes are not in storage). The caller has
+// authorized the pull and checked the blob with StatBlob (info), so a URL
+// is handed out only for a blob linked in the repository. A redirected GET
+// from offset 0 is a pull like one cairn serves, and is reported to the
+// Observer (a read from the middle resumes one already counted). The
+// URL names the data file, so a layer whose intact copy dedup drops after
+// StatBlob answers 404 from the store; the window is one request long.
+func (r *Registry) BlobRedirectURL(ctx context.Context, d digest.Digest, info BlobInfo, offset int64) (string, error) {
+	if r.opts.Redirector == nil || info.Rebuilt || info.Fetching {
+		return "", nil
+	}
+	u, err := r.opts.Redirector.RedirectURL(ctx, layout.BlobData(d))
+	if err != nil || u == "" {
+		return "", err
+	}
+	if offset == 0 && r.opts.Observer != nil {
+		r.opts.Observer.BlobPulled(ctx, ClientFrom(ctx), d)
+	}
+	return u, nil
 }
 
 // DeleteBlob unlinks blob d from repo. The data stays until garbage

@@ -22,6 +22,9 @@ var (
 	ErrSizeInvalid         = errors.New("provided length did not match content length")
 	ErrUnsupported         = errors.New("the operation is unsupported")
 	ErrPaginationInvalid   = errors.New("invalid pagination parameter")
+	// ErrUnavailable: a pull-through cache's upstream could not answer
+	// for content the cache does not hold.
+	ErrUnavailable = errors.New("service unavailable")
 )
 
 // RangeError reports a chunk that does not continue an upload, or a request

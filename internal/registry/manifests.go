@@ -410,7 +410,7 @@ func validDescriptor(field string, desc ocispec.Descriptor) error {
 // requireLinkedBlob is requireBlob for a config or layer, which sparse
 // manifests may name without pushing.
 func (r *Registry) requireLinkedBlob(ctx context.Context, repo, field string, desc ocispec.Descriptor) error {
-	if r.opts.SparseManifests {
+	if r.sparse(repo) {
 		return nil
 	}
 	return r.requireBlob(ctx, repo, field, desc)
@@ -447,7 +447,7 @@ func (r *Registry) requireBlob(ctx context.Context, repo, field string, desc oci
 // requireChild checks an index entry: a manifest must be a revision of repo,
 // anything else a blob of repo.
 func (r *Registry) requireChild(ctx context.Context, repo, field string, desc ocispec.Descriptor) error {
-	if !r.childRequired(desc.Platform) {
+	if !r.childRequired(repo, desc.Platform) {
 		return nil
 	}
 	if desc.MediaType != "" && !IsManifestMediaType(desc.MediaType) {
@@ -473,9 +473,15 @@ func (r *Registry) requireChild(ctx context.Context, repo, field string, desc oc
 	return nil
 }
 
+// sparse reports whether manifests stored in repo may name blobs and
+// children it does not hold.
+func (r *Registry) sparse(repo string) bool {
+	return r.opts.SparseManifests || r.opts.Mirrored != nil && r.opts.Mirrored(repo)
+}
+
 // childRequired applies the index validation policy to a child's platform.
-func (r *Registry) childRequired(p *ocispec.Platform) bool {
-	if r.opts.SparseManifests {
+func (r *Registry) childRequired(repo string, p *ocispec.Platform) bool {
+	if r.sparse(repo) {
 		return false
 	}
 	switch r.opts.IndexPlatforms {
@@ -502,6 +508,12 @@ func (r *Registry) DeleteManifest(ctx context.Context, repo, ref string) error {
 	if !r.opts.DeleteEnabled {
 		return fmt.Errorf("%w: deletes are disabled", ErrUnsupported)
 	}
+	return r.Evict(ctx, repo, ref)
+}
+
+// Evict is DeleteManifest for cairn itself (a pull-through cache's
+// expiry), whether or not the API may delete.
+func (r *Registry) Evict(ctx context.Context, repo, ref string) error {
 	tag, d, err := ParseReference(ref)
 	if err != nil {
 		return err

@@ -38,6 +38,10 @@ type Options struct {
 	// SparseManifests accepts manifests whose config, layers or index
 	// children were never pushed (mirrors of some platforms or layers).
 	SparseManifests bool
+	// Mirrored, when set, names the repositories of a pull-through cache:
+	// their manifests are stored before their blobs are fetched, so they
+	// are sparse too.
+	Mirrored func(repo string) bool
 	// IndexPlatforms selects the index children that must exist: "all" (or
 	// ""), "none", or "list" (children whose platform is in PlatformList,
 	// and children without a platform).
@@ -47,6 +51,9 @@ type Options struct {
 	Dedup DedupSource
 	// Observer, when set, learns about pushes and pulls.
 	Observer Observer
+	// Redirector, when set, hands out the URLs intact blobs are fetched
+	// from instead of through cairn (see BlobRedirectURL).
+	Redirector Redirector
 	// MaxUploadChunks bounds the chunks of one upload session; 0 means
 	// DefaultMaxUploadChunks.
 	MaxUploadChunks int

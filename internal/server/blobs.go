@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/opencontainers/go-digest"
+
 	"github.com/cairn-registry/cairn/internal/registry"
 )
 
@@ -17,7 +19,13 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, rt route) {
 		s.writeError(w, r, err)
 		return
 	}
-	info, err := s.reg.StatBlob(ctx, rt.name, d)
+	mirrored := s.mirrored(rt.name)
+	var info registry.BlobInfo
+	if mirrored {
+		info, err = s.opts.Mirror.StatBlob(ctx, rt.name, d, r.Method == http.MethodGet)
+	} else {
+		info, err = s.reg.StatBlob(ctx, rt.name, d)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -29,12 +37,6 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, rt route) {
 	h.Set("ETag", etag)
 	h.Set("Accept-Ranges", "bytes")
 	h.Set("Cache-Control", "max-age=31536000")
-	if r.Method == http.MethodGet && !info.Rebuilt {
-		if url, err := s.reg.BlobRedirectURL(ctx, r.Method, d); err == nil && url != "" {
-			http.Redirect(w, r, url, http.StatusTemporaryRedirect)
-			return
-		}
-	}
 	if inm := r.Header.Get("If-None-Match"); inm != "" && (inm == etag || inm == string(d)) {
 		w.WriteHeader(http.StatusNotModified)
 		return
@@ -45,6 +47,13 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, rt route) {
 		writeErrorBody(w, http.StatusRequestedRangeNotSatisfiable, apiError{
 			Code: "RANGE_INVALID", Message: fmt.Sprintf("range %q not satisfiable for %d bytes", r.Header.Get("Range"), size),
 		})
+		return
+	}
+	// Only a GET is redirected: a HEAD costs cairn no bytes, and clients
+	// read its Docker-Content-Digest and length from cairn. Conditional and
+	// unsatisfiable requests were answered above, by cairn's ETag and size;
+	// a Range goes with the client to the store, which honours it.
+	if r.Method == http.MethodGet && s.redirect(w, r, d, info, start) {
 		return
 	}
 	h.Set("Content-Type", "application/octet-stream")
@@ -58,7 +67,12 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, rt route) {
 		w.WriteHeader(status)
 		return
 	}
-	rc, err := s.reg.OpenBlob(ctx, d, info, start)
+	var rc io.ReadCloser
+	if mirrored {
+		rc, err = s.opts.Mirror.OpenBlob(ctx, rt.name, d, info, start)
+	} else {
+		rc, err = s.reg.OpenBlob(ctx, d, info, start)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -70,6 +84,34 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, rt route) {
 	if _, err := io.CopyN(w, rc, length); err != nil {
 		s.log.DebugContext(ctx, "blob response cut short", "digest", d, "err", err)
 	}
+}
+
+// redirect answers 307 with the URL the blob may be fetched from without
+// cairn, and reports whether it did. A URL that cannot be made is logged and
+// the blob served by cairn: the client still gets its bytes.
+func (s *Server) redirect(w http.ResponseWriter, r *http.Request, d digest.Digest, info registry.BlobInfo, start int64) bool {
+	u, err := s.reg.BlobRedirectURL(r.Context(), d, info, start)
+	if err != nil {
+		s.log.WarnContext(r.Context(), "blob redirect: cannot sign a URL; serving the blob", "digest", d, "err", err)
+		if s.opts.Metrics != nil {
+			s.opts.Metrics.BlobRedirect(false)
+		}
+		return false
+	}
+	if u == "" {
+		return false
+	}
+	if s.opts.Metrics != nil {
+		s.opts.Metrics.BlobRedirect(true)
+	}
+	// http.Redirect would add an HTML body; a client needs only Location.
+	w.Header().Set("Location", u)
+	w.Header().Set("Content-Length", "0")
+	// The URL expires: a cache must not keep the redirect for the year the
+	// blob's own Cache-Control allows.
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusTemporaryRedirect)
+	return true
 }
 
 // parseRange interprets a Range header against a blob of size bytes. It

@@ -39,6 +39,7 @@ var errorKinds = [...]errorKind{
 	{registry.ErrSizeInvalid, "SIZE_INVALID", http.StatusBadRequest},
 	{registry.ErrUnsupported, "UNSUPPORTED", http.StatusMethodNotAllowed},
 	{registry.ErrPaginationInvalid, "PAGINATION_NUMBER_INVALID", http.StatusBadRequest},
+	{registry.ErrUnavailable, "UNAVAILABLE", http.StatusServiceUnavailable}, // as distribution
 	{errDenied, "DENIED", http.StatusForbidden},
 	{errUnsupportedRoute, "UNSUPPORTED", http.StatusNotFound},
 	{errMethodNotAllowed, "UNSUPPORTED", http.StatusMethodNotAllowed},

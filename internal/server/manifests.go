@@ -15,7 +15,13 @@ func (s *Server) getManifest(w http.ResponseWriter, r *http.Request, rt route) {
 	if r.Method == http.MethodHead {
 		get = s.reg.StatManifest
 	}
-	m, err := get(r.Context(), rt.name, rt.ref)
+	var m *registry.Manifest
+	var err error
+	if s.mirrored(rt.name) {
+		m, err = s.opts.Mirror.Manifest(r.Context(), rt.name, rt.ref, r.Method == http.MethodHead)
+	} else {
+		m, err = get(r.Context(), rt.name, rt.ref)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -5,6 +5,8 @@
 package server
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/auth"
 	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/opencontainers/go-digest"
 )
 
 // Options tune a Server.
@@ -32,7 +35,28 @@ type Options struct {
 	// a connection forever. Whole-request timeouts cannot do this: a
 	// large layer upload legitimately takes many minutes.
 	BodyIdleTimeout time.Duration
+	// Mirror, when set, fills the repositories it mirrors from their
+	// upstream registries on pulls, and pushes to them are refused.
+	Mirror Mirror
 }
+
+// Mirror is a pull-through cache (package proxy implements it): for the
+// repositories it mirrors, manifest and blob reads go through it.
+type Mirror interface {
+	Mirrors(repo string) bool
+	Manifest(ctx context.Context, repo, ref string, head bool) (*registry.Manifest, error)
+	// StatBlob with fetch (a GET) may start fetching the blob.
+	StatBlob(ctx context.Context, repo string, d digest.Digest, fetch bool) (registry.BlobInfo, error)
+	OpenBlob(ctx context.Context, repo string, d digest.Digest, info registry.BlobInfo, offset int64) (io.ReadCloser, error)
+}
+
+// mirrored reports whether repo belongs to the pull-through cache.
+func (s *Server) mirrored(repo string) bool {
+	return s.opts.Mirror != nil && repo != "" && s.opts.Mirror.Mirrors(repo)
+}
+
+// errMirrored refuses a push to a mirrored repository.
+var errMirrored = fmt.Errorf("%w: the repository mirrors an upstream registry; pushes are refused", registry.ErrUnsupported)
 
 // clientID names the client of r for the registry's pull records: the
 // authenticated user, else the remote IP.
@@ -53,6 +77,9 @@ type Observer interface {
 	ObserveRequest(route, method string, status int, bytesIn, bytesOut int64, d time.Duration)
 	// UploadsInProgress adds delta to the blob uploads being received.
 	UploadsInProgress(delta int)
+	// BlobRedirect counts a blob GET answered with a redirect (ok), or one
+	// cairn served because the redirect URL could not be made (!ok).
+	BlobRedirect(ok bool)
 }
 
 // Server answers the registry API.
@@ -232,6 +259,10 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, rt route) stri
 	}
 	if s.opts.ReadOnly && r.Method != http.MethodGet && r.Method != http.MethodHead {
 		s.writeError(w, r, errDenied)
+		return user
+	}
+	if s.mirrored(rt.name) && (r.Method == http.MethodPut || r.Method == http.MethodPost || r.Method == http.MethodPatch) {
+		s.writeError(w, r, errMirrored)
 		return user
 	}
 	rt.user = user

@@ -426,7 +426,7 @@ func timeRestore(ctx context.Context, l *dataset.Layer, rec recompress.Recipe, t
 	go func() { pw.CloseWithError(layer.Assemble(ctx, pw, tarRec, store)) }()
 	h := sha256.New()
 	cw := &iocount.Writer{W: h}
-	err := recompress.Rebuild(cw, rec, bufio.NewReaderSize(pr, 1<<20))
+	err := recompress.Rebuild(cw, rec, bufio.NewReaderSize(pr, 1<<20), 0)
 	pr.CloseWithError(errors.New("restore stopped"))
 	d := time.Since(start)
 	if err != nil {
@@ -448,7 +448,7 @@ func timeCompressor(l *dataset.Layer, rec recompress.Recipe) (time.Duration, err
 	defer f.Close()
 	start := time.Now()
 	cw := &iocount.Writer{W: sha256.New()}
-	if err := recompress.Rebuild(cw, rec, bufio.NewReaderSize(f, 1<<20)); err != nil {
+	if err := recompress.Rebuild(cw, rec, bufio.NewReaderSize(f, 1<<20), 0); err != nil {
 		return 0, fmt.Errorf("dedupbench: compress %q: %w", l.Description, err)
 	}
 	return time.Since(start), nil

@@ -36,7 +36,7 @@ type FillFunc func(ctx context.Context, w io.Writer) error
 type Stats struct {
 	Hits       uint64 // served from a complete entry
 	Misses     uint64 // started a fill (including a prefill)
-	Shared     uint64 // Disk: joined a fill already running
+	Shared     uint64 // joined a fill already running
 	Skipped    uint64 // Memory: Fill ignored an entry too large to keep
 	Evictions  uint64 // complete entries dropped to make room
 	FillErrors uint64 // fills that failed or wrote the wrong size

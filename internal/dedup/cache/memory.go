@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -9,7 +10,9 @@ import (
 
 // Memory is the prefetch cache: whole intact layers read ahead from a slow
 // storage backend into memory, ARC-bounded in bytes. Only entries of at most
-// half the capacity are kept, so one layer cannot flush the rest.
+// half the capacity are kept, so one layer cannot flush the rest. A reader
+// that Opens a layer while its fill runs streams the bytes as they arrive:
+// a GET never reads the backend a second time beside a prefetch.
 //
 // Memory is safe for concurrent use. Slices returned by Get are shared and
 // must not be modified.
@@ -25,8 +28,14 @@ type Memory struct {
 type memFlight struct {
 	done    chan struct{} // closed when err is set
 	err     error
-	waiters int // callers still waiting; the fill is cancelled when none are
+	waiters int // Fill callers still waiting; the fill is cancelled when none are
 	cancel  context.CancelFunc
+
+	mu    sync.Mutex
+	more  sync.Cond // broadcast on every write and at the end
+	buf   []byte    // written so far; its capacity is the size, so it never moves
+	ended bool
+	fail  error // why the fill ended without its bytes, for streaming readers
 }
 
 // NewMemory returns an empty Memory holding at most capacity bytes.
@@ -70,7 +79,8 @@ func (m *Memory) Fill(ctx context.Context, key string, size int64, fill FillFunc
 	fl := m.flights[key]
 	if fl == nil {
 		fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		fl = &memFlight{done: make(chan struct{}), cancel: cancel}
+		fl = &memFlight{done: make(chan struct{}), cancel: cancel, buf: make([]byte, 0, size)}
+		fl.more.L = &fl.mu
 		m.flights[key] = fl
 		m.stats.misses.Add(1)
 		go m.run(fctx, key, size, fl, fill)
@@ -97,25 +107,58 @@ func (m *Memory) Fill(ctx context.Context, key string, size int64, fill FillFunc
 
 func (m *Memory) run(ctx context.Context, key string, size int64, fl *memFlight, fill FillFunc) {
 	defer fl.cancel()
-	w := &memWriter{ctx: ctx, buf: make([]byte, 0, size), max: int(size)}
-	err := fill(ctx, w)
-	if err == nil && int64(len(w.buf)) != size {
-		err = fmt.Errorf("%w: fill wrote %d of %d bytes", ErrSizeMismatch, len(w.buf), size)
+	err := fill(ctx, &memWriter{ctx: ctx, fl: fl})
+	fl.mu.Lock()
+	buf := fl.buf
+	if err == nil && int64(len(buf)) != size {
+		err = fmt.Errorf("%w: fill wrote %d of %d bytes", ErrSizeMismatch, len(buf), size)
 	}
+	if err != nil {
+		m.stats.fillErrors.Add(1)
+		err = fmt.Errorf("cache: filling %s: %w", key, err)
+	}
+	fl.ended, fl.fail = true, err
+	fl.more.Broadcast()
+	fl.mu.Unlock()
 	m.mu.Lock()
 	if m.flights[key] == fl {
 		delete(m.flights, key)
 	}
 	if err == nil {
-		m.arc.Add(key, w.buf, size)
+		m.arc.Add(key, buf, size)
 	}
 	m.mu.Unlock()
-	if err != nil {
-		m.stats.fillErrors.Add(1)
-		err = fmt.Errorf("cache: filling %s: %w", key, err)
-	}
 	fl.err = err
 	close(fl.done)
+}
+
+// Open returns a reader of key from offset: its cached bytes, or those of
+// the fill under way as they arrive (it fails if the fill does). It returns
+// nil, counting a miss, when key is neither cached nor filling or offset
+// is past its end.
+func (m *Memory) Open(key string, offset int64) io.ReadCloser {
+	m.mu.Lock()
+	b, ok := m.arc.Get(key)
+	fl := m.flights[key]
+	m.mu.Unlock()
+	switch {
+	case ok && offset <= int64(len(b)):
+		m.stats.hits.Add(1)
+		return io.NopCloser(bytes.NewReader(b[offset:]))
+	case !ok && fl != nil && offset <= int64(cap(fl.buf)):
+		m.stats.shared.Add(1)
+		return &memReader{fl: fl, pos: int(offset)}
+	}
+	m.stats.misses.Add(1)
+	return nil
+}
+
+// Warm reports whether key is cached or filling, without counting a
+// lookup or touching its recency.
+func (m *Memory) Warm(key string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.arc.Contains(key) || m.flights[key] != nil
 }
 
 // Remove drops key if it is cached.
@@ -136,19 +179,48 @@ func (m *Memory) Stats() Stats {
 
 type memWriter struct {
 	ctx context.Context // the fill's own context, alive while the fill runs
-	buf []byte
-	max int
+	fl  *memFlight
 }
 
 func (w *memWriter) Write(p []byte) (int, error) {
 	if err := w.ctx.Err(); err != nil {
 		return 0, err
 	}
-	if len(p) > w.max-len(w.buf) {
-		return 0, fmt.Errorf("%w: fill writes past %d bytes", ErrSizeMismatch, w.max)
+	fl := w.fl
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	if len(p) > cap(fl.buf)-len(fl.buf) {
+		return 0, fmt.Errorf("%w: fill writes past %d bytes", ErrSizeMismatch, cap(fl.buf))
 	}
-	w.buf = append(w.buf, p...)
+	fl.buf = append(fl.buf, p...)
+	fl.more.Broadcast()
 	return len(p), nil
 }
+
+// memReader streams a fill's bytes as they are written.
+type memReader struct {
+	fl  *memFlight
+	pos int
+}
+
+func (r *memReader) Read(p []byte) (int, error) {
+	fl := r.fl
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	for r.pos >= len(fl.buf) && !fl.ended {
+		fl.more.Wait()
+	}
+	if r.pos < len(fl.buf) {
+		n := copy(p, fl.buf[r.pos:])
+		r.pos += n
+		return n, nil
+	}
+	if fl.fail != nil {
+		return 0, fl.fail
+	}
+	return 0, io.EOF
+}
+
+func (r *memReader) Close() error { return nil }
 
 var _ io.Writer = (*memWriter)(nil)

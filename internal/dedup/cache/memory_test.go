@@ -138,3 +138,79 @@ func TestMemoryCancellation(t *testing.T) {
 	}
 	<-fillCtxDone
 }
+
+// TestMemoryOpenJoinsFill: a reader opened while a fill runs streams its
+// bytes as they arrive (from any offset), with no second fill; one opened
+// on a fill that fails gets the bytes written and then the error, never a
+// clean end; a key neither cached nor filling opens nothing.
+func TestMemoryOpenJoinsFill(t *testing.T) {
+	m := NewMemory(1 << 20)
+	data := testData(200_000, 60)
+	key := digestKey(60)
+	if rc := m.Open(key, 0); rc != nil {
+		t.Fatal("Open of an unknown key returned a reader")
+	}
+	var calls int
+	progress := make(chan struct{})
+	release := make(chan struct{})
+	fill := func(ctx context.Context, w io.Writer) error {
+		calls++
+		if err := writeAll(w, data[:50_000]); err != nil {
+			return err
+		}
+		close(progress)
+		<-release
+		return writeAll(w, data[50_000:])
+	}
+	done := make(chan error, 1)
+	go func() { done <- m.Fill(t.Context(), key, int64(len(data)), fill) }()
+	<-progress
+	if !m.Warm(key) {
+		t.Fatal("a key being filled is not warm")
+	}
+	whole, part := m.Open(key, 0), m.Open(key, 120_000)
+	if whole == nil || part == nil {
+		t.Fatal("Open during a fill returned nothing")
+	}
+	if m.Open(key, int64(len(data))+1) != nil {
+		t.Fatal("Open past the end returned a reader")
+	}
+	got := make([]byte, 50_000)
+	if _, err := io.ReadFull(whole, got); err != nil || !bytes.Equal(got, data[:50_000]) {
+		t.Fatalf("bytes written so far: %v", err)
+	}
+	close(release)
+	rest, err := io.ReadAll(whole)
+	if err != nil || !bytes.Equal(append(got, rest...), data) {
+		t.Fatalf("joined reader: %d bytes, err %v", len(got)+len(rest), err)
+	}
+	if tail, err := io.ReadAll(part); err != nil || !bytes.Equal(tail, data[120_000:]) {
+		t.Fatalf("joined reader from an offset: %d bytes, err %v", len(tail), err)
+	}
+	if err := <-done; err != nil || calls != 1 {
+		t.Fatalf("fill: %d calls, err %v", calls, err)
+	}
+	if s := m.Stats(); s.Shared != 2 {
+		t.Fatalf("stats %+v, want 2 shared", s)
+	}
+
+	errBad := errors.New("backend down")
+	bad := digestKey(61)
+	started, fail := make(chan struct{}), make(chan struct{})
+	go m.Fill(t.Context(), bad, 10_000, func(ctx context.Context, w io.Writer) error {
+		writeAll(w, data[:4096])
+		close(started)
+		<-fail
+		return errBad
+	})
+	<-started
+	r := m.Open(bad, 0)
+	if r == nil {
+		t.Fatal("Open during a fill returned nothing")
+	}
+	close(fail)
+	b, err := io.ReadAll(r)
+	if !errors.Is(err, errBad) || !bytes.Equal(b, data[:4096]) {
+		t.Fatalf("reader of a failed fill: %d bytes, err %v", len(b), err)
+	}
+}

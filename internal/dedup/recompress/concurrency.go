@@ -43,13 +43,19 @@ const pgzipInFlightBytes = 64 << 20
 // pgzipInFlight is pgzip's blocks in flight for a rebuild: one per core, at
 // most what pgzipInFlightBytes allows. (More than one per core was measured
 // no faster, on one core or two.)
-func pgzipInFlight(block int) int {
-	return max(1, min(runtime.GOMAXPROCS(0), pgzipInFlightBytes/block))
+func pgzipInFlight(block, procs int) int {
+	return max(1, min(procs, pgzipInFlightBytes/block))
 }
 
-// zstdConcurrency is the streaming zstd encoder's concurrency: any value
+// cores is the cores a rebuild may use: procs, or GOMAXPROCS for 0. The
+// streaming zstd encoder takes it as its concurrency, where any value
 // above 1 runs the same two-stage pipeline.
-func zstdConcurrency() int { return runtime.GOMAXPROCS(0) }
+func cores(procs int) int {
+	if procs <= 0 {
+		return runtime.GOMAXPROCS(0)
+	}
+	return procs
+}
 
 // newPgzip opens pgzip at level with block-sized blocks, inFlight at once,
 // writing the deflate body alone to w.

@@ -47,8 +47,9 @@ type bodyEncoder interface {
 	Close() error
 }
 
-// newEncoder opens the encoder named by id, writing to w.
-func newEncoder(id string, w io.Writer) (bodyEncoder, error) {
+// newEncoder opens the encoder named by id, writing to w, with procs
+// cores for the encoders that use several.
+func newEncoder(id string, w io.Writer, procs int) (bodyEncoder, error) {
 	fam, level, block, err := parseID(id)
 	if err != nil {
 		return nil, err
@@ -63,10 +64,10 @@ func newEncoder(id string, w io.Writer) (bodyEncoder, error) {
 	case famPgzip:
 		// The output does not depend on the blocks in flight
 		// (concurrency.go): one per core.
-		return newPgzip(w, level, block, pgzipInFlight(block))
+		return newPgzip(w, level, block, pgzipInFlight(block, procs))
 	case famZstd:
 		// Nor on the concurrency, which overlaps at most two stages.
-		return zstd.NewWriter(w, zstdOptions(level, zstdConcurrency())...)
+		return zstd.NewWriter(w, zstdOptions(level, procs)...)
 	}
 	return nil, fmt.Errorf("recompress: unknown encoder %q", id)
 }

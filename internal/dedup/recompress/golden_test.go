@@ -31,7 +31,7 @@ func allEncoders() []string {
 func encodeWith(t testing.TB, id string, plain []byte) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	enc, err := newEncoder(id, &buf)
+	enc, err := newEncoder(id, &buf, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func BenchmarkFindRecipe(b *testing.B) {
 		b.Run("rebuild/"+id, func(b *testing.B) {
 			b.SetBytes(int64(len(plain)))
 			for b.Loop() {
-				if err := Rebuild(io.Discard, rec, bytes.NewReader(plain)); err != nil {
+				if err := Rebuild(io.Discard, rec, bytes.NewReader(plain), 0); err != nil {
 					b.Fatal(err)
 				}
 			}

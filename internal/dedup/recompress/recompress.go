@@ -254,7 +254,7 @@ func (s *source) match(ctx context.Context, candidates []string, off, n int64, w
 // just a non-match.
 func tryCandidate(ctx context.Context, id string, r io.Reader, n int64, want io.Reader, buf []byte, probe bool) (bool, int64, error) {
 	cmp := &compareWriter{want: want}
-	enc, err := newEncoder(id, cmp)
+	enc, err := newEncoder(id, cmp, cores(0))
 	if err != nil {
 		return false, 0, err
 	}
@@ -351,9 +351,10 @@ func (c *compareWriter) done() bool {
 }
 
 // Rebuild writes the blob recipe describes, reading its uncompressed bytes
-// from uncompressed.
-func Rebuild(w io.Writer, recipe Recipe, uncompressed io.Reader) error {
-	_, err := rebuild(w, recipe, uncompressed, nil)
+// from uncompressed, on at most procs cores (0: GOMAXPROCS) where the
+// encoder can use more than one.
+func Rebuild(w io.Writer, recipe Recipe, uncompressed io.Reader, procs int) error {
+	_, err := rebuild(w, recipe, uncompressed, nil, procs)
 	return err
 }
 
@@ -364,10 +365,11 @@ func Rebuild(w io.Writer, recipe Recipe, uncompressed io.Reader) error {
 // returns the recipe without the points that did not hold. The output
 // still needs its digest checked, as Rebuild's does.
 func Check(w io.Writer, recipe Recipe, uncompressed io.Reader, original io.ReaderAt) (Recipe, error) {
-	return rebuild(w, recipe, uncompressed, original)
+	return rebuild(w, recipe, uncompressed, original, 0)
 }
 
-func rebuild(w io.Writer, recipe Recipe, uncompressed io.Reader, original io.ReaderAt) (Recipe, error) {
+func rebuild(w io.Writer, recipe Recipe, uncompressed io.Reader, original io.ReaderAt, procs int) (Recipe, error) {
+	procs = cores(procs)
 	if recipe.Format == FormatNone {
 		n, err := io.Copy(w, uncompressed)
 		if err != nil {
@@ -391,7 +393,7 @@ func rebuild(w io.Writer, recipe Recipe, uncompressed io.Reader, original io.Rea
 			if original != nil {
 				chk = &segmentCheck{original: original, bodyStart: cw.N}
 			}
-			if err := rebuildSegments(w, level, m, uncompressed, rebuildWorkers(), chk); err != nil {
+			if err := rebuildSegments(w, level, m, uncompressed, procs, chk); err != nil {
 				return out, fmt.Errorf("recompress: member %d: %w", i, err)
 			}
 			if chk != nil {
@@ -403,7 +405,7 @@ func rebuild(w io.Writer, recipe Recipe, uncompressed io.Reader, original io.Rea
 			continue
 		}
 		cut := &cutWriter{w: w}
-		enc, err := newEncoder(m.Encoder, cut)
+		enc, err := newEncoder(m.Encoder, cut, procs)
 		if err != nil {
 			return out, err
 		}
@@ -458,7 +460,7 @@ func Verify(recipe Recipe, uncompressed io.Reader, want digest.Digest, size int6
 	}
 	v := want.Verifier()
 	cw := &iocount.Writer{W: v}
-	if err := Rebuild(cw, recipe, uncompressed); err != nil {
+	if err := Rebuild(cw, recipe, uncompressed, 0); err != nil {
 		return err
 	}
 	if cw.N != size || !v.Verified() {

@@ -239,7 +239,7 @@ func FuzzRecompress(f *testing.F) {
 			t.Fatalf("recipe changes through JSON:\n%s\n%s", js, js2)
 		}
 		var out bytes.Buffer
-		if err := Rebuild(&out, back, bytes.NewReader(plain)); err != nil {
+		if err := Rebuild(&out, back, bytes.NewReader(plain), 0); err != nil {
 			t.Fatalf("Rebuild: %v (recipe %s)", err, js)
 		}
 		if !bytes.Equal(out.Bytes(), b) {

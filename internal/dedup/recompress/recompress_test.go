@@ -78,7 +78,7 @@ func roundTrip(t *testing.T, blob, plain []byte) Recipe {
 		t.Fatalf("Verify: %v (recipe %s)", err, js)
 	}
 	var out bytes.Buffer
-	if err := Rebuild(&out, back, bytes.NewReader(plain)); err != nil {
+	if err := Rebuild(&out, back, bytes.NewReader(plain), 0); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(out.Bytes(), blob) {

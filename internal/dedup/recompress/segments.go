@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
 	"slices"
 
 	"github.com/cairn-registry/cairn/internal/dedup/recompress/deflate"
@@ -363,6 +362,3 @@ func feedSegments(ctx context.Context, level int, m Member, r io.Reader, jobs, o
 	}
 	return nil
 }
-
-// rebuildWorkers is how many goroutines a segmented rebuild uses.
-func rebuildWorkers() int { return runtime.GOMAXPROCS(0) }

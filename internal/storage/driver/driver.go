@@ -56,9 +56,6 @@ type Driver interface {
 	// listing. ErrSkipDir from a directory skips its contents; from a file,
 	// the rest of its directory.
 	Walk(ctx context.Context, path string, fn WalkFn) error
-	// RedirectURL returns a URL a client can send an HTTP request of method
-	// for path to directly, or "" when the driver serves content itself.
-	RedirectURL(ctx context.Context, method, path string) (string, error)
 	// DeleteFiles deletes the given regular files without listing or stat'ing
 	// them first. A missing file counts as deleted. It returns how many paths
 	// are gone and every per-path failure joined (errors.Join), none dropped.

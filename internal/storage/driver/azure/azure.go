@@ -32,6 +32,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blockblob"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/sas"
 
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -518,5 +519,16 @@ func (d *Driver) Delete(ctx context.Context, p string) error {
 	return nil
 }
 
-// RedirectURL implements driver.Driver; cairn serves blobs itself.
-func (d *Driver) RedirectURL(context.Context, string, string) (string, error) { return "", nil }
+// SignedURL returns a URL with a read-only service SAS for the blob at p,
+// valid for expiry, signed locally with the account key (Azurite checks it
+// as Azure does). It sends no request.
+func (d *Driver) SignedURL(_ context.Context, p string, expiry time.Duration) (string, error) {
+	if p == "/" || !driver.ValidPath(p) {
+		return "", d.invalid(p)
+	}
+	u, err := d.blob(p).GetSASURL(sas.BlobPermissions{Read: true}, time.Now().Add(expiry), nil)
+	if err != nil {
+		return "", fmt.Errorf("azure: sign %s: %w", p, err)
+	}
+	return u, nil
+}

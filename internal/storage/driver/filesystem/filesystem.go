@@ -525,9 +525,6 @@ func (d *Driver) SweepTemp(ctx context.Context, p string, olderThan time.Time, d
 	return n, errors.Join(errs...)
 }
 
-// RedirectURL implements driver.Driver: the registry serves files itself.
-func (d *Driver) RedirectURL(context.Context, string, string) (string, error) { return "", nil }
-
 // DeleteFiles implements driver.Driver. Each file is unlinked without a stat,
 // then the directories its removal left empty are removed, upward until the
 // first non-empty one, never the root. The registry layout has fixed depths,

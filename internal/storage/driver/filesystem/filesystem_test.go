@@ -3,7 +3,6 @@ package filesystem_test
 import (
 	"context"
 	"errors"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -182,13 +181,6 @@ func TestForeignNamesHidden(t *testing.T) {
 	}
 }
 
-func TestRedirectURL(t *testing.T) {
-	d := newDriver(t, t.TempDir())
-	if u, err := d.RedirectURL(context.Background(), http.MethodGet, "/f"); u != "" || err != nil {
-		t.Errorf("RedirectURL = %q, %v; want none", u, err)
-	}
-}
-
 // BenchmarkDeleteFiles deletes 10,000 blobs in the registry layout per
 // operation, pruning their directories, and reports files per second.
 func BenchmarkDeleteFiles(b *testing.B) {
@@ -220,4 +212,23 @@ func BenchmarkDeleteFiles(b *testing.B) {
 		total += n
 	}
 	b.ReportMetric(float64(total)/b.Elapsed().Seconds(), "files/s")
+}
+
+// TestWillRead: the read-ahead hint succeeds for a file and reports a
+// missing one as not found.
+func TestWillRead(t *testing.T) {
+	d := newDriver(t, t.TempDir())
+	ctx := t.Context()
+	if err := d.PutContent(ctx, "/a/b", []byte("layer")); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.WillRead(ctx, "/a/b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.WillRead(ctx, "/a/missing"); !errors.Is(err, driver.ErrNotFound) {
+		t.Fatalf("WillRead of a missing file: %v, want ErrNotFound", err)
+	}
+	if err := d.WillRead(ctx, "/a"); !errors.Is(err, driver.ErrNotFound) {
+		t.Fatalf("WillRead of a directory: %v, want ErrNotFound", err)
+	}
 }

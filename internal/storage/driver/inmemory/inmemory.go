@@ -306,9 +306,6 @@ files:
 	return nil
 }
 
-// RedirectURL implements driver.Driver: there is nothing to redirect to.
-func (d *Driver) RedirectURL(context.Context, string, string) (string, error) { return "", nil }
-
 // DeleteFiles implements driver.Driver. A directory is a per-path error.
 func (d *Driver) DeleteFiles(ctx context.Context, paths []string) (int, error) {
 	var (

@@ -40,7 +40,9 @@ const (
 // Driver stores files as objects of one bucket. It is safe for concurrent use.
 type Driver struct {
 	client *s3.Client
-	bucket string
+	// presign signs GET URLs for blob redirects, locally.
+	presign *s3.PresignClient
+	bucket  string
 	// prefix is rootdirectory as a key prefix: "" or "some/dir/".
 	prefix string
 
@@ -82,6 +84,7 @@ func newDriver(ctx context.Context, p Parameters, optFns ...func(*s3.Options)) (
 	}
 	d := &Driver{
 		client:            client,
+		presign:           s3.NewPresignClient(client),
 		bucket:            p.Bucket,
 		prefix:            strings.Trim(p.RootDirectory, "/"),
 		chunkSize:         p.ChunkSize,
@@ -114,6 +117,10 @@ func (d *Driver) Name() string { return driverName }
 
 // key maps a valid path to its object key, as distribution does.
 func (d *Driver) key(p string) string { return d.prefix + p[1:] }
+
+// BucketKey returns the object key of the file at the valid path p
+// (rootdirectory included): what a CDN in front of the bucket serves it as.
+func (d *Driver) BucketKey(p string) string { return d.key(p) }
 
 // dirPrefix is the key prefix of everything below the directory p.
 func (d *Driver) dirPrefix(p string) string {
@@ -540,8 +547,20 @@ func (d *Driver) Delete(ctx context.Context, p string) error {
 	return errors.Join(errs...)
 }
 
-// RedirectURL returns "": cairn serves content itself.
-func (d *Driver) RedirectURL(context.Context, string, string) (string, error) { return "", nil }
+// SignedURL returns a presigned GetObject URL for the file at p, valid for
+// expiry: anyone holding it reads the object without credentials. It is
+// computed locally and sends no request (nor checks that the object exists).
+func (d *Driver) SignedURL(ctx context.Context, p string, expiry time.Duration) (string, error) {
+	if err := checkFile(p); err != nil {
+		return "", err
+	}
+	req, err := d.presign.PresignGetObject(ctx, &s3.GetObjectInput{Bucket: &d.bucket, Key: aws.String(d.key(p))},
+		s3.WithPresignExpires(expiry))
+	if err != nil {
+		return "", fmt.Errorf("s3: presign %s: %w", p, err)
+	}
+	return req.URL, nil
+}
 
 func (d *Driver) completeUpload(ctx context.Context, key, uploadID string, parts []part) error {
 	in := &s3.CompleteMultipartUploadInput{

@@ -64,6 +64,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) driver.Driver) {
 		{"DeleteFilesMany", testDeleteFilesMany},
 		{"DeleteFilesCancelled", testDeleteFilesCancelled},
 		{"DeleteFilesWhileWriting", testDeleteFilesWhileWriting},
+		{"SignedURL", testSignedURL},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,73 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/storage/driver"
+)
+
+// LinkTime is a tag or manifest revision of a repository and when its
+// link was last written (pushed, fetched, or touched).
+type LinkTime struct {
+	Tag     string        // "" for a revision
+	Digest  digest.Digest // the revision's digest; "" for a tag
+	Written time.Time
+}
+
+// ManifestLinks lists repo's tags and revisions with their write times, in
+// one walk of its manifests directory.
+func (r *Registry) ManifestLinks(ctx context.Context, repo string) (tags, revisions []LinkTime, err error) {
+	err = r.d.Walk(ctx, layout.Repo(repo)+"/_manifests", func(fi driver.FileInfo) error {
+		if fi.IsDir {
+			return nil
+		}
+		e := layout.ParseRepoPath(fi.Path)
+		switch e.Kind {
+		case layout.EntryTagCurrent:
+			tags = append(tags, LinkTime{Tag: e.Tag, Written: fi.ModTime})
+		case layout.EntryRevisionLink:
+			d := digest.NewDigestFromEncoded(digest.Algorithm(e.Alg), e.Hex)
+			if d.Validate() == nil {
+				revisions = append(revisions, LinkTime{Digest: d, Written: fi.ModTime})
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, driver.ErrNotFound) {
+		err = nil
+	}
+	return tags, revisions, err
+}
+
+// TagDigest reads which manifest tag names in repo.
+func (r *Registry) TagDigest(ctx context.Context, repo, tag string) (digest.Digest, error) {
+	d, err := r.readLink(ctx, layout.TagCurrentLink(repo, tag))
+	if errors.Is(err, driver.ErrNotFound) {
+		return "", r.unknownManifest(ctx, repo, tag)
+	}
+	return d, err
+}
+
+// Touch rewrites the link of ref (a tag, or a revision's digest) in repo
+// while it still holds d: its write time becomes now (a pull-through cache
+// marks what clients still pull). A link that is gone, or names another
+// manifest now (moved by another writer, itself fresh), is left alone.
+func (r *Registry) Touch(ctx context.Context, repo, ref string, d digest.Digest) error {
+	p := layout.TagCurrentLink(repo, ref)
+	if ref == d.String() {
+		p = layout.RevisionLink(repo, d)
+	}
+	cur, err := r.readLink(ctx, p)
+	if errors.Is(err, driver.ErrNotFound) || err == nil && cur != d {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return r.writeLink(ctx, p, d)
+}
