@@ -10,7 +10,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/bench"
 )
 
-const benchUsage = `usage: cairn bench registry [--url URL] [--sizes 1MiB,64MiB,512MiB] [--repeat N]
+const benchUsage = `usage: cairn bench registry [--url URL] [--sizes 1MiB,64MiB,512MiB] [--repeat N] [--chunk-size 8MiB] [--flush=false]
                             [--manifest-requests N] [--concurrency C] [--json]
 (dedup on images built from Debian packages: go run ./cmd/cairn-lab dedup)`
 
@@ -40,6 +40,8 @@ func runBenchRegistry(ctx context.Context, args []string, stdout, stderr io.Writ
 	url := fs.String("url", "", "registry base `URL`; empty starts a local cairn serve on a free port")
 	sizes := fs.String("sizes", "1MiB,64MiB,512MiB", "comma-separated blob sizes")
 	repeat := fs.Int("repeat", 0, "timed runs per blob size and operation (0: 3, or 1 for sizes >= 256MiB)")
+	chunk := fs.String("chunk-size", "8MiB", "PATCH size of the chunked-PATCH push")
+	flush := fs.Bool("flush", true, "sync(2) before each timed push (for a registry on this machine)")
 	requests := fs.Int("manifest-requests", 20000, "manifest GETs (and HEADs) in total")
 	conc := fs.Int("concurrency", 8, "concurrent manifest clients")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
@@ -50,11 +52,15 @@ func runBenchRegistry(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err != nil {
 		return fmt.Errorf("%w: bench registry: --sizes: %v", errUsage, err)
 	}
+	chunkSize, err := bench.ParseSize(*chunk)
+	if err != nil || chunkSize <= 0 {
+		return fmt.Errorf("%w: bench registry: --chunk-size: want a size such as 8MiB", errUsage)
+	}
 	if *repeat < 0 || *requests < 1 || *conc < 1 {
 		return fmt.Errorf("%w: bench registry: --repeat must be >= 0, --manifest-requests and --concurrency >= 1", errUsage)
 	}
 
-	opts := bench.Options{URL: *url, Sizes: sz, Repeat: *repeat, ManifestRequests: *requests, Concurrency: *conc}
+	opts := bench.Options{URL: *url, Sizes: sz, Repeat: *repeat, ChunkSize: chunkSize, Flush: *flush, ManifestRequests: *requests, Concurrency: *conc}
 	var local *bench.LocalServer
 	if opts.URL == "" {
 		bin, err := os.Executable()

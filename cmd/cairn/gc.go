@@ -284,6 +284,9 @@ type gcHooks struct {
 	tracer    trace.Tracer
 	history   *webui.History
 	events    gcEvents
+	// forget voids what the serving registry cached of the links a run
+	// may have deleted.
+	forget func()
 }
 
 func scheduledGC(log *slog.Logger, d driver.Driver, cfg *config.Config, m *metrics.Metrics, store meta.Store, hooks gcHooks) task.Func {
@@ -312,6 +315,9 @@ func scheduledGC(log *slog.Logger, d driver.Driver, cfg *config.Config, m *metri
 		}
 		start := time.Now()
 		rep, err := gc.Run(ctx, d, opts)
+		if hooks.forget != nil {
+			hooks.forget()
+		}
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -338,7 +338,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			})
 		}
 		if g := cfg.Storage.GC; g.Enabled {
-			hooks := gcHooks{retention: ret, tracer: tr.Tracer("gc"), history: history}
+			hooks := gcHooks{retention: ret, tracer: tr.Tracer("gc"), history: history, forget: reg.ForgetLinks}
 			if notifier != nil {
 				hooks.events = notifier // not a nil *Notifier in the interface
 			}
@@ -448,12 +448,16 @@ func newDriver(ctx context.Context, cfg *config.Config) (driver.Driver, error) {
 
 func registryOptions(cfg *config.Config) registry.Options {
 	v := cfg.Validation.Manifests
+	mc := cfg.Storage.Cache.Manifests
+	size, _ := config.ParseBytes(mc.Size) // validated on load
 	opts := registry.Options{
-		DeleteEnabled:   cfg.Storage.Delete.Enabled,
-		SparseManifests: v.Sparse,
-		IndexPlatforms:  v.Indexes.Platforms,
-		TagLookups:      cfg.Storage.Tag.ConcurrencyLimit,
-		ManifestClasses: cfg.Policy.Repository.Classes,
+		DeleteEnabled:     cfg.Storage.Delete.Enabled,
+		SparseManifests:   v.Sparse,
+		IndexPlatforms:    v.Indexes.Platforms,
+		TagLookups:        cfg.Storage.Tag.ConcurrencyLimit,
+		ManifestClasses:   cfg.Policy.Repository.Classes,
+		ManifestCacheSize: size,
+		TagTTL:            mc.TagTTL,
 	}
 	if cfg.Validation.URLChecks() {
 		// distribution joins each list into one alternation; the

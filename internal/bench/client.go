@@ -130,6 +130,7 @@ type pushMode string
 
 const (
 	pushChunked    pushMode = "chunked-stream"
+	pushPatches    pushMode = "chunked PATCHes"
 	pushMonolithic pushMode = "monolithic PUT"
 )
 
@@ -144,8 +145,9 @@ func octetStream() http.Header {
 }
 
 // pushBlob uploads data (whose digest is dg) and returns the time from the
-// first request to the 201 that commits it.
-func (c *client) pushBlob(ctx context.Context, mode pushMode, data []byte, dg string) (time.Duration, error) {
+// first request to the 201 that commits it. chunk is the PATCH size of
+// pushPatches.
+func (c *client) pushBlob(ctx context.Context, mode pushMode, data []byte, dg string, chunk int64) (time.Duration, error) {
 	t0 := time.Now()
 	resp, err := c.do(ctx, http.MethodPost, c.url("/v2/"+c.repo+"/blobs/uploads/"), nil, nil)
 	if err != nil {
@@ -175,6 +177,11 @@ func (c *client) pushBlob(ctx context.Context, mode pushMode, data []byte, dg st
 			return 0, err
 		}
 		final, err = c.do(ctx, http.MethodPut, withDigest(loc, dg), nil, nil)
+	case pushPatches:
+		if loc, err = c.patchChunks(ctx, loc, data, chunk); err != nil {
+			return 0, err
+		}
+		final, err = c.do(ctx, http.MethodPut, withDigest(loc, dg), nil, nil)
 	case pushMonolithic:
 		final, err = c.do(ctx, http.MethodPut, withDigest(loc, dg), bytes.NewReader(data), octetStream())
 	default:
@@ -192,6 +199,29 @@ func (c *client) pushBlob(ctx context.Context, mode pushMode, data []byte, dg st
 		return 0, fmt.Errorf("PUT upload: Docker-Content-Digest %s, want %s", got, dg)
 	}
 	return d, nil
+}
+
+// patchChunks sends data as PATCHes of chunk bytes with Content-Range and
+// Content-Length, as containerd, crane and regctl do when told a chunk
+// size, and returns the Location for the next request.
+func (c *client) patchChunks(ctx context.Context, loc *url.URL, data []byte, chunk int64) (*url.URL, error) {
+	for off := int64(0); off < int64(len(data)); off += chunk {
+		end := min(off+chunk, int64(len(data)))
+		hdr := octetStream()
+		hdr.Set("Content-Range", fmt.Sprintf("%d-%d", off, end-1))
+		resp, err := c.do(ctx, http.MethodPatch, loc.String(), bytes.NewReader(data[off:end]), hdr)
+		if err != nil {
+			return nil, err
+		}
+		if err := expect(resp, http.StatusAccepted, http.StatusNoContent); err != nil {
+			return nil, err
+		}
+		drain(resp)
+		if loc, err = location(resp); err != nil {
+			return nil, err
+		}
+	}
+	return loc, nil
 }
 
 // copyBuf reads r to the end with a large buffer, so that the client's

@@ -110,7 +110,7 @@ func buildImage() (image, error) {
 // that a GET by tag returns the manifest as pushed.
 func (c *client) pushImage(ctx context.Context, img image) error {
 	for _, b := range img.blobs {
-		if _, err := c.pushBlob(ctx, pushMonolithic, b, digestOf(b)); err != nil {
+		if _, err := c.pushBlob(ctx, pushMonolithic, b, digestOf(b), 0); err != nil {
 			return err
 		}
 	}

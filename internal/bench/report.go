@@ -26,6 +26,7 @@ func WriteTable(w io.Writer, r Result) error {
 		}{
 			{"sha256 (baseline)", b.SHA256, ""},
 			{"push (chunked-stream)", b.PushChunked, fmt.Sprintf("%.2f", b.PushChunkedPerSHA256)},
+			{"push (chunked PATCHes)", b.PushPatches, fmt.Sprintf("%.2f", b.PushPatchesPerSHA256)},
 			{"push (monolithic PUT)", b.PushMonolithic, fmt.Sprintf("%.2f", b.PushMonolithicPerSHA256)},
 			{"pull", b.Pull, ""},
 		}

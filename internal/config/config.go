@@ -194,7 +194,7 @@ type Storage struct {
 	// Redirect controls blob redirects to the store (see redirect.go).
 	Redirect Redirect `yaml:"redirect"`
 
-	// Cache caches blob descriptors (see redis.go).
+	// Cache keeps blob descriptors, manifests and links (see cache.go).
 	Cache Cache `yaml:"cache"`
 	// Tag tunes tag lookups.
 	Tag Tag `yaml:"tag"`
@@ -307,7 +307,7 @@ func base() *Config {
 			},
 			GC:    defaultGC(),
 			Dedup: defaultDedup(),
-			Cache: Cache{BlobDescriptorSize: defaultBlobDescriptorSize, TTL: defaultBlobDescriptorTTL},
+			Cache: defaultCache(),
 		},
 		Validation: Validation{Manifests: ManifestValidation{Indexes: IndexValidation{Platforms: "all"}}},
 	}

@@ -95,21 +95,6 @@ func (r *Redis) validate() error {
 	return nil
 }
 
-// Cache configures caching of what storage says about blobs.
-type Cache struct {
-	// BlobDescriptor is inmemory or redis (the redis section); "" is none.
-	BlobDescriptor string `yaml:"blobdescriptor"`
-	// BlobDescriptorSize bounds the inmemory cache's entries (default
-	// 10000; 0 is unbounded).
-	BlobDescriptorSize int `yaml:"blobdescriptorsize"`
-	// LayerInfo is distribution's deprecated name of BlobDescriptor.
-	LayerInfo string `yaml:"layerinfo"`
-	// TTL (cairn) bounds how long an entry is trusted (default 10m): blobs
-	// deleted by another node's DELETE are forgotten at once, but those a
-	// garbage collection deleted only when their entry expires.
-	TTL time.Duration `yaml:"ttl"`
-}
-
 // Tag tunes tag lookups.
 type Tag struct {
 	// ConcurrencyLimit bounds the tag links read at once when a manifest

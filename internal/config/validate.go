@@ -149,6 +149,9 @@ func (s *Storage) validate() error {
 	if err := s.Dedup.validate(); err != nil {
 		return err
 	}
+	if err := s.Cache.validateManifests(); err != nil {
+		return err
+	}
 	return s.GC.validate()
 }
 

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/cairn-registry/cairn/internal/fence"
 	"github.com/cairn-registry/cairn/internal/layout"
@@ -64,7 +65,9 @@ func (r *Registry) resolve(ctx context.Context, repo, ref string) (digest.Digest
 		return "", err
 	}
 	if tag != "" {
-		d, err = r.readLink(ctx, layout.TagCurrentLink(repo, tag))
+		d, err = r.cachedLink(repo, tagKey(repo, tag), func() (digest.Digest, error) {
+			return r.readLink(ctx, layout.TagCurrentLink(repo, tag))
+		})
 		if errors.Is(err, driver.ErrNotFound) {
 			return "", r.unknownManifest(ctx, repo, ref)
 		}
@@ -72,14 +75,59 @@ func (r *Registry) resolve(ctx context.Context, repo, ref string) (digest.Digest
 			return "", err
 		}
 	}
-	ok, err := r.exists(ctx, layout.RevisionLink(repo, d))
+	_, err = r.cachedLink(repo, revisionKey(repo, d), func() (digest.Digest, error) {
+		ok, err := r.exists(ctx, layout.RevisionLink(repo, d))
+		if err == nil && !ok {
+			err = errNoRevision
+		}
+		return d, err
+	})
+	if errors.Is(err, errNoRevision) {
+		return "", r.unknownManifest(ctx, repo, ref)
+	}
 	if err != nil {
 		return "", err
 	}
-	if !ok {
-		return "", r.unknownManifest(ctx, repo, ref)
-	}
 	return d, nil
+}
+
+// errNoRevision: the repository has no revision link for the digest.
+var errNoRevision = errors.New("no such revision")
+
+// cachedLink returns the digest of the link entry key of repo from the
+// manifest cache while it is fresh, else from read, caching its answer.
+func (r *Registry) cachedLink(repo, key string, read func() (digest.Digest, error)) (digest.Digest, error) {
+	c := r.manifests
+	if c == nil {
+		return read()
+	}
+	if d, ok := c.link(repo, key); ok {
+		return d, nil
+	}
+	// Generation and time are taken before the read, so an entry is never
+	// fresher than what storage held when it was read.
+	gen, at := c.generation(repo), time.Now()
+	d, err := read()
+	if err == nil {
+		c.addLink(key, d, at, gen)
+	}
+	return d, err
+}
+
+// ForgetLinks voids every cached tag and revision link, for a writer that
+// changed links beside the Registry (the garbage collector in the same
+// process). Cached manifests stay: a digest names its bytes forever.
+func (r *Registry) ForgetLinks() {
+	if r.manifests != nil {
+		r.manifests.forgetLinks()
+	}
+}
+
+// manifestsChanged voids the cached links of repo after a write to them.
+func (r *Registry) manifestsChanged(repo string) {
+	if r.manifests != nil {
+		r.manifests.changed(repo)
+	}
 }
 
 // unknownManifest says NAME_UNKNOWN for a missing repository, else
@@ -107,6 +155,11 @@ func (r *Registry) StatManifest(ctx context.Context, repo, ref string) (*Manifes
 	if err != nil {
 		return nil, err
 	}
+	if r.manifests != nil {
+		if m, ok := r.manifests.manifest(d); ok {
+			return m, nil
+		}
+	}
 	content, err := r.d.GetContent(ctx, layout.BlobData(d))
 	if errors.Is(err, driver.ErrNotFound) {
 		return nil, fmt.Errorf("%w: %s (revision without data)", ErrManifestUnknown, ref)
@@ -117,7 +170,10 @@ func (r *Registry) StatManifest(ctx context.Context, repo, ref string) (*Manifes
 	m, err := ParseManifest(d, content)
 	if err != nil {
 		// Stored bytes that do not parse are served as they are.
-		return &Manifest{Digest: d, Content: content, MediaType: ocispec.MediaTypeImageManifest}, nil
+		m = &Manifest{Digest: d, Content: content, MediaType: ocispec.MediaTypeImageManifest}
+	}
+	if r.manifests != nil {
+		r.manifests.addManifest(m)
 	}
 	return m, nil
 }
@@ -183,6 +239,8 @@ func (r *Registry) PutManifest(ctx context.Context, repo, ref, contentType strin
 	if err := r.validateManifest(ctx, repo, contentType, m); err != nil {
 		return nil, err
 	}
+	// After the links are written (or a write failed half-way).
+	defer r.manifestsChanged(repo)
 	if err := r.storeManifest(ctx, repo, m, tags); err != nil {
 		return nil, err
 	}
@@ -493,6 +551,7 @@ func (r *Registry) Evict(ctx context.Context, repo, ref string) error {
 	if err != nil {
 		return err
 	}
+	defer r.manifestsChanged(repo) // after the links are deleted
 	if tag != "" {
 		err := r.d.Delete(ctx, layout.TagDir(repo, tag))
 		if errors.Is(err, driver.ErrNotFound) {

@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/cairn-registry/cairn/internal/layout"
 
@@ -72,6 +73,14 @@ type Options struct {
 	// for image configs, "plugin" for Docker plugin configs; a manifest
 	// whose config is of another type is refused, indexes are not checked.
 	ManifestClasses []string
+	// ManifestCacheSize bounds, in bytes, the memory that keeps recently
+	// served manifests and links (see manifestCache); 0 caches nothing.
+	ManifestCacheSize int64
+	// TagTTL is how long a tag or revision link read from storage is
+	// trusted: a change made through another node sharing the storage is
+	// seen within it. 0 reads links on every request (manifests by digest
+	// are still cached).
+	TagTTL time.Duration
 }
 
 // DescriptorCache remembers that a blob is linked into a repository and its
@@ -108,6 +117,14 @@ type Registry struct {
 	d        driver.Driver
 	opts     Options
 	sessions sessionLocks
+	// owner names the upload chunk objects this Registry creates; only
+	// it appends to them (see uploads.go).
+	owner string
+	// appendInPlace: d is a driver.InPlaceAppender; epoch is its
+	// CacheEpoch, and when it is known chunks are not synced one by one.
+	appendInPlace bool
+	epoch         string
+	manifests     *manifestCache // nil: nothing cached
 }
 
 // New returns a Registry over d.
@@ -118,7 +135,15 @@ func New(d driver.Driver, opts Options) *Registry {
 	if opts.MaxUploadChunks <= 0 {
 		opts.MaxUploadChunks = DefaultMaxUploadChunks
 	}
-	return &Registry{d: d, opts: opts}
+	ipa, inPlace := driver.As[driver.InPlaceAppender](d)
+	epoch := ""
+	if inPlace {
+		epoch = ipa.CacheEpoch()
+	}
+	return &Registry{
+		d: d, opts: opts, owner: newOwnerID(), appendInPlace: inPlace, epoch: epoch,
+		manifests: newManifestCache(opts.ManifestCacheSize, opts.TagTTL),
+	}
 }
 
 // Driver returns the storage driver, for callers that need to reach storage

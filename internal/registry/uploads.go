@@ -17,7 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cairn-registry/cairn/internal/fence"
 	"github.com/cairn-registry/cairn/internal/layout"
 
 	"github.com/opencontainers/go-digest"
@@ -28,29 +27,49 @@ import (
 // Lifecycle of an upload session (_uploads/<id>/):
 //
 //   - StartUpload writes startedat (RFC 3339). The session holds nothing.
-//   - Each chunk (PATCH, or the body of the final PUT) is written to a new
-//     object of its own, chunks/<start>-<nonce>, by one writer. Only once
-//     that object is complete does the chunk join the session: a record
-//     chunks/<start>-<nonce>-<end> (empty) is written, then head, which
-//     names the newest chunk, the sha256 state over every byte so far, and
-//     a chain id (a hash over the record names from the first chunk on).
+//   - Each chunk (PATCH, or the body of the final PUT) is written to an
+//     object, chunks/<start>-<owner><nonce>, where <owner> names the
+//     Registry (the process) that created it. On a driver that appends in
+//     place (driver.InPlaceAppender: the filesystem) a chunk that follows
+//     one this Registry wrote is appended to that chunk's object, so an
+//     upload from one client through one node grows one file; otherwise
+//     (an object store, a session resumed after a restart or on another
+//     node) the chunk gets a new object. Only once the bytes are written
+//     does the chunk join the session: a record
+//     chunks/<start>-<owner><nonce>-<end> (empty) says that the object
+//     holds the session's bytes start..end, then head names that record,
+//     the sha256 state over every byte so far, and a chain id (a hash over
+//     the records from offset 0 on, an appended object's newest record
+//     standing for its older ones).
 //     A chunk cut short by the client joins with the bytes that arrived, so
 //     the client can resume at the Range it is told.
+//   - Where the driver names its cache epoch (the filesystem: the boot id)
+//     a chunk's bytes are not synced before they join: they are readable
+//     through the page cache, the disk writes them meanwhile, and head
+//     notes the epoch in Unsynced. A machine that restarts may lose them
+//     while head (synced) still counts them, so a commit under another
+//     epoch re-reads and verifies the bytes before storing them. Elsewhere
+//     each chunk is committed (synced) before it joins.
 //   - FinishUpload takes the chain that head names (found among the
 //     records, checked by its chain id), verifies the digest from head's
-//     hash state, and moves the single chunk, or a concatenation of the
-//     chunks, into blobs/. Then it links the blob and deletes the session.
+//     hash state, and moves the single object (synced first), or a
+//     concatenation of the objects' ranges, into blobs/. Then it links the
+//     blob and deletes the session.
 //
-// Why this shape: a chunk object is written by exactly one writer and never
-// changed once its record exists, and the chain id binds head's hash state
-// to exactly those objects. So nothing a client does (a PATCH still
-// streaming while the same session is committed, two requests on one
-// session on two nodes, a write that fails half-way) can change the bytes
-// that land in blobs/ after they were verified, on any driver: a late
-// writer only ever writes its own chunk object, which the commit never
-// reads. Within one process, at most one request writes a session at a
-// time (a second one is refused with a RangeError); across processes the
-// chain id keeps the commit correct.
+// Why this shape: an object is written by exactly one Registry, only ever
+// at its end, and the bytes a record covers never change once the record
+// exists; the chain id binds head's hash state to exactly those records.
+// So nothing a client does (a PATCH still streaming while the same session
+// is committed, two requests on one session on two nodes, a write that
+// fails half-way) can change the bytes that land in blobs/ after they were
+// verified, on any driver: a late writer only ever writes past what the
+// records cover, and a commit reads only covered ranges. It moves an object
+// whole only when no one can still write to it: on an object store no one
+// appends, and on the filesystem only its owner does, which is the
+// committing Registry itself holding the session. Within one process, at
+// most one request writes a session at a time (a second one is refused
+// with a RangeError); across processes the chain id keeps the commit
+// correct.
 //
 // Uploads hash with sha256; an upload finished with another algorithm's
 // digest is re-read once to verify.
@@ -92,7 +111,27 @@ type uploadHead struct {
 	Chunks int    `json:"chunks"`
 	Tip    string `json:"tip"`   // record name of the newest chunk
 	Chain  string `json:"chain"` // chain id after Tip
+	// Base is the chain id before Tip's object: an append to that object
+	// replaces Tip by a longer record of it, with chain id chainID(Base, ..).
+	Base   string `json:"base,omitempty"`
 	SHA256 []byte `json:"sha256"`
+	// Unsynced is the cache epoch of bytes that joined without a sync;
+	// epochMixed when chunks joined under several.
+	Unsynced string `json:"unsynced,omitempty"`
+}
+
+// epochMixed marks a session whose unsynced bytes span cache epochs.
+const epochMixed = "?"
+
+// joinEpochs is the Unsynced of bytes unsynced under a and under b.
+func joinEpochs(a, b string) string {
+	switch {
+	case a == "" || a == b:
+		return b
+	case b == "":
+		return a
+	}
+	return epochMixed
 }
 
 // chunkRecord is a chunk that joined a session, parsed from its record name
@@ -102,13 +141,25 @@ type chunkRecord struct {
 	start, end int64
 }
 
-// dataName is the chunk's object name, "<start>-<nonce>".
+// dataName is the chunk's object name, "<start>-<owner><nonce>".
 func (c chunkRecord) dataName() string { return c.name[:33] }
 
-func newChunkName(start int64) string {
-	var nonce [8]byte
+// owner is the id of the Registry that created the chunk's object.
+func (c chunkRecord) owner() string { return c.name[17:25] }
+
+// newOwnerID returns a random id for a Registry's chunk objects: 8 hex
+// digits, the first half of a chunk name's nonce.
+func newOwnerID() string {
+	var b [4]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// newChunkName names a new object written by owner at offset start.
+func newChunkName(owner string, start int64) string {
+	var nonce [4]byte
 	rand.Read(nonce[:])
-	return fmt.Sprintf("%016x-%s", start, hex.EncodeToString(nonce[:]))
+	return fmt.Sprintf("%016x-%s%s", start, owner, hex.EncodeToString(nonce[:]))
 }
 
 func recordName(dataName string, end int64) string {
@@ -276,10 +327,12 @@ func (r *Registry) AppendUpload(ctx context.Context, repo, id string, body io.Re
 	return c.rec.end, err
 }
 
-// writtenChunk is a chunk object written by writeChunk, not yet published.
+// writtenChunk is a chunk written by writeChunk, not yet published.
 type writtenChunk struct {
-	rec chunkRecord // name "" when nothing was written
-	h   hash.Hash   // sha256 over the session's bytes through this chunk
+	rec      chunkRecord // name "" when nothing was written
+	h        hash.Hash   // sha256 over the session's bytes through this chunk
+	base     string      // chain id before rec's object
+	unsynced string      // the cache epoch when the bytes were not synced
 }
 
 // writeChunk writes body as a new chunk object after head's bytes. It
@@ -296,34 +349,86 @@ func (r *Registry) writeChunk(ctx context.Context, repo, id string, head uploadH
 	if err != nil {
 		return writtenChunk{}, err
 	}
-	name := newChunkName(head.Size)
-	p := layout.UploadChunk(repo, id, name)
-	w, err := r.d.Writer(ctx, p, false)
+	cw, err := r.chunkWriter(ctx, repo, id, head)
 	if err != nil {
 		return writtenChunk{}, err
 	}
+	w := cw.w
 	n, copyErr := copyHashing(w, h, body)
-	if copyErr != nil && (n == 0 || w.Size() != n) {
+	if copyErr != nil && (n == 0 || w.Size() != head.Size-cw.start+n) {
 		// Nothing arrived, or the write itself failed: keep nothing.
-		w.Cancel(context.WithoutCancel(ctx))
+		cw.drop(context.WithoutCancel(ctx))
 		return writtenChunk{}, fmt.Errorf("upload %s: %w", id, copyErr)
 	}
 	if n == 0 {
-		w.Cancel(ctx)
+		cw.drop(context.WithoutCancel(ctx))
 		return writtenChunk{}, nil
 	}
-	if err := w.Commit(context.WithoutCancel(ctx)); err != nil {
-		w.Cancel(context.WithoutCancel(ctx))
+	unsynced := ""
+	if r.epoch != "" {
+		// Closed, not synced: see the lifecycle above.
+		unsynced = r.epoch
+	} else if err := w.Commit(context.WithoutCancel(ctx)); err != nil {
+		cw.drop(context.WithoutCancel(ctx))
 		return writtenChunk{}, errors.Join(copyErr, err)
 	}
 	if err := w.Close(); err != nil {
+		cw.drop(context.WithoutCancel(ctx))
 		return writtenChunk{}, errors.Join(copyErr, err)
 	}
-	c := writtenChunk{rec: chunkRecord{name: recordName(name, head.Size+n), start: head.Size, end: head.Size + n}, h: h}
+	end := head.Size + n
+	c := writtenChunk{rec: chunkRecord{name: recordName(cw.name, end), start: cw.start, end: end}, h: h, base: cw.base, unsynced: unsynced}
 	if copyErr != nil {
 		return c, fmt.Errorf("upload %s: %w", id, copyErr)
 	}
 	return c, nil
+}
+
+// chunkTarget is where writeChunk writes: an object, new or appended to.
+type chunkTarget struct {
+	w        driver.FileWriter
+	name     string // the object's name
+	start    int64  // the session offset of the object's first byte
+	base     string // chain id before the object
+	appended bool
+}
+
+// drop ends a write that is not kept. A new object is removed; an appended
+// one keeps the bytes its records cover, and whatever this writer added
+// past them makes its size disagree with head, so no later chunk appends
+// to it and no commit moves it.
+func (t chunkTarget) drop(ctx context.Context) {
+	if t.appended {
+		t.w.Close()
+		return
+	}
+	t.w.Cancel(ctx)
+}
+
+// chunkWriter opens where the chunk after head goes: head's tip object,
+// appended to in place, when this Registry created it on a driver that
+// appends in place and the object holds exactly the bytes its record
+// covers; otherwise a new object.
+func (r *Registry) chunkWriter(ctx context.Context, repo, id string, head uploadHead) (chunkTarget, error) {
+	if r.appendInPlace && head.Tip != "" {
+		tip, ok := parseChunkRecord(head.Tip)
+		if ok && tip.end == head.Size && tip.owner() == r.owner && chainID(head.Base, head.Tip) == head.Chain {
+			w, err := r.d.Writer(ctx, layout.UploadChunk(repo, id, tip.dataName()), true)
+			if err == nil && w.Size() == tip.end-tip.start {
+				return chunkTarget{w: w, name: tip.dataName(), start: tip.start, base: head.Base, appended: true}, nil
+			}
+			if err == nil {
+				w.Close()
+			}
+			// The object is gone or holds bytes of a failed write.
+		}
+	}
+	name := newChunkName(r.owner, head.Size)
+	w, err := r.d.Writer(ctx, layout.UploadChunk(repo, id, name), false)
+	if err != nil {
+		return chunkTarget{}, err
+	}
+	return chunkTarget{w: w, name: name, start: head.Size, base: head.Chain}, nil
 }
 
 // publishChunk makes chunk c part of the session: its record, then head.
@@ -336,239 +441,19 @@ func (r *Registry) publishChunk(ctx context.Context, repo, id string, head uploa
 		return err
 	}
 	next := uploadHead{
-		Size:   c.rec.end,
-		Chunks: head.Chunks + 1,
-		Tip:    c.rec.name,
-		Chain:  chainID(head.Chain, c.rec.name),
-		SHA256: state,
+		Size:     c.rec.end,
+		Chunks:   head.Chunks + 1,
+		Tip:      c.rec.name,
+		Chain:    chainID(c.base, c.rec.name),
+		Base:     c.base,
+		SHA256:   state,
+		Unsynced: joinEpochs(head.Unsynced, c.unsynced),
 	}
 	b, err := json.Marshal(next)
 	if err != nil {
 		return err
 	}
 	return r.d.PutContent(ctx, layout.UploadHead(repo, id), b)
-}
-
-// FinishUpload appends body (nil when the client sent no last chunk),
-// verifies the whole upload against d, moves it into the blob store and
-// links it into repo. A digest mismatch cancels the upload.
-func (r *Registry) FinishUpload(ctx context.Context, repo, id string, d digest.Digest, body io.Reader, start int64) (int64, error) {
-	head, release, err := r.claimUpload(ctx, repo, id)
-	if err != nil {
-		return 0, err
-	}
-	defer release()
-	chain, err := r.sessionChain(ctx, repo, id, head)
-	if err != nil {
-		return 0, err
-	}
-	size := head.Size
-	h, err := head.hasher()
-	if err != nil {
-		return 0, err
-	}
-	if body != nil {
-		c, err := r.writeChunk(ctx, repo, id, head, body, start)
-		if err != nil {
-			return 0, err
-		}
-		if c.rec.name != "" {
-			chain = append(chain, c.rec)
-			size, h = c.rec.end, c.h
-		}
-	}
-	if d.Algorithm() == uploadHashAlg {
-		if got := digest.NewDigest(uploadHashAlg, h); got != d {
-			r.cancelUpload(ctx, repo, id)
-			return 0, fmt.Errorf("%w: upload has %s, client said %s", ErrDigestInvalid, got, d)
-		}
-	}
-	if err := r.commitUpload(ctx, repo, id, d, size, chain); err != nil {
-		return 0, err
-	}
-	return size, nil
-}
-
-// sessionChain returns the chunks head names, in order, from the session's
-// records: the path of records from offset 0 to head.Size whose chain id is
-// head.Chain. Records of chunks that lost a race (a fork written by another
-// node) lie off that path.
-func (r *Registry) sessionChain(ctx context.Context, repo, id string, head uploadHead) ([]chunkRecord, error) {
-	if head.Size == 0 {
-		return nil, nil
-	}
-	names, err := r.d.List(ctx, layout.UploadChunksDir(repo, id))
-	if err != nil {
-		return nil, fmt.Errorf("upload %s: list chunks: %w", id, err)
-	}
-	byStart := make(map[int64][]chunkRecord)
-	for _, p := range names {
-		if c, ok := parseChunkRecord(path.Base(p)); ok {
-			byStart[c.start] = append(byStart[c.start], c)
-		}
-	}
-	// Depth-first from offset 0. Without forks this is one pass; visits
-	// are bounded so forks cannot make it explode.
-	var (
-		chain  []chunkRecord
-		visits int
-	)
-	var walk func(off int64, prev string) bool
-	walk = func(off int64, prev string) bool {
-		if off == head.Size {
-			return prev == head.Chain
-		}
-		for _, c := range byStart[off] {
-			if visits++; visits > 4*len(names)+16 || c.end > head.Size {
-				continue
-			}
-			chain = append(chain, c)
-			if walk(c.end, chainID(prev, c.name)) {
-				return true
-			}
-			chain = chain[:len(chain)-1]
-		}
-		return false
-	}
-	if !walk(0, "") {
-		return nil, fmt.Errorf("%w: session %s: its chunks do not form the chain its head names", ErrUploadInvalid, id)
-	}
-	return chain, nil
-}
-
-// commitUpload puts the verified chunks in place as blob d unless the blob
-// is already there, links it into repo, and removes the session. A digest
-// other than sha256 is verified here, while the chunks are read.
-func (r *Registry) commitUpload(ctx context.Context, repo, id string, d digest.Digest, size int64, chain []chunkRecord) error {
-	// An existing blob may be one GC is about to delete (see package fence).
-	done, err := r.protectForGC(ctx, &fence.Record{Repo: repo, Digest: d})
-	if err != nil {
-		return err
-	}
-	defer done()
-	have, err := r.exists(ctx, layout.BlobData(d))
-	if err != nil {
-		return err
-	}
-	if !have {
-		if err := r.placeBlob(ctx, repo, id, d, size, chain); err != nil {
-			return err
-		}
-	} else if d.Algorithm() != uploadHashAlg {
-		// Not stored anew, but the client's digest must still be right.
-		if err := r.verifyChunks(ctx, repo, id, d, chain); err != nil {
-			return err
-		}
-	}
-	if err := r.writeLink(ctx, layout.LayerLink(repo, d), d); err != nil {
-		return err
-	}
-	r.cancelUpload(ctx, repo, id)
-	return nil
-}
-
-// placeBlob writes blob d's data from the chain: the one chunk is moved,
-// several are concatenated into a new object first.
-func (r *Registry) placeBlob(ctx context.Context, repo, id string, d digest.Digest, size int64, chain []chunkRecord) error {
-	dst := layout.BlobData(d)
-	switch {
-	case size == 0:
-		if d.Algorithm() != uploadHashAlg && d.Algorithm().FromBytes(nil) != d {
-			r.cancelUpload(ctx, repo, id)
-			return fmt.Errorf("%w: upload is empty, client said %s", ErrDigestInvalid, d)
-		}
-		return r.d.PutContent(ctx, dst, nil)
-	case len(chain) == 1 && d.Algorithm() == uploadHashAlg:
-		return r.moveIntoPlace(ctx, id, layout.UploadChunk(repo, id, chain[0].dataName()), dst)
-	}
-	tmp := layout.UploadChunk(repo, id, "assembled-"+newChunkName(0))
-	w, err := r.d.Writer(ctx, tmp, false)
-	if err != nil {
-		return err
-	}
-	var h hash.Hash
-	if d.Algorithm() != uploadHashAlg {
-		h = d.Algorithm().Hash()
-	}
-	if err := r.copyChunks(ctx, repo, id, w, h, chain); err != nil {
-		w.Cancel(context.WithoutCancel(ctx))
-		return err
-	}
-	if w.Size() != size {
-		w.Cancel(context.WithoutCancel(ctx))
-		return fmt.Errorf("upload %s: chunks hold %d bytes, want %d", id, w.Size(), size)
-	}
-	if h != nil {
-		if got := digest.NewDigest(d.Algorithm(), h); got != d {
-			w.Cancel(context.WithoutCancel(ctx))
-			r.cancelUpload(ctx, repo, id)
-			return fmt.Errorf("%w: upload has %s, client said %s", ErrDigestInvalid, got, d)
-		}
-	}
-	if err := w.Commit(ctx); err != nil {
-		w.Cancel(context.WithoutCancel(ctx))
-		return err
-	}
-	if err := w.Close(); err != nil {
-		return err
-	}
-	return r.moveIntoPlace(ctx, id, tmp, dst)
-}
-
-// moveIntoPlace moves a finished object to blob path dst. When another
-// commit of the same session (on another node) moved it first, the blob is
-// there and that is success.
-func (r *Registry) moveIntoPlace(ctx context.Context, id, src, dst string) error {
-	err := r.d.Move(ctx, src, dst)
-	if errors.Is(err, driver.ErrNotFound) {
-		if ok, serr := r.exists(ctx, dst); serr == nil && ok {
-			return nil
-		}
-		return fmt.Errorf("%w: session %s was committed or cancelled meanwhile", ErrUploadUnknown, id)
-	}
-	if err != nil {
-		return fmt.Errorf("commit upload %s: %w", id, err)
-	}
-	return nil
-}
-
-// copyChunks writes the chain's chunk objects to w in order, feeding h too
-// when it is not nil.
-func (r *Registry) copyChunks(ctx context.Context, repo, id string, w io.Writer, h hash.Hash, chain []chunkRecord) error {
-	if h != nil {
-		w = io.MultiWriter(w, h)
-	}
-	for _, c := range chain {
-		rc, err := r.d.Reader(ctx, layout.UploadChunk(repo, id, c.dataName()), 0)
-		if errors.Is(err, driver.ErrNotFound) {
-			return fmt.Errorf("%w: session %s was committed or cancelled meanwhile", ErrUploadUnknown, id)
-		}
-		if err != nil {
-			return err
-		}
-		n, err := io.Copy(w, io.LimitReader(rc, c.end-c.start))
-		rc.Close()
-		if err != nil {
-			return fmt.Errorf("upload %s: read chunk: %w", id, err)
-		}
-		if n != c.end-c.start {
-			return fmt.Errorf("upload %s: chunk %s holds %d bytes, its record says %d", id, c.dataName(), n, c.end-c.start)
-		}
-	}
-	return nil
-}
-
-// verifyChunks checks a non-sha256 digest against the chain's bytes.
-func (r *Registry) verifyChunks(ctx context.Context, repo, id string, d digest.Digest, chain []chunkRecord) error {
-	h := d.Algorithm().Hash()
-	if err := r.copyChunks(ctx, repo, id, io.Discard, h, chain); err != nil {
-		return err
-	}
-	if got := digest.NewDigest(d.Algorithm(), h); got != d {
-		r.cancelUpload(ctx, repo, id)
-		return fmt.Errorf("%w: upload has %s, client said %s", ErrDigestInvalid, got, d)
-	}
-	return nil
 }
 
 // CancelUpload deletes upload id and everything written to it.

@@ -328,14 +328,14 @@ func TestUploadChunkBound(t *testing.T) {
 }
 
 func TestParseChunkRecord(t *testing.T) {
-	name := recordName(newChunkName(4096), 8192)
+	name := recordName(newChunkName("0badcafe", 4096), 8192)
 	c, ok := parseChunkRecord(name)
-	if !ok || c.start != 4096 || c.end != 8192 || c.dataName() != name[:33] {
+	if !ok || c.start != 4096 || c.end != 8192 || c.dataName() != name[:33] || c.owner() != "0badcafe" {
 		t.Fatalf("parse %q = %+v, %v", name, c, ok)
 	}
 	for _, bad := range []string{
-		name[:33], "assembled-" + newChunkName(0), name[:49] + "g",
-		recordName(newChunkName(10), 10), recordName(newChunkName(10), 9),
+		name[:33], "assembled-" + newChunkName("0badcafe", 0), name[:49] + "g",
+		recordName(newChunkName("0badcafe", 10), 10), recordName(newChunkName("0badcafe", 10), 9),
 		"ffffffffffffffff-0000000000000000-ffffffffffffffff",
 	} {
 		if _, ok := parseChunkRecord(bad); ok {

@@ -74,6 +74,21 @@ type TempSweeper interface {
 	SweepTemp(ctx context.Context, path string, olderThan time.Time, dryRun bool) (int, error)
 }
 
+// InPlaceAppender is implemented by drivers whose Writer(path, true)
+// continues any file, committed or not, by writing only the new bytes
+// (filesystem). Uploads on such a driver grow one file per session instead
+// of writing an object per chunk and joining them at commit. Object stores,
+// whose objects are immutable, do not implement it: an append there copies
+// the object.
+type InPlaceAppender interface {
+	// CacheEpoch names the cache that holds what a FileWriter wrote and
+	// closed without Commit: such bytes are readable at once and last as
+	// long as the epoch does (filesystem: the page cache, until the
+	// machine restarts; the kernel's boot id). "" when the driver cannot
+	// tell: then only committed bytes may be counted on.
+	CacheEpoch() string
+}
+
 // As returns the first driver in the chain d, d.Unwrap(), ... that
 // implements T: wrappers (metrics, request counting) hide the optional
 // interfaces of the driver they wrap and expose it with Unwrap.

@@ -46,8 +46,9 @@ const (
 )
 
 var (
-	_ driver.Driver      = (*Driver)(nil)
-	_ driver.TempSweeper = (*Driver)(nil)
+	_ driver.Driver          = (*Driver)(nil)
+	_ driver.TempSweeper     = (*Driver)(nil)
+	_ driver.InPlaceAppender = (*Driver)(nil)
 )
 
 // Driver stores files under a root directory. Its zero value is not usable;
@@ -56,6 +57,8 @@ type Driver struct {
 	// root is the absolute root without a trailing separator ("" for "/"),
 	// so that root+path is the file's name on disk.
 	root string
+	// epoch is the machine's boot id ("" where unknown).
+	epoch string
 }
 
 // New returns a driver rooted at rootDir, creating the directory if needed.
@@ -70,7 +73,7 @@ func New(rootDir string) (*Driver, error) {
 	if err := os.MkdirAll(abs, dirPerm); err != nil {
 		return nil, fmt.Errorf("filesystem: root: %w", err)
 	}
-	return &Driver{root: strings.TrimSuffix(abs, string(filepath.Separator))}, nil
+	return &Driver{root: strings.TrimSuffix(abs, string(filepath.Separator)), epoch: bootID()}, nil
 }
 
 // Name implements driver.Driver.
@@ -276,6 +279,11 @@ func (d *Driver) Writer(_ context.Context, p string, append bool) (driver.FileWr
 	}
 	return newFileWriter(p, full, f, size), nil
 }
+
+// CacheEpoch implements driver.InPlaceAppender (an appending Writer opens
+// the file and writes at its end): bytes closed without a sync live in the
+// page cache until the machine restarts, so the epoch is the boot id.
+func (d *Driver) CacheEpoch() string { return d.epoch }
 
 // Stat implements driver.Driver. Directories report size 0, as object stores
 // have no directory sizes.
