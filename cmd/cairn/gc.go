@@ -310,8 +310,14 @@ func scheduledGC(log *slog.Logger, d driver.Driver, cfg *config.Config, m *metri
 		defer span.End()
 		// Retention first: the blobs what it deletes leaves unreferenced
 		// go in this run.
-		if _, err := applyRetention(ctx, log, hooks.retention); err != nil && ctx.Err() == nil {
+		rrep, err := applyRetention(ctx, log, hooks.retention)
+		if err != nil && ctx.Err() == nil {
 			log.Warn("retention failed; collecting anyway", "err", err)
+		}
+		if hooks.events != nil && rrep != nil && !rrep.DryRun {
+			for _, ev := range retentionEvents(rrep) {
+				hooks.events.Notify(ev)
+			}
 		}
 		start := time.Now()
 		rep, err := gc.Run(ctx, d, opts)

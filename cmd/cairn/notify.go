@@ -16,6 +16,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/gc"
 	"github.com/cairn-registry/cairn/internal/metrics"
 	"github.com/cairn-registry/cairn/internal/notify"
+	"github.com/cairn-registry/cairn/internal/retention"
 )
 
 // newNotifier opens the notification queue and returns the Notifier of the
@@ -84,6 +85,19 @@ func sourceAddr(addr string) string {
 }
 
 // gcEvent is the event of a finished GC run.
+// retentionEvents are distribution's delete events for what retention
+// deleted: a tag, or a manifest by digest; the actor is "retention".
+func retentionEvents(rep *retention.Report) []notify.Event {
+	var out []notify.Event
+	for _, d := range rep.Tags {
+		out = append(out, notify.Event{Action: notify.ActionDelete, Target: notify.Target{Repository: d.Repository, Tag: d.Tag}, Actor: notify.Actor{Name: "retention"}})
+	}
+	for _, d := range rep.Manifests {
+		out = append(out, notify.Event{Action: notify.ActionDelete, Target: notify.Target{Repository: d.Repository, Digest: d.Digest}, Actor: notify.Actor{Name: "retention"}})
+	}
+	return out
+}
+
 func gcEvent(rep *gc.Report, err error) notify.Event {
 	run := &notify.GCRun{}
 	if err != nil {

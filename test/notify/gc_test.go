@@ -70,3 +70,45 @@ notifications:
 		}
 	}
 }
+
+// TestRetentionEvents: tags and manifests retention deletes before a
+// scheduled GC are announced as distribution's delete events, by the actor
+// "retention".
+func TestRetentionEvents(t *testing.T) {
+	rc := newReceiver(t)
+	srv := startCairn(t, "", `
+storage:
+  gc:
+    enabled: true
+    interval: 1s
+    delay: 5s
+retention:
+  delay: 0s
+  policies:
+    - repositories: ["ret/**"]
+      deleteuntagged: true
+      keeptags:
+        - patterns: ["keep"]
+notifications:
+  endpoints:
+    - name: all
+      url: `+rc.srv.URL+`/hook
+      headers:
+        X-Test: ["yes"]
+`, "")
+	c := newCrane(t)
+	kept, gone := newImage(t, 1), newImage(t, 1)
+	c.run(t, "push", kept.dir, srv.Addr+"/ret/app:keep")
+	c.run(t, "push", gone.dir, srv.Addr+"/ret/app:old")
+	evs := rc.waitFor(t, srv, "retention's tag delete", func(ev notify.Event) bool {
+		return ev.Action == notify.ActionDelete && ev.Target.Tag == "old" && ev.Actor.Name == "retention"
+	})
+	rc.waitFor(t, srv, "retention's manifest delete", func(ev notify.Event) bool {
+		return ev.Action == notify.ActionDelete && ev.Target.Digest.String() == gone.digest && ev.Actor.Name == "retention"
+	})
+	for _, ev := range evs {
+		if ev.Action == notify.ActionDelete && ev.Target.Tag == "keep" {
+			t.Fatalf("the kept tag was deleted: %+v", ev)
+		}
+	}
+}
