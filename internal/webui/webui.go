@@ -22,6 +22,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/cairn-registry/cairn/internal/auth"
+	"github.com/cairn-registry/cairn/internal/parallel"
 	"github.com/cairn-registry/cairn/internal/registry"
 )
 
@@ -113,8 +114,13 @@ func mayPull(g *auth.Grant, repo string) bool {
 	return g == nil || g.Allows(auth.Access{Type: auth.TypeRepository, Name: repo, Action: auth.ActionPull})
 }
 
+// reposPerPage is how many repositories one overview page lists.
+const reposPerPage = 100
+
 type overviewPage struct {
 	Repositories []repoRow
+	Total        int    // repositories the visitor may see
+	Next         string // the ?last= of the next page; "" on the last
 	Storage      *Storage
 	Ratio        float64
 	Charts       []template.HTML
@@ -139,16 +145,31 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := overviewPage{Generated: time.Now().UTC(), Prefix: h.Prefix}
+	var visible []string
 	for _, n := range names {
-		if !mayPull(g, n) {
-			continue
+		if mayPull(g, n) {
+			visible = append(visible, n)
 		}
-		tags, err := h.Registry.Tags(ctx, n)
+	}
+	// A page of repositories after ?last=, their tags counted a few at a
+	// time: on an object store each count is a listing.
+	page, more := registry.Page(visible, reposPerPage, r.URL.Query().Get("last"))
+	p.Repositories = make([]repoRow, len(page))
+	errs := make([]error, len(page))
+	parallel.For(ctx, len(page), 8, func(i int) {
+		tags, err := h.Registry.Tags(ctx, page[i])
 		if err != nil && !errors.Is(err, registry.ErrNameUnknown) {
-			http.Error(w, "listing tags: "+err.Error(), http.StatusInternalServerError)
-			return
+			errs[i] = err
 		}
-		p.Repositories = append(p.Repositories, repoRow{Name: n, Tags: len(tags)})
+		p.Repositories[i] = repoRow{Name: page[i], Tags: len(tags)}
+	})
+	if err := errors.Join(errs...); err != nil {
+		http.Error(w, "listing tags: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	p.Total = len(visible)
+	if more {
+		p.Next = page[len(page)-1]
 	}
 	if h.Storage != nil {
 		if st, err := h.Storage(ctx); err == nil {
