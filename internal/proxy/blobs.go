@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -112,20 +113,11 @@ func (c *Cache) join(d digest.Digest, repo string) *flight {
 	}
 	fl.mu.Lock()
 	fl.refs++
-	if !contains(fl.repos, repo) {
+	if !slices.Contains(fl.repos, repo) {
 		fl.repos = append(fl.repos, repo)
 	}
 	fl.mu.Unlock()
 	return fl
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // fetchIdle ends a fetch whose upstream sent nothing for this long.
@@ -143,7 +135,7 @@ func (c *Cache) fetch(ctx context.Context, m *mirror, repo, name string, d diges
 		if reader {
 			fl.mu.Lock()
 			fl.refs++
-			if !contains(fl.repos, repo) {
+			if !slices.Contains(fl.repos, repo) {
 				fl.repos = append(fl.repos, repo)
 			}
 			fl.mu.Unlock()
@@ -263,7 +255,7 @@ func (c *Cache) spool(ctx context.Context, fl *flight, body io.ReadCloser, idle 
 // repository that asked, and links it into the others.
 func (c *Cache) storeSpooled(ctx context.Context, fl *flight) error {
 	fl.mu.Lock()
-	repos := slicesClone(fl.repos)
+	repos := slices.Clone(fl.repos)
 	fl.mu.Unlock()
 	id, err := c.store.StartUpload(ctx, repos[0])
 	if err != nil {
@@ -287,7 +279,7 @@ func (c *Cache) storeSpooled(ctx context.Context, fl *flight) error {
 		if !more {
 			delete(c.flights, fl.d)
 		}
-		later := slicesClone(fl.repos[len(repos):])
+		later := slices.Clone(fl.repos[len(repos):])
 		fl.mu.Unlock()
 		c.mu.Unlock()
 		if !more {
@@ -296,8 +288,6 @@ func (c *Cache) storeSpooled(ctx context.Context, fl *flight) error {
 		repos = append([]string{repos[0]}, later...)
 	}
 }
-
-func slicesClone(s []string) []string { return append([]string(nil), s...) }
 
 // end finishes the fetch with err (nil: stored) and drops its reference.
 func (c *Cache) end(fl *flight, err error) {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -154,7 +155,7 @@ func (u *upstream) authenticate(ctx context.Context, challenge, scope string) er
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&t); err != nil {
 		return fmt.Errorf("%w: token server: %w", ErrUpstream, err)
 	}
-	tok := cmpOr(t.Token, t.AccessToken)
+	tok := cmp.Or(t.Token, t.AccessToken)
 	if tok == "" {
 		return fmt.Errorf("%w: token server sent no token", ErrUpstream)
 	}
@@ -206,13 +207,6 @@ func (h *credHelper) get(ctx context.Context, host string) (string, string, erro
 	}
 	h.user, h.pass, h.fetched = c.Username, c.Secret, time.Now()
 	return h.user, h.pass, nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // parseChallenge splits a WWW-Authenticate value into its scheme and
@@ -345,7 +339,7 @@ func statusErr(resp *http.Response, what string) error {
 	case resp.StatusCode == http.StatusNotFound:
 		return fmt.Errorf("%w: %s", errNotFound, what)
 	case resp.StatusCode == http.StatusTooManyRequests:
-		return fmt.Errorf("%w: %s: rate limited (retry after %s)", ErrUpstream, what, cmpOr(resp.Header.Get("Retry-After"), "?"))
+		return fmt.Errorf("%w: %s: rate limited (retry after %s)", ErrUpstream, what, cmp.Or(resp.Header.Get("Retry-After"), "?"))
 	}
 	return fmt.Errorf("%w: %s: %s", ErrUpstream, what, resp.Status)
 }
