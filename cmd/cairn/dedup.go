@@ -23,6 +23,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/redisconn"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
+	"github.com/cairn-registry/cairn/internal/webui"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -369,16 +370,16 @@ func printStats(w io.Writer, st *dedup.Stats, asJSON bool) error {
 	if asJSON {
 		return json.NewEncoder(w).Encode(st)
 	}
-	fmt.Fprintf(w, "logical bytes      %d (%s)\n", st.LogicalBytes, humanBytes(st.LogicalBytes))
-	fmt.Fprintf(w, "stored bytes       %d (%s): intact %s, files %s, recipes %s\n", st.StoredBytes.Total, humanBytes(st.StoredBytes.Total),
-		humanBytes(st.StoredBytes.Intact), humanBytes(st.StoredBytes.Files), humanBytes(st.StoredBytes.Recipes))
+	fmt.Fprintf(w, "logical bytes      %d (%s)\n", st.LogicalBytes, webui.HumanBytes(st.LogicalBytes))
+	fmt.Fprintf(w, "stored bytes       %d (%s): intact %s, files %s, recipes %s\n", st.StoredBytes.Total, webui.HumanBytes(st.StoredBytes.Total),
+		webui.HumanBytes(st.StoredBytes.Intact), webui.HumanBytes(st.StoredBytes.Files), webui.HumanBytes(st.StoredBytes.Recipes))
 	fmt.Fprintf(w, "ratio              %.2fx (file level alone %.2fx)\n", st.Ratio, st.FileLevelRatio)
 	fmt.Fprintf(w, "layers             intact %d, deduplicated %d, irreproducible %d, pending %d\n",
 		st.Layers["intact"], st.Layers["deduplicated"], st.Layers["irreproducible"], st.Layers["pending"])
-	fmt.Fprintf(w, "files              %d unique (%s, stored %s), %d shared\n", st.Files.Unique, humanBytes(st.Files.Bytes),
-		humanBytes(st.Files.StoredBytes), st.Files.Shared)
+	fmt.Fprintf(w, "files              %d unique (%s, stored %s), %d shared\n", st.Files.Unique, webui.HumanBytes(st.Files.Bytes),
+		webui.HumanBytes(st.Files.StoredBytes), st.Files.Shared)
 	fmt.Fprintf(w, "packs              %d (%s no longer used), %d files stored one object each\n",
-		st.Files.Packs, humanBytes(st.Files.DeadBytes), st.Files.Objects)
+		st.Files.Packs, webui.HumanBytes(st.Files.DeadBytes), st.Files.Objects)
 	encs := slices.Sorted(maps.Keys(st.Encoders))
 	for _, k := range encs {
 		fmt.Fprintf(w, "encoder            %-22s %d\n", k, st.Encoders[k])

@@ -195,14 +195,14 @@ func writeGCSummary(w io.Writer, r *gc.Report, completed bool) {
 		verb = "to delete"
 	}
 	fmt.Fprintf(w, "  %s: %d manifests, %d tag index entries, %d referrer links, %d layer links, %d blobs (%s)\n",
-		verb, d.Manifests, d.TagIndexEntries, d.ReferrerLinks, d.LayerLinks, d.Blobs, humanBytes(d.BytesFreed))
+		verb, d.Manifests, d.TagIndexEntries, d.ReferrerLinks, d.LayerLinks, d.Blobs, webui.HumanBytes(d.BytesFreed))
 	if r.Dedup != nil {
 		fmt.Fprintf(w, "  dedup:   %d recipes, %d unique files %s; %d re-referenced (kept), %d revived, %d left for a later run (%d resumed)\n",
 			d.Recipes, d.DedupFiles, verb, r.Dedup.Rereferenced, r.Dedup.Revived, r.Dedup.Left, r.Dedup.Resumed)
 	}
 	if p := r.Packs; p != nil {
 		fmt.Fprintf(w, "  packs:   %d seen, %d empty and %d orphaned %s (%s); %d compacted (%d files, %s moved)",
-			p.Packs, p.Deleted, p.Orphans, verb, humanBytes(p.BytesFreed), p.Compacted, p.FilesMoved, humanBytes(p.BytesMoved))
+			p.Packs, p.Deleted, p.Orphans, verb, webui.HumanBytes(p.BytesFreed), p.Compacted, p.FilesMoved, webui.HumanBytes(p.BytesMoved))
 		if p.CompactErrors > 0 {
 			fmt.Fprintf(w, ", %d could not be compacted", p.CompactErrors)
 		}
@@ -227,19 +227,6 @@ func writeGCSummary(w io.Writer, r *gc.Report, completed bool) {
 		parts[i] = fmt.Sprintf("%s %d", k, r.Requests[k])
 	}
 	fmt.Fprintf(w, "  storage: %s\n", strings.Join(parts, ", "))
-}
-
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // gcProgress draws a progress bar on a terminal and prints a line

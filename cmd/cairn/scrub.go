@@ -16,6 +16,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/scrub"
+	"github.com/cairn-registry/cairn/internal/webui"
 )
 
 const scrubUsage = `usage: cairn scrub [--config FILE] [--root DIR] [--repair] [--json] [--recipes all|sample|none]
@@ -182,8 +183,8 @@ func writeScrubReport(w io.Writer, r *scrub.Report) {
 	}
 	fmt.Fprintf(w, "scrub: %s in %.2fs\n", state, r.Seconds)
 	fmt.Fprintf(w, "  read:     %d blobs (%s), %d dedup files (%s; %d packs, %s stored), %d recipes (%d rebuilt, %s)\n",
-		c.Blobs, humanBytes(c.BlobBytes), c.Files, humanBytes(c.FileBytes), c.Packs, humanBytes(c.PackBytes),
-		c.Recipes, c.Rebuilt, humanBytes(c.RebuiltBytes))
+		c.Blobs, webui.HumanBytes(c.BlobBytes), c.Files, webui.HumanBytes(c.FileBytes), c.Packs, webui.HumanBytes(c.PackBytes),
+		c.Recipes, c.Rebuilt, webui.HumanBytes(c.RebuiltBytes))
 	fmt.Fprintf(w, "            %d repositories, %d manifests, %d tags, %d links\n", c.Repositories, c.Manifests, c.Tags, c.Links)
 	if r.Recipes == scrub.RecipesSample {
 		fmt.Fprintf(w, "  recipes:  a sample of up to %d rebuilt (--seed %d repeats it)\n", r.Sample, r.Seed)
@@ -241,6 +242,6 @@ func (p *scrubProgress) print(pr scrub.Progress) {
 		return
 	}
 	p.draw("scrub %-12s %6d listed  %d blobs  %d files  %d packs  %d recipes (%d rebuilt)  %d repos  %d manifests  %s  %.1f MiB/s  %d findings  %s",
-		pr.Phase, pr.Listed, c.Blobs, c.Files, c.Packs, c.Recipes, c.Rebuilt, c.Repositories, c.Manifests, humanBytes(bytes), rate, pr.Findings,
+		pr.Phase, pr.Listed, c.Blobs, c.Files, c.Packs, c.Recipes, c.Rebuilt, c.Repositories, c.Manifests, webui.HumanBytes(bytes), rate, pr.Findings,
 		pr.Elapsed.Round(100*time.Millisecond))
 }

@@ -26,6 +26,7 @@ type expiryStore interface {
 	TagDigest(ctx context.Context, repo, tag string) (digest.Digest, error)
 	Evict(ctx context.Context, repo, ref string) error
 	Touch(ctx context.Context, repo, ref string, d digest.Digest) error
+	Reach(ctx context.Context, repo string, d digest.Digest, keep map[digest.Digest]bool) error
 }
 
 // ExpireReport counts what an expiry removed.
@@ -88,7 +89,7 @@ func (c *Cache) expireRepo(ctx context.Context, es expiryStore, repo string, bef
 		if err != nil {
 			return err
 		}
-		if err := c.reach(ctx, repo, d, keep); err != nil {
+		if err := es.Reach(ctx, repo, d, keep); err != nil {
 			return err
 		}
 	}
@@ -100,27 +101,6 @@ func (c *Cache) expireRepo(ctx context.Context, es expiryStore, repo string, bef
 			return err
 		}
 		rep.Manifests++
-	}
-	return nil
-}
-
-// reach adds d and the manifests it names as an index to keep.
-func (c *Cache) reach(ctx context.Context, repo string, d digest.Digest, keep map[digest.Digest]bool) error {
-	if keep[d] {
-		return nil
-	}
-	keep[d] = true
-	m, err := c.store.GetManifest(ctx, repo, d.String())
-	if errors.Is(err, registry.ErrManifestUnknown) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	for _, child := range m.Manifests {
-		if err := c.reach(ctx, repo, child.Digest, keep); err != nil {
-			return err
-		}
 	}
 	return nil
 }

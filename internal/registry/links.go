@@ -71,3 +71,27 @@ func (r *Registry) Touch(ctx context.Context, repo, ref string, d digest.Digest)
 	}
 	return r.writeLink(ctx, p, d)
 }
+
+// Reach adds manifest d of repo, and what it names as an index (over and
+// over), to keep: what a tag keeps alive for retention and expiry. A
+// manifest that is gone, or an index entry that is no manifest, ends its
+// branch.
+func (r *Registry) Reach(ctx context.Context, repo string, d digest.Digest, keep map[digest.Digest]bool) error {
+	if keep[d] {
+		return nil
+	}
+	keep[d] = true
+	m, err := r.GetManifest(ctx, repo, d.String())
+	if errors.Is(err, ErrManifestUnknown) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, child := range m.Manifests {
+		if err := r.Reach(ctx, repo, child.Digest, keep); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -75,6 +75,7 @@ type Store interface {
 	TagDigest(ctx context.Context, repo, tag string) (digest.Digest, error)
 	GetManifest(ctx context.Context, repo, ref string) (*registry.Manifest, error)
 	Evict(ctx context.Context, repo, ref string) error
+	Reach(ctx context.Context, repo string, d digest.Digest, keep map[digest.Digest]bool) error
 	Driver() driver.Driver
 }
 
@@ -210,7 +211,7 @@ func (r *Retention) runRepo(ctx context.Context, repo string, p *compiled, now t
 			if err != nil {
 				return err
 			}
-			if err := r.reach(ctx, repo, d, reach); err != nil {
+			if err := r.store.Reach(ctx, repo, d, reach); err != nil {
 				return err
 			}
 			continue
@@ -309,27 +310,6 @@ func (rule compiledRule) matches(tag string) bool {
 	return false
 }
 
-// reach adds d and what it names as an index to keep.
-func (r *Retention) reach(ctx context.Context, repo string, d digest.Digest, keep map[digest.Digest]bool) error {
-	if keep[d] {
-		return nil
-	}
-	keep[d] = true
-	m, err := r.store.GetManifest(ctx, repo, d.String())
-	if errors.Is(err, registry.ErrManifestUnknown) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	for _, child := range m.Manifests {
-		if err := r.reach(ctx, repo, child.Digest, keep); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // reachReferrers keeps the referrers (signatures, SBOMs) of kept
 // manifests, and theirs, until nothing changes.
 func (r *Retention) reachReferrers(ctx context.Context, repo string, revisions []registry.LinkTime, keep map[digest.Digest]bool) error {
@@ -353,7 +333,7 @@ func (r *Retention) reachReferrers(ctx context.Context, repo string, revisions [
 		changed = false
 		for ref, subject := range subjects {
 			if keep[subject] && !keep[ref] {
-				if err := r.reach(ctx, repo, ref, keep); err != nil {
+				if err := r.store.Reach(ctx, repo, ref, keep); err != nil {
 					return err
 				}
 				changed = true

@@ -128,7 +128,7 @@ func niceMax(v float64) float64 {
 func formatValue(v float64, unit string) string {
 	switch unit {
 	case "bytes":
-		return humanBytes(int64(v))
+		return HumanBytes(int64(v))
 	case "x":
 		return fmt.Sprintf("%.2f×", v)
 	case "%":
@@ -137,8 +137,9 @@ func formatValue(v float64, unit string) string {
 	return fmt.Sprintf("%g", v)
 }
 
-// humanBytes writes n in binary units.
-func humanBytes(n int64) string {
+// HumanBytes writes n in binary units ("1.5 MiB"), as the page and the
+// CLI's reports show sizes.
+func HumanBytes(n int64) string {
 	const unit = 1024
 	if n < unit {
 		return fmt.Sprintf("%d B", n)

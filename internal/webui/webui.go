@@ -30,7 +30,7 @@ import (
 var assets embed.FS
 
 var pages = template.Must(template.New("").Funcs(template.FuncMap{
-	"bytes": humanBytes,
+	"bytes": HumanBytes,
 	"short": func(d digest.Digest) string {
 		if len(d.Encoded()) < 12 {
 			return d.String()
