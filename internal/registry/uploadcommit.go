@@ -28,6 +28,10 @@ func (r *Registry) FinishUpload(ctx context.Context, repo, id string, d digest.D
 		return 0, err
 	}
 	defer release()
+	if st, ok := driver.As[driver.Stager](r.d); ok && body != nil && head.Size == 0 && start <= 0 &&
+		d.Algorithm() == uploadHashAlg && !r.appendInPlace {
+		return r.putWhole(ctx, st, repo, id, d, body)
+	}
 	chain, err := r.sessionChain(ctx, repo, id, head)
 	if err != nil {
 		return 0, err
@@ -64,6 +68,47 @@ func (r *Registry) FinishUpload(ctx context.Context, repo, id string, d digest.D
 		return 0, err
 	}
 	return size, nil
+}
+
+// putWhole stores a blob sent whole, its digest named first (a monolithic
+// PUT, or a POST with ?digest=), on a driver that stages writes: straight
+// to its blob path, shown by the Commit that follows the digest's check.
+// The session holds nothing of it. Elsewhere the blob's bytes would be
+// written to a chunk object first and moved, which on an object store is a
+// second write of every byte (a server-side copy). Commit replaces a blob
+// already there with the same bytes, and it comes after the GC journal
+// record, so no sweep round that could miss the new blob is deleting.
+func (r *Registry) putWhole(ctx context.Context, st driver.Stager, repo, id string, d digest.Digest, body io.Reader) (int64, error) {
+	w, err := st.StageWriter(ctx, layout.BlobData(d))
+	if err != nil {
+		return 0, err
+	}
+	h := uploadHashAlg.Hash()
+	n, err := copyHashing(w, h, body)
+	if err != nil {
+		w.Cancel(context.WithoutCancel(ctx))
+		return 0, fmt.Errorf("upload %s: %w", id, err)
+	}
+	if got := digest.NewDigest(uploadHashAlg, h); got != d {
+		w.Cancel(context.WithoutCancel(ctx))
+		r.cancelUpload(ctx, repo, id)
+		return 0, fmt.Errorf("%w: upload has %s, client said %s", ErrDigestInvalid, got, d)
+	}
+	done, err := r.protectForGC(ctx, &fence.Record{Repo: repo, Digest: d})
+	if err != nil {
+		w.Cancel(context.WithoutCancel(ctx))
+		return 0, err
+	}
+	defer done()
+	if err := w.Commit(ctx); err != nil {
+		w.Cancel(context.WithoutCancel(ctx))
+		return 0, err
+	}
+	if err := r.writeLink(ctx, layout.LayerLink(repo, d), d); err != nil {
+		return 0, err
+	}
+	r.cancelUpload(ctx, repo, id)
+	return n, nil
 }
 
 // sessionChain returns the chunks head names, in order, from the session's
@@ -151,8 +196,9 @@ func (r *Registry) commitUpload(ctx context.Context, repo, id string, d digest.D
 }
 
 // placeBlob writes blob d's data from the chain: the one chunk is synced
-// and moved, several are concatenated into a new object first, as is the
-// chunk of a suspect session, whose bytes are verified on the way.
+// and moved; several are joined into place on the storage service where it
+// can (driver.Concatenator), or else copied into a new object first, as is
+// the chunk of a suspect session, whose bytes are verified on the way.
 func (r *Registry) placeBlob(ctx context.Context, repo, id string, d digest.Digest, size int64, chain []chunkRecord, suspect bool) error {
 	dst := layout.BlobData(d)
 	switch {
@@ -171,13 +217,20 @@ func (r *Registry) placeBlob(ctx context.Context, repo, id string, d digest.Dige
 		}
 		return r.moveIntoPlace(ctx, id, src, dst)
 	}
+	verify := d.Algorithm() != uploadHashAlg || suspect
+	if c, ok := driver.As[driver.Concatenator](r.d); ok && !verify {
+		err := c.Concat(ctx, dst, chunkRanges(repo, id, chain))
+		if !errors.Is(err, errors.ErrUnsupported) {
+			return r.placed(ctx, id, dst, err)
+		}
+	}
 	tmp := layout.UploadChunk(repo, id, "assembled-"+newChunkName(r.owner, 0))
 	w, err := r.d.Writer(ctx, tmp, false)
 	if err != nil {
 		return err
 	}
 	var h hash.Hash
-	if d.Algorithm() != uploadHashAlg || suspect {
+	if verify {
 		h = d.Algorithm().Hash()
 	}
 	if err := r.copyChunks(ctx, repo, id, w, h, chain); err != nil {
@@ -239,7 +292,14 @@ func (r *Registry) syncObject(ctx context.Context, p string) error {
 // commit of the same session (on another node) moved it first, the blob is
 // there and that is success.
 func (r *Registry) moveIntoPlace(ctx context.Context, id, src, dst string) error {
-	err := r.d.Move(ctx, src, dst)
+	return r.placed(ctx, id, dst, r.d.Move(ctx, src, dst))
+}
+
+// placed is the outcome of putting session id's bytes at blob path dst
+// with err the storage's answer: a session's object missing means that
+// another commit of it (on another node) placed the blob first, which is
+// success when the blob is there.
+func (r *Registry) placed(ctx context.Context, id, dst string, err error) error {
 	if errors.Is(err, driver.ErrNotFound) {
 		if ok, serr := r.exists(ctx, dst); serr == nil && ok {
 			return nil
@@ -250,6 +310,15 @@ func (r *Registry) moveIntoPlace(ctx context.Context, id, src, dst string) error
 		return fmt.Errorf("commit upload %s: %w", id, err)
 	}
 	return nil
+}
+
+// chunkRanges names the bytes of the chain's chunk objects, in order.
+func chunkRanges(repo, id string, chain []chunkRecord) []driver.FileRange {
+	rs := make([]driver.FileRange, len(chain))
+	for i, c := range chain {
+		rs[i] = driver.FileRange{Path: layout.UploadChunk(repo, id, c.dataName()), Length: c.end - c.start}
+	}
+	return rs
 }
 
 // copyChunks writes the chain's chunk objects to w in order, feeding h too

@@ -343,3 +343,82 @@ func TestParseChunkRecord(t *testing.T) {
 		}
 	}
 }
+
+// writerLog records the paths Writer is asked for; Unwrap lets driver.As
+// find the optional interfaces of the driver it wraps.
+type writerLog struct {
+	driver.Driver
+	mu    sync.Mutex
+	paths []string
+}
+
+func (w *writerLog) Unwrap() driver.Driver { return w.Driver }
+
+func (w *writerLog) Writer(ctx context.Context, p string, appending bool) (driver.FileWriter, error) {
+	w.mu.Lock()
+	w.paths = append(w.paths, p)
+	w.mu.Unlock()
+	return w.Driver.Writer(ctx, p, appending)
+}
+
+// TestUploadWhole: a blob sent whole with its digest is stored and linked,
+// on a driver that stages writes without a chunk object; a wrong digest or
+// a body cut short stores nothing and never harms the blob already stored
+// under that digest.
+func TestUploadWhole(t *testing.T) {
+	drivertest.ForEach(t, func(t *testing.T, base driver.Driver) {
+		ctx := context.Background()
+		d := &writerLog{Driver: base}
+		r := New(d, Options{})
+		_, stages := driver.As[driver.Stager](base)
+		blob := randomBytes(t, 300<<10)
+		dg := digest.FromBytes(blob)
+
+		id, _ := r.StartUpload(ctx, "a")
+		if n, err := r.FinishUpload(ctx, "a", id, dg, bytes.NewReader(blob), -1); err != nil || n != int64(len(blob)) {
+			t.Fatalf("FinishUpload = %d, %v", n, err)
+		}
+		wantBlob(t, r, dg, blob)
+		if ok, err := r.exists(ctx, layout.LayerLink("a", dg)); !ok || err != nil {
+			t.Fatalf("link after the upload: %v, %v", ok, err)
+		}
+		if stages && len(d.paths) != 0 {
+			t.Errorf("a whole blob on a staging driver was written through %q, want straight to its path", d.paths)
+		}
+		if drivertest.Exists(t, d, layout.UploadDir("a", id)) {
+			t.Error("session left after the upload")
+		}
+
+		// A re-push of the same digest cut short, or with other bytes,
+		// leaves the stored blob as it is.
+		id, _ = r.StartUpload(ctx, "b")
+		if _, err := r.FinishUpload(ctx, "b", id, dg, &failAfter{blob[:100<<10]}, 0); !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("cut body: %v", err)
+		}
+		wantBlob(t, r, dg, blob)
+		id, _ = r.StartUpload(ctx, "b")
+		other := randomBytes(t, len(blob))
+		if _, err := r.FinishUpload(ctx, "b", id, dg, bytes.NewReader(other), -1); !errors.Is(err, ErrDigestInvalid) {
+			t.Fatalf("other bytes under the digest: %v, want ErrDigestInvalid", err)
+		}
+		wantBlob(t, r, dg, blob)
+		if err := r.checkUpload(ctx, "b", id); !errors.Is(err, ErrUploadUnknown) {
+			t.Fatalf("session after a wrong digest: %v", err)
+		}
+		// A new blob with a wrong digest is not stored at all.
+		wrong := digest.FromBytes(other[1:])
+		id, _ = r.StartUpload(ctx, "b")
+		if _, err := r.FinishUpload(ctx, "b", id, wrong, bytes.NewReader(other), -1); !errors.Is(err, ErrDigestInvalid) {
+			t.Fatalf("wrong digest: %v", err)
+		}
+		if drivertest.Exists(t, d, layout.BlobData(wrong)) {
+			t.Error("a blob with a wrong digest was stored")
+		}
+		// The same digest pushed again whole replaces it with the same bytes.
+		id, _ = r.StartUpload(ctx, "b")
+		if _, err := r.FinishUpload(ctx, "b", id, dg, bytes.NewReader(blob), -1); err != nil {
+			t.Fatal(err)
+		}
+		wantBlob(t, r, dg, blob)
+	})
+}

@@ -101,9 +101,9 @@ func TestAzure(t *testing.T) {
 }
 
 // roundTrip serves the store configured by yml, pushes a multi-layer image
-// (streamed and chunked uploads through ggcr), pulls it back byte-exact,
-// checks through d that the blobs live in the store, and pulls again from
-// a restarted server.
+// (streamed and chunked uploads through ggcr) and a blob in PATCHes, pulls
+// them back byte-exact, checks through d that the blobs live in the store,
+// and pulls again from a restarted server.
 func roundTrip(t *testing.T, yml string, d driver.Driver) {
 	cfg := cairnproc.WriteConfig(t, yml)
 	bin := cairnproc.Binary(t)
@@ -129,6 +129,7 @@ func roundTrip(t *testing.T, yml string, d driver.Driver) {
 		t.Fatal(err)
 	}
 	verifyPull(t, srv, want.String())
+	chunked := pushChunkedBlob(t, srv.Addr, "store/chunked", 3, 6<<20)
 
 	layers, _ := img.Layers()
 	for _, l := range layers {
@@ -143,6 +144,7 @@ func roundTrip(t *testing.T, yml string, d driver.Driver) {
 	srv.Stop()
 	again := cairnproc.StartArgs(t, bin, "--config", cfg)
 	verifyPull(t, again, want.String())
+	chunked(again.Addr)
 }
 
 // verifyPull pulls store/image:v1 and checks it is the image want names,

@@ -87,6 +87,13 @@ type InPlaceAppender interface {
 	// machine restarts; the kernel's boot id). "" when the driver cannot
 	// tell: then only committed bytes may be counted on.
 	CacheEpoch() string
+	// PutCached stores content at path as PutContent does (atomically),
+	// but without making it durable: it lasts as long as the cache epoch.
+	// For records about bytes that are themselves not synced, whose loss
+	// with those bytes is expected (an upload session's head): a sync
+	// there is not only wasted, on a journaling filesystem it also waits
+	// for the unsynced data of other files written before it.
+	PutCached(ctx context.Context, path string, content []byte) error
 }
 
 // As returns the first driver in the chain d, d.Unwrap(), ... that

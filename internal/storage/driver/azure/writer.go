@@ -74,6 +74,7 @@ type writer struct {
 	buf      []byte   // the block being filled
 	size     int64
 	state    driver.WriterState
+	staged   bool // from StageWriter: Close is Cancel, which deletes nothing
 
 	sem     chan struct{} // a slot per block upload in flight
 	pending sync.WaitGroup
@@ -82,7 +83,24 @@ type writer struct {
 	pool    sync.Pool
 }
 
-var _ driver.FileWriter = (*writer)(nil)
+var (
+	_ driver.FileWriter = (*writer)(nil)
+	_ driver.Stager     = (*Driver)(nil)
+)
+
+// StageWriter implements driver.Stager: a writer whose blocks stay
+// uncommitted, and the blob as it was, until Commit commits the block list.
+// Cancel and Close leave the blocks for the service to drop (when the blob
+// is next committed, or after a week).
+func (d *Driver) StageWriter(ctx context.Context, p string) (driver.FileWriter, error) {
+	fw, err := d.Writer(ctx, p, false)
+	if err != nil {
+		return nil, err
+	}
+	w := fw.(*writer)
+	w.staged = true
+	return w, nil
+}
 
 // resume loads the committed block list of an existing blob. A blob that was
 // not written by a writer (a Put Blob, another tool's block IDs) is first
@@ -160,6 +178,9 @@ func (w *writer) Size() int64 { return w.size }
 // Close commits what was written, for a later appending writer. Closing
 // again, or after Commit or Cancel, does nothing.
 func (w *writer) Close() error {
+	if w.staged && w.state == driver.WriterOpen {
+		return w.Cancel(w.ctx)
+	}
 	return w.state.Close(func() error { return w.commit(w.ctx) })
 }
 
@@ -178,12 +199,15 @@ func (w *writer) Cancel(ctx context.Context) error {
 	if w.state == driver.WriterCommitted || w.state == driver.WriterCancelled {
 		return w.stateError()
 	}
-	staged := len(w.ids) > 0
+	hasBlocks := len(w.ids) > 0
 	w.state = driver.WriterCancelled
 	w.wait()
 	w.buf = nil
+	if w.staged {
+		return nil
+	}
 	_, err := w.bb.Delete(ctx, nil)
-	if isNotFound(err) && staged {
+	if isNotFound(err) && hasBlocks {
 		// Blocks staged on a blob that was never committed stay for a
 		// week unless a commit drops them: commit nothing, then delete.
 		if _, err = w.bb.CommitBlockList(ctx, nil, nil); err == nil {

@@ -50,10 +50,28 @@ type writer struct {
 	baseGen, baseParts int64
 	size, written      int64
 	opened             bool // up has seen a Write
+	staged             bool // from StageWriter: Close is Cancel, which deletes nothing
 	state              driver.WriterState
 }
 
 var _ driver.FileWriter = (*writer)(nil)
+
+var _ driver.Stager = (*Driver)(nil)
+
+// StageWriter implements driver.Stager: a resumable upload to the file's
+// key, finalised only by Commit; Cancel and Close abort it.
+func (d *Driver) StageWriter(ctx context.Context, path string) (driver.FileWriter, error) {
+	key, err := d.fileKey(path)
+	if err != nil {
+		return nil, err
+	}
+	w, err := d.newWriter(ctx, path, key, false)
+	if err != nil {
+		return nil, err
+	}
+	w.staged = true
+	return w, nil
+}
 
 func (d *Driver) newWriter(ctx context.Context, path, key string, append bool) (*writer, error) {
 	w := &writer{d: d, path: path, key: key, ctx: ctx}
@@ -113,6 +131,9 @@ func (w *writer) Size() int64 { return w.size }
 // Close finalises what was written so that a later appending writer can
 // continue it. Closing again, or after Commit or Cancel, does nothing.
 func (w *writer) Close() error {
+	if w.staged && w.state == driver.WriterOpen {
+		return w.Cancel(w.ctx)
+	}
 	return w.state.Close(func() error { return w.finish(w.ctx) })
 }
 
@@ -217,6 +238,9 @@ func (w *writer) Cancel(ctx context.Context) error {
 		}
 	}
 	w.state = driver.WriterCancelled
+	if w.staged {
+		return nil // nothing was finalised; the file at the key is not this writer's
+	}
 	if err := w.d.bucket.Object(w.key).Delete(ctx); err != nil && !errors.Is(err, storage.ErrObjectNotExist) {
 		return fail("cancel", w.path, err)
 	}

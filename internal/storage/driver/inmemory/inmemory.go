@@ -439,6 +439,57 @@ func (w *writer) stateError() error {
 	return fmt.Errorf("%s: writer for %s is %s", driverName, w.path, w.state)
 }
 
+// StageWriter implements driver.Stager: the bytes are kept aside and stored
+// at Commit.
+func (d *Driver) StageWriter(_ context.Context, p string) (driver.FileWriter, error) {
+	if err := driver.CheckFiles(driverName, p); err != nil {
+		return nil, err
+	}
+	return &stagedWriter{d: d, path: p}, nil
+}
+
+// stagedWriter is a StageWriter's writer.
+type stagedWriter struct {
+	d     *Driver
+	path  string
+	buf   []byte
+	state driver.WriterState
+}
+
+func (w *stagedWriter) Write(p []byte) (int, error) {
+	if w.state != driver.WriterOpen {
+		return 0, fmt.Errorf("%s: staged writer for %s is %s", driverName, w.path, w.state)
+	}
+	w.buf = append(w.buf, p...)
+	return len(p), nil
+}
+
+func (w *stagedWriter) Size() int64 { return int64(len(w.buf)) }
+
+// Close drops what was staged, as Cancel.
+func (w *stagedWriter) Close() error {
+	if w.state == driver.WriterOpen {
+		w.state, w.buf = driver.WriterCancelled, nil
+	}
+	return nil
+}
+
+func (w *stagedWriter) Commit(ctx context.Context) error {
+	if w.state != driver.WriterOpen {
+		return fmt.Errorf("%s: staged writer for %s is %s", driverName, w.path, w.state)
+	}
+	w.state = driver.WriterCommitted
+	return w.d.PutContent(ctx, w.path, w.buf)
+}
+
+func (w *stagedWriter) Cancel(context.Context) error {
+	if w.state == driver.WriterCommitted {
+		return fmt.Errorf("%s: staged writer for %s is committed", driverName, w.path)
+	}
+	w.state, w.buf = driver.WriterCancelled, nil
+	return nil
+}
+
 func childPrefix(p string) string {
 	if p == "/" {
 		return p

@@ -61,6 +61,35 @@ type Driver struct {
 	// keyRetry paces the retries of keys a DeleteObjects response reports
 	// as throttled; the SDK's retryer never sees those (the response is 200).
 	keyRetry backoff
+
+	// partSlots bounds the parts writers send in the background (see
+	// writer), and so the memory of their buffers; partBufs recycles the
+	// buffers.
+	partSlots chan struct{}
+	partBufs  sync.Pool
+}
+
+// Parts a writer sends in the background: at most partsInFlight of one
+// writer, and partSlotsMax across the driver, each a chunksize buffer.
+const (
+	partsInFlight = 4
+	partSlotsMax  = 32
+)
+
+// partBuffer returns an empty buffer of chunksize bytes for a writer's next
+// part.
+func (d *Driver) partBuffer() []byte {
+	if b, ok := d.partBufs.Get().(*[]byte); ok {
+		return (*b)[:0]
+	}
+	return make([]byte, 0, d.chunkSize)
+}
+
+// releaseBuffer takes back a part's buffer once its upload is done.
+func (d *Driver) releaseBuffer(b []byte) {
+	if int64(cap(b)) >= d.chunkSize {
+		d.partBufs.Put(&b)
+	}
 }
 
 var (
@@ -94,6 +123,7 @@ func newDriver(ctx context.Context, p Parameters, optFns ...func(*s3.Options)) (
 		deleteConcurrency: p.MaxDeleteConcurrency,
 		deleteBatchSize:   p.DeleteBatchSize,
 		keyRetry:          backoff{base: 200 * time.Millisecond, max: 20 * time.Second, attempts: p.MaxAttempts},
+		partSlots:         make(chan struct{}, partSlotsMax),
 	}
 	if d.prefix != "" {
 		d.prefix += "/"
@@ -400,85 +430,11 @@ func (d *Driver) Move(ctx context.Context, src, dst string) error {
 		if err != nil {
 			return d.wrap(src, err)
 		}
-	} else if err := d.multipartCopy(ctx, srcKey, dstKey, size); err != nil {
-		return d.wrap(src, err)
+	} else if err := d.uploadPlan(ctx, dst, d.copyPlan(src, 0, size)); err != nil {
+		return err
 	}
 	_, err = d.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &d.bucket, Key: &srcKey})
 	return d.wrap(src, err)
-}
-
-// multipartCopy copies the object srcKey of size bytes to dstKey in parts
-// copied in parallel.
-func (d *Driver) multipartCopy(ctx context.Context, srcKey, dstKey string, size int64) error {
-	up, err := retryDenied(ctx, func() (*s3.CreateMultipartUploadOutput, error) {
-		return d.client.CreateMultipartUpload(ctx, d.createUploadInput(dstKey))
-	})
-	if err != nil {
-		return err
-	}
-	parts, err := d.copyParts(ctx, srcKey, size, dstKey, aws.ToString(up.UploadId), 1)
-	if err == nil {
-		err = d.completeUpload(ctx, dstKey, aws.ToString(up.UploadId), parts)
-	}
-	if err != nil {
-		// Best effort: the copy already failed, and a lifecycle rule
-		// reaps what an abort cannot.
-		_, _ = d.client.AbortMultipartUpload(context.WithoutCancel(ctx), &s3.AbortMultipartUploadInput{
-			Bucket: &d.bucket, Key: &dstKey, UploadId: up.UploadId,
-		})
-	}
-	return err
-}
-
-// copyParts copies srcKey (size bytes) into the upload as parts numbered
-// from first, each at least minPartSize so that more parts may follow, up to
-// copyConcurrency at a time.
-func (d *Driver) copyParts(ctx context.Context, srcKey string, size int64, dstKey, uploadID string, first int32) ([]part, error) {
-	// n parts of equal size (±1 byte), none smaller than chunk.
-	chunk := max(d.copyChunkSize, minPartSize, (size+maxPartCount-1)/maxPartCount)
-	n := max(size/chunk, 1)
-	for (size+n-1)/n > maxPartSize {
-		n++
-	}
-	parts := make([]part, n)
-	errs := make([]error, n)
-	sem := make(chan struct{}, d.copyConcurrency)
-	var wg sync.WaitGroup
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	for i := range n {
-		start, end := i*size/n, (i+1)*size/n
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			errs[i] = ctx.Err()
-			continue
-		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			num := first + int32(i)
-			in := &s3.UploadPartCopyInput{
-				Bucket:          &d.bucket,
-				Key:             &dstKey,
-				UploadId:        &uploadID,
-				PartNumber:      aws.Int32(num),
-				CopySource:      aws.String(d.copySource(srcKey)),
-				CopySourceRange: aws.String(fmt.Sprintf("bytes=%d-%d", start, end-1)),
-			}
-			out, err := retryDenied(ctx, func() (*s3.UploadPartCopyOutput, error) { return d.client.UploadPartCopy(ctx, in) })
-			if err != nil {
-				errs[i] = err
-				cancel()
-				return
-			}
-			parts[i] = part{number: num, etag: aws.ToString(out.CopyPartResult.ETag), size: end - start}
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return parts, nil
 }
 
 // copySource is the URL-encoded "bucket/key" CopyObject wants. Everything but

@@ -2,9 +2,11 @@ package s3
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -62,6 +64,18 @@ func (d *Driver) Writer(ctx context.Context, p string, append bool) (driver.File
 	w.hasBase = true
 	w.size = w.base
 	return w, nil
+}
+
+var _ driver.Stager = (*Driver)(nil)
+
+// StageWriter implements driver.Stager: a writer whose parts go to a
+// multipart upload (or, for a file under one chunk, to one PutObject at
+// Commit), invisible until Commit completes it. Cancel and Close abort it.
+func (d *Driver) StageWriter(_ context.Context, p string) (driver.FileWriter, error) {
+	if err := checkFile(p); err != nil {
+		return nil, err
+	}
+	return &writer{d: d, path: p, key: d.key(p), staged: true}, nil
 }
 
 // findUpload returns the ID of the newest multipart upload of key, or "".
@@ -124,20 +138,32 @@ func completed(parts []part) []types.CompletedPart {
 // writer writes one file. It is used by one goroutine at a time. The file is
 // base bytes of the object at the key (when hasBase), then the parts, then
 // buf.
+//
+// Full parts are sent in the background, up to partsInFlight per writer and
+// partSlots across the driver, so that reading what is written goes on
+// while a part crosses the network: with a part sent per round trip, a push
+// alternates between the client's bytes and the store's, at the sum of the
+// two. Close, Commit and Cancel wait for the parts in flight.
 type writer struct {
 	d        *Driver
 	path     string
 	key      string
 	appended bool // Cancel also deletes the object at the key
+	staged   bool // from StageWriter: Close is Cancel
 
 	uploadID  string // "" until a part is due
-	parts     []part
-	shortTail bool // the last part is under minPartSize: no part may follow
+	parts     []part // a part in flight has no etag yet; guarded by mu while parts are in flight
+	shortTail bool   // the last part is under minPartSize: no part may follow
 	base      int64
 	hasBase   bool
 	buf       []byte
 	size      int64
 	state     driver.WriterState
+
+	mu       sync.Mutex
+	sendErr  error // the first part that failed in the background
+	inFlight sync.WaitGroup
+	slots    chan struct{} // this writer's parts in flight
 }
 
 var _ driver.FileWriter = (*writer)(nil)
@@ -165,13 +191,80 @@ func (w *writer) Write(p []byte) (int, error) {
 		n += k
 		w.size += int64(k)
 		if len(w.buf) == chunk {
-			if err := w.uploadPart(ctx, w.buf); err != nil {
+			if err := w.sendPart(ctx); err != nil {
 				return n, err
 			}
-			w.buf = w.buf[:0]
 		}
 	}
 	return n, nil
+}
+
+// sendPart sends buf as the next part in the background and gives the
+// writer a new buffer; it waits while the writer, or the driver, has as
+// many parts in flight as it may. It reports a part that failed earlier.
+func (w *writer) sendPart(ctx context.Context) error {
+	if err := w.startUpload(ctx); err != nil {
+		return err
+	}
+	if w.slots == nil {
+		w.slots = make(chan struct{}, partsInFlight)
+	}
+	w.slots <- struct{}{}
+	w.d.partSlots <- struct{}{}
+	if err := w.backgroundErr(); err != nil {
+		<-w.d.partSlots
+		<-w.slots
+		return err
+	}
+	w.mu.Lock()
+	num, idx := w.nextPartNumber(), len(w.parts)
+	if num > maxPartCount {
+		w.mu.Unlock()
+		<-w.d.partSlots
+		<-w.slots
+		return w.tooManyParts()
+	}
+	w.parts = append(w.parts, part{number: num, size: int64(len(w.buf))})
+	w.mu.Unlock()
+	data := w.buf
+	w.buf = w.d.partBuffer()
+	w.inFlight.Go(func() {
+		defer func() { <-w.slots }()
+		etag, err := w.putPart(ctx, num, data)
+		<-w.d.partSlots
+		w.d.releaseBuffer(data)
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if err != nil {
+			w.sendErr = cmp.Or(w.sendErr, err)
+			return
+		}
+		w.parts[idx].etag = etag
+	})
+	return nil
+}
+
+// settle waits for the parts in flight and returns the first that failed.
+func (w *writer) settle() error {
+	w.inFlight.Wait()
+	return w.backgroundErr()
+}
+
+func (w *writer) backgroundErr() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.sendErr
+}
+
+func (w *writer) nextPartNumber() int32 {
+	if n := len(w.parts); n > 0 {
+		return w.parts[n-1].number + 1
+	}
+	return 1
+}
+
+func (w *writer) tooManyParts() error {
+	return fmt.Errorf("%s: %s: more than %d parts of %d bytes", driverName, w.path, maxPartCount, w.d.chunkSize)
 }
 
 // restart makes the writer able to take more parts: it turns a resumed
@@ -206,7 +299,7 @@ func (w *writer) restart(ctx context.Context) error {
 		if err := w.startUpload(ctx); err != nil {
 			return err
 		}
-		parts, err := w.d.copyParts(ctx, w.key, w.base, w.key, w.uploadID, 1)
+		parts, err := w.d.concatParts(ctx, w.key, w.uploadID, w.d.copyPlan(w.path, 0, w.base))
 		if err != nil {
 			return w.d.wrap(w.path, err)
 		}
@@ -230,17 +323,29 @@ func (w *writer) startUpload(ctx context.Context) error {
 	return nil
 }
 
+// uploadPart sends data as the next part and waits for it, after the parts
+// in flight.
 func (w *writer) uploadPart(ctx context.Context, data []byte) error {
+	if err := w.settle(); err != nil {
+		return err
+	}
 	if err := w.startUpload(ctx); err != nil {
 		return err
 	}
-	num := int32(1)
-	if n := len(w.parts); n > 0 {
-		num = w.parts[n-1].number + 1
-	}
+	num := w.nextPartNumber()
 	if num > maxPartCount {
-		return fmt.Errorf("%s: %s: more than %d parts of %d bytes", driverName, w.path, maxPartCount, w.d.chunkSize)
+		return w.tooManyParts()
 	}
+	etag, err := w.putPart(ctx, num, data)
+	if err != nil {
+		return err
+	}
+	w.parts = append(w.parts, part{number: num, etag: etag, size: int64(len(data))})
+	return nil
+}
+
+// putPart uploads data as part num and returns its etag.
+func (w *writer) putPart(ctx context.Context, num int32, data []byte) (string, error) {
 	in := &s3.UploadPartInput{
 		Bucket:        &w.d.bucket,
 		Key:           &w.key,
@@ -253,10 +358,9 @@ func (w *writer) uploadPart(ctx context.Context, data []byte) error {
 		return w.d.client.UploadPart(ctx, in)
 	})
 	if err != nil {
-		return w.d.wrap(w.path, err)
+		return "", w.d.wrap(w.path, err)
 	}
-	w.parts = append(w.parts, part{number: num, etag: aws.ToString(out.ETag), size: int64(len(data))})
-	return nil
+	return aws.ToString(out.ETag), nil
 }
 
 func (w *writer) complete(ctx context.Context) error {
@@ -270,17 +374,22 @@ func (w *writer) Close() error {
 	if w.state != driver.WriterOpen {
 		return nil
 	}
+	if w.staged {
+		return w.Cancel(context.Background())
+	}
 	w.state = driver.WriterClosed
 	ctx := context.Background()
+	var err error
 	switch {
 	case len(w.buf) > 0:
-		err := w.uploadPart(ctx, w.buf)
-		w.buf = nil
-		return err
+		err = w.uploadPart(ctx, w.buf)
 	case w.uploadID == "" && !w.hasBase:
-		return w.startUpload(ctx)
+		err = w.startUpload(ctx)
+	default:
+		err = w.settle()
 	}
-	return nil
+	w.buf = nil
+	return err
 }
 
 // Commit makes everything written the object at p.
@@ -297,6 +406,8 @@ func (w *writer) Commit(ctx context.Context) error {
 	default:
 		if len(w.buf) > 0 {
 			err = w.uploadPart(ctx, w.buf)
+		} else {
+			err = w.settle()
 		}
 		switch {
 		case err != nil:
@@ -323,6 +434,7 @@ func (w *writer) Cancel(ctx context.Context) error {
 		return w.stateError()
 	}
 	w.state, w.buf = driver.WriterCancelled, nil
+	_ = w.settle() // no part may land after the abort
 	var errs []error
 	if w.uploadID != "" {
 		_, err := w.d.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{

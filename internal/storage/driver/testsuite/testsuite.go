@@ -65,6 +65,8 @@ func Run(t *testing.T, newDriver func(t *testing.T) driver.Driver) {
 		{"DeleteFilesCancelled", testDeleteFilesCancelled},
 		{"DeleteFilesWhileWriting", testDeleteFilesWhileWriting},
 		{"SignedURL", testSignedURL},
+		{"Concat", testConcat},
+		{"StageWriter", testStageWriter},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
