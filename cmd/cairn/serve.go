@@ -172,6 +172,19 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		regOpts.Mirrored = func(repo string) bool { return mirror.Mirrors(repo) }
 	}
 	reg := registry.New(id, regOpts)
+	// Before serving: a blob a crash tore must not be served (see
+	// registry's seal.go); at exit, what is not durable yet becomes so.
+	if rec, err := reg.Recover(ctx); err != nil {
+		log.Error("recovering blobs stored without a sync", "err", err)
+	} else if rec != (registry.Recovered{}) {
+		log.Warn("recovered blobs stored without a sync before a restart",
+			"sealed", rec.Sealed, "verified", rec.Verified, "lost", rec.Lost)
+	}
+	defer func() {
+		if err := reg.SealAll(context.WithoutCancel(ctx)); err != nil {
+			log.Error("syncing blobs at exit", "err", err)
+		}
+	}()
 	checker := health.New(healthChecks(cfg.Health, d))
 	srvOpts := server.Options{
 		ReadOnly:          cfg.Storage.Maintenance.ReadOnly.Enabled,
@@ -458,6 +471,9 @@ func registryOptions(cfg *config.Config) registry.Options {
 		ManifestClasses:   cfg.Policy.Repository.Classes,
 		ManifestCacheSize: size,
 		TagTTL:            mc.TagTTL,
+	}
+	if fs := cfg.Storage.Filesystem; fs != nil {
+		opts.SyncBlobs = fs.SyncBlobs
 	}
 	if cfg.Validation.URLChecks() {
 		// distribution joins each list into one alternation; the

@@ -132,6 +132,7 @@ const (
 	pushChunked    pushMode = "chunked-stream"
 	pushPatches    pushMode = "chunked PATCHes"
 	pushMonolithic pushMode = "monolithic PUT"
+	pushImage      pushMode = "monolithic + manifest"
 )
 
 // streamReader hides bytes.Reader's length and WriterTo, so net/http sends

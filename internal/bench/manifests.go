@@ -148,6 +148,46 @@ func (c *client) pushImage(ctx context.Context, img image) error {
 	return nil
 }
 
+// pushConfig pushes the config blob of the images pushLayerImage pushes and
+// returns its descriptor.
+func (c *client) pushConfig(ctx context.Context) (descriptor, error) {
+	config := []byte(`{"architecture":"amd64","os":"linux","config":{},"rootfs":{"type":"layers","diff_ids":[]}}`)
+	dg := digestOf(config)
+	if _, err := c.pushBlob(ctx, pushMonolithic, config, dg, 0); err != nil {
+		return descriptor{}, err
+	}
+	return descriptor{MediaType: mediaConfig, Digest: dg, Size: int64(len(config))}, nil
+}
+
+// pushLayerImage pushes data (digest dg) whole as the one layer of an
+// image, then the image's manifest by digest, and returns the time from
+// the first request to the manifest's 201.
+func (c *client) pushLayerImage(ctx context.Context, config descriptor, data []byte, dg string) (time.Duration, error) {
+	manifest, err := json.Marshal(map[string]any{
+		"schemaVersion": 2,
+		"mediaType":     mediaManifest,
+		"config":        config,
+		"layers":        []descriptor{{MediaType: mediaLayer, Digest: dg, Size: int64(len(data))}},
+	})
+	if err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	if _, err := c.pushBlob(ctx, pushMonolithic, data, dg, 0); err != nil {
+		return 0, err
+	}
+	resp, err := c.do(ctx, http.MethodPut, c.url("/v2/"+c.repo+"/manifests/"+digestOf(manifest)),
+		bytes.NewReader(manifest), http.Header{"Content-Type": {mediaManifest}})
+	if err != nil {
+		return 0, err
+	}
+	if err := expect(resp, http.StatusCreated); err != nil {
+		return 0, err
+	}
+	drain(resp)
+	return time.Since(t0), nil
+}
+
 // getManifestByTag is one timed request of the GET loop.
 func (c *client) getManifestByTag(ctx context.Context, img image) error {
 	resp, err := c.do(ctx, http.MethodGet, c.url("/v2/"+c.repo+"/manifests/"+benchTag), nil, manifestAccept())

@@ -79,12 +79,18 @@ type BlobResult struct {
 	PushPatches Throughput `json:"push_chunked_patches"`
 	// PushMonolithic is POST, then PUT ?digest= carrying the whole blob.
 	PushMonolithic Throughput `json:"push_monolithic_put"`
+	// PushImage is a monolithic push of the blob as the layer of an image,
+	// then the PUT of its manifest: what a client waits for until the
+	// image is stored. A registry that makes blobs durable only by the
+	// time their manifest is accepted shows the cost here.
+	PushImage Throughput `json:"push_image"`
 	// Pull is GET of the blob, read to the end and discarded.
 	Pull Throughput `json:"pull"`
 	// The push ratios are median push MB/s over median sha256 MB/s.
 	PushChunkedPerSHA256    float64 `json:"push_chunked_stream_per_sha256"`
 	PushPatchesPerSHA256    float64 `json:"push_chunked_patches_per_sha256"`
 	PushMonolithicPerSHA256 float64 `json:"push_monolithic_put_per_sha256"`
+	PushImagePerSHA256      float64 `json:"push_image_per_sha256"`
 }
 
 // Throughput summarises repeated timings of the same transfer.
@@ -247,10 +253,14 @@ func randomBuffer(sizes []int64) ([]byte, *stamper, error) {
 // The push styles alternate so that drift in the machine hits them alike.
 func benchBlobSize(ctx context.Context, c *client, data []byte, st *stamper, runs int, opts Options, logf func(string, ...any)) (BlobResult, error) {
 	size := int64(len(data))
-	var hashD, chunkD, patchD, monoD, pullD []time.Duration
+	var hashD, chunkD, patchD, monoD, imageD, pullD []time.Duration
 	var last string
+	config, err := c.pushConfig(ctx)
+	if err != nil {
+		return BlobResult{}, fmt.Errorf("push the images' config: %w", err)
+	}
 	for r := range runs {
-		for _, mode := range []pushMode{pushChunked, pushPatches, pushMonolithic} {
+		for _, mode := range []pushMode{pushChunked, pushPatches, pushMonolithic, pushImage} {
 			st.stamp(data)
 			if opts.Flush {
 				flushDisks()
@@ -259,7 +269,12 @@ func benchBlobSize(ctx context.Context, c *client, data []byte, st *stamper, run
 			dg := digestOf(data)
 			hashD = append(hashD, time.Since(t0))
 
-			d, err := c.pushBlob(ctx, mode, data, dg, opts.ChunkSize)
+			var d time.Duration
+			if mode == pushImage {
+				d, err = c.pushLayerImage(ctx, config, data, dg)
+			} else {
+				d, err = c.pushBlob(ctx, mode, data, dg, opts.ChunkSize)
+			}
 			if err != nil {
 				return BlobResult{}, fmt.Errorf("push (%s) run %d: %w", mode, r+1, err)
 			}
@@ -269,8 +284,10 @@ func benchBlobSize(ctx context.Context, c *client, data []byte, st *stamper, run
 				chunkD = append(chunkD, d)
 			case pushPatches:
 				patchD = append(patchD, d)
-			default:
+			case pushMonolithic:
 				monoD = append(monoD, d)
+			default:
+				imageD = append(imageD, d)
 			}
 			last = dg
 		}
@@ -295,12 +312,14 @@ func benchBlobSize(ctx context.Context, c *client, data []byte, st *stamper, run
 		PushChunked:    throughputOf(size, chunkD),
 		PushPatches:    throughputOf(size, patchD),
 		PushMonolithic: throughputOf(size, monoD),
+		PushImage:      throughputOf(size, imageD),
 		Pull:           throughputOf(size, pullD),
 	}
 	if br.SHA256.MedianMBps > 0 {
 		br.PushChunkedPerSHA256 = br.PushChunked.MedianMBps / br.SHA256.MedianMBps
 		br.PushPatchesPerSHA256 = br.PushPatches.MedianMBps / br.SHA256.MedianMBps
 		br.PushMonolithicPerSHA256 = br.PushMonolithic.MedianMBps / br.SHA256.MedianMBps
+		br.PushImagePerSHA256 = br.PushImage.MedianMBps / br.SHA256.MedianMBps
 	}
 	return br, nil
 }

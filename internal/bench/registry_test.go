@@ -37,18 +37,19 @@ func TestRunRegistryAgainstCairn(t *testing.T) {
 			t.Errorf("blob result %d: size %d, want %d", i, b.Size, sizes[i])
 		}
 		for name, tp := range map[string]Throughput{
-			"sha256": b.SHA256, "push chunked": b.PushChunked, "push patches": b.PushPatches, "push monolithic": b.PushMonolithic, "pull": b.Pull,
+			"sha256": b.SHA256, "push chunked": b.PushChunked, "push patches": b.PushPatches, "push monolithic": b.PushMonolithic,
+			"push image": b.PushImage, "pull": b.Pull,
 		} {
 			wantRuns := 2
 			if name == "sha256" {
-				wantRuns = 6 // one digest per push, three push styles
+				wantRuns = 8 // one digest per push, four push styles
 			}
 			if tp.Runs != wantRuns || tp.BestMBps <= 0 || tp.MedianMBps <= 0 || tp.BestMBps < tp.MedianMBps {
 				t.Errorf("%s %s: %+v", b.SizeText, name, tp)
 			}
 		}
-		if b.PushChunkedPerSHA256 <= 0 || b.PushPatchesPerSHA256 <= 0 || b.PushMonolithicPerSHA256 <= 0 {
-			t.Errorf("%s: push/sha256 ratios %v, %v, %v", b.SizeText, b.PushChunkedPerSHA256, b.PushPatchesPerSHA256, b.PushMonolithicPerSHA256)
+		if b.PushChunkedPerSHA256 <= 0 || b.PushPatchesPerSHA256 <= 0 || b.PushMonolithicPerSHA256 <= 0 || b.PushImagePerSHA256 <= 0 {
+			t.Errorf("%s: push/sha256 ratios %v, %v, %v, %v", b.SizeText, b.PushChunkedPerSHA256, b.PushPatchesPerSHA256, b.PushMonolithicPerSHA256, b.PushImagePerSHA256)
 		}
 	}
 	if len(res.Manifests) != 2 {
@@ -64,7 +65,7 @@ func TestRunRegistryAgainstCairn(t *testing.T) {
 	if err := WriteTable(&table, res); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"64KiB", "1MiB", "push (chunked-stream)", "push (chunked PATCHes)", "push (monolithic PUT)", "GET manifest by tag", "HEAD manifest by digest"} {
+	for _, want := range []string{"64KiB", "1MiB", "push (chunked-stream)", "push (chunked PATCHes)", "push (monolithic PUT)", "push (monolithic + manifest)", "GET manifest by tag", "HEAD manifest by digest"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}

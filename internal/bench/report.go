@@ -28,6 +28,7 @@ func WriteTable(w io.Writer, r Result) error {
 			{"push (chunked-stream)", b.PushChunked, fmt.Sprintf("%.2f", b.PushChunkedPerSHA256)},
 			{"push (chunked PATCHes)", b.PushPatches, fmt.Sprintf("%.2f", b.PushPatchesPerSHA256)},
 			{"push (monolithic PUT)", b.PushMonolithic, fmt.Sprintf("%.2f", b.PushMonolithicPerSHA256)},
+			{"push (monolithic + manifest)", b.PushImage, fmt.Sprintf("%.2f", b.PushImagePerSHA256)},
 			{"pull", b.Pull, ""},
 		}
 		for _, row := range rows {

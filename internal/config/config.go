@@ -214,6 +214,10 @@ type Filesystem struct {
 	// MaxThreads bounds concurrent blocking filesystem calls (default 100;
 	// values below 25 are raised to 25, as distribution does).
 	MaxThreads int `yaml:"maxthreads"`
+	// SyncBlobs makes every blob durable before its upload's 201, as
+	// distribution does; by default a blob is synced in the background and
+	// at the latest before a manifest naming it is accepted (cairn's).
+	SyncBlobs bool `yaml:"syncblobs"`
 }
 
 // InMemory configures the in-memory driver (tests only); it has no parameters.

@@ -107,7 +107,14 @@ func Protect(ctx context.Context, d driver.Driver, rec *Record) (done func(), er
 	var nonce [8]byte
 	rand.Read(nonce[:])
 	p := layout.JournalRecord(rec.Repo, rec.Manifest, rec.Digest, hex.EncodeToString(nonce[:]))
-	if err := d.PutContent(ctx, p, body); err != nil {
+	// A record needs to be seen, not to last: a crash ends its operation
+	// too. On a filesystem it is not synced, since an fsync there waits for
+	// the data of every file being written back (ext4, data=ordered).
+	put := d.PutContent
+	if ipa, ok := driver.As[driver.InPlaceAppender](d); ok {
+		put = ipa.PutCached
+	}
+	if err := put(ctx, p, body); err != nil {
 		return nil, fmt.Errorf("gc journal: %w", err)
 	}
 	done = func() {

@@ -20,6 +20,7 @@
 //	    files/<alg>/<hex[0:2]>/<hex>                           File: a unique file of dedup (zstd), before packs
 //	    packs/<id[0:2]>/<id>                                   Pack: many unique files and their index (package pack)
 //	    tmp/files/..., tmp/promote/...                         Tmp: partial writes, swept by GC
+//	    unsynced/<epoch>/<alg>-<hex>/<nonce>                   UnsyncedMarker: a blob not yet synced (package registry)
 //
 // Paths are built by plain concatenation: GC builds hundreds of millions of
 // them, and a generic path builder costs microseconds each. The Append
@@ -264,6 +265,39 @@ func ParsePackPath(p string) (id string, ok bool) {
 		return "", false
 	}
 	return id, true
+}
+
+// UnsyncedDir holds the markers of blobs stored without a sync on a
+// filesystem, by cache epoch (boot id); see package registry's seal.go.
+const UnsyncedDir = CairnDir + "/unsynced"
+
+// UnsyncedBlobDir holds the markers of blob d stored in epoch.
+func UnsyncedBlobDir(epoch string, d digest.Digest) string {
+	return UnsyncedDir + "/" + epoch + "/" + string(d.Algorithm()) + "-" + d.Encoded()
+}
+
+// UnsyncedMarker is one commit's marker of blob d stored in epoch.
+func UnsyncedMarker(epoch string, d digest.Digest, nonce string) string {
+	return UnsyncedBlobDir(epoch, d) + "/" + nonce
+}
+
+// ParseUnsyncedMarker splits a path UnsyncedMarker built; ok is false for
+// any other path.
+func ParseUnsyncedMarker(p string) (epoch string, d digest.Digest, ok bool) {
+	rest, found := strings.CutPrefix(p, UnsyncedDir+"/")
+	if !found {
+		return "", "", false
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) != 3 || parts[0] == "" || parts[2] == "" {
+		return "", "", false
+	}
+	alg, hex, cut := strings.Cut(parts[1], "-")
+	d = digest.NewDigestFromEncoded(digest.Algorithm(alg), hex)
+	if !cut || d.Validate() != nil {
+		return "", "", false
+	}
+	return parts[0], d, true
 }
 
 // TmpDir holds partial writes that must not sit at their final,

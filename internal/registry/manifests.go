@@ -239,6 +239,10 @@ func (r *Registry) PutManifest(ctx context.Context, repo, ref, contentType strin
 	if err := r.validateManifest(ctx, repo, contentType, m); err != nil {
 		return nil, err
 	}
+	// An image is durable whole once its manifest is accepted.
+	if err := r.sealBlobs(ctx, repo, refs.Blobs); err != nil {
+		return nil, err
+	}
 	// After the links are written (or a write failed half-way).
 	defer r.manifestsChanged(repo)
 	if err := r.storeManifest(ctx, repo, m, tags); err != nil {

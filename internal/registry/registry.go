@@ -81,6 +81,11 @@ type Options struct {
 	// seen within it. 0 reads links on every request (manifests by digest
 	// are still cached).
 	TagTTL time.Duration
+	// SyncBlobs makes every blob durable before its upload completes, as
+	// distribution does. Without it, on a filesystem, a blob is made
+	// durable in the background and at the latest before a manifest that
+	// names it is stored (see seal.go).
+	SyncBlobs bool
 }
 
 // DescriptorCache remembers that a blob is linked into a repository and its
@@ -124,7 +129,11 @@ type Registry struct {
 	// CacheEpoch, and when it is known chunks are not synced one by one.
 	appendInPlace bool
 	epoch         string
-	manifests     *manifestCache // nil: nothing cached
+	// cache is d's InPlaceAppender when its epoch is known; seals tracks
+	// the blobs stored without a sync (nil: every blob is synced first).
+	cache     driver.InPlaceAppender
+	seals     *sealer
+	manifests *manifestCache // nil: nothing cached
 }
 
 // New returns a Registry over d.
@@ -140,10 +149,17 @@ func New(d driver.Driver, opts Options) *Registry {
 	if inPlace {
 		epoch = ipa.CacheEpoch()
 	}
-	return &Registry{
+	r := &Registry{
 		d: d, opts: opts, owner: newOwnerID(), appendInPlace: inPlace, epoch: epoch,
 		manifests: newManifestCache(opts.ManifestCacheSize, opts.TagTTL),
 	}
+	if epoch != "" {
+		r.cache = ipa
+		if !opts.SyncBlobs {
+			r.seals = newSealer()
+		}
+	}
+	return r
 }
 
 // Driver returns the storage driver, for callers that need to reach storage

@@ -64,8 +64,14 @@ func (r *Registry) FinishUpload(ctx context.Context, repo, id string, d digest.D
 	}
 	// Bytes that joined unsynced under another epoch may have been lost.
 	suspect := unsynced != "" && unsynced != r.epoch
-	if err := r.commitUpload(ctx, repo, id, d, size, chain, suspect); err != nil {
+	toSeal, err := r.commitUpload(ctx, repo, id, d, size, chain, suspect)
+	if err != nil {
 		return 0, err
+	}
+	if toSeal != nil {
+		// Last: a seal's writes hold up every metadata change made while
+		// the journal commits them (ext4), the request's own included.
+		r.sealLater(toSeal)
 	}
 	return size, nil
 }
@@ -166,57 +172,78 @@ func (r *Registry) sessionChain(ctx context.Context, repo, id string, head uploa
 // commitUpload puts the verified chunks in place as blob d unless the blob
 // is already there, links it into repo, and removes the session. A digest
 // other than sha256, or a suspect session's bytes, are verified here, while
-// the chunks are read.
-func (r *Registry) commitUpload(ctx context.Context, repo, id string, d digest.Digest, size int64, chain []chunkRecord, suspect bool) error {
+// the chunks are read. It returns the blob to seal when it was stored
+// without a sync (see seal.go).
+func (r *Registry) commitUpload(ctx context.Context, repo, id string, d digest.Digest, size int64, chain []chunkRecord, suspect bool) (*sealEntry, error) {
 	// An existing blob may be one GC is about to delete (see package fence).
 	done, err := r.protectForGC(ctx, &fence.Record{Repo: repo, Digest: d})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer done()
 	have, err := r.exists(ctx, layout.BlobData(d))
 	if err != nil {
-		return err
+		return nil, err
 	}
+	var unsynced *sealEntry
 	if !have {
-		if err := r.placeBlob(ctx, repo, id, d, size, chain, suspect); err != nil {
-			return err
+		if unsynced, err = r.placeBlob(ctx, repo, id, d, size, chain, suspect); err != nil {
+			return nil, err
 		}
 	} else if d.Algorithm() != uploadHashAlg {
 		// Not stored anew, but the client's digest must still be right.
 		if err := r.verifyChunks(ctx, repo, id, d, chain); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	if err := r.writeLink(ctx, layout.LayerLink(repo, d), d); err != nil {
-		return err
+	if unsynced != nil {
+		if err := r.cache.PutCached(ctx, unsynced.link, []byte(d)); err != nil {
+			r.sealLater(unsynced) // the blob is in place: it is sealed all the same
+			return nil, err
+		}
+	} else if err := r.writeLink(ctx, layout.LayerLink(repo, d), d); err != nil {
+		return nil, err
 	}
 	r.cancelUpload(ctx, repo, id)
-	return nil
+	return unsynced, nil
 }
 
-// placeBlob writes blob d's data from the chain: the one chunk is synced
-// and moved; several are joined into place on the storage service where it
-// can (driver.Concatenator), or else copied into a new object first, as is
-// the chunk of a suspect session, whose bytes are verified on the way.
-func (r *Registry) placeBlob(ctx context.Context, repo, id string, d digest.Digest, size int64, chain []chunkRecord, suspect bool) error {
+// placeBlob writes blob d's data from the chain: the one chunk is moved,
+// without a sync where blobs are sealed later (the returned entry, nil
+// otherwise; see seal.go), else synced first; several are joined into place
+// on the storage service where it can (driver.Concatenator), or else copied
+// into a new object first, as is the chunk of a suspect session, whose
+// bytes are verified on the way.
+func (r *Registry) placeBlob(ctx context.Context, repo, id string, d digest.Digest, size int64, chain []chunkRecord, suspect bool) (*sealEntry, error) {
 	dst := layout.BlobData(d)
 	switch {
 	case size == 0:
 		if d.Algorithm() != uploadHashAlg && d.Algorithm().FromBytes(nil) != d {
 			r.cancelUpload(ctx, repo, id)
-			return fmt.Errorf("%w: upload is empty, client said %s", ErrDigestInvalid, d)
+			return nil, fmt.Errorf("%w: upload is empty, client said %s", ErrDigestInvalid, d)
 		}
-		return r.d.PutContent(ctx, dst, nil)
+		return nil, r.d.PutContent(ctx, dst, nil)
 	case len(chain) == 1 && d.Algorithm() == uploadHashAlg && !suspect && r.movable(ctx, repo, id, chain[0]):
 		src := layout.UploadChunk(repo, id, chain[0].dataName())
-		if r.epoch != "" {
-			if err := r.syncObject(ctx, src); err != nil {
-				return err
+		if r.seals != nil {
+			return r.placeUnsynced(ctx, repo, id, d, src)
+		}
+		if r.cache != nil {
+			if err := r.cache.Sync(ctx, src); err != nil {
+				return nil, err
 			}
 		}
-		return r.moveIntoPlace(ctx, id, src, dst)
+		return nil, r.moveIntoPlace(ctx, id, src, dst)
 	}
+	return nil, r.assembleBlob(ctx, repo, id, d, size, chain, suspect)
+}
+
+// assembleBlob writes blob d's data from several chunks, or from one that
+// must be verified: joined on the storage service where it can, else
+// copied, and verified on the way where asked, into a new object moved
+// into place.
+func (r *Registry) assembleBlob(ctx context.Context, repo, id string, d digest.Digest, size int64, chain []chunkRecord, suspect bool) error {
+	dst := layout.BlobData(d)
 	verify := d.Algorithm() != uploadHashAlg || suspect
 	if c, ok := driver.As[driver.Concatenator](r.d); ok && !verify {
 		err := c.Concat(ctx, dst, chunkRanges(repo, id, chain))
@@ -273,19 +300,6 @@ func (r *Registry) movable(ctx context.Context, repo, id string, c chunkRecord) 
 	}
 	fi, err := driver.StatFile(ctx, r.d, layout.UploadChunk(repo, id, c.dataName()))
 	return err == nil && fi.Size == c.end-c.start
-}
-
-// syncObject makes the bytes written to the object at p durable.
-func (r *Registry) syncObject(ctx context.Context, p string) error {
-	w, err := r.d.Writer(ctx, p, true)
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", p, err)
-	}
-	if err := w.Commit(ctx); err != nil {
-		w.Close()
-		return err
-	}
-	return w.Close()
 }
 
 // moveIntoPlace moves a finished object to blob path dst. When another

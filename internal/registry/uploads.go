@@ -479,8 +479,8 @@ func (r *Registry) publishChunk(ctx context.Context, repo, id string, head uploa
 // commit under another epoch verifies what is left; a sync of each would
 // instead wait for the chunk's bytes (see driver.InPlaceAppender).
 func (r *Registry) putSessionFile(ctx context.Context, p string, content []byte) error {
-	if ipa, ok := driver.As[driver.InPlaceAppender](r.d); ok && r.epoch != "" {
-		return ipa.PutCached(ctx, p, content)
+	if r.cache != nil {
+		return r.cache.PutCached(ctx, p, content)
 	}
 	return r.d.PutContent(ctx, p, content)
 }

@@ -94,6 +94,13 @@ type InPlaceAppender interface {
 	// there is not only wasted, on a journaling filesystem it also waits
 	// for the unsynced data of other files written before it.
 	PutCached(ctx context.Context, path string, content []byte) error
+	// Sync makes the file at path durable, its bytes and its name, as a
+	// Commit of its writer would have (a file written with PutCached, or
+	// closed without Commit). A missing file is a PathNotFoundError.
+	Sync(ctx context.Context, path string) error
+	// MoveNew renames src to dst unless dst exists, which fails with an
+	// error matching fs.ErrExist and leaves both as they were.
+	MoveNew(ctx context.Context, src, dst string) error
 }
 
 // As returns the first driver in the chain d, d.Unwrap(), ... that

@@ -292,6 +292,70 @@ func (d *Driver) Writer(_ context.Context, p string, append bool) (driver.FileWr
 	return newFileWriter(p, full, f, size), nil
 }
 
+// Sync implements driver.InPlaceAppender: an fsync of the file, then of its
+// directory, whose entry for it a rename or create may have changed. The
+// directories above were created before and reach the disk with the
+// journal commit either fsync makes (ext4, XFS).
+func (d *Driver) Sync(_ context.Context, p string) error {
+	if err := driver.CheckFiles(driverName, p); err != nil {
+		return err
+	}
+	full := d.fullPath(p)
+	for _, name := range []string{full, filepath.Dir(full)} {
+		f, err := os.Open(name)
+		if err != nil {
+			if notExist(err) {
+				return notFound(p)
+			}
+			return wrap(err)
+		}
+		err = f.Sync()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("%s: sync %s: %w", driverName, p, err)
+		}
+	}
+	return nil
+}
+
+// MoveNew implements driver.InPlaceAppender with link(2), which refuses an
+// existing name, then the removal of src; where hard links are not
+// supported it renames, after a check for dst that a second writer can
+// slip past.
+func (d *Driver) MoveNew(_ context.Context, src, dst string) error {
+	if err := driver.CheckFiles(driverName, src, dst); err != nil {
+		return err
+	}
+	s, t := d.fullPath(src), d.fullPath(dst)
+	err := inDir(filepath.Dir(t), func() error {
+		err := os.Link(s, t)
+		if errors.Is(err, fs.ErrNotExist) {
+			if _, serr := os.Lstat(s); notExist(serr) {
+				return notFound(src)
+			}
+		}
+		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.ENOTSUP) || errors.Is(err, syscall.EXDEV) {
+			if _, serr := os.Lstat(t); serr == nil {
+				return fs.ErrExist
+			}
+			return os.Rename(s, t)
+		}
+		return err
+	})
+	switch {
+	case errors.Is(err, driver.ErrNotFound), errors.Is(err, fs.ErrExist):
+		return err
+	case err != nil:
+		return wrap(err)
+	}
+	if err := os.Remove(s); err != nil && !notExist(err) {
+		return wrap(err)
+	}
+	return nil
+}
+
 // CacheEpoch implements driver.InPlaceAppender (an appending Writer opens
 // the file and writes at its end): bytes closed without a sync live in the
 // page cache until the machine restarts, so the epoch is the boot id.

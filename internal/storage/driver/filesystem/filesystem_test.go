@@ -3,6 +3,7 @@ package filesystem_test
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -230,5 +231,52 @@ func TestWillRead(t *testing.T) {
 	}
 	if err := d.WillRead(ctx, "/a"); !errors.Is(err, driver.ErrNotFound) {
 		t.Fatalf("WillRead of a directory: %v, want ErrNotFound", err)
+	}
+}
+
+// TestMoveNewAndSync: MoveNew renames onto a free name only, leaving both
+// files as they were otherwise; Sync reports a missing file as not found.
+func TestMoveNewAndSync(t *testing.T) {
+	ctx := context.Background()
+	d, err := filesystem.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, b := range map[string]string{"/a/src": "new", "/b/dst": "old", "/a/other": "x"} {
+		if err := d.PutContent(ctx, p, []byte(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.MoveNew(ctx, "/a/src", "/b/dst"); !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("MoveNew onto an existing file = %v, want fs.ErrExist", err)
+	}
+	for p, want := range map[string]string{"/a/src": "new", "/b/dst": "old"} {
+		if got, err := d.GetContent(ctx, p); err != nil || string(got) != want {
+			t.Errorf("%s after a refused MoveNew = %q, %v; want %q", p, got, err, want)
+		}
+	}
+	if err := d.MoveNew(ctx, "/a/src", "/c/d/new"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := d.GetContent(ctx, "/c/d/new"); err != nil || string(got) != "new" {
+		t.Errorf("/c/d/new = %q, %v", got, err)
+	}
+	if _, err := d.Stat(ctx, "/a/src"); !errors.Is(err, driver.ErrNotFound) {
+		t.Errorf("source after MoveNew: %v", err)
+	}
+	if err := d.MoveNew(ctx, "/a/gone", "/c/x"); !errors.Is(err, driver.ErrNotFound) {
+		t.Errorf("MoveNew of a missing file = %v, want not found", err)
+	}
+	if err := d.Sync(ctx, "/c/d/new"); err != nil {
+		t.Errorf("Sync: %v", err)
+	}
+	if err := d.Sync(ctx, "/c/d/gone"); !errors.Is(err, driver.ErrNotFound) {
+		t.Errorf("Sync of a missing file = %v, want not found", err)
+	}
+	if err := d.PutCached(ctx, "/c/cached", []byte("c")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := d.GetContent(ctx, "/c/cached"); err != nil || string(got) != "c" {
+		t.Errorf("PutCached then GetContent = %q, %v", got, err)
 	}
 }
