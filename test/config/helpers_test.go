@@ -38,20 +38,6 @@ func startAt(t *testing.T, yml, apiBase string) *cairnproc.Server {
 	return cairnproc.StartAt(t, cairnproc.Binary(t), apiBase, "--root", t.TempDir(), "--config", cairnproc.WriteConfig(t, yml))
 }
 
-// resolve makes a Location (absolute or a path) absolute against base.
-func resolve(t *testing.T, base, loc string) string {
-	t.Helper()
-	b, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, err := b.Parse(loc)
-	if err != nil {
-		t.Fatalf("Location %q: %v", loc, err)
-	}
-	return u.String()
-}
-
 // pushBlob uploads data to repo through api (".../v2/") with a POST and
 // a PUT of its Location, and returns its digest and the PUT's response.
 func pushBlob(t *testing.T, api, repo string, data []byte) (digest.Digest, regtest.Response) {
@@ -61,7 +47,7 @@ func pushBlob(t *testing.T, api, repo string, data []byte) (digest.Digest, regte
 		t.Fatalf("%v", r)
 	}
 	d := digest.FromBytes(data)
-	loc := resolve(t, api, r.Header.Get("Location"))
+	loc := regtest.Resolve(t, api, r.Header.Get("Location"))
 	u, _ := url.Parse(loc)
 	q := u.Query()
 	q.Set("digest", d.String())

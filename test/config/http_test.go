@@ -400,7 +400,7 @@ func TestDrainTimeout(t *testing.T) {
 	}
 	pr, pw := io.Pipe()
 	defer pw.Close()
-	req, _ := http.NewRequest(http.MethodPatch, resolve(t, s.URL, r.Header.Get("Location")), pr)
+	req, _ := http.NewRequest(http.MethodPatch, regtest.Resolve(t, s.URL, r.Header.Get("Location")), pr)
 	req.Header.Set("Content-Type", "application/octet-stream")
 	sent := make(chan struct{})
 	go func() {

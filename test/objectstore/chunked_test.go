@@ -97,27 +97,14 @@ func pushChunks(t *testing.T, addr, repo string, data []byte, size int) string {
 	loc := r.Header.Get("Location")
 	for off := 0; off < len(data); off += size {
 		end := min(off+size, len(data))
-		r := regtest.Do(t, http.DefaultClient, http.MethodPatch, resolve(t, base, loc), data[off:end],
+		r := regtest.Do(t, http.DefaultClient, http.MethodPatch, regtest.Resolve(t, base, loc), data[off:end],
 			"Content-Type", "application/octet-stream", "Content-Range", fmt.Sprintf("%d-%d", off, end-1))
 		if r.Status != http.StatusAccepted {
 			t.Fatalf("%v", r)
 		}
 		loc = r.Header.Get("Location")
 	}
-	return resolve(t, base, loc)
-}
-
-func resolve(t *testing.T, base, loc string) string {
-	t.Helper()
-	b, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, err := b.Parse(loc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return u.String()
+	return regtest.Resolve(t, base, loc)
 }
 
 func withDigest(t *testing.T, loc, dg string) string {

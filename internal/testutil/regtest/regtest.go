@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -93,6 +94,20 @@ func Send(t testing.TB, hc *http.Client, req *http.Request) Response {
 		t.Fatalf("%s %s: read body: %v", req.Method, req.URL, err)
 	}
 	return Response{Status: resp.StatusCode, Header: resp.Header, Body: b, Req: req.Method + " " + req.URL.RequestURI()}
+}
+
+// Resolve makes a Location (absolute or a path) absolute against base.
+func Resolve(t testing.TB, base, loc string) string {
+	t.Helper()
+	b, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := b.Parse(loc)
+	if err != nil {
+		t.Fatalf("Location %q: %v", loc, err)
+	}
+	return u.String()
 }
 
 // Ref parses "<repo>:<tag>" or "<repo>@<digest>" as a reference on the

@@ -325,17 +325,8 @@ func (d *Driver) Sync(_ context.Context, p string) error {
 // supported it renames, after a check for dst that a second writer can
 // slip past.
 func (d *Driver) MoveNew(_ context.Context, src, dst string) error {
-	if err := driver.CheckFiles(driverName, src, dst); err != nil {
-		return err
-	}
-	s, t := d.fullPath(src), d.fullPath(dst)
-	err := inDir(filepath.Dir(t), func() error {
+	err := d.rename(src, dst, func(s, t string) error {
 		err := os.Link(s, t)
-		if errors.Is(err, fs.ErrNotExist) {
-			if _, serr := os.Lstat(s); notExist(serr) {
-				return notFound(src)
-			}
-		}
 		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.ENOTSUP) || errors.Is(err, syscall.EXDEV) {
 			if _, serr := os.Lstat(t); serr == nil {
 				return fs.ErrExist
@@ -344,13 +335,10 @@ func (d *Driver) MoveNew(_ context.Context, src, dst string) error {
 		}
 		return err
 	})
-	switch {
-	case errors.Is(err, driver.ErrNotFound), errors.Is(err, fs.ErrExist):
+	if err != nil {
 		return err
-	case err != nil:
-		return wrap(err)
 	}
-	if err := os.Remove(s); err != nil && !notExist(err) {
+	if err := os.Remove(d.fullPath(src)); err != nil && !notExist(err) {
 		return wrap(err)
 	}
 	return nil
@@ -407,12 +395,19 @@ func (d *Driver) List(_ context.Context, p string) ([]string, error) {
 // Move implements driver.Driver with one rename, creating dst's parent
 // directories only when the rename needs them.
 func (d *Driver) Move(_ context.Context, src, dst string) error {
+	return d.rename(src, dst, os.Rename)
+}
+
+// rename gives file src the name dst with op (on their names on disk),
+// creating dst's parent directories only when op needs them. A missing src
+// is a PathNotFoundError; an existing dst that op refuses, fs.ErrExist.
+func (d *Driver) rename(src, dst string, op func(s, t string) error) error {
 	if err := driver.CheckFiles(driverName, src, dst); err != nil {
 		return err
 	}
 	s, t := d.fullPath(src), d.fullPath(dst)
 	err := inDir(filepath.Dir(t), func() error {
-		err := os.Rename(s, t)
+		err := op(s, t)
 		if errors.Is(err, fs.ErrNotExist) {
 			// Either src or dst's directory is missing; only the latter
 			// is worth a mkdir.
@@ -422,13 +417,11 @@ func (d *Driver) Move(_ context.Context, src, dst string) error {
 		}
 		return err
 	})
-	if err != nil {
-		if errors.Is(err, driver.ErrNotFound) {
-			return err
-		}
-		return wrap(err)
+	switch {
+	case err == nil, errors.Is(err, driver.ErrNotFound), errors.Is(err, fs.ErrExist):
+		return err
 	}
-	return nil
+	return wrap(err)
 }
 
 // Delete implements driver.Driver. Delete("/") empties the root but keeps it.
