@@ -32,11 +32,18 @@ const (
 	opDeleteFiles = "delete_files"
 	opCommit      = "writer_commit"
 	opCancel      = "writer_cancel"
+	// The optional interfaces' methods (see optional.go).
+	opPutCached   = "put_cached"
+	opSync        = "sync"
+	opMoveNew     = "move_new"
+	opConcat      = "concat"
+	opStageWriter = "stage_writer"
 )
 
 var operations = [...]string{
 	opGetContent, opPutContent, opReader, opReadRange, opWriter, opStat, opList,
 	opMove, opDelete, opWalk, opDeleteFiles, opCommit, opCancel,
+	opPutCached, opSync, opMoveNew, opConcat, opStageWriter,
 }
 
 // opMetrics are one operation's collectors, resolved once so that a call
@@ -91,7 +98,7 @@ func InstrumentDriver(d driver.Driver, m *Metrics, tracer trace.Tracer) driver.D
 			tracer:  tracer,
 		}
 	}
-	return &instrumented{
+	i := &instrumented{
 		d:       d,
 		deleted: m.storageDeleted.WithLabelValues(name),
 		get:     ops[opGetContent], put: ops[opPutContent], reader: ops[opReader], readRange: ops[opReadRange],
@@ -99,6 +106,7 @@ func InstrumentDriver(d driver.Driver, m *Metrics, tracer trace.Tracer) driver.D
 		walk: ops[opWalk], deleteFiles: ops[opDeleteFiles], commit: ops[opCommit],
 		cancel: ops[opCancel],
 	}
+	return withOptional(i, ops)
 }
 
 var (
