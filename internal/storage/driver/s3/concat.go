@@ -244,7 +244,8 @@ func (d *Driver) readRanges(ctx context.Context, ranges []driver.FileRange) ([]b
 	for _, r := range ranges {
 		total += r.Length
 	}
-	b := make([]byte, 0, total)
+	b := make([]byte, total)
+	off := int64(0)
 	for _, r := range ranges {
 		if r.Length == 0 {
 			continue
@@ -253,16 +254,15 @@ func (d *Driver) readRanges(ctx context.Context, ranges []driver.FileRange) ([]b
 		if err != nil {
 			return nil, err
 		}
-		buf := bytes.NewBuffer(b)
-		n, err := buf.ReadFrom(io.LimitReader(rc, r.Length))
+		n, err := io.ReadFull(rc, b[off:off+r.Length])
 		rc.Close()
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%s: %s holds %d bytes from %d, want %d", driverName, r.Path, n, r.Offset, r.Length)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: reading %s: %w", driverName, r.Path, err)
 		}
-		if n != r.Length {
-			return nil, fmt.Errorf("%s: %s holds %d bytes from %d, want %d", driverName, r.Path, n, r.Offset, r.Length)
-		}
-		b = buf.Bytes()
+		off += r.Length
 	}
 	return b, nil
 }
