@@ -15,6 +15,7 @@
 //	    _uploads/<id>/head                                     UploadHead: what the session holds (cairn)
 //	    _uploads/<id>/chunks/<name>                            UploadChunk: chunk objects and records (cairn)
 //	  cairn/                                                   everything else of cairn's
+//	    store-id                                               StoreID: the store's identity (dedup's metadata names it)
 //	    gc/active/run-<id>, fence-<id>-<round>                 GCActive: online-GC markers and fences
 //	    gc/journal/<repo>/_blobs|_manifests/<alg>/<hex>/<nonce> JournalRecord: writers' records
 //	    files/<alg>/<hex[0:2]>/<hex>                           File: a unique file of dedup (zstd), before packs
@@ -232,6 +233,10 @@ func JournalRecord(repo string, manifest bool, d digest.Digest, nonce string) st
 	}
 	return GCJournalDir + "/" + repo + kind + string(d.Algorithm()) + "/" + d.Encoded() + "/" + nonce
 }
+
+// StoreID holds the store's identity: a random id written at first use,
+// which a metadata store records once it is a complete index of this store.
+const StoreID = CairnDir + "/store-id"
 
 // FilesDir holds dedup's unique files.
 const FilesDir = CairnDir + "/files"

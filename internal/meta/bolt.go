@@ -29,9 +29,12 @@ var (
 	bktStats      = []byte("stats")      // name -> int64
 	bktLeases     = []byte("leases")     // name -> expiry unix ms(8) holder
 	bktPacks      = []byte("packs")      // pack id -> its record (see bolt_packs.go)
+	bktIdentity   = []byte("identity")   // "store" -> the storage's id (Identity)
 )
 
-var allBuckets = [][]byte{bktFiles, bktZero, bktLayerFiles, bktRecipes, bktByState, bktLayerCount, bktImages, bktClients, bktPop, bktStats, bktLeases, bktPacks}
+var keyStoreID = []byte("store")
+
+var allBuckets = [][]byte{bktFiles, bktZero, bktLayerFiles, bktRecipes, bktByState, bktLayerCount, bktImages, bktClients, bktPop, bktStats, bktLeases, bktPacks, bktIdentity}
 
 // Options tunes the bolt store; zero fields take the defaults.
 type Options struct {
@@ -100,6 +103,26 @@ func OpenWith(path string, opts Options) (*Bolt, error) {
 		return nil, fmt.Errorf("meta: init %s: %w", path, err)
 	}
 	return &Bolt{db: db, opts: opts}, nil
+}
+
+// StoreID implements Identity.
+func (s *Bolt) StoreID(ctx context.Context) (string, error) {
+	var id string
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		id = string(tx.Bucket(bktIdentity).Get(keyStoreID))
+		return nil
+	})
+	return id, err
+}
+
+// SetStoreID implements Identity.
+func (s *Bolt) SetStoreID(ctx context.Context, id string) error {
+	return s.update(ctx, func(tx *bolt.Tx) error {
+		if id == "" {
+			return tx.Bucket(bktIdentity).Delete(keyStoreID)
+		}
+		return tx.Bucket(bktIdentity).Put(keyStoreID, []byte(id))
+	})
 }
 
 // Close closes the bolt file.

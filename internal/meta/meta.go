@@ -358,8 +358,25 @@ func leaseMillis(name, holder string, ttl time.Duration) (int64, error) {
 	return ms, nil
 }
 
+// Identity ties the metadata store to the storage it indexes. The store is
+// the source of truth: recipes name each layer's files and every pack holds
+// its own index, so the metadata can be rebuilt from storage (package
+// dedup's Rebuild). StoreID is written only when the metadata is known to
+// be a complete index of the storage with that id: at the end of a
+// rebuild. A store that is new, flushed, restored from another store, or
+// whose rebuild stopped half-way reports "" or another id, and nothing is
+// deleted on its word (GC keeps packs and files while it is so).
+type Identity interface {
+	// StoreID returns the id of the storage this metadata is a complete
+	// index of; "" when none is recorded.
+	StoreID(ctx context.Context) (string, error)
+	// SetStoreID records id; "" clears it (a rebuild begins).
+	SetStoreID(ctx context.Context, id string) error
+}
+
 // Store is the whole metadata store.
 type Store interface {
+	Identity
 	FileIndex
 	Layers
 	Bulk

@@ -72,6 +72,7 @@ var _ Store = (*Redis)(nil)
 type redisKeys struct {
 	prefix              string
 	images, stats       string
+	storeID             string   // Identity: the storage's id
 	std                 []string // the KEYS of the file, recipe and pack scripts
 	files, zero, layers string   // std[0:3]
 	recipes             string   // std[3]
@@ -83,7 +84,7 @@ type redisKeys struct {
 func newRedisKeys(prefix string) redisKeys {
 	k := redisKeys{
 		prefix: prefix,
-		images: prefix + "images", stats: prefix + "stats",
+		images: prefix + "images", stats: prefix + "stats", storeID: prefix + "storeid",
 		files: prefix + "files", zero: prefix + "zero", layers: prefix + "layerfiles",
 		recipes: prefix + "recipes", popPrefix: prefix + "pop:",
 		packs: prefix + "packs", packIDs: prefix + "packids",
@@ -155,6 +156,24 @@ func OpenRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 		}
 	}
 	return &Redis{c: c, owned: o.Client == nil || o.OwnClient, opts: o, k: newRedisKeys(o.Prefix)}, nil
+}
+
+// StoreID implements Identity. A flushed server, or one restarted without
+// persistence, has lost the key: "" then.
+func (s *Redis) StoreID(ctx context.Context) (string, error) {
+	id, err := s.c.Get(ctx, s.k.storeID).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	return id, err
+}
+
+// SetStoreID implements Identity.
+func (s *Redis) SetStoreID(ctx context.Context, id string) error {
+	if id == "" {
+		return s.c.Del(ctx, s.k.storeID).Err()
+	}
+	return s.c.Set(ctx, s.k.storeID, id, 0).Err()
 }
 
 // Close closes the connections it opened; a shared Client stays open.
