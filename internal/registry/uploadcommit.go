@@ -28,6 +28,16 @@ func (r *Registry) FinishUpload(ctx context.Context, repo, id string, d digest.D
 		return 0, err
 	}
 	defer release()
+	size, err := r.finishUpload(ctx, repo, id, head, d, body, start)
+	if err != nil {
+		// The session stays for the client to try again, but not for
+		// uploadpurging.age if it does not (see the lifecycle).
+		r.chunkFailed(context.WithoutCancel(ctx), repo, id, head, err)
+	}
+	return size, err
+}
+
+func (r *Registry) finishUpload(ctx context.Context, repo, id string, head uploadHead, d digest.Digest, body io.Reader, start int64) (int64, error) {
 	if st, ok := driver.As[driver.Stager](r.d); ok && body != nil && head.Size == 0 && start <= 0 &&
 		d.Algorithm() == uploadHashAlg && !r.appendInPlace {
 		return r.putWhole(ctx, st, repo, id, d, body)

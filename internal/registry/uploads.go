@@ -41,8 +41,15 @@ import (
 //     the sha256 state over every byte so far, and a chain id (a hash over
 //     the records from offset 0 on, an appended object's newest record
 //     standing for its older ones).
-//     A chunk cut short by the client joins with the bytes that arrived, so
-//     the client can resume at the Range it is told.
+//     A chunk that fails (its body cut short by the client, or a write the
+//     storage refused) never joins: its object is deleted at once, so a
+//     killed push or a full disk leaves none of its bytes behind, and the
+//     client resumes at the Range the session held before it. Head then
+//     notes when (Failed), and a session that sees no chunk join for
+//     FailedUploadAge after that is purged (PurgeFailedUploads,
+//     PurgeUploads) rather than after uploadpurging.age. (A chunk appended
+//     to an existing object cannot be cut back off it: those bytes lie
+//     past what the records cover, unused, until the commit or the purge.)
 //   - Where the driver names its cache epoch (the filesystem: the boot id)
 //     a chunk's bytes are not synced before they join: they are readable
 //     through the page cache, the disk writes them meanwhile, and head
@@ -79,6 +86,12 @@ import (
 
 // uploadHashAlg is the algorithm whose running state is kept.
 const uploadHashAlg = digest.SHA256
+
+// FailedUploadAge is how long a session whose newest chunk failed is kept
+// without a further chunk before it is purged: long enough for a client to
+// resume after a cut connection or an operator to free space, short enough
+// that abandoned pushes do not hold storage for days.
+const FailedUploadAge = 15 * time.Minute
 
 // DefaultMaxUploadChunks bounds the chunks of one upload session (S3's
 // limit on a multipart upload's parts), so that a client sending tiny
@@ -121,6 +134,10 @@ type uploadHead struct {
 	// Unsynced is the cache epoch of bytes that joined without a sync;
 	// epochMixed when chunks joined under several.
 	Unsynced string `json:"unsynced,omitempty"`
+	// Failed is when the newest chunk failed (RFC 3339), "" when the
+	// newest chunk joined: the next chunk that joins writes head anew
+	// without it.
+	Failed string `json:"failed,omitempty"`
 }
 
 // epochMixed marks a session whose unsynced bytes span cache epochs.
@@ -192,10 +209,59 @@ func chainID(prev, record string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// sessionLocks lets one request at a time write a session of this process.
+// sessionLocks lets one request at a time write a session of this
+// process, and remembers the sessions whose newest chunk failed here, for
+// PurgeFailedUploads to look at without a walk of the store.
 type sessionLocks struct {
-	mu   sync.Mutex
-	busy map[string]bool
+	mu     sync.Mutex
+	busy   map[string]bool
+	failed map[string]failedUpload
+}
+
+// failedUpload is a session whose newest chunk failed in this process, at
+// the time its head's Failed says.
+type failedUpload struct {
+	repo, id, at string
+	when         time.Time
+}
+
+func (l *sessionLocks) noteFailed(f failedUpload) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.failed == nil {
+		l.failed = make(map[string]failedUpload)
+	}
+	l.failed[f.repo+"/"+f.id] = f
+}
+
+// forgetFailed drops key's entry; with at != "", only the entry of that
+// failure (a later one stays).
+func (l *sessionLocks) forgetFailed(key, at string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if f, ok := l.failed[key]; ok && (at == "" || f.at == at) {
+		delete(l.failed, key)
+	}
+}
+
+// failedBefore returns the sessions that failed before t.
+func (l *sessionLocks) failedBefore(t time.Time) []failedUpload {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []failedUpload
+	for _, f := range l.failed {
+		if f.when.Before(t) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// held reports whether a request of this process is writing key.
+func (l *sessionLocks) held(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.busy[key]
 }
 
 // acquire claims the session, or reports false when another request holds
@@ -324,24 +390,66 @@ func (r *Registry) UploadSize(ctx context.Context, repo, id string) (int64, erro
 // AppendUpload appends body to upload id. start is the offset the client
 // says the chunk begins at, or -1 for a streamed chunk; a chunk that does not
 // continue the upload fails with a *RangeError. It returns the new size.
-// When the body fails part-way, the bytes that arrived stay in the session
-// and the error is returned.
+// When the body fails part-way, or the storage refuses it, nothing of the
+// chunk is kept: the session holds what it held before, and the error is
+// returned.
 func (r *Registry) AppendUpload(ctx context.Context, repo, id string, body io.Reader, start int64) (int64, error) {
 	head, release, err := r.claimUpload(ctx, repo, id)
 	if err != nil {
 		return 0, err
 	}
 	defer release()
+	// A client that went away has cancelled ctx; what follows its chunk
+	// must still be done.
+	bg := context.WithoutCancel(ctx)
 	c, err := r.writeChunk(ctx, repo, id, head, body, start)
-	if c.rec.name == "" {
+	if err != nil {
+		r.chunkFailed(bg, repo, id, head, err)
 		return head.Size, err
 	}
-	// Publish what arrived even when the body failed, so the client can
-	// resume after it; a client that went away has cancelled ctx.
-	if perr := r.publishChunk(context.WithoutCancel(ctx), repo, id, head, c); perr != nil {
-		return head.Size, errors.Join(err, perr)
+	if c.rec.name == "" {
+		return head.Size, nil
 	}
-	return c.rec.end, err
+	if err := r.publishChunk(bg, repo, id, head, c); err != nil {
+		r.unwriteChunk(bg, repo, id, head, c)
+		r.chunkFailed(bg, repo, id, head, err)
+		return head.Size, err
+	}
+	if head.Failed != "" {
+		r.sessions.forgetFailed(repo+"/"+id, "")
+	}
+	return c.rec.end, nil
+}
+
+// unwriteChunk deletes what chunk c wrote when it could not join: its
+// object when it is new (an appended one holds earlier chunks too), and
+// its record, which lies off head's chain either way.
+func (r *Registry) unwriteChunk(ctx context.Context, repo, id string, head uploadHead, c writtenChunk) {
+	paths := []string{layout.UploadChunk(repo, id, c.rec.name)}
+	if c.rec.start == head.Size {
+		paths = append(paths, layout.UploadChunk(repo, id, c.rec.dataName()))
+	}
+	r.d.DeleteFiles(ctx, paths) // what stays is purged with the session
+}
+
+// chunkFailed notes in head that the session's newest chunk failed with
+// err, so that the session is purged once FailedUploadAge passes without a
+// further chunk. A chunk refused before anything was written (out of
+// order, too many chunks) is the client's mistake, not a failure; and when
+// the note cannot be written (the storage is full or read-only), the
+// session waits for uploadpurging.age.
+func (r *Registry) chunkFailed(ctx context.Context, repo, id string, head uploadHead, err error) {
+	var re *RangeError
+	if errors.As(err, &re) || errors.Is(err, ErrUploadInvalid) || errors.Is(err, ErrUploadUnknown) || errors.Is(err, ErrDigestInvalid) {
+		return
+	}
+	now := time.Now().UTC()
+	head.Failed = now.Format(time.RFC3339Nano)
+	b, jerr := json.Marshal(head)
+	if jerr != nil || r.putSessionFile(ctx, layout.UploadHead(repo, id), b) != nil {
+		return
+	}
+	r.sessions.noteFailed(failedUpload{repo: repo, id: id, at: head.Failed, when: now})
 }
 
 // writtenChunk is a chunk written by writeChunk, not yet published.
@@ -372,8 +480,9 @@ func (r *Registry) writeChunk(ctx context.Context, repo, id string, head uploadH
 	}
 	w := cw.w
 	n, copyErr := copyHashing(w, h, body)
-	if copyErr != nil && (n == 0 || w.Size() != head.Size-cw.start+n) {
-		// Nothing arrived, or the write itself failed: keep nothing.
+	if copyErr != nil {
+		// Cut short or refused: keep nothing (see the lifecycle), so that
+		// a full disk gets the space back at once.
 		cw.drop(context.WithoutCancel(ctx))
 		return writtenChunk{}, fmt.Errorf("upload %s: %w", id, copyErr)
 	}
@@ -387,18 +496,14 @@ func (r *Registry) writeChunk(ctx context.Context, repo, id string, head uploadH
 		unsynced = r.epoch
 	} else if err := w.Commit(context.WithoutCancel(ctx)); err != nil {
 		cw.drop(context.WithoutCancel(ctx))
-		return writtenChunk{}, errors.Join(copyErr, err)
+		return writtenChunk{}, err
 	}
 	if err := w.Close(); err != nil {
 		cw.drop(context.WithoutCancel(ctx))
-		return writtenChunk{}, errors.Join(copyErr, err)
+		return writtenChunk{}, err
 	}
 	end := head.Size + n
-	c := writtenChunk{rec: chunkRecord{name: recordName(cw.name, end), start: cw.start, end: end}, h: h, base: cw.base, unsynced: unsynced}
-	if copyErr != nil {
-		return c, fmt.Errorf("upload %s: %w", id, copyErr)
-	}
-	return c, nil
+	return writtenChunk{rec: chunkRecord{name: recordName(cw.name, end), start: cw.start, end: end}, h: h, base: cw.base, unsynced: unsynced}, nil
 }
 
 // chunkTarget is where writeChunk writes: an object, new or appended to.
@@ -496,6 +601,7 @@ func (r *Registry) CancelUpload(ctx context.Context, repo, id string) error {
 }
 
 func (r *Registry) cancelUpload(ctx context.Context, repo, id string) error {
+	r.sessions.forgetFailed(repo+"/"+id, "")
 	err := r.d.Delete(ctx, layout.UploadDir(repo, id))
 	if errors.Is(err, driver.ErrNotFound) {
 		return nil
@@ -503,10 +609,51 @@ func (r *Registry) cancelUpload(ctx context.Context, repo, id string) error {
 	return err
 }
 
+// PurgeFailedUploads deletes the sessions whose newest chunk failed in
+// this process before failedBefore with no chunk since, and returns how
+// many it deleted (or would, with dryRun). It looks only at the sessions
+// this process saw fail, so it is cheap enough to run every minute; those
+// of another process, or of one that restarted, are left to PurgeUploads.
+// A session a request is writing is not abandoned and is kept.
+func (r *Registry) PurgeFailedUploads(ctx context.Context, failedBefore time.Time, dryRun bool) (int, error) {
+	purged := 0
+	var errs []error
+	for _, f := range r.sessions.failedBefore(failedBefore) {
+		if err := ctx.Err(); err != nil {
+			return purged, err
+		}
+		key := f.repo + "/" + f.id
+		if !r.sessions.acquire(key) {
+			continue
+		}
+		head, found, err := r.loadHead(ctx, f.repo, f.id)
+		switch {
+		case err != nil:
+			errs = append(errs, err) // tried again next time
+		case !found || head.Failed != f.at:
+			// Gone, or a chunk joined (or failed again) since.
+			r.sessions.forgetFailed(key, f.at)
+		case dryRun:
+			purged++
+			r.sessions.forgetFailed(key, f.at) // counted once
+		default:
+			if err := r.cancelUpload(ctx, f.repo, f.id); err != nil {
+				errs = append(errs, err)
+			} else {
+				purged++
+			}
+		}
+		r.sessions.release(key)
+	}
+	return purged, errors.Join(errs...)
+}
+
 // PurgeUploads deletes upload sessions started before olderThan in every
-// repository and returns how many it deleted (or would, with dryRun). A
-// session whose startedat is unreadable is purged too: nothing can finish it.
-func (r *Registry) PurgeUploads(ctx context.Context, olderThan time.Time, dryRun bool) (int, error) {
+// repository, and those whose newest chunk failed before failedBefore with
+// no chunk since (zero: none), and returns how many it deleted (or would,
+// with dryRun). A session whose startedat is unreadable is purged too:
+// nothing can finish it.
+func (r *Registry) PurgeUploads(ctx context.Context, olderThan, failedBefore time.Time, dryRun bool) (int, error) {
 	purged := 0
 	var errs []error
 	err := r.d.Walk(ctx, layout.RepositoriesDir, func(fi driver.FileInfo) error {
@@ -528,8 +675,9 @@ func (r *Registry) PurgeUploads(ctx context.Context, olderThan time.Time, dryRun
 			errs = append(errs, err)
 			return driver.ErrSkipDir
 		}
+		repo := strings.TrimSuffix(strings.TrimPrefix(fi.Path, layout.RepositoriesDir+"/"), "/_uploads")
 		for _, dir := range ids {
-			if r.uploadExpired(ctx, dir, olderThan) {
+			if r.uploadExpired(ctx, dir, olderThan) || r.uploadFailed(ctx, repo, path.Base(dir), failedBefore) {
 				purged++
 				if !dryRun {
 					if err := r.d.Delete(ctx, dir); err != nil && !errors.Is(err, driver.ErrNotFound) {
@@ -544,6 +692,20 @@ func (r *Registry) PurgeUploads(ctx context.Context, olderThan time.Time, dryRun
 		err = nil
 	}
 	return purged, errors.Join(append(errs, err)...)
+}
+
+// uploadFailed reports a session whose head says its newest chunk failed
+// before failedBefore, unless a request of this process is writing it.
+func (r *Registry) uploadFailed(ctx context.Context, repo, id string, failedBefore time.Time) bool {
+	if failedBefore.IsZero() || r.sessions.held(repo+"/"+id) {
+		return false
+	}
+	h, found, err := r.loadHead(ctx, repo, id)
+	if err != nil || !found || h.Failed == "" {
+		return false
+	}
+	t, err := time.Parse(time.RFC3339Nano, h.Failed)
+	return err == nil && t.Before(failedBefore)
 }
 
 func (r *Registry) uploadExpired(ctx context.Context, dir string, olderThan time.Time) bool {

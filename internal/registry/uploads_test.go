@@ -6,8 +6,10 @@ import (
 	"crypto/rand"
 	"errors"
 	"io"
+	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/testutil/drivertest"
@@ -286,27 +288,97 @@ func (f *failAfter) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// TestUploadResumeAfterCutChunk: a chunk cut short keeps the bytes that
-// arrived; the client resumes at the Range it is told.
+// TestUploadResumeAfterCutChunk: a chunk cut short keeps nothing, neither
+// in the session nor on the store; the client resumes at the Range the
+// session held before it.
 func TestUploadResumeAfterCutChunk(t *testing.T) {
 	drivertest.ForEach(t, func(t *testing.T, d driver.Driver) {
 		ctx := context.Background()
 		r := New(d, Options{})
 		all := randomBytes(t, 3<<20)
 		id, _ := r.StartUpload(ctx, "a")
-		cut := 1<<20 + 12345
-		n, err := r.AppendUpload(ctx, "a", id, &failAfter{all[:cut]}, 0)
+		first := 1 << 20
+		if _, err := r.AppendUpload(ctx, "a", id, bytes.NewReader(all[:first]), 0); err != nil {
+			t.Fatal(err)
+		}
+		before := chunkObjects(t, d, "a", id)
+		cut := 2<<20 + 12345
+		n, err := r.AppendUpload(ctx, "a", id, &failAfter{all[first:cut]}, int64(first))
 		if !errors.Is(err, io.ErrUnexpectedEOF) {
 			t.Fatalf("cut chunk: %v", err)
 		}
-		if n != int64(cut) {
-			t.Fatalf("cut chunk kept %d bytes, want %d", n, cut)
+		if n != int64(first) {
+			t.Fatalf("cut chunk: session holds %d bytes, want %d", n, first)
 		}
-		if _, err := r.FinishUpload(ctx, "a", id, digest.FromBytes(all), bytes.NewReader(all[cut:]), int64(cut)); err != nil {
+		if after := chunkObjects(t, d, "a", id); !slices.Equal(after, before) {
+			t.Fatalf("cut chunk left objects: %v, before it %v", after, before)
+		}
+		if _, err := r.FinishUpload(ctx, "a", id, digest.FromBytes(all), bytes.NewReader(all[first:]), int64(first)); err != nil {
 			t.Fatal(err)
 		}
 		wantBlob(t, r, digest.FromBytes(all), all)
 	})
+}
+
+// TestPurgeFailedUploads: a session whose newest chunk failed, with no
+// chunk since, is purged by PurgeFailedUploads and by PurgeUploads' failed
+// rule once its failure is older than the cutoff; a session a later chunk
+// joined is kept, and so is one whose failure is newer.
+func TestPurgeFailedUploads(t *testing.T) {
+	ctx := context.Background()
+	d := inmemory.New()
+	r := New(d, Options{})
+	data := randomBytes(t, 1<<16)
+	fail := func(id string) {
+		t.Helper()
+		if _, err := r.AppendUpload(ctx, "a", id, &failAfter{data}, -1); !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("cut chunk: %v", err)
+		}
+	}
+	abandoned, _ := r.StartUpload(ctx, "a")
+	fail(abandoned)
+	resumed, _ := r.StartUpload(ctx, "a")
+	fail(resumed)
+	if _, err := r.AppendUpload(ctx, "a", resumed, bytes.NewReader(data), 0); err != nil {
+		t.Fatal(err)
+	}
+	healthy, _ := r.StartUpload(ctx, "a")
+	if _, err := r.AppendUpload(ctx, "a", healthy, bytes.NewReader(data), 0); err != nil {
+		t.Fatal(err)
+	}
+
+	// A cutoff before the failures purges nothing.
+	if n, err := r.PurgeFailedUploads(ctx, time.Now().Add(-time.Hour), false); n != 0 || err != nil {
+		t.Fatalf("early purge: %d, %v", n, err)
+	}
+	if n, err := r.PurgeFailedUploads(ctx, time.Now().Add(time.Second), true); n != 1 || err != nil {
+		t.Fatalf("dry run: %d, %v; want 1", n, err)
+	}
+	if _, err := r.UploadSize(ctx, "a", abandoned); err != nil {
+		t.Fatalf("dry run deleted the session: %v", err)
+	}
+	// The dry run forgot what it counted; the store's walk still finds it.
+	if n, err := r.PurgeUploads(ctx, time.Now().Add(-time.Hour), time.Now().Add(time.Second), false); n != 1 || err != nil {
+		t.Fatalf("purge: %d, %v; want 1", n, err)
+	}
+	if _, err := r.UploadSize(ctx, "a", abandoned); !errors.Is(err, ErrUploadUnknown) {
+		t.Fatalf("abandoned session after the purge: %v", err)
+	}
+	for _, id := range []string{resumed, healthy} {
+		if n, err := r.UploadSize(ctx, "a", id); err != nil || n != int64(len(data)) {
+			t.Fatalf("session %s after the purge: %d, %v", id, n, err)
+		}
+	}
+
+	// Seen failing by this process: purged without a walk.
+	again, _ := r.StartUpload(ctx, "a")
+	fail(again)
+	if n, err := r.PurgeFailedUploads(ctx, time.Now().Add(time.Second), false); n != 1 || err != nil {
+		t.Fatalf("purge: %d, %v; want 1", n, err)
+	}
+	if _, err := r.UploadSize(ctx, "a", again); !errors.Is(err, ErrUploadUnknown) {
+		t.Fatalf("failed session after the purge: %v", err)
+	}
 }
 
 func TestUploadChunkBound(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/auth"
 	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
 // apiError is one entry of an OCI error body.
@@ -51,6 +52,37 @@ var errorKinds = [...]errorKind{
 	{io.ErrUnexpectedEOF, "SIZE_INVALID", http.StatusBadRequest},
 }
 
+// storageRefusals answers a request the storage itself refused. The OCI
+// spec has no code for a server that cannot store: these keep
+// distribution's code for server failures, UNKNOWN, which every client
+// already meets (Docker-lineage clients read a code they do not know as
+// UNKNOWN anyway, so a cairn-specific one would gain nothing), and name
+// the cause in the status and message, which clients print. A full disk is 507 Insufficient
+// Storage (RFC 4918); a read-only or forbidden storage, 503, since the
+// registry cannot take writes until an operator acts. The message names no
+// path: the log line does.
+var storageRefusals = [...]struct {
+	target error
+	status int
+	msg    string
+}{
+	{driver.ErrNoSpace, http.StatusInsufficientStorage, "no space left on the registry's storage: the write was refused and nothing of it kept"},
+	{driver.ErrReadOnly, http.StatusServiceUnavailable, "the registry's storage is read-only: writes are refused"},
+	{driver.ErrPermission, http.StatusServiceUnavailable, "permission denied by the registry's storage"},
+}
+
+// isStorageRefusal reports whether the storage refused err's write and
+// then sets the status and message to answer it with.
+func isStorageRefusal(err error, status *int, msg *string) bool {
+	for _, k := range storageRefusals {
+		if errors.Is(err, k.target) {
+			*status, *msg = k.status, k.msg
+			return true
+		}
+	}
+	return false
+}
+
 var (
 	errDenied           = errors.New("requested access to the resource is denied: the registry is read-only")
 	errUnsupportedRoute = errors.New("no such API endpoint")
@@ -71,6 +103,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Range", rangeHeader(rangeErr.Size))
 	case errors.As(err, &maxBytes):
 		code, status, msg = "SIZE_INVALID", http.StatusRequestEntityTooLarge, err.Error()
+	case isStorageRefusal(err, &status, &msg):
+		// Once per request, with the path the storage named in err.
+		s.log.ErrorContext(r.Context(), "storage refused the request", "cause", msg, "method", r.Method, "path", r.URL.Path, "err", err)
 	default:
 		found := false
 		for _, k := range errorKinds {
@@ -83,8 +118,16 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 			s.log.ErrorContext(r.Context(), "internal error", "method", r.Method, "path", r.URL.Path, "err", err)
 		}
 	}
+	if errors.Is(err, registry.ErrUnavailable) && w.Header().Get("Retry-After") == "" {
+		// What is unavailable comes back by itself (an upstream, the dedup
+		// index being rebuilt): clients that honour it back off.
+		w.Header().Set("Retry-After", retryAfterSeconds)
+	}
 	writeErrorBody(w, status, apiError{Code: code, Message: msg})
 }
+
+// retryAfterSeconds is the Retry-After of an UNAVAILABLE answer.
+const retryAfterSeconds = "5"
 
 func writeErrorBody(w http.ResponseWriter, status int, e apiError) {
 	w.Header().Set("Content-Type", "application/json")

@@ -154,6 +154,28 @@ var ErrSkipDir = errors.New("skip this directory")
 // ErrNotFound is matched (errors.Is) by every PathNotFoundError.
 var ErrNotFound = errors.New("path not found")
 
+// Refusals of a write that the storage itself makes, whatever the request:
+// a full disk or quota, a read-only mount, missing permissions. Each driver
+// marks the errors it recognises with Refused, so that they match these
+// with errors.Is through every layer above, and the server answers them
+// with a status and message naming the cause rather than as an internal
+// error.
+var (
+	ErrNoSpace    = errors.New("no space left on the storage")
+	ErrReadOnly   = errors.New("the storage is read-only")
+	ErrPermission = errors.New("permission denied by the storage")
+)
+
+// Refused marks err as the refusal kind (ErrNoSpace, ErrReadOnly or
+// ErrPermission): errors.Is matches kind as well as everything err wraps,
+// and the message stays err's, which names the path.
+func Refused(kind, err error) error { return refusedError{kind: kind, err: err} }
+
+type refusedError struct{ kind, err error }
+
+func (e refusedError) Error() string   { return e.err.Error() }
+func (e refusedError) Unwrap() []error { return []error{e.kind, e.err} }
+
 // PathNotFoundError reports a path that does not exist.
 type PathNotFoundError struct {
 	Path   string

@@ -276,7 +276,12 @@ func (d *Driver) fail(op, p string, err error) error {
 	if isNotFound(err) {
 		return d.notFound(p)
 	}
-	return fmt.Errorf("%s: %s %s: %w", driverName, op, p, err)
+	err = fmt.Errorf("%s: %s %s: %w", driverName, op, p, err)
+	if re := (*azcore.ResponseError)(nil); errors.As(err, &re) && re.StatusCode == http.StatusForbidden {
+		// A role or SAS without the permission (AuthorizationPermissionMismatch and kin).
+		return driver.Refused(driver.ErrPermission, err)
+	}
+	return err
 }
 
 func (d *Driver) blob(p string) *blob.Client { return d.client.NewBlobClient(d.blobName(p)) }

@@ -314,7 +314,7 @@ func (d *Driver) Sync(_ context.Context, p string) error {
 			err = cerr
 		}
 		if err != nil {
-			return fmt.Errorf("%s: sync %s: %w", driverName, p, err)
+			return wrap(fmt.Errorf("sync %s: %w", p, err))
 		}
 	}
 	return nil
@@ -722,4 +722,18 @@ func notFound(p string) error { return driver.PathNotFoundError{Path: p, Driver:
 
 func invalidPath(p string) error { return driver.InvalidPathError{Path: p, Driver: driverName} }
 
-func wrap(err error) error { return fmt.Errorf("%s: %w", driverName, err) }
+// wrap prefixes err with the driver's name and marks the errnos that mean
+// the storage refuses writes (see driver.Refused): a full disk or quota, a
+// read-only mount, a permission missing on the root.
+func wrap(err error) error {
+	err = fmt.Errorf("%s: %w", driverName, err)
+	switch {
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return driver.Refused(driver.ErrNoSpace, err)
+	case errors.Is(err, syscall.EROFS):
+		return driver.Refused(driver.ErrReadOnly, err)
+	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
+		return driver.Refused(driver.ErrPermission, err)
+	}
+	return err
+}

@@ -221,7 +221,12 @@ func fail(op, path string, err error) error {
 	if errors.Is(err, storage.ErrObjectNotExist) {
 		return driver.PathNotFoundError{Path: path, Driver: driverName}
 	}
-	return fmt.Errorf("gcs: %s %s: %w", op, path, err)
+	err = fmt.Errorf("gcs: %s %s: %w", op, path, err)
+	if ge := (*googleapi.Error)(nil); errors.As(err, &ge) && ge.Code == http.StatusForbidden {
+		// The credentials lack the permission, or a retention policy holds the object.
+		return driver.Refused(driver.ErrPermission, err)
+	}
+	return err
 }
 
 // GetContent implements driver.Driver.

@@ -267,14 +267,24 @@ func (d *Driver) wrap(p string, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
+	code := ""
 	var ae smithy.APIError
 	if errors.As(err, &ae) {
-		switch ae.ErrorCode() {
+		code = ae.ErrorCode()
+		switch code {
 		case "NoSuchKey", "NotFound", "NoSuchUpload":
 			return driver.PathNotFoundError{Path: p, Driver: driverName}
 		}
 	}
-	return fmt.Errorf("%s: %s: %w", driverName, p, err)
+	err = fmt.Errorf("%s: %s: %w", driverName, p, err)
+	switch {
+	case code == "XMinioStorageFull", code == "XMinioAdminBucketQuotaExceeded", code == "QuotaExceeded":
+		return driver.Refused(driver.ErrNoSpace, err)
+	case code == "AccessDenied", code == "AllAccessDisabled", httpStatus(err) == http.StatusForbidden:
+		// A policy or credentials without the right to write (or read).
+		return driver.Refused(driver.ErrPermission, err)
+	}
+	return err
 }
 
 // httpStatus is the status code of the response err came from, or 0.
