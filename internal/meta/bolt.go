@@ -12,7 +12,6 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
 )
 
 // Bucket names: one per kind of record.
@@ -70,6 +69,7 @@ func (o Options) withDefaults() Options {
 type Bolt struct {
 	db   *bolt.DB
 	opts Options
+	path string // for errors
 }
 
 var _ Store = (*Bolt)(nil)
@@ -81,28 +81,36 @@ func Open(path string) (*Bolt, error) { return OpenWith(path, Options{}) }
 func OpenWith(path string, opts Options) (*Bolt, error) {
 	// A timeout turns a second process on the same file into an error, not a hang.
 	opts = opts.withDefaults()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.LockTimeout})
-	if errors.Is(err, berrors.ErrTimeout) {
-		return nil, fmt.Errorf("%w: %s", ErrLocked, path)
-	}
+	db, err := openBolt(path, opts.LockTimeout)
 	if err != nil {
-		return nil, fmt.Errorf("meta: open %s: %w", path, err)
+		return nil, err
+	}
+	// A damaged page is found here, as ErrCorrupt, rather than by a panic
+	// on the first pull that reads it.
+	if err := checkBolt(db, path); err != nil {
+		db.Close()
+		return nil, err
 	}
 	// Batched pull records wait at most this long for company.
 	db.MaxBatchDelay = 2 * time.Millisecond
-	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range allBuckets {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
+	err = guard(path, func() error {
+		return db.Update(func(tx *bolt.Tx) error {
+			for _, b := range allBuckets {
+				if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+					return err
+				}
 			}
-		}
-		return nil
+			return nil
+		})
 	})
 	if err != nil {
 		db.Close()
+		if errors.Is(err, ErrCorrupt) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("meta: init %s: %w", path, err)
 	}
-	return &Bolt{db: db, opts: opts}, nil
+	return &Bolt{db: db, opts: opts, path: path}, nil
 }
 
 // StoreID implements Identity.
@@ -128,11 +136,13 @@ func (s *Bolt) SetStoreID(ctx context.Context, id string) error {
 // Close closes the bolt file.
 func (s *Bolt) Close() error { return s.db.Close() }
 
+// update, batch and view run under guard: a page damaged after the check
+// at open fails the one call with ErrCorrupt instead of ending the process.
 func (s *Bolt) update(ctx context.Context, fn func(tx *bolt.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return s.db.Update(fn)
+	return guard(s.path, func() error { return s.db.Update(fn) })
 }
 
 // batch is update for calls that arrive concurrently and often (pull
@@ -141,14 +151,14 @@ func (s *Bolt) batch(ctx context.Context, fn func(tx *bolt.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return s.db.Batch(fn)
+	return guard(s.path, func() error { return s.db.Batch(guardTx(fn)) })
 }
 
 func (s *Bolt) view(ctx context.Context, fn func(tx *bolt.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return s.db.View(fn)
+	return guard(s.path, func() error { return s.db.View(fn) })
 }
 
 // keyOf encodes a digest as a key: the 32 raw bytes for sha256 (the common case,

@@ -79,6 +79,9 @@ var (
 	// ErrInvalidPack: an empty or too long pack id, a negative size, or a
 	// placement with a negative offset or a length <= 0.
 	ErrInvalidPack = errors.New("meta: invalid pack or placement")
+	// ErrCorrupt: the bolt file failed its consistency check at open, or
+	// bbolt panicked reading it. OpenBoltRecovering moves such a file aside.
+	ErrCorrupt = errors.New("meta: metadata file is corrupt")
 )
 
 // MaxPackID is the longest pack id, in bytes.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -36,6 +37,9 @@ type RedisOptions struct {
 	PopularityBucket time.Duration
 	// PopularityBuckets is how many counters each layer keeps (default 48).
 	PopularityBuckets int
+	// Log receives OpenRedis's warnings about the server's configuration
+	// (nil: slog.Default()).
+	Log *slog.Logger
 }
 
 func (o RedisOptions) withDefaults() RedisOptions {
@@ -137,15 +141,9 @@ func OpenRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 		closeOwned()
 		return nil, fmt.Errorf("meta: redis at %s: %w", o.Addr, err)
 	}
-	// Eviction would drop reference counts, and GC would then delete live files:
-	// refuse a server that may evict any key. volatile-* policies evict only keys
-	// with a TTL (popularity counters). A server that hides its config (managed
-	// services, ACLs) is trusted.
-	if cfg, err := c.ConfigGet(ctx, "maxmemory-policy").Result(); err == nil {
-		if p := cfg["maxmemory-policy"]; strings.HasPrefix(p, "allkeys-") {
-			closeOwned()
-			return nil, fmt.Errorf("meta: redis at %s: maxmemory-policy %s may evict the file index; set noeviction", o.Addr, p)
-		}
+	if err := checkRedisConfig(ctx, c, o); err != nil {
+		closeOwned()
+		return nil, err
 	}
 	// Loaded now so pipelined EVALSHAs usually find them; runAll reloads a script
 	// a restarted server lost.
@@ -156,6 +154,38 @@ func OpenRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 		}
 	}
 	return &Redis{c: c, owned: o.Client == nil || o.OwnClient, opts: o, k: newRedisKeys(o.Prefix)}, nil
+}
+
+// checkRedisConfig refuses a server that may evict keys: eviction would drop
+// reference counts, and GC would then delete live files. volatile-* too: it
+// spares the keys without a TTL today, but any given one later would go
+// silently, where noeviction fails the write. It warns when the server persists nothing: a restart would lose the
+// metadata, which cairn then rebuilds from storage, slowly. A server that
+// hides its config (managed services, ACLs) is trusted, with a warning.
+func checkRedisConfig(ctx context.Context, c redis.UniversalClient, o RedisOptions) error {
+	log := o.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	get := func(name string) (string, bool) {
+		cfg, err := c.ConfigGet(ctx, name).Result()
+		v, ok := cfg[name]
+		return v, err == nil && ok
+	}
+	policy, ok := get("maxmemory-policy")
+	if !ok {
+		log.Warn("meta: redis: CONFIG GET is not allowed: cannot check that maxmemory-policy is noeviction and that the server persists its data (appendonly or save); make sure it does", "addr", o.Addr)
+		return nil
+	}
+	if policy != "noeviction" {
+		return fmt.Errorf("meta: redis at %s: maxmemory-policy %s may evict the file index; set noeviction", o.Addr, policy)
+	}
+	aof, okAOF := get("appendonly")
+	save, okSave := get("save")
+	if okAOF && okSave && aof != "yes" && strings.TrimSpace(save) == "" {
+		log.Warn("meta: redis: the server persists nothing (appendonly no, save \"\"): a restart loses the dedup metadata, which cairn then rebuilds from storage; set appendonly yes", "addr", o.Addr)
+	}
+	return nil
 }
 
 // StoreID implements Identity. A flushed server, or one restarted without

@@ -1,0 +1,182 @@
+package meta
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// bbolt trusts its file: a damaged page makes its cursor panic (slice
+// bounds out of range) or fault on the mapping, which would take the whole
+// process down. Everything that reads the file here runs under
+// guard, which turns either into an error wrapping ErrCorrupt.
+
+// guard runs fn with memory faults turned into panics (debug.SetPanicOnFault
+// is per goroutine) and any panic into an error wrapping ErrCorrupt.
+func guard(path string, fn func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %s: panic reading it: %v", ErrCorrupt, path, p)
+		}
+	}()
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	return fn()
+}
+
+// guardTx is fn with memory faults turned into panics, for bbolt's batch,
+// which may run fn on its own goroutine: bbolt recovers a panic there and
+// reruns fn on the caller's, under guard.
+func guardTx(fn func(*bolt.Tx) error) func(*bolt.Tx) error {
+	return func(tx *bolt.Tx) error {
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+		return fn(tx)
+	}
+}
+
+// openBolt is bolt.Open under guard. A panic inside Open leaves the file
+// open and locked, so the file it opened is closed then.
+func openBolt(path string, lockTimeout time.Duration) (*bolt.DB, error) {
+	// Shorter than bbolt's two meta pages: bbolt says only "file size too
+	// small"; every file it writes has at least four pages.
+	if fi, err := os.Stat(path); err == nil && fi.Size() > 0 && fi.Size() < 2*4096 {
+		return nil, fmt.Errorf("%w: %s: %d bytes, shorter than its meta pages", ErrCorrupt, path, fi.Size())
+	}
+	var f *os.File
+	var db *bolt.DB
+	err := guard(path, func() error {
+		var err error
+		db, err = bolt.Open(path, 0o600, &bolt.Options{
+			Timeout: lockTimeout,
+			OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
+				var err error
+				f, err = os.OpenFile(name, flag, perm)
+				return f, err
+			},
+		})
+		return err
+	})
+	switch {
+	case errors.Is(err, ErrCorrupt):
+		if f != nil {
+			f.Close()
+		}
+		return nil, err
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, fmt.Errorf("%w: %s", ErrLocked, path)
+	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrVersionMismatch):
+		// Both meta pages are damaged (or not bbolt's).
+		return nil, fmt.Errorf("%w: %s: %w", ErrCorrupt, path, err)
+	case err != nil:
+		return nil, fmt.Errorf("meta: open %s: %w", path, err)
+	}
+	return db, nil
+}
+
+// checkBolt reads every key and value of every bucket, then runs bbolt's
+// consistency check (page reachability, freelist, key order), all under
+// guard. The walk comes first because tx.Check runs on a goroutine of its
+// own, where a panic could not be recovered: once every reachable page
+// read cleanly, the check only compares them.
+func checkBolt(db *bolt.DB, path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("meta: check %s: %w", path, err)
+	}
+	return guard(path, func() error {
+		return db.View(func(tx *bolt.Tx) error {
+			// A truncated file: pages past its end would fault when read.
+			if tx.Size() > fi.Size() {
+				return fmt.Errorf("%w: %s: %d bytes, its pages need %d (truncated?)", ErrCorrupt, path, fi.Size(), tx.Size())
+			}
+			if err := tx.ForEach(func(_ []byte, b *bolt.Bucket) error { return walkBucket(b) }); err != nil {
+				return err
+			}
+			var problems []string
+			for err := range tx.Check() {
+				// Drained to the end: the check's goroutine blocks until read.
+				if len(problems) < 3 {
+					problems = append(problems, err.Error())
+				}
+			}
+			if len(problems) > 0 {
+				return fmt.Errorf("%w: %s: %s", ErrCorrupt, path, strings.Join(problems, "; "))
+			}
+			return nil
+		})
+	})
+}
+
+// walkBucket reads every key and value under b, nested buckets included.
+// Touching the last byte of each is enough to fault on a page the mapping
+// does not back.
+func walkBucket(b *bolt.Bucket) error {
+	var sink byte
+	c := b.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		sink ^= k[len(k)-1]
+		if v == nil {
+			if child := b.Bucket(k); child != nil {
+				if err := walkBucket(child); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if len(v) > 0 {
+			sink ^= v[len(v)-1]
+		}
+	}
+	_ = sink
+	return nil
+}
+
+// OpenBoltRecovering is OpenWith for a server's own metadata file: a file
+// that is corrupt (ErrCorrupt) is renamed to path.corrupt-<UTC time>, kept
+// for inspection, and a fresh, empty store is opened in its place. Its
+// StoreID is "", which tells the caller to rebuild the metadata from
+// storage. movedAside is where the file went ("" when it was sound); the
+// caller logs it.
+func OpenBoltRecovering(path string, opts Options) (s *Bolt, movedAside string, err error) {
+	s, err = OpenWith(path, opts)
+	if !errors.Is(err, ErrCorrupt) {
+		return s, "", err
+	}
+	aside, merr := moveAside(path, "corrupt")
+	if merr != nil {
+		return nil, "", fmt.Errorf("%w (moving it aside: %w)", err, merr)
+	}
+	s, err = OpenWith(path, opts)
+	if err != nil {
+		return nil, aside, fmt.Errorf("meta: open a fresh %s after moving the corrupt one to %s: %w", path, aside, err)
+	}
+	return s, aside, nil
+}
+
+// moveAside renames the closed file at path to path.<why>-<UTC time>,
+// never over an earlier one, and returns the new name.
+func moveAside(path, why string) (string, error) {
+	stamp := time.Now().UTC().Format("20060102T150405Z")
+	aside := path + "." + why + "-" + stamp
+	for i := 1; ; i++ {
+		if _, err := os.Lstat(aside); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		aside = fmt.Sprintf("%s.%s-%s.%d", path, why, stamp, i)
+	}
+	if err := os.Rename(path, aside); err != nil {
+		return "", err
+	}
+	// The rename must be durable before a fresh file's first commit.
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return aside, nil
+}
