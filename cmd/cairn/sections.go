@@ -116,12 +116,14 @@ func healthChecks(h config.Health, d driver.Driver) []health.Check {
 }
 
 // newDescriptorCache builds storage.cache.blobdescriptor's cache: nil when
-// none is configured; the Redis one on the redis section's server.
-func newDescriptorCache(ctx context.Context, cfg *config.Config, m *metrics.Metrics) (registry.DescriptorCache, func(), error) {
+// none is configured; the Redis one on the redis section's server. Lookups
+// are counted by observe (nil: not counted). serve and `cairn gc` both
+// build it here, so that GC forgets the very keys the servers read.
+func newDescriptorCache(ctx context.Context, cfg *config.Config, observe blobcache.Observer) (registry.DescriptorCache, func(), error) {
 	c := cfg.Storage.Cache
 	switch c.DescriptorCache() {
 	case "inmemory":
-		return blobcache.NewMemory(c.BlobDescriptorSize, c.TTL, m.CacheLookup), func() {}, nil
+		return blobcache.NewMemory(c.BlobDescriptorSize, c.TTL, observe), func() {}, nil
 	case "redis":
 		client, err := redisconn.Open(ctx, cfg.Redis.Options())
 		if err != nil {
@@ -131,7 +133,7 @@ func newDescriptorCache(ctx context.Context, cfg *config.Config, m *metrics.Metr
 		if prefix == "" {
 			prefix = "cairn:"
 		}
-		return blobcache.NewRedis(client, prefix, c.TTL, m.CacheLookup), func() { client.Close() }, nil
+		return blobcache.NewRedis(client, prefix, c.TTL, observe), func() { client.Close() }, nil
 	}
 	return nil, func() {}, nil
 }

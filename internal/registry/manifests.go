@@ -237,6 +237,15 @@ func (r *Registry) PutManifest(ctx context.Context, repo, ref, contentType strin
 	}
 	defer done()
 	if err := r.validateManifest(ctx, repo, contentType, m); err != nil {
+		if errors.Is(err, ErrManifestBlobUnknown) {
+			// The client may have skipped uploads on HEADs the descriptor
+			// cache answered for blobs since collected (by a GC that could
+			// not reach this cache): its retry must find them all missing,
+			// not only the first one validation stopped at.
+			for _, b := range refs.Blobs {
+				r.ForgetBlob(ctx, repo, b)
+			}
+		}
 		return nil, err
 	}
 	// An image is durable whole once its manifest is accepted.
