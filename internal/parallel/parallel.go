@@ -100,3 +100,40 @@ func Retry(ctx context.Context, attempts int, final func(error) bool, fn func() 
 	}
 	return err
 }
+
+// Pool runs fn for every job sent to it from a fixed number of goroutines:
+// a listing feeds it while workers read what the listing found.
+type Pool[T any] struct {
+	ch chan T
+	wg sync.WaitGroup
+}
+
+// StartPool starts n workers calling fn.
+func StartPool[T any](n int, fn func(T)) *Pool[T] {
+	p := &Pool[T]{ch: make(chan T, n)}
+	for range n {
+		p.wg.Go(func() {
+			for j := range p.ch {
+				fn(j)
+			}
+		})
+	}
+	return p
+}
+
+// Send hands j to a worker, waiting while all are busy; it fails only when
+// ctx is done.
+func (p *Pool[T]) Send(ctx context.Context, j T) error {
+	select {
+	case p.ch <- j:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Wait closes the pool and waits for its jobs to finish.
+func (p *Pool[T]) Wait() {
+	close(p.ch)
+	p.wg.Wait()
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/iocount"
 	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/parallel"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -27,7 +28,7 @@ type hashJob struct {
 // scanBlobs lists blobs/ once: every blob directory goes into the blob set,
 // every data file to a worker that hashes it.
 func (s *scrubber) scanBlobs(ctx context.Context) error {
-	p := startPool(s.opts.Workers, func(j hashJob) { s.verifyBlob(ctx, j) })
+	p := parallel.StartPool(s.opts.Workers, func(j hashJob) { s.verifyBlob(ctx, j) })
 	parse := func(p string) (alg, hexs string, ok bool) {
 		alg, hexs, _, ok = layout.ParseBlobPath(p)
 		return alg, hexs, ok
@@ -38,9 +39,9 @@ func (s *scrubber) scanBlobs(ctx context.Context) error {
 			return nil
 		}
 		s.blobs.add(j.k, bData)
-		return p.send(ctx, j)
+		return p.Send(ctx, j)
 	})
-	p.wait()
+	p.Wait()
 	s.blobs.seal()
 	return err
 }
@@ -172,11 +173,11 @@ func (s *scrubber) scanFiles(ctx context.Context) error {
 		}
 		return dec, func() { dec.Reset(nil); decs.Put(dec) }, nil
 	}
-	p := startPool(s.opts.Workers, func(j hashJob) { s.verifyFile(ctx, j, decode) })
+	p := parallel.StartPool(s.opts.Workers, func(j hashJob) { s.verifyFile(ctx, j, decode) })
 	err := s.walkDigests(ctx, layout.FilesDir, layout.ParseFilePath, "the file name", func(j hashJob) error {
-		return p.send(ctx, j)
+		return p.Send(ctx, j)
 	})
-	p.wait()
+	p.Wait()
 	if err == nil {
 		err = s.scanPacks(ctx)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/dedup/pack"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/parallel"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -37,7 +38,7 @@ func (s *scrubber) scanPacks(ctx context.Context) error {
 			return err
 		}
 	}
-	p := startPool(s.opts.Workers, func(j packJob) { s.verifyPack(ctx, j) })
+	p := parallel.StartPool(s.opts.Workers, func(j packJob) { s.verifyPack(ctx, j) })
 	err := s.d.Walk(ctx, layout.PacksDir, func(fi driver.FileInfo) error {
 		if fi.IsDir {
 			return nil
@@ -47,9 +48,9 @@ func (s *scrubber) scanPacks(ctx context.Context) error {
 			return nil // not part of the layout
 		}
 		s.nListed.Add(1)
-		return p.send(ctx, packJob{id: id, size: fi.Size})
+		return p.Send(ctx, packJob{id: id, size: fi.Size})
 	})
-	p.wait()
+	p.Wait()
 	if errors.Is(err, driver.ErrNotFound) {
 		err = nil
 	}

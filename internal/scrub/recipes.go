@@ -13,6 +13,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/parallel"
 )
 
 // badFile is a dedup file found corrupt or missing, and what the recipes
@@ -51,18 +52,18 @@ type recipeJob struct {
 // it names, and rebuilds the chosen ones.
 func (s *scrubber) checkRecipes(ctx context.Context) error {
 	sample := s.pickSample()
-	p := startPool(s.opts.Workers, func(j recipeJob) { s.checkRecipe(ctx, j) })
+	p := parallel.StartPool(s.opts.Workers, func(j recipeJob) { s.checkRecipe(ctx, j) })
 	for _, e := range s.blobs {
 		if e.flags&bRecipe == 0 {
 			continue
 		}
 		s.nListed.Add(1)
 		j := recipeJob{k: e.k, intact: e.flags&bData != 0, rebuild: s.opts.Recipes == RecipesAll || sample[e.k]}
-		if p.send(ctx, j) != nil {
+		if p.Send(ctx, j) != nil {
 			break
 		}
 	}
-	p.wait()
+	p.Wait()
 	return ctx.Err()
 }
 

@@ -92,9 +92,9 @@ type linkJob struct {
 // checkRepos lists repositories/ once and checks each repository as soon
 // as the listing has passed it.
 func (s *scrubber) checkRepos(ctx context.Context) error {
-	var links *pool[linkJob]
+	var links *parallel.Pool[linkJob]
 	if s.opts.ReadLinks {
-		links = startPool(s.opts.Workers, func(j linkJob) { s.checkLinkContent(ctx, j) })
+		links = parallel.StartPool(s.opts.Workers, func(j linkJob) { s.checkLinkContent(ctx, j) })
 	}
 	w := layout.RepoWalk[*repoState]{
 		// Upload sessions are no one's content yet; the referrers index
@@ -111,7 +111,7 @@ func (s *scrubber) checkRepos(ctx context.Context) error {
 		return nil
 	})
 	if links != nil {
-		links.wait()
+		links.Wait()
 	}
 	if err == nil {
 		err = ctx.Err()
@@ -120,7 +120,7 @@ func (s *scrubber) checkRepos(ctx context.Context) error {
 }
 
 // addEntry records one listed file of rs.
-func (s *scrubber) addEntry(ctx context.Context, rs *repoState, e layout.RepoEntry, p string, links *pool[linkJob]) error {
+func (s *scrubber) addEntry(ctx context.Context, rs *repoState, e layout.RepoEntry, p string, links *parallel.Pool[linkJob]) error {
 	switch e.Kind {
 	case layout.EntryLayerLink, layout.EntryRevisionLink, layout.EntryTagIndex:
 		k, ok := s.keys.Parse(e.Alg, e.Hex)
@@ -136,7 +136,7 @@ func (s *scrubber) addEntry(ctx context.Context, rs *repoState, e layout.RepoEnt
 			rs.revs.add(k)
 		}
 		if links != nil {
-			return links.send(ctx, linkJob{path: p, repo: rs.name, kind: e.Kind, d: digest.Digest(e.Alg + ":" + e.Hex)})
+			return links.Send(ctx, linkJob{path: p, repo: rs.name, kind: e.Kind, d: digest.Digest(e.Alg + ":" + e.Hex)})
 		}
 	case layout.EntryTagCurrent:
 		if n := len(rs.tags); n == 0 || rs.tags[n-1] != e.Tag {
@@ -160,7 +160,7 @@ func (s *scrubber) addEntry(ctx context.Context, rs *repoState, e layout.RepoEnt
 		s.nLnk.Add(1)
 		rs.referrers = append(rs.referrers, referrerLink{subject: sk, ref: k})
 		if links != nil {
-			return links.send(ctx, linkJob{path: p, repo: rs.name, kind: layout.EntryReferrers, d: digest.Digest(parts[2] + ":" + parts[3])})
+			return links.Send(ctx, linkJob{path: p, repo: rs.name, kind: layout.EntryReferrers, d: digest.Digest(parts[2] + ":" + parts[3])})
 		}
 	}
 	return nil

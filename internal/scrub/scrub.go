@@ -640,36 +640,3 @@ func (s *scrubber) unreadable(ctx context.Context, p string, d digest.Digest, er
 	}
 	s.add(Finding{Kind: KindUnreadable, Path: p, Digest: string(d), Detail: oneLine(err.Error())})
 }
-
-// pool runs fn for every job sent to it from a fixed number of goroutines.
-type pool[T any] struct {
-	ch chan T
-	wg sync.WaitGroup
-}
-
-func startPool[T any](n int, fn func(T)) *pool[T] {
-	p := &pool[T]{ch: make(chan T, n)}
-	for range n {
-		p.wg.Go(func() {
-			for j := range p.ch {
-				fn(j)
-			}
-		})
-	}
-	return p
-}
-
-func (p *pool[T]) send(ctx context.Context, j T) error {
-	select {
-	case p.ch <- j:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// wait closes the pool and waits for its jobs to finish.
-func (p *pool[T]) wait() {
-	close(p.ch)
-	p.wg.Wait()
-}
