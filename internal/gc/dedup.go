@@ -64,6 +64,35 @@ type DedupReport struct {
 // parse; it is left alone.
 const ProblemBadDedupFile = "bad_dedup_file"
 
+// ProblemDedupIndex: the dedup index could not be shown complete for this
+// storage; unique files and packs were kept.
+const ProblemDedupIndex = "dedup_index_incomplete"
+
+// checkDedupIndex decides whether this run may delete unique files and
+// packs: only on the word of an index known complete for this storage.
+func (c *collector) checkDedupIndex(ctx context.Context) error {
+	if c.opts.Dedup == nil && c.opts.Packs == nil {
+		return nil
+	}
+	c.rep.DedupIndex = "complete"
+	if c.opts.DedupComplete == nil {
+		return nil
+	}
+	ok, err := c.opts.DedupComplete(ctx)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		c.keepDedup, c.rep.DedupIndex = true, "unknown: "+err.Error()
+	case !ok:
+		c.keepDedup, c.rep.DedupIndex = true, "incomplete: it is being rebuilt from storage, or indexes another storage"
+	}
+	if c.keepDedup {
+		c.problem(ProblemDedupIndex, c.rep.DedupIndex)
+	}
+	return nil
+}
+
 // drainZeroFiles deletes the unreferenced files a stopped run left, page
 // by page, before this run adds its own.
 func (c *collector) drainZeroFiles(ctx context.Context) error {
@@ -122,6 +151,12 @@ func (c *collector) releaseLayers(ctx context.Context, keys []dkey) error {
 			return rerr
 		}
 		c.addDedup(func(r *DedupReport) { r.ZeroFiles += int64(len(files)) })
+		if c.keepDedup {
+			// Kept unreferenced in the index: a run on a complete
+			// index deletes them (drainZeroFiles).
+			c.addDedup(func(r *DedupReport) { r.Left += int64(len(files)) })
+			return rerr
+		}
 		mu.Lock()
 		zero = append(zero, files...)
 		// Whole batches go now, the rest waits for more.

@@ -161,6 +161,21 @@ type Options struct {
 	Compactor    Compactor
 	CompactBelow float64
 	CompactBatch int64
+	// DedupComplete, when set, reports whether the dedup index is a
+	// complete index of this storage (its identity matches, no rebuild
+	// from storage is under way: package dedup's Reindex). When it is not,
+	// or cannot tell, the run deletes no unique file and no pack: a file or
+	// pack the index does not know may still be named by a recipe. Blobs
+	// are collected as always, and their releases kept for a later run.
+	// Unset: the index is trusted.
+	DedupComplete func(ctx context.Context) (bool, error)
+	// Forget, when set, is the registry's blob descriptor cache: after
+	// each round it is told the digests of the blobs, _layers links and
+	// revision links the round deleted, so that no node answers a HEAD
+	// from an entry GC made false (a client would skip the upload, and
+	// its manifest PUT fail). A failure is counted as a problem
+	// (ProblemCacheForget), never fatal: the entries still expire.
+	Forget BlobForgetter
 }
 
 // Progress is a snapshot of a run's counters.
@@ -183,8 +198,9 @@ type Deleted struct {
 	ReferrerLinks   int64 `json:"referrer_links"`
 	LayerLinks      int64 `json:"layer_links"`
 	Blobs           int64 `json:"blobs"`
-	// BytesFreed is the listed size of the blobs' files (data and recipe);
-	// the bytes of deduplicated files are not known.
+	// BytesFreed is the listed size of the blobs' files (data and recipe)
+	// and of the packs deleted (Report.Packs.BytesFreed); the bytes of
+	// unique files stored one object each (before packs) are not known.
 	BytesFreed int64 `json:"bytes_freed"`
 	// Recipes counts the deleted blobs that were deduplicated (had a
 	// recipe file); they are counted in Blobs too.
@@ -239,6 +255,9 @@ type Report struct {
 	// Packs details what happened to dedup's packs; nil without
 	// Options.Packs.
 	Packs *PackReport `json:"packs,omitempty"`
+	// DedupIndex is "complete", or why unique files and packs were kept
+	// (Options.DedupComplete); "" without Options.Dedup or Options.Packs.
+	DedupIndex string `json:"dedup_index,omitempty"`
 }
 
 // Problem kinds in Report.Problems.
@@ -253,6 +272,7 @@ const (
 	ProblemBadReference    = "bad_reference"     // a descriptor digest that does not parse
 	ProblemBadJournal      = "bad_journal_entry" // a journal record that does not parse
 	ProblemJournalCleanup  = "journal_cleanup"   // removing settled journal records failed
+	ProblemCacheForget     = "cache_forget"      // Options.Forget failed; its entries expire on their own
 )
 
 const maxExamples = 5
@@ -280,6 +300,9 @@ type collector struct {
 	keys      digestkey.Spellings // full hex of non-sha256 keys
 
 	blobSweepOff string // why blobs are not swept, "" to sweep
+	// keepDedup: the dedup index may be incomplete, so no unique file or
+	// pack is deleted (Options.DedupComplete).
+	keepDedup bool
 
 	mu       sync.Mutex // guards rep.Problems, rep.Examples, DeleteErrors
 	phase    atomic.Value
@@ -354,7 +377,10 @@ func (c *collector) run(ctx context.Context) (rep *Report, err error) {
 			err = ferr
 		}
 	}()
-	if c.opts.Dedup != nil {
+	if err := c.checkDedupIndex(ctx); err != nil {
+		return nil, err
+	}
+	if c.opts.Dedup != nil && !c.keepDedup {
 		c.phase.Store("dedup")
 		if err := c.drainZeroFiles(ctx); err != nil {
 			return nil, err
@@ -368,11 +394,12 @@ func (c *collector) run(ctx context.Context) (rep *Report, err error) {
 	if err := c.sweep(ctx); err != nil {
 		return nil, fmt.Errorf("gc: sweep: %w", err)
 	}
-	if c.opts.Packs != nil {
+	if c.opts.Packs != nil && !c.keepDedup {
 		c.phase.Store("packs")
 		if err := c.sweepPacks(ctx); err != nil {
 			return nil, fmt.Errorf("gc: sweep packs: %w", err)
 		}
+		c.rep.Deleted.BytesFreed += c.rep.Packs.BytesFreed
 	}
 	if err := c.sweepTmp(ctx); err != nil {
 		return nil, fmt.Errorf("gc: sweep cairn/tmp: %w", err)

@@ -13,8 +13,10 @@ import (
 )
 
 // PackIndex is what GC needs of the pack records (meta.Store has it; the
-// pack lifecycle is package meta's).
+// pack lifecycle is package meta's), and of the file index to adopt an
+// unrecorded pack that still holds referenced files (pack.Adopt).
 type PackIndex interface {
+	pack.AdoptIndex
 	ListPacks(ctx context.Context, after string, limit int) ([]meta.PackInfo, error)
 	TombstonePack(ctx context.Context, id string, olderThan time.Duration) (bool, error)
 	DeletePack(ctx context.Context, id string) (bool, error)
@@ -33,12 +35,18 @@ const DefaultCompactBelow = 0.5
 type PackReport struct {
 	Packs int64 `json:"packs"` // records seen
 	// Deleted packs had no live file left for the delay; Orphans are
-	// objects without a record (a writer stopped before recording its
-	// files), older than the delay. BytesFreed is their size (a deleted
-	// pack's as recorded: without its index).
-	Deleted    int64 `json:"deleted"`
-	Orphans    int64 `json:"orphans"`
-	BytesFreed int64 `json:"bytes_freed"`
+	// objects without a record, older than the delay, none of whose files
+	// the index references (a record lost, or an index rebuilt without
+	// it). BytesFreed is their size (a deleted pack's as recorded:
+	// without its index). Adopted are unrecorded packs that still held
+	// referenced files nothing else locates: recorded and kept
+	// (pack.Adopt); OrphansKept those whose index could not be read
+	// (storage failed), kept. An object that is not a pack is an orphan.
+	Deleted     int64 `json:"deleted"`
+	Orphans     int64 `json:"orphans"`
+	BytesFreed  int64 `json:"bytes_freed"`
+	Adopted     int64 `json:"adopted,omitempty"`
+	OrphansKept int64 `json:"orphans_kept,omitempty"`
 	// Compacted packs had their live files moved to new packs; they are
 	// deleted by a run after the delay.
 	Compacted  int64 `json:"compacted"`
@@ -82,6 +90,10 @@ func (c *collector) sweepPacks(ctx context.Context) error {
 	return s.flush(ctx)
 }
 
+// ProblemOrphanPack: an unrecorded pack whose index could not be read or
+// checked against the file index; it is kept.
+const ProblemOrphanPack = "orphan_pack_unreadable"
+
 // ProblemBadPackPath: a path under cairn/packs that is not a pack's.
 const ProblemBadPackPath = "bad_pack_path"
 
@@ -110,8 +122,32 @@ func (s *packSweep) object(ctx context.Context, id string, fi driver.FileInfo) e
 		s.page = s.page[1:]
 		return s.judge(ctx, rec, fi.Path)
 	}
-	// No record: an orphan once older than the delay.
+	// No record: an orphan once older than the delay, unless recipes
+	// still reference files only it holds.
 	if s.c.young(modNS(fi.ModTime)) {
+		return nil
+	}
+	if s.c.opts.DryRun {
+		s.rep.Orphans++
+		s.rep.BytesFreed += fi.Size
+		return nil
+	}
+	a, err := pack.Adopt(ctx, s.c.d, s.idx, id, fi.Size)
+	switch {
+	case errors.Is(err, meta.ErrPackGone):
+		return nil // recorded and tombstoned meanwhile: a later run deletes it
+	case errors.Is(err, pack.ErrFormat):
+		// Not a pack, or one whose index is damaged: nothing can be read
+		// from it, so it serves no recipe.
+	case err != nil:
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.rep.OrphansKept++
+		s.c.problem(ProblemOrphanPack, err.Error())
+		return nil
+	case a.Placed > 0:
+		s.rep.Adopted++
 		return nil
 	}
 	s.rep.Orphans++

@@ -210,3 +210,61 @@ func TestPacksCompacted(t *testing.T) {
 		t.Fatalf("third run %+v", *rep.Packs)
 	}
 }
+
+// TestPacksUnrecordedKept: with an index that lost a pack's record (a
+// metadata store rebuilt, or restored from an older copy), the pack still
+// holding referenced files that nothing else locates is adopted, not
+// deleted as an orphan; with an index not known complete for this storage,
+// no pack and no unreferenced file is deleted at all.
+func TestPacksUnrecordedKept(t *testing.T) {
+	f := newPackFixture(t)
+	ctx := context.Background()
+	live := f.layer("live", 5)
+	dead := f.layer("dead", 5)
+	f.kill("dead", dead)
+	ps := f.packs()
+	if len(ps) != 2 {
+		t.Fatalf("%d packs", len(ps))
+	}
+	// Lose the records: the live pack's files are then located nowhere.
+	for _, p := range ps {
+		if p.Live > 0 {
+			ok, err := f.meta.TombstonePack(ctx, p.ID, 0)
+			if ok || err != nil {
+				t.Fatalf("tombstoned a live pack: %v %v", ok, err)
+			}
+		}
+	}
+	lost, err := meta.Open(filepath.Join(t.TempDir(), "lost.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lost.Close()
+	if _, err := lost.AddLayerRefs(ctx, digest.FromString("live"), live); err != nil {
+		t.Fatal(err)
+	}
+	f.meta = lost
+	if f.store, err = pack.NewStore(f.d, lost, pack.Options{}, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	incomplete := func(context.Context) (bool, error) { return false, nil }
+	rep := f.gc(Options{DedupComplete: incomplete})
+	if rep.Packs.Orphans != 0 || rep.Packs.Deleted != 0 || f.objects() != 2 || rep.DedupIndex == "complete" {
+		t.Fatalf("with an incomplete index: %+v, %d objects, index %q", *rep.Packs, f.objects(), rep.DedupIndex)
+	}
+	rep = f.gc(Options{})
+	if rep.Packs.Adopted != 1 || rep.Packs.Orphans != 1 || f.objects() != 1 {
+		t.Fatalf("report %+v, %d objects; want the live pack adopted, the dead one deleted", *rep.Packs, f.objects())
+	}
+	if rec := f.packs(); len(rec) != 1 || rec[0].Live == 0 {
+		t.Fatalf("records after adoption: %+v", rec)
+	}
+	for _, d := range live {
+		rc, err := f.store.Open(ctx, d)
+		if err != nil {
+			t.Fatalf("file %s after adoption: %v", d, err)
+		}
+		rc.Close()
+	}
+}

@@ -3,11 +3,15 @@ package gc
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 	"unsafe"
 
+	"github.com/opencontainers/go-digest"
+
+	"github.com/cairn-registry/cairn/internal/digestkey"
 	"github.com/cairn-registry/cairn/internal/fence"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
@@ -62,6 +66,7 @@ type sweeper struct {
 	erred     bool     // a DeleteFiles call of this round failed
 	last      bool     // this is the sweep's last round
 	gone      []dkey   // blobs this round deleted whole, to release
+	forgotten []dkey   // digests of the blobs and links this round deleted, for Options.Forget
 }
 
 func newSweeper(c *collector) *sweeper {
@@ -303,6 +308,10 @@ func (s *sweeper) flush(ctx context.Context) error {
 		}
 		s.gone = s.gone[:0]
 	}
+	if len(s.forgotten) > 0 {
+		s.c.forget(ctx, s.forgotten)
+		s.forgotten = s.forgotten[:0]
+	}
 	if s.erred {
 		s.arena = make([]byte, 0, cap(buf))
 	} else {
@@ -463,13 +472,20 @@ func (c *collector) account(s *sweeper, part []entry, paths []string, n int, err
 // count counts one deleted path; a blob counts when its last file goes.
 func (c *collector) count(s *sweeper, e entry) {
 	d := &c.rep.Deleted
+	forget := c.opts.Forget != nil && !c.opts.DryRun
 	switch e.kind {
 	case kRev:
 		d.Manifests++
+		if forget {
+			s.forgotten = append(s.forgotten, c.repos[e.repo].revs[e.idx].key)
+		}
 	case kReferrer:
 		d.ReferrerLinks++
 	case kLayer:
 		d.LayerLinks++
+		if forget {
+			s.forgotten = append(s.forgotten, c.repos[e.repo].layers[e.idx].key)
+		}
 	case kTagIndex, kStale:
 		d.TagIndexEntries++
 	case kBlob:
@@ -485,6 +501,33 @@ func (c *collector) count(s *sweeper, e entry) {
 		if c.opts.Dedup != nil && !c.opts.DryRun {
 			s.gone = append(s.gone, b.key)
 		}
+		if forget {
+			s.forgotten = append(s.forgotten, b.key)
+		}
+	}
+}
+
+// BlobForgetter drops cached descriptors (package blobcache implements
+// it): what a registry node answers a HEAD from must not outlive the blob
+// or link GC deleted.
+type BlobForgetter interface {
+	// ForgetBlobs drops what is cached about each digest, in every
+	// repository.
+	ForgetBlobs(ctx context.Context, ds []digest.Digest) error
+}
+
+// forget tells Options.Forget the digests a round deleted, once each. It
+// runs after the deletes (an entry remembered before them is dropped) and
+// even when the run is being stopped: the deletes happened.
+func (c *collector) forget(ctx context.Context, keys []dkey) {
+	slices.SortFunc(keys, digestkey.Compare)
+	keys = slices.Compact(keys)
+	ds := make([]digest.Digest, len(keys))
+	for i, k := range keys {
+		ds[i] = c.keys.Digest(k)
+	}
+	if err := c.opts.Forget.ForgetBlobs(context.WithoutCancel(ctx), ds); err != nil {
+		c.problem(ProblemCacheForget, err.Error())
 	}
 }
 

@@ -16,6 +16,7 @@
 //	    _uploads/<id>/chunks/<name>                            UploadChunk: chunk objects and records (cairn)
 //	  cairn/                                                   everything else of cairn's
 //	    store-id                                               StoreID: the store's identity (dedup's metadata names it)
+//	    dedup/intake/<alg>-<hex>                               DedupIntake: a pushed image dedup could not admit yet
 //	    gc/active/run-<id>, fence-<id>-<round>                 GCActive: online-GC markers and fences
 //	    gc/journal/<repo>/_blobs|_manifests/<alg>/<hex>/<nonce> JournalRecord: writers' records
 //	    files/<alg>/<hex[0:2]>/<hex>                           File: a unique file of dedup (zstd), before packs
@@ -237,6 +238,26 @@ func JournalRecord(repo string, manifest bool, d digest.Digest, nonce string) st
 // StoreID holds the store's identity: a random id written at first use,
 // which a metadata store records once it is a complete index of this store.
 const StoreID = CairnDir + "/store-id"
+
+// DedupIntakeDir holds the pushed images whose layers dedup could not
+// record (its metadata store was down): retried until recorded.
+const DedupIntakeDir = CairnDir + "/dedup/intake"
+
+// DedupIntake is the intake record of manifest d.
+func DedupIntake(d digest.Digest) string {
+	return DedupIntakeDir + "/" + string(d.Algorithm()) + "-" + d.Encoded()
+}
+
+// ParseDedupIntake returns the manifest digest of a path DedupIntake built.
+func ParseDedupIntake(p string) (digest.Digest, bool) {
+	rest, ok := strings.CutPrefix(p, DedupIntakeDir+"/")
+	alg, hex, cut := strings.Cut(rest, "-")
+	d := digest.NewDigestFromEncoded(digest.Algorithm(alg), hex)
+	if !ok || !cut || d.Validate() != nil {
+		return "", false
+	}
+	return d, true
+}
 
 // FilesDir holds dedup's unique files.
 const FilesDir = CairnDir + "/files"
