@@ -30,6 +30,7 @@ import (
 const dedupUsage = `usage: cairn dedup run [--config FILE] [--root DIR] [--mode MODE] [--json] [--quiet]
        cairn dedup stats [--config FILE] [--root DIR] [--json]
        cairn dedup repack [--config FILE] [--root DIR] [--json]
+       cairn dedup reindex [--config FILE] [--root DIR] [--json] [--quiet] [--force]
 
 run    deduplicates every layer of every stored manifest, in each repository's
        mode (storage.dedup), or in --mode for all; cairn serve must be stopped
@@ -41,7 +42,21 @@ stats  prints logical and stored bytes, the ratio, layers by state, unique and
        asks the server's http.debug.addr.
 repack moves unique files stored one object each (by cairn before packs)
        into packs, layer by layer; safe beside running servers on Redis
-       metadata (a bolt store needs cairn serve stopped). A rerun resumes.`
+       metadata (a bolt store needs cairn serve stopped). A rerun resumes.
+reindex (or rebuild) rebuilds the metadata store from storage: every recipe's
+       layer takes its file references and state, every pack's files are
+       located from the pack's own index; the store is then marked a
+       complete index of this storage, so GC deletes packs and files again.
+       cairn serve does the same by itself when it finds the metadata new,
+       lost, flushed or corrupt; this runs it by hand (beside running servers
+       on Redis; a bolt store needs serve stopped). --force takes over a bolt
+       metadata store that indexes another storage (moved aside first).
+
+Keys it reads (the whole file is loaded and checked as serve does; an unknown
+key stops it): the storage driver (storage.filesystem.rootdirectory, s3, gcs,
+azure), storage.dedup.* (mode, repositories, workers, metadata, packs,
+selective, cache), redis.* (a Redis metadata store), http.debug.addr (stats
+asks a running server), log.*.`
 
 // metaPath is where the bolt metadata store lives for cfg.
 func metaPath(cfg *config.Config) (string, error) {
@@ -128,9 +143,11 @@ func dedupOptions(cfg *config.Config) dedup.Options {
 // openMeta opens the metadata store: Redis when configured; else the bolt
 // file when dedup is on or was used before (its file exists: GC must
 // release what deduplicated layers hold). It returns nil, nil when neither.
-func openMeta(ctx context.Context, cfg *config.Config, lockTimeout time.Duration) (meta.Store, error) {
+// A corrupt bolt file is moved aside and a fresh one opened (its StoreID is
+// "", so the metadata is rebuilt from storage); log says so.
+func openMeta(ctx context.Context, cfg *config.Config, lockTimeout time.Duration, log *slog.Logger) (meta.Store, error) {
 	if r := cfg.Storage.Dedup.Metadata.Redis; r != nil {
-		o := meta.RedisOptions{Addr: r.Addr, Username: r.Username, Password: r.Password, DB: r.DB, Prefix: r.Prefix}
+		o := meta.RedisOptions{Addr: r.Addr, Username: r.Username, Password: r.Password, DB: r.DB, Prefix: r.Prefix, Log: log}
 		if r.Addr == "" {
 			// The redis section's server (validation made sure there is one).
 			c, err := redisconn.Open(ctx, cfg.Redis.Options())
@@ -163,7 +180,10 @@ func openMeta(ctx context.Context, cfg *config.Config, lockTimeout time.Duration
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return nil, fmt.Errorf("dedup: metadata store: %w", err)
 	}
-	s, err := meta.OpenWith(p, meta.Options{LockTimeout: lockTimeout})
+	s, aside, err := meta.OpenBoltRecovering(p, meta.Options{LockTimeout: lockTimeout})
+	if aside != "" {
+		log.Error("dedup: the metadata file is corrupt: moved it aside and started a fresh one; the metadata will be rebuilt from storage (recipes and packs)", "path", p, "moved_to", aside)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("dedup: %w", err)
 	}
@@ -172,15 +192,18 @@ func openMeta(ctx context.Context, cfg *config.Config, lockTimeout time.Duration
 
 func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: dedup: missing subcommand (want: run, stats, repack)", errUsage)
+		return fmt.Errorf("%w: dedup: missing subcommand (want: run, stats, repack, reindex)", errUsage)
+	}
+	if args[0] == "rebuild" {
+		args = append([]string{"reindex"}, args[1:]...)
 	}
 	switch args[0] {
-	case "run", "stats", "repack":
+	case "run", "stats", "repack", "reindex":
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintln(stdout, dedupUsage)
 		return nil
 	default:
-		return fmt.Errorf("%w: dedup: unknown subcommand %q (want: run, stats, repack)", errUsage, args[0])
+		return fmt.Errorf("%w: dedup: unknown subcommand %q (want: run, stats, repack, reindex)", errUsage, args[0])
 	}
 	sub := args[0]
 	fs := flag.NewFlagSet("cairn dedup "+sub, flag.ContinueOnError)
@@ -190,24 +213,35 @@ func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	var mode *string
 	quiet := new(bool)
-	if sub == "run" {
+	force := new(bool)
+	switch sub {
+	case "run":
 		mode = fs.String("mode", "", "process every repository in this `mode` (index, full, selective)")
 		quiet = fs.Bool("quiet", false, "print no progress")
+	case "reindex":
+		quiet = fs.Bool("quiet", false, "print no progress")
+		force = fs.Bool("force", false, "take over a bolt metadata store that indexes another storage")
 	}
 	if done, err := parseFlags(fs, args[1:], "dedup "+sub, dedupUsage, stdout); done || err != nil {
 		return err
 	}
-	var force dedup.Mode
+	var forceMode dedup.Mode
 	if mode != nil && *mode != "" {
 		m, err := dedup.ParseMode(*mode)
 		if err != nil || m == dedup.ModeOff {
 			return fmt.Errorf("%w: dedup run: --mode %q is not index, full or selective", errUsage, *mode)
 		}
-		force = m
+		forceMode = m
 	}
 	cfg, _, err := loadConfig(*configPath, *root, func(c *config.Config) {
-		if force != "" {
-			c.Storage.Dedup.Mode = string(force)
+		if forceMode != "" {
+			c.Storage.Dedup.Mode = string(forceMode)
+		}
+		if sub == "reindex" && !c.Storage.Dedup.Active() {
+			// Layers deduplicated earlier stay served with dedup off:
+			// their metadata is rebuilt all the same (the mode only
+			// decides that a missing bolt file is created).
+			c.Storage.Dedup.Mode = string(dedup.ModeIndex)
 		}
 	})
 	if err != nil {
@@ -224,7 +258,7 @@ func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("dedup %s: storage root: %w", sub, err)
 		}
 	}
-	store, err := openMeta(ctx, cfg, time.Second)
+	store, err := openMeta(ctx, cfg, time.Second, newLogger(stderr, cfg.Log))
 	if errors.Is(err, meta.ErrLocked) {
 		if sub == "stats" && cfg.HTTP.Debug.Addr != "" {
 			return remoteStats(ctx, cfg.HTTP.Debug.Addr, *asJSON, stdout)
@@ -260,8 +294,15 @@ func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if sub == "repack" {
 		return repack(ctx, e, *asJSON, stdout)
 	}
+	if sub == "reindex" {
+		metaFile := ""
+		if cfg.Storage.Dedup.Metadata.Redis == nil {
+			metaFile, _ = metaPath(cfg)
+		}
+		return reindex(ctx, d, store, metaFile, *force, *asJSON, *quiet, stdout, stderr)
+	}
 	start := time.Now()
-	ro := dedup.RunOptions{Force: force}
+	ro := dedup.RunOptions{Force: forceMode}
 	if !*quiet {
 		p := &dedupProgress{newProgressLine(stderr)}
 		ro.Progress, ro.ProgressInterval = p.print, p.interval
@@ -376,10 +417,24 @@ func printStats(w io.Writer, st *dedup.Stats, asJSON bool) error {
 	fmt.Fprintf(w, "ratio              %.2fx (file level alone %.2fx)\n", st.Ratio, st.FileLevelRatio)
 	fmt.Fprintf(w, "layers             intact %d, deduplicated %d, irreproducible %d, pending %d\n",
 		st.Layers["intact"], st.Layers["deduplicated"], st.Layers["irreproducible"], st.Layers["pending"])
+	if st.DeferredImages > 0 {
+		fmt.Fprintf(w, "deferred           %d pushed images wait to be recorded (the metadata store was down)\n", st.DeferredImages)
+	}
+	for _, why := range slices.Sorted(maps.Keys(st.IntactWhy)) {
+		lb := st.IntactWhy[why]
+		fmt.Fprintf(w, "  intact: %-10s %d layers, %s\n", why, lb.Layers, webui.HumanBytes(lb.Bytes))
+	}
 	fmt.Fprintf(w, "files              %d unique (%s, stored %s), %d shared\n", st.Files.Unique, webui.HumanBytes(st.Files.Bytes),
 		webui.HumanBytes(st.Files.StoredBytes), st.Files.Shared)
-	fmt.Fprintf(w, "packs              %d (%s no longer used), %d files stored one object each\n",
-		st.Files.Packs, webui.HumanBytes(st.Files.DeadBytes), st.Files.Objects)
+	fmt.Fprintf(w, "packs              %d: live frames %s, dead frames %s, indexes %s; %d files stored one object each\n",
+		st.Files.Packs, webui.HumanBytes(st.Files.LiveBytes), webui.HumanBytes(st.Files.DeadBytes), webui.HumanBytes(st.Files.IndexBytes), st.Files.Objects)
+	if st.MetadataBytes >= 0 {
+		per := ""
+		if st.Files.Unique > 0 {
+			per = fmt.Sprintf(" (%d bytes per unique file)", st.MetadataBytes/st.Files.Unique)
+		}
+		fmt.Fprintf(w, "metadata           %s%s\n", webui.HumanBytes(st.MetadataBytes), per)
+	}
 	encs := slices.Sorted(maps.Keys(st.Encoders))
 	for _, k := range encs {
 		fmt.Fprintf(w, "encoder            %-22s %d\n", k, st.Encoders[k])
@@ -391,12 +446,25 @@ func printStats(w io.Writer, st *dedup.Stats, asJSON bool) error {
 // deduplicated earlier must stay pullable whatever the mode), background
 // work (Schedule) when a metadata store is open.
 func openDedup(ctx context.Context, cfg *config.Config, d driver.Driver, log *slog.Logger, m dedup.Metrics, tracer trace.Tracer, events dedup.LayerEvents) (*dedup.Engine, meta.Store, error) {
-	store, err := openMeta(ctx, cfg, 5*time.Second)
+	store, err := openMeta(ctx, cfg, 5*time.Second, log)
 	if errors.Is(err, meta.ErrLocked) {
 		return nil, nil, errors.New("dedup: the metadata store is in use by another cairn process (cairn dedup run, or a second serve on the same root)")
 	}
 	if err != nil {
 		return nil, nil, err
+	}
+	if store == nil && !cfg.Storage.Dedup.Active() {
+		// Dedup is off, and its bolt file is gone: if dedup ever ran on
+		// this storage, the layers it deduplicated are still served, and
+		// their files are located through a metadata store rebuilt from
+		// storage.
+		if id, err := dedup.StoreID(ctx, d, false); err == nil && id != "" {
+			withMeta := *cfg
+			withMeta.Storage.Dedup.Mode = string(dedup.ModeIndex)
+			if store, err = openMeta(ctx, &withMeta, 5*time.Second, log); err != nil {
+				return nil, nil, err
+			}
+		}
 	}
 	opts := dedupOptions(cfg)
 	opts.Tracer = tracer
@@ -414,4 +482,74 @@ func openDedup(ctx context.Context, cfg *config.Config, d driver.Driver, log *sl
 		return nil, nil, err
 	}
 	return e, store, nil
+}
+
+// reindex runs `cairn dedup reindex`.
+// metaFile is the bolt store's path ("" with Redis).
+func reindex(ctx context.Context, d driver.Driver, store meta.Store, metaFile string, force, asJSON, quiet bool, stdout, stderr io.Writer) error {
+	st, err := dedup.CheckIndex(ctx, d, store)
+	if err != nil {
+		return fmt.Errorf("dedup reindex: %s", oneLine(err.Error()))
+	}
+	if st.Foreign() && !force {
+		return fmt.Errorf("dedup reindex: the metadata store indexes another storage (id %s; this storage's is %s): check the configuration, or pass --force", st.MetaID, st.StoreID)
+	}
+	if st.Foreign() {
+		// Its locations name packs of the other storage: a reindex adds
+		// to an index, so it must start from an empty one.
+		if _, ok := store.(*meta.Bolt); !ok || metaFile == "" {
+			return errors.New("dedup reindex: --force on Redis: the keys of another storage must go first; use another storage.dedup.metadata.redis.prefix, or delete the old prefix's keys")
+		}
+		if err := store.Close(); err != nil {
+			return fmt.Errorf("dedup reindex: %w", err)
+		}
+		moved := metaFile + ".foreign-" + time.Now().UTC().Format("20060102T150405Z")
+		if err := os.Rename(metaFile, moved); err != nil {
+			return fmt.Errorf("dedup reindex: moving the metadata store aside: %w", err)
+		}
+		fresh, err := meta.OpenWith(metaFile, meta.Options{})
+		if err != nil {
+			return fmt.Errorf("dedup reindex: %w", err)
+		}
+		defer fresh.Close()
+		fmt.Fprintf(stderr, "dedup reindex: the old metadata store was moved to %s\n", moved)
+		store = fresh
+	}
+	opts := dedup.ReindexOptions{}
+	if !quiet {
+		p := newProgressLine(stderr)
+		opts.ProgressInterval = p.interval
+		opts.Progress = func(r dedup.ReindexStats) {
+			if p.tty {
+				p.draw("dedup reindex: %s  %d recipes  %d packs  %d files located  %d errors  %.0fs", r.Phase, r.Recipes, r.Packs, r.Placed, r.Errors, r.Seconds)
+			} else if r.Phase != "done" {
+				fmt.Fprintf(stderr, "dedup reindex: %s: %d recipes, %d packs read, %d files located, %d errors, %.0fs\n", r.Phase, r.Recipes, r.Packs, r.Placed, r.Errors, r.Seconds)
+			}
+		}
+		defer p.finish()
+	}
+	rs, err := dedup.Reindex(ctx, d, store, opts)
+	if rs != nil {
+		if asJSON {
+			if jerr := json.NewEncoder(stdout).Encode(rs); jerr != nil {
+				return jerr
+			}
+		} else {
+			fmt.Fprintf(stdout, "dedup reindex: %d recipes (%d deduplicated, %d intact, %d known), %d packs (%d entries), %d files located (%s) in %.2fs\n",
+				rs.Recipes, rs.Deduplicated, rs.Intact, rs.Known, rs.Packs, rs.PackFiles, rs.Placed, webui.HumanBytes(rs.PlacedBytes), rs.Seconds)
+			if rs.Damaged > 0 {
+				fmt.Fprintf(stdout, "  %d damaged recipes or packs skipped (cairn scrub tells more)\n", rs.Damaged)
+			}
+			for _, ex := range rs.Examples {
+				fmt.Fprintf(stdout, "  %s\n", oneLine(ex))
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("dedup reindex: %s", oneLine(err.Error()))
+	}
+	if !rs.Complete {
+		return fmt.Errorf("dedup reindex: %d recipes or packs could not be read; the index stays incomplete (GC keeps every pack and file): rerun", rs.Errors)
+	}
+	return nil
 }

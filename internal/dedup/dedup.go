@@ -1,5 +1,5 @@
-// Package dedup runs cairn's file-level layer deduplication (DESIGN.md,
-// "Deduplication"): a Worker splits the layers pushed manifests name into
+// Package dedup runs cairn's file-level layer deduplication (docs/architecture.md,
+// "The life of a dedup layer"): a Worker splits the layers pushed manifests name into
 // their files (package layer) and a byte-exact compression recipe (package
 // recompress); a Source serves a layer whose intact copy was dropped by
 // rebuilding it (restore.go), with caches; a Predictor, driven by what
@@ -28,12 +28,14 @@
 package dedup
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"path"
 	"runtime"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -46,7 +48,7 @@ import (
 // Mode is how dedup treats the layers of a repository.
 type Mode string
 
-// Modes (DESIGN.md, "Deduplication", point 4).
+// Modes (README, "Deduplication").
 const (
 	ModeOff       Mode = "off"       // layers are left alone
 	ModeIndex     Mode = "index"     // recipes made and verified, intact copies kept
@@ -226,7 +228,41 @@ type Recipe struct {
 // recipes this way to check the files they name).
 func DecodeRecipe(d digest.Digest, b []byte) (*Recipe, error) { return decodeRecipe(d, b) }
 
+// Recipe files are stored as one zstd frame of their JSON: the tar
+// skeleton's headers, the file digests and the restart points compress
+// about tenfold. A file that does not start with zstd's magic is plain JSON
+// (written before, and read as it is).
+var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
+
+// maxRecipe bounds a recipe file decompressed: a layer of a million files
+// needs about 200 MiB of JSON.
+const maxRecipe = 512 << 20
+
+// encodeRecipe returns the bytes of r's recipe file.
+func encodeRecipe(r *Recipe) ([]byte, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(zstd.SpeedBetterCompression))
+	if err != nil {
+		return nil, err
+	}
+	defer enc.Close()
+	return enc.EncodeAll(b, make([]byte, 0, len(b)/4)), nil
+}
+
 func decodeRecipe(d digest.Digest, b []byte) (*Recipe, error) {
+	if bytes.HasPrefix(b, zstdMagic) {
+		dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxRecipe))
+		if err != nil {
+			return nil, err
+		}
+		defer dec.Close()
+		if b, err = dec.DecodeAll(b, nil); err != nil {
+			return nil, fmt.Errorf("dedup: recipe of %s: %w", d, err)
+		}
+	}
 	var r Recipe
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("dedup: recipe of %s: %w", d, err)

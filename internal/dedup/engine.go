@@ -39,6 +39,33 @@ type Metrics interface {
 	DedupRebuildFailed(reason string)
 }
 
+// CacheMetrics is what a Metrics adds to count caches stepping aside
+// (metrics.Metrics has it); apart from Metrics so that a Metrics without
+// it still serves, uncounted.
+type CacheMetrics interface {
+	// DedupCacheWriteFailed counts a layer that cache streamed without
+	// keeping its copy, by reason (cache.Reason*).
+	DedupCacheWriteFailed(cache, reason string)
+}
+
+// cacheFailures is how a cache's step-asides reach the operator: counted,
+// and logged once per layer; at WARN, not ERROR, since the pull got every
+// byte. A decline (the volume's free margin) is the cache working as
+// bounded, so only at DEBUG.
+func cacheFailures(log *slog.Logger, m Metrics, name string) func(cache.WriteFailure) {
+	cm, _ := m.(CacheMetrics)
+	return func(f cache.WriteFailure) {
+		if cm != nil {
+			cm.DedupCacheWriteFailed(name, f.Reason)
+		}
+		if f.Err == nil {
+			log.Debug("dedup: cache declined a layer to keep its volume's free margin; it streams without a cached copy", "cache", name, "layer", f.Key)
+			return
+		}
+		log.Warn("dedup: cache write failed; the layer streams on without a cached copy", "cache", name, "layer", f.Key, "reason", f.Reason, "err", f.Err)
+	}
+}
+
 // Cache names, as metrics label them.
 const (
 	CachePreconstruct = "preconstruct"
@@ -72,7 +99,11 @@ type Engine struct {
 	*Predictor
 	*Statistics
 
-	stop func() // ends the Runner Start made
+	stop  func()     // ends the Runner Start made
+	store meta.Store // nil without a metadata store
+	// reindexQueued: a rebuild of the index is queued or running on the
+	// Runner (indexIncomplete).
+	reindexQueued atomic.Bool
 }
 
 // Source serves blobs whose intact copy dedup removed (registry.DedupSource).
@@ -84,6 +115,14 @@ type Source struct {
 	disk    *cache.Disk
 	mem     *cache.Memory
 	recipes *recipeCache
+	// reindexing is set while the metadata is rebuilt from storage: a
+	// layer whose files are not located yet is refused before its
+	// headers (ErrReindexing) rather than cut mid-stream.
+	reindexing atomic.Bool
+	// checkIndex, when set (Schedule), checks the metadata against the
+	// storage after a restore found files located nowhere; it reports
+	// whether the index is incomplete (a rebuild is then under way).
+	checkIndex func(ctx context.Context) bool
 }
 
 // summaryStore is what reads and writes layers' summaries and states.
@@ -126,6 +165,12 @@ type Worker struct {
 	// layer at once could record it intact while the other drops its data.
 	running map[digest.Digest]*job
 	scans   atomic.Int64
+	// deferred is set once this node stored an image's intake for later
+	// (intake.go), so that it retries soon.
+	deferred atomic.Bool
+	// recovered runs when deferred intake went through: the metadata
+	// store is back (Schedule sets it to the index check).
+	recovered func(ctx context.Context) error
 	// holder names this engine in layer leases, so that nodes sharing a
 	// metadata store do not process one layer at the same time.
 	holder string
@@ -219,10 +264,15 @@ func New(d driver.Driver, store meta.Store, opts Options, log *slog.Logger, m Me
 		}
 	}
 	if opts.PreconstructDir != "" {
-		if src.disk, err = cache.OpenDisk(opts.PreconstructDir, opts.PreconstructSize); err != nil {
-			return nil, fmt.Errorf("dedup: preconstruct cache: %w", err)
+		// The cache only saves rebuilds: a directory it cannot use leaves
+		// it off, and restores stream without it.
+		if disk, err := cache.OpenDisk(opts.PreconstructDir, opts.PreconstructSize); err != nil {
+			log.Error("dedup: preconstruct cache off: restores stream without it", "dir", opts.PreconstructDir, "err", err)
+		} else {
+			disk.SetPrefillLimit(opts.PredictRebuilds)
+			disk.OnWriteFailure(cacheFailures(log, m, CachePreconstruct))
+			src.disk = disk
 		}
-		src.disk.SetPrefillLimit(opts.PredictRebuilds)
 	}
 	if _, ok := driver.As[willReader](d); ok && opts.PrefetchSize > 0 {
 		log.Info("dedup: no prefetch cache on this storage: predicted intact layers are read ahead by the page cache", "storage", d.Name())
@@ -241,7 +291,7 @@ func New(d driver.Driver, store meta.Store, opts Options, log *slog.Logger, m Me
 		st.packs = store
 	}
 	w.summaries, p.summaries, w.statistics = sums, sums, st
-	return &Engine{Source: src, Worker: w, Predictor: p, Statistics: st}, nil
+	return &Engine{Source: src, Worker: w, Predictor: p, Statistics: st, store: store}, nil
 }
 
 // Start runs the background work on a Runner of its own (for `cairn dedup`
@@ -269,7 +319,13 @@ func (e *Engine) Schedule(r *task.Runner) {
 		return
 	}
 	e.Worker.runner, e.Predictor.runner = r, r
+	e.Worker.recovered = e.keepIndexed
+	e.Source.checkIndex = e.indexIncomplete
+	r.Every("dedup index", 0, indexCheckInterval, task.High, e.keepIndexed)
 	r.Every("dedup scan", 0, scanInterval, task.Normal, e.Worker.scanOnce)
+	// High: it is a no-op unless intake was deferred, and must not wait
+	// behind the layers being processed.
+	r.Every("dedup intake retry", intakeRetry, intakeRetry, task.High, e.Worker.retryIntake)
 }
 
 // Workers is how many layers the engine means to process at once; a
@@ -379,13 +435,13 @@ func (w *Worker) ManifestPushed(_ context.Context, repo string, m *registry.Mani
 	}
 	j := intakeJob{manifest: m.Digest, layers: layers, mode: w.opts.ModeFor(repo)}
 	ok = w.runner.Submit("dedup intake", task.Normal, func(ctx context.Context) error {
-		if err := w.admit(ctx, j); err != nil {
-			return fmt.Errorf("recording pushed manifest %s: %w", j.manifest, err)
+		if err := w.admit(ctx, j); err != nil && ctx.Err() == nil {
+			w.deferIntake(ctx, j, err)
 		}
 		return nil
 	})
 	if !ok {
-		w.log.Warn("dedup: intake full; run `cairn dedup run` to catch up", "manifest", m.Digest)
+		go w.deferIntake(context.Background(), j, errors.New("the intake queue is full"))
 	}
 }
 
@@ -422,6 +478,9 @@ func (w *Worker) admit(ctx context.Context, j intakeJob) error {
 // statistics and releases what layers whose blob GC deleted still hold.
 func (w *Worker) scanOnce(ctx context.Context) error {
 	n := w.scans.Add(1) - 1
+	if err := w.drainIntake(ctx); err != nil {
+		w.log.Warn("dedup: deferred intake stays deferred", "err", err)
+	}
 	if err := w.scan(ctx); err != nil {
 		return fmt.Errorf("dedup: scan: %w", err)
 	}
@@ -647,18 +706,30 @@ const leaseTTL = 2 * time.Minute
 
 // leased runs fn for layer l under l's lease: another node holding it means
 // l is being processed there (outBusy). The lease only saves work; fn is
-// safe to run twice. A lost renewal cancels fn.
+// safe to run twice.
 func (w *Worker) leased(ctx context.Context, l digest.Digest, fn func(context.Context) (outcome, error)) (outcome, error) {
-	if !w.opts.SharedStore {
-		return fn(ctx)
-	}
-	name := "dedup:" + string(l)
-	ok, err := w.meta.TryLease(ctx, name, w.holder, leaseTTL)
-	if err != nil {
-		return "", err
-	}
-	if !ok {
+	var out outcome
+	held, err := w.withLease(ctx, "dedup:"+string(l), func(ctx context.Context) error {
+		var err error
+		out, err = fn(ctx)
+		return err
+	})
+	if err == nil && !held {
 		return outBusy, nil
+	}
+	return out, err
+}
+
+// withLease runs fn under the lease name when the store is shared (else
+// at once), and reports whether it ran: false when another node holds the
+// lease. A lost renewal cancels fn.
+func (w *Worker) withLease(ctx context.Context, name string, fn func(context.Context) error) (bool, error) {
+	if !w.opts.SharedStore {
+		return true, fn(ctx)
+	}
+	ok, err := w.meta.TryLease(ctx, name, w.holder, leaseTTL)
+	if err != nil || !ok {
+		return false, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -668,11 +739,11 @@ func (w *Worker) leased(ctx context.Context, l digest.Digest, fn func(context.Co
 		}
 	})
 	defer stop()
-	out, err := fn(ctx)
+	err = fn(ctx)
 	if rerr := w.meta.ReleaseLease(context.WithoutCancel(ctx), name, w.holder); rerr != nil {
-		w.log.Debug("dedup: releasing lease", "layer", l, "err", rerr)
+		w.log.Debug("dedup: releasing lease", "lease", name, "err", rerr)
 	}
-	return out, err
+	return true, err
 }
 
 // holderID names this process among the nodes sharing a metadata store.

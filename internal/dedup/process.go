@@ -242,7 +242,7 @@ func (w *Worker) disassemble(ctx context.Context, l digest.Digest, sum summary) 
 		}
 		return w.irreproducible(ctx, l, sum, size, err)
 	}
-	b, err := json.Marshal(rec)
+	b, err := encodeRecipe(rec)
 	if err != nil {
 		return "", err
 	}
@@ -407,7 +407,17 @@ func (w *Worker) settle(ctx context.Context, l digest.Digest, sum summary, state
 		}
 		return outIndexed, w.putState(ctx, l, sum, meta.StateIntact)
 	case state == meta.StateDeduplicated:
-		return outUnchanged, nil
+		// An intact copy written back beside the recipe (by a cairn that
+		// let a re-push store it again) is dropped again.
+		if _, err := w.d.Stat(ctx, layout.BlobData(l)); errors.Is(err, driver.ErrNotFound) {
+			return outUnchanged, nil
+		} else if err != nil {
+			return "", err
+		}
+		if _, err := w.d.DeleteFiles(ctx, []string{layout.BlobData(l)}); err != nil {
+			return "", err
+		}
+		return outDeduplicated, nil
 	}
 	// A file GC deleted under a revive is marked Missing: rewrite first.
 	// No references at all: a layer without file payloads (a WORKDIR
@@ -469,11 +479,13 @@ func (w *Worker) noData(ctx context.Context, l digest.Digest, sum summary) (outc
 	if r, err := w.recipe(ctx, l); err == nil {
 		// Another worker finished l meanwhile, and this one's first
 		// putState replaced that summary: describe l from its recipe.
-		sum.Size, sum.TarSize, sum.Files = r.Size, r.Tar.TarSize, len(distinctFiles(&r.Tar))
-		sum.Encoders = encoders(r.Compression)
+		var size int64
 		if fi, err := w.d.Stat(ctx, layout.BlobRecipe(l)); err == nil {
-			sum.RecipeBytes = fi.Size
+			size = fi.Size
 		}
+		mode := sum.Mode
+		sum = summaryOf(r, size)
+		sum.Mode = mode
 		return outUnchanged, w.putState(ctx, l, sum, meta.StateDeduplicated)
 	}
 	if _, err := w.meta.ReleaseLayerRefs(ctx, l); err != nil {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"encoding/json"
 	"fmt"
 	"runtime"
 	"testing"
@@ -30,8 +29,8 @@ func TestRestartPointsStored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rec Recipe
-	if err := json.Unmarshal(raw, &rec); err != nil {
+	rec, err := decodeRecipe(d, raw)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if n := len(rec.Compression.Members[0].Restarts); n < 3 {

@@ -20,6 +20,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
 	"github.com/cairn-registry/cairn/internal/dedup/pack"
 	"github.com/cairn-registry/cairn/internal/dedup/recompress"
+	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -66,6 +67,11 @@ func (s *Source) OpenBlob(ctx context.Context, d digest.Digest, offset int64) (i
 	if err != nil {
 		return nil, err
 	}
+	if s.disk == nil || !s.disk.Warm(string(d)) {
+		if err := s.preflight(ctx, r); err != nil {
+			return nil, err
+		}
+	}
 	if s.disk == nil {
 		// No cache directory: rebuild for this reader alone.
 		pr, pw := io.Pipe()
@@ -90,6 +96,35 @@ func (s *Source) OpenBlob(ctx context.Context, d digest.Digest, offset int64) (i
 	}
 	s.metrics.CacheLookup(CachePreconstruct, hit || warm)
 	return rc, nil
+}
+
+// ErrFilesMissing means a layer cannot be rebuilt: the metadata, known
+// complete, locates some of its files nowhere (cairn scrub tells more).
+var ErrFilesMissing = errors.New("dedup: files of the layer are missing from storage")
+
+// preflight checks, before a rebuild starts and so before any header is
+// sent, that the metadata answers and locates every file of r: a GET that
+// would fail at its first unlocated file is answered 503 (the metadata is
+// down, or being rebuilt: come back) or 500 (files lost) instead of a 200
+// cut short. A layer whose files the metadata does not locate while it
+// claims to be complete sets off an index check (Redis flushed under a
+// running node).
+func (s *Source) preflight(ctx context.Context, r *Recipe) error {
+	n, err := s.files.Unlocated(ctx, distinctFiles(&r.Tar))
+	if err != nil {
+		return fmt.Errorf("%w: dedup metadata store: %w", registry.ErrUnavailable, err)
+	}
+	if n == 0 {
+		return nil
+	}
+	if s.reindexing.Load() {
+		return fmt.Errorf("%w: layer %s (%d files not located yet)", ErrReindexing, r.Digest, n)
+	}
+	if s.checkIndex != nil && s.checkIndex(ctx) {
+		return fmt.Errorf("%w: layer %s (%d files not located yet)", ErrReindexing, r.Digest, n)
+	}
+	s.metrics.DedupRebuildFailed("missing_file")
+	return fmt.Errorf("%w: layer %s: %d files located nowhere", ErrFilesMissing, r.Digest, n)
 }
 
 // CachedBlob implements registry.DedupSource: intact blobs prefetched into
@@ -173,7 +208,8 @@ const (
 // layer that cannot be served, and the client only sees a response cut
 // short. So it is logged at ERROR, naming the layer and the file at fault,
 // and counted. A reader that went away or a stopping process is not a
-// failure of the layer, nor is an output that fails (a full cache disk).
+// failure of the layer, nor is an output that fails (every reader of a
+// fill the cache stepped aside from went away).
 func (s *Source) restore(ctx context.Context, r *Recipe, w io.Writer, procs int) error {
 	out := &watchedWriter{w: w}
 	err := s.rebuild(ctx, r, out, procs)

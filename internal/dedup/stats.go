@@ -6,6 +6,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/dedup/pack"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
@@ -26,6 +27,44 @@ type Stats struct {
 	Files          FileStats        `json:"files"`
 	// Encoders counts recipe members by the encoder that reproduces them.
 	Encoders map[string]int64 `json:"encoders"`
+	// DeferredImages counts pushed images waiting in storage to be
+	// recorded (the metadata store was down when they came): their layers
+	// are intact and counted nowhere else yet.
+	DeferredImages int64 `json:"deferredImages"`
+	// IntactWhy splits the layers stored intact by why they are: "index"
+	// (their mode keeps the intact copy), "hot" (selective, pulled
+	// often), "queued" (a mode that drops it, not done yet), "pending"
+	// (being processed), "irreproducible" (no encoder reproduces them).
+	IntactWhy map[string]LayerBytes `json:"intactWhy"`
+	// MetadataBytes is what the metadata store occupies (the bolt file;
+	// -1 where it is not known: Redis shares its memory with others).
+	MetadataBytes int64 `json:"metadataBytes"`
+}
+
+// LayerBytes counts layers and their compressed bytes.
+type LayerBytes struct {
+	Layers int64 `json:"layers"`
+	Bytes  int64 `json:"bytes"`
+}
+
+// intactWhy names why a layer in state, summarised by sum, is intact; ""
+// when it is not.
+func intactWhy(state meta.LayerState, sum summary) string {
+	switch state {
+	case meta.StatePending:
+		return "pending"
+	case meta.StateIrreproducible:
+		return "irreproducible"
+	case meta.StateIntact:
+		switch sum.Mode {
+		case ModeIndex:
+			return "index"
+		case ModeSelective:
+			return "hot"
+		}
+		return "queued"
+	}
+	return ""
 }
 
 // StoredBytes splits what dedup-managed layers occupy in storage.
@@ -45,10 +84,13 @@ type FileStats struct {
 	// their size in storage.
 	Bytes       int64 `json:"bytes"`
 	StoredBytes int64 `json:"storedBytes"`
-	// Packs is how many packs hold them; DeadBytes how many of the packs'
-	// bytes no file uses any more (GC compacts sparse packs).
-	Packs     int64 `json:"packs"`
-	DeadBytes int64 `json:"deadBytes"`
+	// Packs is how many packs hold them; LiveBytes the frames located in
+	// them, DeadBytes the frames no file uses any more (GC compacts sparse
+	// packs), IndexBytes the packs' own headers, indexes and footers.
+	Packs      int64 `json:"packs"`
+	LiveBytes  int64 `json:"liveBytes"`
+	DeadBytes  int64 `json:"deadBytes"`
+	IndexBytes int64 `json:"indexBytes"`
 	// Objects counts files stored one object each (before packs).
 	Objects int64 `json:"objects"`
 }
@@ -65,6 +107,9 @@ func (sc *Statistics) Stats(ctx context.Context) (*Stats, error) {
 // listing of each: a pack is tens of MiB, so its listing is short) and
 // what the pack records count as no longer used.
 func (sc *Statistics) packStats(ctx context.Context, fs *FileStats) error {
+	// Each recorded pack's frames end where its index begins (its Size):
+	// the rest of its object is the index.
+	frames := make(map[string]int64)
 	var after string
 	for {
 		page, err := sc.packs.ListPacks(ctx, after, 1000)
@@ -76,7 +121,9 @@ func (sc *Statistics) packStats(ctx context.Context, fs *FileStats) error {
 		}
 		for _, p := range page {
 			if !p.Tombstoned {
-				fs.DeadBytes += max(p.Size-p.Live, 0)
+				fs.LiveBytes += p.Live
+				fs.DeadBytes += max(p.Size-pack.HeaderSize-p.Live, 0)
+				frames[p.ID] = p.Size
 			}
 		}
 		after = page[len(page)-1].ID
@@ -86,9 +133,18 @@ func (sc *Statistics) packStats(ctx context.Context, fs *FileStats) error {
 		n    *int64
 	}{{layout.PacksDir, &fs.Packs}, {layout.FilesDir, &fs.Objects}} {
 		err := sc.d.Walk(ctx, dir.path, func(fi driver.FileInfo) error {
-			if !fi.IsDir {
-				*dir.n++
-				fs.StoredBytes += fi.Size
+			if fi.IsDir {
+				return nil
+			}
+			*dir.n++
+			fs.StoredBytes += fi.Size
+			if id, ok := layout.ParsePackPath(fi.Path); ok {
+				if size, ok := frames[id]; ok && size > 0 {
+					// The header and the index are the pack's own bytes.
+					fs.IndexBytes += max(fi.Size-size, 0) + pack.HeaderSize
+				} else {
+					fs.DeadBytes += fi.Size // no record: nothing reads it
+				}
 			}
 			return nil
 		})
@@ -107,7 +163,12 @@ func (sc *Statistics) stats(ctx context.Context) (*Stats, []digest.Digest, error
 	if sc.meta == nil {
 		return nil, nil, errors.New("dedup: no metadata store")
 	}
-	st := &Stats{Layers: make(map[string]int64), Encoders: make(map[string]int64)}
+	st := &Stats{Layers: make(map[string]int64), Encoders: make(map[string]int64), IntactWhy: make(map[string]LayerBytes), MetadataBytes: -1}
+	if sz, ok := sc.meta.(interface{ FileSize() (int64, error) }); ok {
+		if n, err := sz.FileSize(); err == nil {
+			st.MetadataBytes = n
+		}
+	}
 	for _, s := range meta.States {
 		st.Layers[s.String()] = 0
 	}
@@ -123,6 +184,12 @@ func (sc *Statistics) stats(ctx context.Context) (*Stats, []digest.Digest, error
 			st.LogicalBytes += sum.Size
 			if state != meta.StateDeduplicated {
 				st.StoredBytes.Intact += sum.Size
+			}
+			if why := intactWhy(state, sum); why != "" {
+				lb := st.IntactWhy[why]
+				lb.Layers++
+				lb.Bytes += sum.Size
+				st.IntactWhy[why] = lb
 			}
 			st.StoredBytes.Recipes += sum.RecipeBytes
 			if sum.RecipeBytes == 0 {
@@ -172,6 +239,10 @@ func (sc *Statistics) stats(ctx context.Context) (*Stats, []digest.Digest, error
 		}
 	}
 	st.Files.Unique = int64(len(files))
+	var err error
+	if st.DeferredImages, err = sc.DeferredIntake(ctx); err != nil {
+		return nil, nil, err
+	}
 	if err := sc.packStats(ctx, &st.Files); err != nil {
 		return nil, nil, err
 	}

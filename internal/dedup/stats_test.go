@@ -95,6 +95,24 @@ func TestStats(t *testing.T) {
 	if st.Files.Bytes != fileBytes || st.Files.StoredBytes != storedFiles || st.StoredBytes.Files != storedFiles {
 		t.Errorf("file bytes %d stored %d/%d, want %d and %d", st.Files.Bytes, st.Files.StoredBytes, st.StoredBytes.Files, fileBytes, storedFiles)
 	}
+	// The breakdown adds up: every pack byte is a live frame, a dead one
+	// or index; every intact layer has its reason.
+	// Nothing died: no dead bytes.
+	if f := st.Files; f.LiveBytes+f.DeadBytes+f.IndexBytes != f.StoredBytes || f.IndexBytes <= 0 || f.LiveBytes <= 0 || f.DeadBytes != 0 {
+		t.Errorf("pack bytes: live %d + dead %d + index %d, stored %d", f.LiveBytes, f.DeadBytes, f.IndexBytes, f.StoredBytes)
+	}
+	wantWhy := map[string]LayerBytes{"index": {1, int64(len(indexed.blob))}, "irreproducible": {1, int64(len(notTar))}, "pending": {1, 0}}
+	if len(st.IntactWhy) != len(wantWhy) {
+		t.Errorf("intact by reason %v, want %v", st.IntactWhy, wantWhy)
+	}
+	for why, want := range wantWhy {
+		if st.IntactWhy[why] != want {
+			t.Errorf("intact %s: %+v, want %+v", why, st.IntactWhy[why], want)
+		}
+	}
+	if st.MetadataBytes <= 0 {
+		t.Errorf("metadata bytes %d: the bolt file's size is known", st.MetadataBytes)
+	}
 	if total := st.StoredBytes.Intact + st.StoredBytes.Files + st.StoredBytes.Recipes; st.StoredBytes.Total != total {
 		t.Errorf("StoredBytes.Total = %d, want %d", st.StoredBytes.Total, total)
 	}

@@ -91,6 +91,13 @@ func OpenWith(path string, opts Options) (*Bolt, error) {
 		db.Close()
 		return nil, err
 	}
+	// A failed copy leaves the file as it was, and in use: compaction
+	// only saves space.
+	compacted, err := maybeCompact(db, path, opts.LockTimeout)
+	if compacted == nil {
+		return nil, err
+	}
+	db = compacted
 	// Batched pull records wait at most this long for company.
 	db.MaxBatchDelay = 2 * time.Millisecond
 	err = guard(path, func() error {
@@ -131,6 +138,14 @@ func (s *Bolt) SetStoreID(ctx context.Context, id string) error {
 		}
 		return tx.Bucket(bktIdentity).Put(keyStoreID, []byte(id))
 	})
+}
+
+// FileSize is the bolt file's size: what the metadata occupies on disk
+// (bolt reuses freed pages, never shrinks the file).
+func (s *Bolt) FileSize() (int64, error) {
+	var n int64
+	err := s.db.View(func(tx *bolt.Tx) error { n = tx.Size(); return nil })
+	return n, err
 }
 
 // Close closes the bolt file.

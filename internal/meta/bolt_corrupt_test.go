@@ -13,6 +13,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/meta/metatest"
+	"github.com/cairn-registry/cairn/internal/testutil/faults"
 	"github.com/opencontainers/go-digest"
 )
 
@@ -57,21 +58,6 @@ func filledFile(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return path
-}
-
-// overwrite puts 12 bytes of garbage at each offset of the file.
-func overwrite(t *testing.T, path string, offsets ...int64) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	for _, off := range offsets {
-		if _, err := f.WriteAt([]byte("\xde\xad\xbe\xef\xde\xad\xbe\xef\xde\xad\xbe\xef"), off); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 // everyPage is offset 40 of every page after the two meta pages: the second
@@ -125,9 +111,9 @@ func TestBoltCorruptFileNeverPanics(t *testing.T) {
 		damage      func(t *testing.T, path string)
 		mustCorrupt bool
 	}{
-		{"page 8", func(t *testing.T, p string) { overwrite(t, p, 8*4096+40) }, false},
-		{"page 4", func(t *testing.T, p string) { overwrite(t, p, 4*4096+40) }, false},
-		{"every page", func(t *testing.T, p string) { overwrite(t, p, everyPage(t, p)...) }, true},
+		{"page 8", func(t *testing.T, p string) { faults.Overwrite(t, p, 8*4096+40) }, false},
+		{"page 4", func(t *testing.T, p string) { faults.Overwrite(t, p, 4*4096+40) }, false},
+		{"every page", func(t *testing.T, p string) { faults.Overwrite(t, p, everyPage(t, p)...) }, true},
 		{"truncated to half", func(t *testing.T, p string) {
 			fi, err := os.Stat(p)
 			if err != nil {
@@ -137,7 +123,7 @@ func TestBoltCorruptFileNeverPanics(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, true},
-		{"both meta pages", func(t *testing.T, p string) { overwrite(t, p, 16, 4096+16) }, true},
+		{"both meta pages", func(t *testing.T, p string) { faults.Overwrite(t, p, 16, 4096+16) }, true},
 		{"shorter than a page", func(t *testing.T, p string) {
 			if err := os.Truncate(p, 100); err != nil {
 				t.Fatal(err)
@@ -182,7 +168,7 @@ func TestBoltCorruptWhileOpen(t *testing.T) {
 		}
 		defer s.Close()
 		// The file is mapped shared: the damage is what the next read sees.
-		overwrite(t, path, everyPage(t, path)...)
+		faults.Overwrite(t, path, everyPage(t, path)...)
 		_, err = readAll(ctx, s)
 		if !errors.Is(err, meta.ErrCorrupt) {
 			t.Fatalf("reading the damaged store: %v, want ErrCorrupt", err)
@@ -227,7 +213,7 @@ func TestOpenBoltRecovering(t *testing.T) {
 	}
 	s.Close()
 
-	overwrite(t, path, everyPage(t, path)...)
+	faults.Overwrite(t, path, everyPage(t, path)...)
 	damaged, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -261,7 +247,7 @@ func TestOpenBoltRecoveringKeepsEarlierCopies(t *testing.T) {
 	path := filledFile(t)
 	var asides []string
 	for range 2 {
-		overwrite(t, path, 16, 4096+16)
+		faults.Overwrite(t, path, 16, 4096+16)
 		s, aside, err := meta.OpenBoltRecovering(path, testOpts)
 		if err != nil {
 			t.Fatal(err)

@@ -52,6 +52,7 @@ type Metrics struct {
 	dedupLayers    *prometheus.CounterVec
 	dedupPredicted *prometheus.CounterVec
 	dedupRebuild   *prometheus.CounterVec
+	dedupCacheFail *prometheus.CounterVec
 	cache          *prometheus.CounterVec
 }
 
@@ -98,6 +99,8 @@ func New() *Metrics {
 		"Layers warmed ahead of a predicted pull, by cache (preconstruct: rebuilt to disk, prefetch: read into memory).", "cache")
 	m.dedupRebuild = f.counterVec("dedup_rebuild_failures_total",
 		"Rebuilds of deduplicated layers (for a pull, a predicted pull or a promotion) that failed, by reason (missing_file, corrupt_file: a unique file absent or not matching its digest; mismatch: the recipe does not reproduce the blob; storage: a storage error; other). Each is logged at ERROR with the layer and file digests.", "reason")
+	m.dedupCacheFail = f.counterVec("dedup_cache_write_failures_total",
+		"Layers a dedup cache streamed to their readers without keeping a copy, by cache and reason (declined: the copy would have eaten into the volume's free margin; no_space, read_only, permission, io: creating, writing or syncing it failed, each also logged at WARN). The readers got every byte.", "cache", "reason")
 	m.cache = f.counterVec("cache_requests_total",
 		"Cache lookups, by cache and result (hit, miss); the hit ratio is hits over the total.", "cache", "result")
 
@@ -176,6 +179,12 @@ func (m *Metrics) DedupProcessed(outcome string) { m.dedupLayers.WithLabelValues
 
 // DedupRebuildFailed counts one failed rebuild of a deduplicated layer.
 func (m *Metrics) DedupRebuildFailed(reason string) { m.dedupRebuild.WithLabelValues(reason).Inc() }
+
+// DedupCacheWriteFailed counts one layer a dedup cache served without
+// keeping its copy (declined, or its write failed).
+func (m *Metrics) DedupCacheWriteFailed(cache, reason string) {
+	m.dedupCacheFail.WithLabelValues(cache, reason).Inc()
+}
 
 // DedupPredicted counts one layer warmed for a predicted pull.
 func (m *Metrics) DedupPredicted(cache string) { m.dedupPredicted.WithLabelValues(cache).Inc() }

@@ -192,6 +192,7 @@ func TestObserveRequestAndOthers(t *testing.T) {
 	m.GCDeleted("blobs", 0)
 	m.SetDedupSavedBytes(1 << 20)
 	m.DedupRebuildFailed("missing_file")
+	m.DedupCacheWriteFailed("preconstruct", "no_space")
 	m.CacheLookup("preconstruct", true)
 	m.CacheLookup("preconstruct", true)
 	m.CacheLookup("preconstruct", false)
@@ -214,6 +215,7 @@ func TestObserveRequestAndOthers(t *testing.T) {
 		{"gc_deleted_total", map[string]string{"kind": "blobs"}, 7},
 		{"dedup_saved_bytes", nil, 1 << 20},
 		{"dedup_rebuild_failures_total", map[string]string{"reason": "missing_file"}, 1},
+		{"dedup_cache_write_failures_total", map[string]string{"cache": "preconstruct", "reason": "no_space"}, 1},
 		{"cache_requests_total", map[string]string{"cache": "preconstruct", "result": "hit"}, 2},
 		{"cache_requests_total", map[string]string{"cache": "preconstruct", "result": "miss"}, 1},
 	}

@@ -95,9 +95,17 @@ func (r *Registry) finishUpload(ctx context.Context, repo, id string, head uploa
 // already there with the same bytes, and it comes after the GC journal
 // record, so no sweep round that could miss the new blob is deleting.
 func (r *Registry) putWhole(ctx context.Context, st driver.Stager, repo, id string, d digest.Digest, body io.Reader) (int64, error) {
-	w, err := st.StageWriter(ctx, layout.BlobData(d))
+	// A deduplicated blob is stored as its recipe: the bytes are only
+	// checked, not written again beside it (see commitUpload).
+	dedupd, err := r.exists(ctx, layout.BlobRecipe(d))
 	if err != nil {
 		return 0, err
+	}
+	var w driver.FileWriter = discardWriter{}
+	if !dedupd {
+		if w, err = st.StageWriter(ctx, layout.BlobData(d)); err != nil {
+			return 0, err
+		}
 	}
 	h := uploadHashAlg.Hash()
 	n, err := copyHashing(w, h, body)
@@ -191,7 +199,10 @@ func (r *Registry) commitUpload(ctx context.Context, repo, id string, d digest.D
 		return nil, err
 	}
 	defer done()
-	have, err := r.exists(ctx, layout.BlobData(d))
+	// A blob deduplicated since (a recipe, no data) is stored: its
+	// verified recipe serves it, and a second, intact copy would stay
+	// beside it uncounted.
+	have, err := r.blobExists(ctx, d)
 	if err != nil {
 		return nil, err
 	}
@@ -383,3 +394,13 @@ func (r *Registry) verifyChunks(ctx context.Context, repo, id string, d digest.D
 	}
 	return nil
 }
+
+// discardWriter is a FileWriter that keeps nothing: a whole blob whose
+// bytes are stored already (as a recipe) is only hashed on its way.
+type discardWriter struct{}
+
+func (discardWriter) Write(p []byte) (int, error)  { return len(p), nil }
+func (discardWriter) Close() error                 { return nil }
+func (discardWriter) Size() int64                  { return 0 }
+func (discardWriter) Cancel(context.Context) error { return nil }
+func (discardWriter) Commit(context.Context) error { return nil }

@@ -79,6 +79,10 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, rt route) {
 		}
 	}
 	if err != nil {
+		// The error body is not the blob: its length and range must not
+		// be announced (a client would read the error as a cut blob).
+		h.Del("Content-Length")
+		h.Del("Content-Range")
 		s.writeError(w, r, err)
 		return
 	}

@@ -197,9 +197,12 @@ func pullErr(srv *cairnproc.Server, repo string, layers []testLayer) error {
 // debug listener when one holds the metadata store).
 func stats(t *testing.T, cfg, root string) map[string]any {
 	t.Helper()
-	out, err := exec.Command(cairnproc.Binary(t), "dedup", "stats", "--config", cfg, "--root", root, "--json").CombinedOutput()
+	var stderr strings.Builder
+	cmd := exec.Command(cairnproc.Binary(t), "dedup", "stats", "--config", cfg, "--root", root, "--json")
+	cmd.Stderr = &stderr // log lines (a Redis without persistence is warned of)
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("cairn dedup stats: %v\n%s", err, out)
+		t.Fatalf("cairn dedup stats: %v\n%s%s", err, out, stderr.String())
 	}
 	var m map[string]any
 	if err := json.Unmarshal(out, &m); err != nil {

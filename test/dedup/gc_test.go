@@ -39,6 +39,7 @@ type gcReport struct {
 		DedupFiles int64 `json:"dedup_files"`
 	} `json:"deleted"`
 	Packs struct {
+		Orphans    int64 `json:"orphans"`
 		Deleted    int64 `json:"deleted"`
 		Compacted  int64 `json:"compacted"`
 		FilesMoved int64 `json:"files_moved"`
@@ -59,12 +60,15 @@ func runGC(t *testing.T, args ...string) gcReport {
 // gcRun is runGC for goroutines other than the test's.
 func gcRun(bin string, args ...string) (gcReport, error) {
 	var rep gcReport
-	out, err := exec.Command(bin, append([]string{"gc", "--json", "--quiet"}, args...)...).CombinedOutput()
+	var stderr strings.Builder
+	cmd := exec.Command(bin, append([]string{"gc", "--json", "--quiet"}, args...)...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		return rep, fmt.Errorf("cairn gc: %w\n%s", err, out)
+		return rep, fmt.Errorf("cairn gc: %w\n%s%s", err, out, stderr.String())
 	}
 	if err := json.Unmarshal(out, &rep); err != nil {
-		return rep, fmt.Errorf("gc report: %w\n%s", err, out)
+		return rep, fmt.Errorf("gc report: %w\n%s%s", err, out, stderr.String())
 	}
 	return rep, nil
 }

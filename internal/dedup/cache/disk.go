@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -25,6 +26,49 @@ var (
 	ErrInvalidKey = errors.New("cache: invalid key")
 	// ErrInvalidOffset is returned for an offset outside [0, size].
 	ErrInvalidOffset = errors.New("cache: invalid offset")
+
+	// errNoReaders stops a fill that stepped aside once no reader is left
+	// to stream to: without its file there is nothing to keep either.
+	errNoReaders = errors.New("cache: stepped aside and no reader left")
+)
+
+// Reasons a Disk stepped aside for a fill (WriteFailure.Reason).
+const (
+	ReasonDeclined   = "declined"   // the entry would have eaten into the volume's free margin
+	ReasonNoSpace    = "no_space"   // ENOSPC, EDQUOT
+	ReasonReadOnly   = "read_only"  // EROFS
+	ReasonPermission = "permission" // EACCES, EPERM
+	ReasonIO         = "io"         // any other create, write, sync, close or rename error
+)
+
+// WriteFailure is a fill whose cached copy was declined, abandoned or not
+// kept. Its readers were not affected: they got, or still get, every byte.
+type WriteFailure struct {
+	Key    string
+	Reason string // Reason*
+	Err    error  // the cause; nil when declined
+}
+
+// reasonOf classifies a create, write or sync error.
+func reasonOf(err error) string {
+	switch {
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return ReasonNoSpace
+	case errors.Is(err, syscall.EROFS):
+		return ReasonReadOnly
+	case errors.Is(err, os.ErrPermission):
+		return ReasonPermission
+	}
+	return ReasonIO
+}
+
+// The free-space margin: a new entry is admitted only if the volume keeps
+// min(1/marginDiv of its size, maxMargin) free after it and the fills under
+// way, so the cache never fills the volume it shares (by default the
+// registry's own root) and never stays the reason it is full.
+const (
+	marginDiv = 10
+	maxMargin = 1 << 30
 )
 
 // FillFunc writes exactly the entry's size bytes to w and returns nil only if
@@ -40,22 +84,29 @@ type Stats struct {
 	Skipped    uint64 // Memory: Fill ignored an entry too large to keep
 	Evictions  uint64 // complete entries dropped to make room
 	FillErrors uint64 // fills that failed or wrote the wrong size
-	Entries    int
-	Bytes      int64
-	Filling    int // fills running now
-	Prefills   int // Disk: fills running now that no Open waits for
-	Queued     int // Disk: prefills waiting to start
-	Yielding   int // Disk: running prefills paused for a fill an Open waits for
+	// Disk: fills given no file, to keep the volume's margin free, and
+	// fills whose file failed (create, write, sync, close, rename); both
+	// streamed to their readers without it.
+	Declined      uint64
+	WriteFailures uint64
+	Entries       int
+	Bytes         int64
+	Filling       int // fills running now
+	Prefills      int // Disk: fills running now that no Open waits for
+	Queued        int // Disk: prefills waiting to start
+	Yielding      int // Disk: running prefills paused for a fill an Open waits for
 }
 
 type counters struct {
 	hits, misses, shared, skipped, evictions, fillErrors atomic.Uint64
+	declined, writeFailures                              atomic.Uint64
 }
 
 func (c *counters) stats() Stats {
 	return Stats{
 		Hits: c.hits.Load(), Misses: c.misses.Load(), Shared: c.shared.Load(),
 		Skipped: c.skipped.Load(), Evictions: c.evictions.Load(), FillErrors: c.fillErrors.Load(),
+		Declined: c.declined.Load(), WriteFailures: c.writeFailures.Load(),
 	}
 }
 
@@ -94,17 +145,36 @@ func (c *counters) stats() Stats {
 // with what the prefills that were running when it came do before their
 // next write.
 //
+// The cache serves or steps aside; it never cuts a read. A fill is admitted
+// to a file only if the volume keeps its free margin after it (one Statfs
+// per admission; complete entries are evicted to make room when that is
+// enough, else the fill is declined). A fill declined, or whose file cannot
+// be created, streams to its Open's reader alone from memory (a prefill is
+// dropped). A fill whose file fails mid-way (ENOSPC, EROFS, EIO, ...) stops
+// writing it: the partial file is removed, and its readers get what reached
+// the file from their descriptors and the rest from the fill, which then
+// goes at the pace of the slowest of them; an Open that comes later starts
+// its own fill. Each such fill is reported once (OnWriteFailure).
+//
 // Disk is safe for concurrent use.
 type Disk struct {
 	dir      string
 	capacity int64
 	stats    counters
+	// onFailure hears of each WriteFailure; statfs and create are the
+	// volume's, replaced in tests.
+	onFailure atomic.Pointer[func(WriteFailure)]
+	statfs    func(dir string) (avail, total int64, err error)
+	create    func(dir, pattern string) (file, error)
 
 	mu      sync.Mutex // guards everything below and all renames/unlinks in dir
 	arc     *ARC[diskEntry]
 	flights map[string]*flight
-	closed  bool
-	running sync.WaitGroup
+	// detached are the running fills without a file (stepped aside): not
+	// shared, but cancelled by Close.
+	detached map[*flight]struct{}
+	closed   bool
+	running  sync.WaitGroup
 
 	// Prefills: queue holds the waiting ones, oldest first (*prefill),
 	// queued indexes it by key. wanted counts the running fills an Open
@@ -120,6 +190,22 @@ type Disk struct {
 	// them.
 	idle     *sync.Cond
 	yielding int
+}
+
+// file is what a fill writes to: an *os.File but in tests.
+type file interface {
+	io.Writer
+	Name() string
+	Sync() error
+	Close() error
+}
+
+func createTemp(dir, pattern string) (file, error) {
+	f, err := os.CreateTemp(dir, pattern)
+	if err != nil {
+		return nil, err // not a non-nil interface holding a nil *os.File
+	}
+	return f, nil
 }
 
 // maxQueued bounds the prefills waiting to start; beyond it the oldest is
@@ -149,6 +235,7 @@ func OpenDisk(dir string, capacity int64) (*Disk, error) {
 	}
 	d := &Disk{
 		dir: dir, capacity: max(capacity, 0), flights: make(map[string]*flight),
+		detached: make(map[*flight]struct{}), statfs: volumeSpace, create: createTemp,
 		queue: list.New(), queued: make(map[string]*list.Element), prefillLimit: 1,
 	}
 	d.idle = sync.NewCond(&d.mu)
@@ -238,6 +325,7 @@ func (d *Disk) Open(ctx context.Context, key string, size, offset int64, fill Fi
 		d.arc.Remove(key)
 	}
 	fl := d.flights[key]
+	var launch func()
 	if fl != nil {
 		if fl.size != size {
 			return nil, false, fmt.Errorf("%w: %s is being filled with %d bytes, not %d", ErrSizeMismatch, key, fl.size, size)
@@ -253,23 +341,36 @@ func (d *Disk) Open(ctx context.Context, key string, size, offset int64, fill Fi
 	} else {
 		// A queued prefill of key is this fill, started now.
 		d.unqueue(key)
-		if fl, err = d.start(ctx, key, name, size, fill, true); err != nil {
-			return nil, false, err
-		}
+		fl, launch = d.start(ctx, key, name, size, fill, true)
 	}
 	// Each reader has its own descriptor, so renames and unlinks of the
-	// path never disturb it.
-	f, err := os.Open(fl.partial)
-	if err != nil {
-		return nil, false, fmt.Errorf("cache: %w", err)
+	// path never disturb it. A fill without a file hands its bytes over
+	// in memory.
+	var f *os.File
+	if fl.partial != "" {
+		if f, err = os.Open(fl.partial); err != nil {
+			if launch != nil {
+				launch() // registered and counted: it runs, for the cache
+			}
+			return nil, false, fmt.Errorf("cache: %w", err)
+		}
 	}
 	r := &flightReader{fl: fl, f: f, pos: offset}
+	// Registered before the fill starts: one that stepped aside stops
+	// when it has no reader.
+	fl.mu.Lock()
+	fl.readers[r] = struct{}{}
+	fl.mu.Unlock()
 	r.stop = context.AfterFunc(ctx, func() {
 		fl.mu.Lock()
 		r.ctxErr = context.Cause(ctx)
+		delete(fl.readers, r)
 		fl.cond.Broadcast()
 		fl.mu.Unlock()
 	})
+	if launch != nil {
+		launch()
+	}
 	return r, false, nil
 }
 
@@ -315,7 +416,9 @@ func (d *Disk) dispatch() {
 		if d.arc.Contains(p.key) || d.flights[p.key] != nil {
 			continue
 		}
-		d.start(p.ctx, p.key, p.name, p.size, p.fill, false)
+		if _, launch := d.start(p.ctx, p.key, p.name, p.size, p.fill, false); launch != nil {
+			launch()
+		}
 	}
 }
 
@@ -355,7 +458,7 @@ func (d *Disk) Remove(key string) {
 func (d *Disk) Stats() Stats {
 	s := d.stats.stats()
 	d.mu.Lock()
-	s.Entries, s.Bytes, s.Filling = d.arc.Len(), d.arc.Bytes(), len(d.flights)
+	s.Entries, s.Bytes, s.Filling = d.arc.Len(), d.arc.Bytes(), len(d.flights)+len(d.detached)
 	s.Prefills, s.Queued, s.Yielding = d.ahead, d.queue.Len(), d.yielding
 	d.mu.Unlock()
 	return s
@@ -373,6 +476,9 @@ func (d *Disk) Close() error {
 		for _, fl := range d.flights {
 			fl.cancel()
 		}
+		for fl := range d.detached {
+			fl.cancel()
+		}
 		d.idle.Broadcast()
 	}
 	d.mu.Unlock()
@@ -380,31 +486,126 @@ func (d *Disk) Close() error {
 	return nil
 }
 
-// start registers and launches a fill of key, one an Open waits for
-// (wanted) or a prefill; d.mu is held.
-func (d *Disk) start(ctx context.Context, key, name string, size int64, fill FillFunc, wanted bool) (*flight, error) {
-	f, err := os.CreateTemp(d.dir, name+".*.partial")
-	if err != nil {
-		return nil, fmt.Errorf("cache: %w", err)
+// start registers a fill of key, one an Open waits for (wanted) or a
+// prefill, and returns it with the function that launches it (the caller
+// first attaches its reader); d.mu is held. A fill the volume does not
+// admit, or whose file cannot be created, has no file: it is not shared,
+// and streams to its Open's reader from memory; a prefill without one
+// would stream to nobody, so it is not started (nil).
+func (d *Disk) start(ctx context.Context, key, name string, size int64, fill FillFunc, wanted bool) (*flight, func()) {
+	fl := &flight{key: key, name: name, size: size, filling: true, wanted: wanted, readers: make(map[*flightReader]struct{})}
+	fl.cond = sync.NewCond(&fl.mu)
+	var f file
+	var failure *WriteFailure
+	if !d.admit(size) {
+		d.stats.declined.Add(1)
+		failure = &WriteFailure{Key: key, Reason: ReasonDeclined}
+	} else if nf, err := d.create(d.dir, name+".*.partial"); err != nil {
+		d.stats.writeFailures.Add(1)
+		failure = &WriteFailure{Key: key, Reason: reasonOf(err), Err: fmt.Errorf("cache: creating the entry of %s: %w", key, err)}
+	} else {
+		f, fl.partial = nf, nf.Name()
+	}
+	if failure != nil {
+		if !wanted {
+			// Reported off d.mu, as run does for an Open's fill.
+			go d.report(*failure)
+			return nil, nil
+		}
+		fl.aside = true
+		d.detached[fl] = struct{}{}
+	} else {
+		d.flights[key] = fl
 	}
 	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	fl := &flight{key: key, name: name, partial: f.Name(), size: size, cancel: cancel, filling: true, wanted: wanted}
-	fl.cond = sync.NewCond(&fl.mu)
-	d.flights[key] = fl
+	fl.cancel = cancel
 	if wanted {
 		d.wanted++
 	} else {
 		d.ahead++
 	}
 	d.stats.misses.Add(1)
-	d.running.Add(1)
-	go d.run(fctx, fl, f, fill)
-	return fl, nil
+	return fl, func() {
+		d.running.Add(1)
+		go d.run(fctx, fl, f, failure, fill)
+	}
 }
 
-func (d *Disk) run(ctx context.Context, fl *flight, f *os.File, fill FillFunc) {
+// admit reports whether a new fill of size bytes may write a file: the
+// volume must keep its margin free after it and what the fills under way
+// have still to write. Complete entries are evicted, least valuable first,
+// when that makes enough room; when even all of them would not, none is
+// and the fill is declined. One Statfs; d.mu is held.
+func (d *Disk) admit(size int64) bool {
+	avail, total, err := d.statfs(d.dir)
+	if err != nil {
+		return true // unknown here: a failing write still steps aside
+	}
+	need := size + min(total/marginDiv, maxMargin) + d.reserved() - avail
+	if need <= 0 {
+		return true
+	}
+	keys := d.arc.Keys() // most valuable first
+	var freed int64
+	n := len(keys)
+	for n > 0 && freed < need {
+		n--
+		e, _ := d.arc.Peek(keys[n])
+		freed += e.size
+	}
+	if freed < need {
+		return false
+	}
+	for _, k := range keys[n:] {
+		d.arc.Remove(k)
+	}
+	return true
+}
+
+// reserved is what the fills with a file have still to write; d.mu is held.
+func (d *Disk) reserved() int64 {
+	var n int64
+	for _, fl := range d.flights {
+		fl.mu.Lock()
+		if !fl.aside {
+			n += fl.size - fl.written
+		}
+		fl.mu.Unlock()
+	}
+	return n
+}
+
+// OnWriteFailure sets the function told of each WriteFailure, once per
+// fill and never under a lock of the Disk.
+func (d *Disk) OnWriteFailure(f func(WriteFailure)) { d.onFailure.Store(&f) }
+
+func (d *Disk) report(f WriteFailure) {
+	if h := d.onFailure.Load(); h != nil && *h != nil {
+		(*h)(f)
+	}
+}
+
+// unregister forgets fl as running; d.mu is held. A fill that stepped aside
+// may have been followed by a new one of its key: that one stays.
+func (d *Disk) unregister(fl *flight) {
+	if d.flights[fl.key] == fl {
+		delete(d.flights, fl.key)
+	}
+	delete(d.detached, fl)
+}
+
+func (d *Disk) run(ctx context.Context, fl *flight, f file, failure *WriteFailure, fill FillFunc) {
 	defer d.running.Done()
 	defer fl.cancel()
+	if failure != nil {
+		d.report(*failure)
+	}
+	// A writer waiting for readers (stepped aside) wakes on Close.
+	defer context.AfterFunc(ctx, func() {
+		fl.mu.Lock()
+		fl.cond.Broadcast()
+		fl.mu.Unlock()
+	})()
 	w := &flightWriter{ctx: ctx, d: d, fl: fl, f: f}
 	err := fill(ctx, w)
 	d.filled(fl)
@@ -412,38 +613,63 @@ func (d *Disk) run(ctx context.Context, fl *flight, f *os.File, fill FillFunc) {
 		err = fmt.Errorf("%w: fill wrote %d of %d bytes", ErrSizeMismatch, w.n, fl.size)
 	}
 	if err != nil {
-		f.Close()
+		if w.f != nil {
+			w.f.Close()
+		}
 		d.mu.Lock()
 		// Unregister and unlink together so the next Open starts afresh.
-		delete(d.flights, fl.key)
-		os.Remove(fl.partial)
+		d.unregister(fl)
+		if w.f != nil {
+			os.Remove(fl.partial)
+		}
 		d.mu.Unlock()
-		d.stats.fillErrors.Add(1)
+		if !errors.Is(err, errNoReaders) {
+			d.stats.fillErrors.Add(1)
+		}
 		fl.finish(fmt.Errorf("cache: filling %s: %w", fl.key, err))
 		return
 	}
 	fl.finish(nil) // readers get their last bytes now, not after the sync
-	keep := max(fl.size, 1) <= d.capacity
-	// Synced before the rename so that a complete entry found after a
-	// power loss holds the verified bytes, not holes.
-	if keep && f.Sync() != nil {
-		keep = false
-	}
-	if f.Close() != nil {
-		keep = false
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	delete(d.flights, fl.key)
-	// Published even if Close is waiting: the bytes are verified, and Close
-	// returns only after this.
-	if keep && os.Rename(fl.partial, filepath.Join(d.dir, fl.name)) == nil {
-		if !d.arc.Add(fl.key, diskEntry{fl.name, fl.size}, fl.size) {
-			os.Remove(filepath.Join(d.dir, fl.name))
-		}
+	if w.f == nil {
+		// Stepped aside: the readers had everything; there is nothing to keep.
+		d.mu.Lock()
+		d.unregister(fl)
+		d.mu.Unlock()
 		return
 	}
+	keep := max(fl.size, 1) <= d.capacity
+	var ferr error
+	// Synced before the rename so that a complete entry found after a
+	// power loss holds the verified bytes, not holes.
+	if keep {
+		if err := w.f.Sync(); err != nil {
+			keep, ferr = false, fmt.Errorf("cache: syncing the entry of %s: %w", fl.key, err)
+		}
+	}
+	if err := w.f.Close(); err != nil && ferr == nil {
+		keep, ferr = false, fmt.Errorf("cache: closing the entry of %s: %w", fl.key, err)
+	}
+	d.mu.Lock()
+	d.unregister(fl)
+	// Published even if Close is waiting: the bytes are verified, and Close
+	// returns only after this.
+	if keep {
+		err := os.Rename(fl.partial, filepath.Join(d.dir, fl.name))
+		if err == nil {
+			if !d.arc.Add(fl.key, diskEntry{fl.name, fl.size}, fl.size) {
+				os.Remove(filepath.Join(d.dir, fl.name))
+			}
+			d.mu.Unlock()
+			return
+		}
+		ferr = fmt.Errorf("cache: publishing the entry of %s: %w", fl.key, err)
+	}
 	os.Remove(fl.partial)
+	d.mu.Unlock()
+	if ferr != nil {
+		d.stats.writeFailures.Add(1)
+		d.report(WriteFailure{Key: fl.key, Reason: reasonOf(ferr), Err: ferr})
+	}
 }
 
 // filled counts fl's fill as ended (what follows is file work: a sync, a
@@ -484,7 +710,7 @@ func (d *Disk) yield(ctx context.Context, fl *flight) {
 
 // flight is one running fill and the progress its readers wait on.
 type flight struct {
-	key, name, partial string
+	key, name, partial string // partial is "" for a fill without a file
 	size               int64
 	cancel             context.CancelFunc
 	// Guarded by Disk.mu: filling until fill returns; wanted once an
@@ -492,10 +718,18 @@ type flight struct {
 	filling, wanted bool
 
 	mu      sync.Mutex
-	cond    *sync.Cond // broadcast on every write, on finish, on reader cancel
-	written int64
+	cond    *sync.Cond // broadcast on every write, on finish, on reader progress or exit
+	written int64      // bytes published to readers
 	done    bool
 	err     error
+	readers map[*flightReader]struct{} // those whose context did not end and that are not closed
+	// Once the cache stepped aside (aside), bytes below fileEnd are read
+	// from the file, and those from bufStart on from buf, which holds the
+	// fill's last write until every reader has read it.
+	aside    bool
+	fileEnd  int64
+	bufStart int64
+	buf      []byte
 }
 
 func (fl *flight) finish(err error) {
@@ -505,11 +739,22 @@ func (fl *flight) finish(err error) {
 	fl.mu.Unlock()
 }
 
+// readersCaughtUp reports whether every reader has read all that was
+// published; fl.mu is held.
+func (fl *flight) readersCaughtUp() bool {
+	for r := range fl.readers {
+		if r.pos < fl.written {
+			return false
+		}
+	}
+	return true
+}
+
 type flightWriter struct {
 	ctx context.Context // the fill's own context, alive while the fill runs
 	d   *Disk
 	fl  *flight
-	f   *os.File
+	f   file // nil once the cache stepped aside
 	n   int64
 }
 
@@ -521,6 +766,9 @@ func (w *flightWriter) Write(p []byte) (int, error) {
 	if int64(len(p)) > w.fl.size-w.n {
 		return 0, fmt.Errorf("%w: fill writes past %d bytes", ErrSizeMismatch, w.fl.size)
 	}
+	if w.f == nil {
+		return w.handOver(p)
+	}
 	n, err := w.f.Write(p)
 	if n > 0 {
 		w.n += int64(n)
@@ -529,14 +777,75 @@ func (w *flightWriter) Write(p []byte) (int, error) {
 		w.fl.cond.Broadcast()
 		w.fl.mu.Unlock()
 	}
-	return n, err
+	if err == nil && n == len(p) {
+		return n, nil
+	}
+	if err == nil {
+		err = io.ErrShortWrite
+	}
+	w.stepAside(err)
+	k, err := w.handOver(p[n:])
+	return n + k, err
 }
 
-// flightReader reads a growing partial file up to what the fill published.
+// stepAside abandons the cache copy after err: the partial file is closed
+// and removed (readers keep their descriptors of it), no new Open joins,
+// and from here the fill hands its bytes to its readers in memory.
+func (w *flightWriter) stepAside(err error) {
+	fl, d := w.fl, w.d
+	w.f.Close()
+	w.f = nil
+	d.mu.Lock()
+	if d.flights[fl.key] == fl {
+		delete(d.flights, fl.key)
+		d.detached[fl] = struct{}{}
+	}
+	os.Remove(fl.partial)
+	d.mu.Unlock()
+	fl.mu.Lock()
+	fl.aside, fl.fileEnd, fl.bufStart = true, w.n, w.n
+	fl.mu.Unlock()
+	d.stats.writeFailures.Add(1)
+	d.report(WriteFailure{Key: fl.key, Reason: reasonOf(err), Err: fmt.Errorf("cache: writing the entry of %s: %w", fl.key, err)})
+}
+
+// handOver publishes p to the readers from memory once each of them has
+// read what was published before, so that buf can be reused: a fill that
+// stepped aside goes at its slowest reader's pace. With no reader left it
+// fails: nobody is streamed to and nothing is kept.
+func (w *flightWriter) handOver(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	fl := w.fl
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	for {
+		if err := w.ctx.Err(); err != nil {
+			return 0, err
+		}
+		if len(fl.readers) == 0 {
+			return 0, errNoReaders
+		}
+		if fl.readersCaughtUp() {
+			break
+		}
+		fl.cond.Wait()
+	}
+	fl.buf = append(fl.buf[:0], p...)
+	fl.bufStart = fl.written
+	fl.written += int64(len(p))
+	w.n += int64(len(p))
+	fl.cond.Broadcast()
+	return len(p), nil
+}
+
+// flightReader reads a growing partial file, or the fill's hand-over
+// buffer, up to what the fill published.
 type flightReader struct {
 	fl     *flight
-	f      *os.File
-	pos    int64
+	f      *os.File // nil for a fill without a file
+	pos    int64    // guarded by fl.mu
 	stop   func() bool
 	ctxErr error // set under fl.mu when the Open context ends
 	closed bool
@@ -571,9 +880,27 @@ func (r *flightReader) Read(p []byte) (int, error) {
 		}
 		fl.cond.Wait()
 	}
+	if fl.aside && r.pos >= fl.fileEnd {
+		// The fill keeps buf until every reader is past it, so it still
+		// holds r.pos.
+		n := copy(p, fl.buf[r.pos-fl.bufStart:limit-fl.bufStart])
+		r.pos += int64(n)
+		fl.cond.Broadcast()
+		fl.mu.Unlock()
+		return n, nil
+	}
+	if fl.aside {
+		limit = min(limit, fl.fileEnd)
+	}
+	pos := r.pos
 	fl.mu.Unlock()
-	n, err := r.f.ReadAt(p[:min(int64(len(p)), limit-r.pos)], r.pos)
+	n, err := r.f.ReadAt(p[:min(int64(len(p)), limit-pos)], pos)
+	fl.mu.Lock()
 	r.pos += int64(n)
+	if fl.aside {
+		fl.cond.Broadcast() // a fill handing over may wait for this reader
+	}
+	fl.mu.Unlock()
 	if err == io.EOF && n > 0 {
 		err = nil
 	}
@@ -586,6 +913,13 @@ func (r *flightReader) Close() error {
 	}
 	r.closed = true
 	r.stop()
+	r.fl.mu.Lock()
+	delete(r.fl.readers, r)
+	r.fl.cond.Broadcast()
+	r.fl.mu.Unlock()
+	if r.f == nil {
+		return nil
+	}
 	return r.f.Close()
 }
 

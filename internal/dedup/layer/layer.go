@@ -1,6 +1,6 @@
 // Package layer splits an uncompressed layer tar into its raw tar metadata and
 // its file contents, and rebuilds the byte-exact tar from them: the file-level
-// half of cairn's dedup (DESIGN.md, "Deduplication", point 2).
+// half of cairn's dedup (docs/architecture.md, "The life of a dedup layer").
 //
 // Lifecycle: Disassemble streams a tar once, stores every file payload it has
 // not seen before in a FileStore (content-addressed, never overwritten) and

@@ -3,8 +3,8 @@
 // frame), in the order a layer lists them, followed by the pack's own index.
 // On an object store a file of its own costs requests per file to write and
 // to read; a pack costs requests per tens of MiB, so that what a layer's
-// restore pays follows its bytes, not its file count (DESIGN.md,
-// "Deduplication", point 9).
+// restore pays follows its bytes, not its file count (docs/architecture.md,
+// "Packs").
 //
 // Lifecycle of a pack: a Writer records the pack (meta BeginPack), streams
 // the files into its object (one PUT, or one multipart upload), appends the
@@ -51,6 +51,10 @@ const (
 	// files holds at most a few hundred thousand entries.
 	maxIndex = 64 << 20
 )
+
+// HeaderSize is the bytes a pack's header takes before its first frame:
+// part of a pack's record Size that no file ever uses.
+const HeaderSize = int64(len(header))
 
 // ErrFormat marks bytes that are not a pack, or a damaged one.
 var ErrFormat = errors.New("pack: not a pack or damaged")

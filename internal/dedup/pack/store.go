@@ -189,6 +189,21 @@ func (s *Store) locate(ctx context.Context, ds []digest.Digest) (map[digest.Dige
 	return out, nil
 }
 
+// Unlocated counts the files of ds that nothing locates: while the
+// metadata is rebuilt from storage, a restore needing one would fail
+// mid-stream. Files stored one object each have no location, so a store
+// that may hold them counts none (their reads find out).
+func (s *Store) Unlocated(ctx context.Context, ds []digest.Digest) (int, error) {
+	if legacy, err := s.mayHaveLegacy(ctx); err != nil || legacy {
+		return 0, err
+	}
+	locs, err := s.locate(ctx, ds)
+	if err != nil {
+		return 0, err
+	}
+	return len(ds) - len(locs), nil
+}
+
 // Has implements layer.FileStore: a located file is known from the
 // metadata store; only one without a location costs a request.
 func (s *Store) Has(ctx context.Context, d digest.Digest) (bool, error) {

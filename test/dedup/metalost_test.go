@@ -1,0 +1,155 @@
+package dedup
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/objstore"
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
+)
+
+// TestLostMetadataKeepsImages loses the bolt metadata store of deduplicated
+// images (deleted, or emptied) and runs GC with nothing to protect them but
+// the storage: the index is rebuilt from recipes and packs first, GC deletes
+// no pack, and after a restart every image pulls byte for byte. On today's
+// main of before this test, the GC deleted every pack as an orphan.
+func TestLostMetadataKeepsImages(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lose func(t *testing.T, db string)
+	}{
+		{"deleted", func(t *testing.T, db string) {
+			if err := os.Remove(db); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"emptied", func(t *testing.T, db string) {
+			if err := os.Truncate(db, 0); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			all := allLayers(t)
+			a, b := all[:3], all[3:6]
+			srv, cfg, _ := startDedup(t, "full", "")
+			root := srv.Root
+			push(t, srv, "lost/a", a)
+			push(t, srv, "lost/b", b)
+			waitState(t, root, all[:6], false)
+			before := storedFileBytes(t, root)
+			srv.Stop()
+
+			tc.lose(t, filepath.Join(root, "cairn-meta.db"))
+			rep := runGC(t, "--config", cfg, "--root", root, "--delay", "0s")
+			if rep.Packs.Deleted != 0 || rep.Packs.Orphans != 0 || rep.Deleted.Blobs != 0 {
+				t.Fatalf("gc over a lost metadata store deleted %+v", rep)
+			}
+			if after := storedFileBytes(t, root); after != before {
+				t.Fatalf("file store %d bytes before, %d after gc", before, after)
+			}
+			srv = cairnproc.Start(t, root, "--config", cfg)
+			pullAll(t, srv, "lost/a", a)
+			pullAll(t, srv, "lost/b", b)
+			st := stats(t, cfg, root)
+			if got := layerCount(st, "deduplicated"); got != 6 {
+				t.Fatalf("after the rebuild %d layers deduplicated, want 6 (stats %v)", got, st)
+			}
+		})
+	}
+}
+
+// TestFlushedRedisKeepsImages deletes every key of the registry's Redis
+// prefix (as FLUSHALL, or a restart without persistence, would) while a
+// node serves: GC from the CLI rebuilds the index before it deletes
+// anything and keeps every pack, the running node and a restarted one pull
+// every image byte for byte.
+func TestFlushedRedisKeepsImages(t *testing.T) {
+	cfg := redisConfig(t, "workers: 1")
+	text, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`prefix: "([^"]+)"`).FindSubmatch(text)
+	if m == nil {
+		t.Fatalf("no prefix in %s", text)
+	}
+	prefix := string(m[1])
+	root := t.TempDir()
+	srv := cairnproc.Start(t, root, "--config", cfg)
+	all := allLayers(t)
+	a, b := all[:3], all[3:6]
+	push(t, srv, "flushed/a", a)
+	push(t, srv, "flushed/b", b)
+	waitState(t, root, all[:6], false)
+	before := storedFileBytes(t, root)
+
+	rc := redis.NewClient(&redis.Options{Addr: objstore.Need(t, "CAIRN_TEST_REDIS_ADDR")[0]})
+	defer rc.Close()
+	ctx := context.Background()
+	keys, err := rc.Keys(ctx, prefix+"*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("keys of %s: %d, %v", prefix, len(keys), err)
+	}
+	if err := rc.Del(ctx, keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The first GET of a layer finds its files located nowhere: it is
+	// refused before its headers (503), sets off the rebuild, and the
+	// pulls then succeed, without waiting for the periodic check.
+	layer := regtest.Do(t, http.DefaultClient, http.MethodGet, srv.URL+"/v2/flushed/a/blobs/"+digestOf(a[0].blob), nil)
+	if layer.Status != http.StatusServiceUnavailable && !(layer.Status == http.StatusOK && digestOf(layer.Body) == digestOf(a[0].blob)) {
+		t.Fatalf("GET of a layer after the flush: %d with %d bytes; want 503 or the whole layer", layer.Status, len(layer.Body))
+	}
+	waitFor(t, 200*time.Millisecond, func() string {
+		if err := pullErr(srv, "flushed/b", b); err != nil {
+			return "a pull after the rebuild: " + err.Error()
+		}
+		return ""
+	})
+
+	rep := runGC(t, "--config", cfg, "--root", root, "--delay", "0s")
+	if rep.Packs.Deleted != 0 || rep.Packs.Orphans != 0 || rep.Deleted.Blobs != 0 {
+		t.Fatalf("gc over a flushed Redis deleted %+v", rep)
+	}
+	if after := storedFileBytes(t, root); after != before {
+		t.Fatalf("file store %d bytes before, %d after gc", before, after)
+	}
+	pullAll(t, srv, "flushed/a", a)
+	srv.Stop()
+	srv = cairnproc.Start(t, root, "--config", cfg)
+	pullAll(t, srv, "flushed/a", a)
+	pullAll(t, srv, "flushed/b", b)
+}
+
+// TestLostMetadataDedupOff: dedup turned off after it ran, and its bolt
+// file lost: the layers it deduplicated are still served, through a
+// metadata store rebuilt from storage.
+func TestLostMetadataDedupOff(t *testing.T) {
+	layers := allLayers(t)[:3]
+	srv, _, _ := startDedup(t, "full", "")
+	root := srv.Root
+	push(t, srv, "off/a", layers)
+	waitState(t, root, layers, false)
+	srv.Stop()
+	if err := os.Remove(filepath.Join(root, "cairn-meta.db")); err != nil {
+		t.Fatal(err)
+	}
+	off, _ := dedupConfig(t, "off", "")
+	srv = cairnproc.Start(t, root, "--config", off)
+	waitFor(t, 200*time.Millisecond, func() string {
+		if err := pullErr(srv, "off/a", layers); err != nil {
+			return "a pull after the rebuild: " + err.Error()
+		}
+		return ""
+	})
+}
