@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cairn-registry/cairn/internal/config"
+	"github.com/cairn-registry/cairn/internal/dedup"
 	"github.com/cairn-registry/cairn/internal/dedup/pack"
 	"github.com/cairn-registry/cairn/internal/fence"
 	"github.com/cairn-registry/cairn/internal/gc"
@@ -35,7 +36,14 @@ const gcUsage = `usage: cairn gc [--config FILE] [--root DIR] [--dry-run] [--del
 
 Deletes what no manifest references, while the registry may go on serving.
 Flags override the config file's storage.gc section. The retention policies
-of the config file run first (with --dry-run, reported only).`
+of the config file run first (with --dry-run, reported only).
+
+Keys it reads (the whole file is loaded and checked as serve does; an unknown
+key stops it): the storage driver (storage.filesystem.rootdirectory, s3, gcs,
+azure), storage.gc.{delay,deleteuntagged,batchsize,concurrency},
+storage.dedup.metadata and storage.dedup.packs.compactbelow (packs and unique
+files), storage.cache.blobdescriptor and redis.* (deleted blobs are forgotten
+there), retention.*, log.*.`
 
 // runGC runs `cairn gc`: one garbage collection of the configured storage.
 // The report goes to stdout (a summary, or JSON with --json), progress to
@@ -81,7 +89,7 @@ func runGC(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	// Deleting a deduplicated layer must release its files, which needs
 	// the metadata store: refuse rather than leak them.
-	store, err := openMeta(ctx, cfg, time.Second)
+	store, err := openMeta(ctx, cfg, time.Second, newLogger(stderr, cfg.Log))
 	if errors.Is(err, meta.ErrLocked) {
 		return errors.New("gc: the dedup metadata store is in use by a running cairn serve; enable storage.gc in serve, or stop it")
 	}
@@ -90,6 +98,14 @@ func runGC(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if store != nil {
 		defer store.Close()
+	}
+	if store != nil && !*dryRun {
+		// This process owns a bolt store (serve is stopped), so nobody
+		// else rebuilds it: an incomplete index is rebuilt before the run,
+		// which then collects packs and files too.
+		if err := reindexBeforeGC(ctx, d, store, *quiet, stderr); err != nil {
+			return err
+		}
 	}
 	opts := gcOptions(cfg.Storage.GC)
 	if err := withDedup(&opts, d, store, cfg); err != nil {
@@ -106,14 +122,44 @@ func runGC(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if set["concurrency"] {
 		opts.Concurrency = *conc
 	}
+	if cfg.Storage.Cache.DescriptorCache() == "redis" && !*dryRun {
+		// The servers' shared cache must not keep answering HEADs for
+		// what this run deletes. An inmemory cache lives in serve's
+		// process, out of reach: see README (storage.cache.ttl).
+		dc, closeDC, err := newDescriptorCache(ctx, cfg, nil)
+		if err != nil {
+			newLogger(stderr, cfg.Log).Warn("gc: the blob descriptor cache is out of reach; its entries of what this run deletes expire on their own", "err", err)
+		} else {
+			defer closeDC()
+			opts.Forget, _ = dc.(gc.BlobForgetter)
+		}
+	}
 	// Retention policies first: what they delete is collected in this run
-	// (a dry run reports both).
-	ret, err := newRetention(cfg, registry.New(d, registryOptions(cfg)), *dryRun)
+	// (a dry run reports both). A dry run reads the store through a
+	// preview, into which retention evicts (unless retention.dryrun keeps
+	// the real run from evicting too): the GC's counts are then those of
+	// the real run, blobs only the evicted manifests held included.
+	gcd, retd := d, d
+	if *dryRun {
+		pv := retention.NewPreview(d)
+		gcd = pv
+		if !cfg.Retention.DryRun {
+			retd = pv
+		}
+	}
+	ret, err := newRetention(cfg, registry.New(retd, registryOptions(cfg)), *dryRun)
 	if err != nil {
 		return err
 	}
 	rrep, err := applyRetention(ctx, newLogger(stderr, cfg.Log), ret)
+	// Retention's deletes are events as they are inside serve; what it
+	// deleted before an error too.
+	var events []notify.Event
+	if rrep != nil && !rrep.DryRun {
+		events = retentionEvents(rrep)
+	}
 	if err != nil {
+		deliverEvents(ctx, cfg, newLogger(stderr, cfg.Log), events)
 		return fmt.Errorf("gc: retention: %s", oneLine(err.Error()))
 	}
 	if rrep != nil && !*quiet && !*asJSON {
@@ -129,7 +175,11 @@ func runGC(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer p.finish()
 	}
 
-	rep, runErr := gc.Run(ctx, d, opts)
+	rep, runErr := gc.Run(ctx, gcd, opts)
+	if !*dryRun {
+		events = append(events, gcEvent(rep, runErr))
+		deliverEvents(ctx, cfg, newLogger(stderr, cfg.Log), events)
+	}
 	if rep != nil {
 		switch {
 		case *asJSON:
@@ -155,6 +205,39 @@ func runGC(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// deliverEvents hands a CLI run's events to the notification endpoints.
+// While cairn serve runs it holds the queue file (bbolt locks it, so two
+// processes never write one), and the events are spooled for it to queue
+// and send; otherwise this process queues and sends them itself, and what
+// a receiver does not take stays queued for serve. Failures are logged:
+// the run's outcome does not depend on its events.
+func deliverEvents(ctx context.Context, cfg *config.Config, log *slog.Logger, events []notify.Event) {
+	if len(events) == 0 || len(cfg.Notifications.Enabled()) == 0 {
+		return
+	}
+	n, err := newNotifier(cfg, metrics.New(), log)
+	if errors.Is(err, notify.ErrQueueLocked) {
+		path, perr := notifyQueuePath(cfg)
+		if perr == nil {
+			perr = notify.Spool(path, notify.Source{Addr: sourceAddr(cfg.HTTP.Addr), InstanceID: notify.NewID()}, events)
+		}
+		if perr != nil {
+			log.Error("notifications: events lost", "events", len(events), "err", perr)
+			return
+		}
+		log.Info("notifications: the queue is held by a running cairn serve; events spooled for it", "events", len(events), "dir", notify.SpoolDir(path))
+		return
+	}
+	if err != nil {
+		log.Error("notifications: events lost", "events", len(events), "err", err)
+		return
+	}
+	defer n.Close()
+	if err := n.Deliver(ctx, events); err != nil {
+		log.Error("notifications: events lost", "events", len(events), "err", err)
+	}
+}
+
 // withDedup gives a run the dedup metadata store (nil: none): layers'
 // file references, pack records and compaction.
 func withDedup(opts *gc.Options, d driver.Driver, store meta.Store, cfg *config.Config) error {
@@ -162,6 +245,12 @@ func withDedup(opts *gc.Options, d driver.Driver, store meta.Store, cfg *config.
 		return nil
 	}
 	opts.Dedup, opts.Packs = store, store
+	// Packs and files are deleted only on the word of an index known
+	// complete for this storage (a lost or flushed one says nothing).
+	opts.DedupComplete = func(ctx context.Context) (bool, error) {
+		st, err := dedup.CheckIndex(ctx, d, store)
+		return st.Complete(), err
+	}
 	ps, err := pack.NewStore(d, store, packOptions(cfg), nil)
 	if err != nil {
 		return err
@@ -169,6 +258,30 @@ func withDedup(opts *gc.Options, d driver.Driver, store meta.Store, cfg *config.
 	opts.Compactor = ps
 	opts.CompactBelow = cfg.Storage.Dedup.Packs.CompactBelow
 	opts.CompactBatch = ps.Options().PackSize
+	return nil
+}
+
+// reindexBeforeGC rebuilds the dedup metadata from storage when it is not
+// a complete index of it; one of another storage is left for the operator
+// (the run then keeps every pack and file).
+func reindexBeforeGC(ctx context.Context, d driver.Driver, store meta.Store, quiet bool, stderr io.Writer) error {
+	st, err := dedup.CheckIndex(ctx, d, store)
+	if err != nil {
+		return fmt.Errorf("gc: dedup metadata: %s", oneLine(err.Error()))
+	}
+	if st.Complete() || st.Foreign() {
+		return nil
+	}
+	if !quiet {
+		fmt.Fprintln(stderr, "gc: the dedup metadata is not a complete index of this storage: rebuilding it from recipes and packs first")
+	}
+	rs, err := dedup.Reindex(ctx, d, store, dedup.ReindexOptions{})
+	if err != nil {
+		return fmt.Errorf("gc: rebuilding the dedup metadata: %s", oneLine(err.Error()))
+	}
+	if !quiet {
+		fmt.Fprintf(stderr, "gc: dedup metadata rebuilt: %d recipes, %d packs, %d files located in %.2fs (complete: %v)\n", rs.Recipes, rs.Packs, rs.Placed, rs.Seconds, rs.Complete)
+	}
 	return nil
 }
 
@@ -274,6 +387,10 @@ type gcHooks struct {
 	// forget voids what the serving registry cached of the links a run
 	// may have deleted.
 	forget func()
+	// descriptors is the serving registry's blob descriptor cache, told
+	// what each run deletes (gc.Options.Forget); in memory too, as the
+	// run is in the same process.
+	descriptors registry.DescriptorCache
 }
 
 func scheduledGC(log *slog.Logger, d driver.Driver, cfg *config.Config, m *metrics.Metrics, store meta.Store, hooks gcHooks) task.Func {
@@ -282,6 +399,7 @@ func scheduledGC(log *slog.Logger, d driver.Driver, cfg *config.Config, m *metri
 	if err := withDedup(&opts, d, store, cfg); err != nil {
 		log.Error("gc: pack compaction is off", "err", err)
 	}
+	opts.Forget, _ = hooks.descriptors.(gc.BlobForgetter)
 	return func(ctx context.Context) error {
 		if busy, err := fence.Running(ctx, d); err != nil || busy {
 			if ctx.Err() == nil {

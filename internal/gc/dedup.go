@@ -71,6 +71,12 @@ const ProblemDedupIndex = "dedup_index_incomplete"
 // checkDedupIndex decides whether this run may delete unique files and
 // packs: only on the word of an index known complete for this storage.
 func (c *collector) checkDedupIndex(ctx context.Context) error {
+	if c.opts.DryRun {
+		// Before anything reads them: a dry run releases and drops into
+		// a preview of the indexes (sweep.go), to count what the real
+		// run would.
+		c.previewDedup()
+	}
 	if c.opts.Dedup == nil && c.opts.Packs == nil {
 		return nil
 	}
@@ -204,8 +210,23 @@ func (c *collector) purgeBatches(ctx context.Context, files []digest.Digest) err
 // it. The error is the index's; a stopped run is not an error here.
 func (c *collector) purgeBatch(ctx context.Context, files []digest.Digest) error {
 	if c.opts.DryRun {
+		// The preview index (dryIndex) tombstones and drops in memory
+		// only: the files counted are those the real run's index would
+		// let it delete, and their bytes leave their packs' live counts.
+		n := int64(len(files))
+		if c.previewing() {
+			tomb, err := c.opts.Dedup.TombstoneFiles(ctx, files)
+			if err != nil {
+				return stopped(ctx, fmt.Errorf("gc: dedup: %w", err))
+			}
+			if _, err := c.opts.Dedup.DropFileEntries(ctx, tomb); err != nil {
+				return stopped(ctx, fmt.Errorf("gc: dedup: %w", err))
+			}
+			n = int64(len(tomb))
+			c.addDedup(func(r *DedupReport) { r.Rereferenced += int64(len(files)) - n })
+		}
 		c.mu.Lock()
-		c.rep.Deleted.DedupFiles += int64(len(files))
+		c.rep.Deleted.DedupFiles += n
 		c.mu.Unlock()
 		return nil
 	}

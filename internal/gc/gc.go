@@ -48,13 +48,18 @@
 // cairn/packs is merged with the pack records (both in id order): a pack
 // that has held no live file for the delay is tombstoned, its object
 // deleted in bulk with the others, then its record; an object without a
-// record older than the delay (a writer that stopped before recording its
-// files) is deleted; a pack whose live share fell below CompactBelow has
-// its live files copied into new packs (Options.Compactor), emptying it
-// for a later run. None of this needs a fence: meta refuses to place a
+// record older than the delay is read first: one holding referenced files
+// nothing else locates is recorded and kept (pack.Adopt: its record was
+// lost, or the index rebuilt without it), any other deleted; a pack whose
+// live share fell below CompactBelow has its live files copied into new
+// packs (Options.Compactor), emptying it for a later run. None of this needs a fence: meta refuses to place a
 // file into a tombstoned pack, and a pack is empty only once nothing
 // points into it; a restore that located a file in a compacted pack has
-// the delay to finish, and looks again if it finds the pack gone.
+// the delay to finish, and looks again if it finds the pack gone. All of
+// this, and the deletion of unique files, happens only on the word of a
+// dedup index known complete for this storage (Options.DedupComplete): an
+// index that is new, lost, flushed or being rebuilt does not know every
+// file a recipe names, so the run keeps them all.
 //
 // # Running while the registry serves
 //
@@ -205,8 +210,9 @@ type Deleted struct {
 	// Recipes counts the deleted blobs that were deduplicated (had a
 	// recipe file); they are counted in Blobs too.
 	Recipes int64 `json:"recipes"`
-	// DedupFiles counts unique files deleted from cairn/files; in a dry
-	// run only those an earlier run left, as releases change nothing.
+	// DedupFiles counts unique files deleted (their entries dropped, and
+	// their objects under cairn/files where they have one); a dry run
+	// counts those the real run would delete.
 	DedupFiles int64 `json:"dedup_files"`
 	// TmpFiles counts leftovers of interrupted writes older than the
 	// delay: dedup's (cairn/tmp) and the driver's own temporary files

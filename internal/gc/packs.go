@@ -60,8 +60,9 @@ type PackReport struct {
 // sweepPacks walks the pack objects (one listing, in id order) beside the
 // pack records (pages in id order) like a merge: an empty pack, dead for
 // longer than the delay, is tombstoned and deleted with its record; an
-// object without a record older than the delay is deleted; a sparse pack
-// is compacted. Memory holds one page of records and one batch of paths.
+// object without a record older than the delay is adopted if it holds
+// referenced files nothing else locates, else deleted; a sparse pack is
+// compacted. Memory holds one page of records and one batch of paths.
 // Nothing here needs a fence: no writer relies on a pack that GC may
 // delete (meta refuses to place files into a tombstoned one, and a pack
 // only becomes empty once nothing points into it).
@@ -128,6 +129,23 @@ func (s *packSweep) object(ctx context.Context, id string, fi driver.FileInfo) e
 		return nil
 	}
 	if s.c.opts.DryRun {
+		// Adopt reads against the preview index, which refuses the
+		// records it would write (errWouldPlace): the real run adopts.
+		if _, ok := s.idx.(*dryIndex); ok {
+			_, err := pack.Adopt(ctx, s.c.d, s.idx, id, fi.Size)
+			switch {
+			case errors.Is(err, errWouldPlace):
+				s.rep.Adopted++
+				return nil
+			case err != nil && !errors.Is(err, pack.ErrFormat):
+				if ctx.Err() != nil {
+					return nil
+				}
+				s.rep.OrphansKept++
+				s.c.problem(ProblemOrphanPack, err.Error())
+				return nil
+			}
+		}
 		s.rep.Orphans++
 		s.rep.BytesFreed += fi.Size
 		return nil
@@ -266,7 +284,11 @@ func (s *packSweep) compact(ctx context.Context, all bool) error {
 	packs := s.sparse
 	s.sparse, s.sparseLiv = nil, 0
 	if s.c.opts.DryRun {
+		// Compaction moves every live file: the live bytes.
 		s.rep.Compacted += int64(len(packs))
+		for _, p := range packs {
+			s.rep.BytesMoved += p.Live
+		}
 		return nil
 	}
 	m, err := s.c.opts.Compactor.Compact(ctx, packs)

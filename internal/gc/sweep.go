@@ -14,6 +14,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/digestkey"
 	"github.com/cairn-registry/cairn/internal/fence"
 	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -498,7 +499,9 @@ func (c *collector) count(s *sweeper, e entry) {
 		if b.recipe {
 			d.Recipes++
 		}
-		if c.opts.Dedup != nil && !c.opts.DryRun {
+		// A dry run releases into its preview index (dryIndex), never
+		// into the real one.
+		if c.opts.Dedup != nil && (!c.opts.DryRun || c.previewing()) {
 			s.gone = append(s.gone, b.key)
 		}
 		if forget {
@@ -556,4 +559,230 @@ func (c *collector) sweepTemp(ctx context.Context) error {
 	c.rep.Deleted.TmpFiles += int64(n)
 	c.mu.Unlock()
 	return err
+}
+
+// dryIndex is the dedup index as a dry run sees it: the real one read,
+// never written, with the run's releases and entry drops applied in
+// memory. A dry run uses it in place of Options.Dedup and Options.Packs
+// (previewDedup), so that the code the real run takes counts what the real
+// run would delete: the files its releases leave unreferenced, the packs
+// those drops leave sparse, the orphans adoption would keep. Without
+// LayerFiles and Files on the index (dedupReader), releases free nothing,
+// as before.
+type dryIndex struct {
+	dedup DedupIndex  // nil without Options.Dedup
+	packs PackIndex   // nil without Options.Packs
+	read  dedupReader // nil: releases are not previewed
+
+	mu       sync.Mutex
+	layers   map[digest.Digest]struct{} // released
+	released map[digest.Digest]int64    // references released per file
+	zeroed   map[digest.Digest]struct{} // files whose count reached zero
+	dropped  map[digest.Digest]struct{} // entries dropped
+	live     map[string]int64           // bytes leaving each pack
+}
+
+// dedupReader is what a dry run reads of the dedup index (meta.Store has
+// it).
+type dedupReader interface {
+	LayerFiles(ctx context.Context, layer digest.Digest) ([]digest.Digest, error)
+	Files(ctx context.Context, digests []digest.Digest) ([]meta.FileInfo, error)
+}
+
+// errWouldPlace is the dry index's answer to a write of pack records: the
+// real run would have recorded (adopted) the pack.
+var errWouldPlace = errors.New("gc: dry run: the pack would be adopted")
+
+// previewDedup puts a dryIndex in place of the run's dedup and pack
+// indexes, once, before anything reads them.
+func (c *collector) previewDedup() {
+	if c.opts.Dedup == nil && c.opts.Packs == nil {
+		return
+	}
+	if _, ok := c.opts.Dedup.(*dryIndex); ok {
+		return
+	}
+	x := &dryIndex{dedup: c.opts.Dedup, packs: c.opts.Packs,
+		layers: make(map[digest.Digest]struct{}), released: make(map[digest.Digest]int64),
+		zeroed: make(map[digest.Digest]struct{}), dropped: make(map[digest.Digest]struct{}),
+		live: make(map[string]int64)}
+	if r, ok := c.opts.Dedup.(dedupReader); ok {
+		x.read = r
+	} else if r, ok := c.opts.Packs.(dedupReader); ok {
+		x.read = r
+	}
+	if c.opts.Dedup != nil {
+		c.opts.Dedup = x
+	}
+	if c.opts.Packs != nil {
+		c.opts.Packs = x
+	}
+}
+
+// previewing reports whether the dedup index is a dry run's.
+func (c *collector) previewing() bool {
+	_, ok := c.opts.Dedup.(*dryIndex)
+	return ok
+}
+
+// ReleaseLayers returns the files whose count the layers' releases would
+// bring to zero, counting the releases of earlier calls.
+func (x *dryIndex) ReleaseLayers(ctx context.Context, layers []digest.Digest) ([]digest.Digest, error) {
+	if x.read == nil {
+		return nil, nil
+	}
+	held := make(map[digest.Digest][]digest.Digest, len(layers))
+	var all []digest.Digest
+	for _, l := range layers {
+		files, err := x.read.LayerFiles(ctx, l)
+		if errors.Is(err, meta.ErrNotFound) {
+			continue // never deduplicated
+		}
+		if err != nil {
+			return nil, err
+		}
+		held[l] = files
+		all = append(all, files...)
+	}
+	slices.Sort(all)
+	all = slices.Compact(all)
+	infos, err := x.read.Files(ctx, all)
+	if err != nil {
+		return nil, err
+	}
+	refs := make(map[digest.Digest]int64, len(infos))
+	for _, fi := range infos {
+		if fi.Exists {
+			refs[fi.Digest] = fi.Refs
+		}
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var zero []digest.Digest
+	for _, l := range layers {
+		files, ok := held[l]
+		if _, done := x.layers[l]; done || !ok {
+			continue
+		}
+		x.layers[l] = struct{}{}
+		for _, f := range files {
+			n, ok := refs[f]
+			if !ok {
+				continue
+			}
+			x.released[f]++
+			if _, z := x.zeroed[f]; !z && n-x.released[f] <= 0 {
+				x.zeroed[f] = struct{}{}
+				zero = append(zero, f)
+			}
+		}
+	}
+	return zero, nil
+}
+
+// Files is the index's answer as the real run would leave it: references
+// released, entries dropped.
+func (x *dryIndex) Files(ctx context.Context, ds []digest.Digest) ([]meta.FileInfo, error) {
+	if x.read == nil {
+		return nil, errors.New("gc: dry run: the dedup index cannot be read")
+	}
+	infos, err := x.read.Files(ctx, ds)
+	if err != nil {
+		return nil, err
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for i := range infos {
+		fi := &infos[i]
+		if _, ok := x.dropped[fi.Digest]; ok {
+			infos[i] = meta.FileInfo{Digest: fi.Digest}
+			continue
+		}
+		fi.Refs = max(0, fi.Refs-x.released[fi.Digest])
+	}
+	return infos, nil
+}
+
+// TombstoneFiles returns the files the real run would tombstone: those
+// without references; it tombstones nothing.
+func (x *dryIndex) TombstoneFiles(ctx context.Context, files []digest.Digest) ([]digest.Digest, error) {
+	if x.read == nil {
+		return files, nil // unreferenced when listed (ZeroFiles)
+	}
+	infos, err := x.Files(ctx, files)
+	if err != nil {
+		return nil, err
+	}
+	var out []digest.Digest
+	for _, fi := range infos {
+		if fi.Exists && fi.Refs == 0 {
+			out = append(out, fi.Digest)
+		}
+	}
+	return out, nil
+}
+
+// DropFileEntries records the entries as dropped and their bytes as
+// leaving their packs; it drops nothing.
+func (x *dryIndex) DropFileEntries(ctx context.Context, files []digest.Digest) ([]digest.Digest, error) {
+	if x.read == nil {
+		return nil, nil
+	}
+	infos, err := x.Files(ctx, files)
+	if err != nil {
+		return nil, err
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, fi := range infos {
+		if !fi.Exists {
+			continue
+		}
+		x.dropped[fi.Digest] = struct{}{}
+		if !fi.Location.IsZero() {
+			x.live[fi.Location.Pack] += fi.Location.Length
+		}
+	}
+	return nil, nil
+}
+
+// ZeroFiles implements DedupIndex: what an earlier run left.
+func (x *dryIndex) ZeroFiles(ctx context.Context, after digest.Digest, limit int) ([]digest.Digest, error) {
+	return x.dedup.ZeroFiles(ctx, after, limit)
+}
+
+// ListPacks lists the records as the real run would find them after its
+// drops: their live bytes lower, changed now.
+func (x *dryIndex) ListPacks(ctx context.Context, after string, limit int) ([]meta.PackInfo, error) {
+	page, err := x.packs.ListPacks(ctx, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for i := range page {
+		if n := x.live[page[i].ID]; n > 0 {
+			page[i].Live = max(0, page[i].Live-n)
+			page[i].Changed = now
+		}
+	}
+	return page, nil
+}
+
+// TombstonePack changes nothing: a dry run's judge counts on its own.
+func (x *dryIndex) TombstonePack(context.Context, string, time.Duration) (bool, error) {
+	return false, nil
+}
+
+// DeletePack changes nothing.
+func (x *dryIndex) DeletePack(context.Context, string) (bool, error) { return false, nil }
+
+// BeginPack refuses with errWouldPlace: pack.Adopt got as far as
+// recording the pack.
+func (x *dryIndex) BeginPack(context.Context, string) error { return errWouldPlace }
+
+// PlaceFiles refuses with errWouldPlace.
+func (x *dryIndex) PlaceFiles(context.Context, string, int64, []meta.Placement) ([]bool, error) {
+	return nil, errWouldPlace
 }

@@ -11,6 +11,7 @@
 //	    _manifests/tags/<tag>/current/link                     TagCurrentLink
 //	    _manifests/tags/<tag>/index/<alg>/<hex>/link           TagIndexLink
 //	    _referrers/<alg>/<hex>/<alg>/<hex>/link                ReferrerLink: subject, then referrer (cairn)
+//	    _cairn/pulls.json                                      RepoPulls: pulls by tag, for retention (cairn)
 //	    _uploads/<id>/startedat                                UploadStartedAt
 //	    _uploads/<id>/head                                     UploadHead: what the session holds (cairn)
 //	    _uploads/<id>/chunks/<name>                            UploadChunk: chunk objects and records (cairn)
@@ -22,7 +23,9 @@
 //	    files/<alg>/<hex[0:2]>/<hex>                           File: a unique file of dedup (zstd), before packs
 //	    packs/<id[0:2]>/<id>                                   Pack: many unique files and their index (package pack)
 //	    tmp/files/..., tmp/promote/...                         Tmp: partial writes, swept by GC
+//	    tmp/ready/<id>                                         ReadyProbe: readiness's write probe (a crash's leftover is swept)
 //	    unsynced/<epoch>/<alg>-<hex>/<nonce>                   UnsyncedMarker: a blob not yet synced (package registry)
+//	    ui/history.json                                        UIHistory: the web page's storage story over time (package webui)
 //
 // Paths are built by plain concatenation: GC builds hundreds of millions of
 // them, and a generic path builder costs microseconds each. The Append
@@ -90,6 +93,9 @@ func appendFanned(b []byte, alg, hex string) []byte {
 
 // Repo is repository repo's directory.
 func Repo(repo string) string { return RepositoriesDir + "/" + repo }
+
+// RepoPulls holds repo's pulls by tag (package retention's record).
+func RepoPulls(repo string) string { return Repo(repo) + "/_cairn/pulls.json" }
 
 // LayerLinkDir is the directory of repo's link to blob d.
 func LayerLinkDir(repo string, d digest.Digest) string {
@@ -239,6 +245,11 @@ func JournalRecord(repo string, manifest bool, d digest.Digest, nonce string) st
 // which a metadata store records once it is a complete index of this store.
 const StoreID = CairnDir + "/store-id"
 
+// UIHistory holds the web page's storage story over time (samples of the
+// stored figures, GC runs), small and bounded, so that a restart continues
+// it.
+const UIHistory = CairnDir + "/ui/history.json"
+
 // DedupIntakeDir holds the pushed images whose layers dedup could not
 // record (its metadata store was down): retried until recorded.
 const DedupIntakeDir = CairnDir + "/dedup/intake"
@@ -341,6 +352,12 @@ func TmpFile(d digest.Digest, suffix string) string {
 func TmpPromote(d digest.Digest, suffix string) string {
 	return TmpDir + "/promote/" + d.Encoded() + "-" + suffix
 }
+
+// ReadyProbe is the small object a node's readiness check writes and
+// deletes to prove the store writable; id names the process, so that
+// nodes sharing a store never delete each other's probe. Under TmpDir: a
+// probe a crash left behind is swept by GC.
+func ReadyProbe(id string) string { return TmpDir + "/ready/" + id }
 
 // EntryKind classifies a path below RepositoriesDir.
 type EntryKind uint8

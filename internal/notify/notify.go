@@ -15,6 +15,17 @@
 // wakes the endpoints' senders. A sender POSTs the oldest events with the
 // endpoint's timeout; after threshold failures in a row it waits backoff
 // before each further try, and it never gives up on an event.
+//
+// One process holds the queue file (bbolt locks it: two processes never
+// write one file). A short-lived process that finds it held (cairn gc
+// beside a running cairn serve) leaves its events in the spool beside it
+// (Spool: one file per call, written aside and renamed); the holder moves
+// spooled files into its queue, in name order, at start and every
+// spoolPoll, and deletes each once its events are queued (a crash between
+// the two sends them twice: at least once). A short-lived process that
+// gets the queue uses Deliver: it queues, sends until the queues are empty
+// or each endpoint failed threshold times in a row, and leaves the rest
+// queued for the next holder.
 package notify
 
 import (
@@ -82,12 +93,15 @@ const (
 	intakeSize = 1024
 	// maxPeek bounds the events a sender reads from the queue at once.
 	maxPeek = 64
+	// spoolPoll is how often the queue's holder looks for spooled events.
+	spoolPoll = 2 * time.Second
 )
 
 // Notifier queues events and delivers them.
 type Notifier struct {
 	eps     []*endpoint
 	queue   *Queue
+	spool   string // directory of events spooled by other processes
 	source  Source
 	metrics Metrics
 	log     *slog.Logger
@@ -114,7 +128,7 @@ func New(opts Options) (*Notifier, error) {
 		return nil, err
 	}
 	n := &Notifier{
-		queue: q, source: opts.Source, metrics: opts.Metrics, log: opts.Logger,
+		queue: q, spool: SpoolDir(opts.QueuePath), source: opts.Source, metrics: opts.Metrics, log: opts.Logger,
 		intake: make(chan Event, intakeSize), done: make(chan struct{}),
 	}
 	if n.log == nil {
@@ -174,12 +188,17 @@ func (n *Notifier) Notify(ev Event) {
 func (n *Notifier) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, e := range n.eps {
-		wg.Go(func() { n.send(ctx, e) })
+		wg.Go(func() { n.send(ctx, e, false) })
 	}
+	n.ingest()
+	poll := time.NewTicker(spoolPoll)
+	defer poll.Stop()
 	for {
 		select {
 		case ev := <-n.intake:
 			n.write(ev)
+		case <-poll.C:
+			n.ingest()
 		case <-ctx.Done():
 			// Events handed over before shutdown are written, so a
 			// restart delivers them.
@@ -214,6 +233,14 @@ func (n *Notifier) write(first Event) {
 		}
 		break
 	}
+	if err := n.append(batch); err != nil {
+		n.log.Error("notifications: events lost: the queue could not be written", "events", len(batch), "err", err)
+	}
+}
+
+// append queues batch for the endpoints that do not ignore its events, in
+// one transaction, and wakes their senders.
+func (n *Notifier) append(batch []Event) error {
 	items := make(map[string][][]byte)
 	for _, ev := range batch {
 		data, err := json.Marshal(ev)
@@ -229,12 +256,11 @@ func (n *Notifier) write(first Event) {
 		}
 	}
 	if len(items) == 0 {
-		return
+		return nil
 	}
 	dropped, err := n.queue.Append(items)
 	if err != nil {
-		n.log.Error("notifications: events lost: the queue could not be written", "events", len(batch), "err", err)
-		return
+		return err
 	}
 	for _, e := range n.eps {
 		if _, ok := items[e.Name]; !ok {
@@ -250,6 +276,7 @@ func (n *Notifier) write(first Event) {
 		default:
 		}
 	}
+	return nil
 }
 
 func (e *endpoint) ignores(ev Event) bool {
@@ -257,19 +284,26 @@ func (e *endpoint) ignores(ev Event) bool {
 		(ev.Target.MediaType != "" && slices.Contains(e.IgnoreMediaTypes, ev.Target.MediaType))
 }
 
-// send delivers e's queue, oldest first, until ctx is done. Events go one
-// per envelope, as distribution sends them (some receivers read only the
-// first); those delivered are removed from the queue together, so a commit
-// is shared by up to maxPeek deliveries.
-func (n *Notifier) send(ctx context.Context, e *endpoint) {
+// send delivers e's queue, oldest first, until ctx is done (once, with
+// untilEmpty: until the queue is empty or threshold tries in a row
+// failed). Events go one per envelope, as distribution sends them (some
+// receivers read only the first); those delivered are removed from the
+// queue together, so a commit is shared by up to maxPeek deliveries.
+func (n *Notifier) send(ctx context.Context, e *endpoint, untilEmpty bool) {
 	failures := 0
 	for ctx.Err() == nil {
 		items, err := n.queue.Peek(e.Name, maxPeek)
 		if err != nil {
 			n.log.Error("notifications: queue unreadable", "endpoint", e.Name, "err", err)
 			items = nil
+			if untilEmpty {
+				return
+			}
 		}
 		if len(items) == 0 {
+			if untilEmpty {
+				return
+			}
 			select {
 			case <-e.wake:
 			case <-ctx.Done():
@@ -304,6 +338,10 @@ func (n *Notifier) send(ctx context.Context, e *endpoint) {
 		}
 		failures++
 		n.metrics.NotifyFailed(e.Name)
+		if untilEmpty && failures >= e.Threshold {
+			n.log.Warn("notifications: endpoint failing; its events stay queued for the next process that holds the queue", "endpoint", e.Name, "failures", failures, "queued", n.queue.Len(e.Name), "err", err)
+			return
+		}
 		if failures == e.Threshold {
 			n.log.Warn("notifications: endpoint failing; backing off between tries", "endpoint", e.Name, "failures", failures, "backoff", e.Backoff, "err", err)
 		}

@@ -25,7 +25,7 @@ import (
 const keepPulls = 24 * time.Hour
 
 // pullsPath is the pull-record file of repo.
-func pullsPath(repo string) string { return layout.Repo(repo) + "/_cairn/pulls.json" }
+func pullsPath(repo string) string { return layout.RepoPulls(repo) }
 
 // Pulls records tag pulls and writes them to storage.
 type Pulls struct {

@@ -17,7 +17,8 @@
 //     (through indexes, or as a referrer of a reached manifest) and not
 //     itself pushed within the delay is deleted.
 //
-// A dry run reports the same without deleting. Blobs are left to the
+// A dry run reports the same without deleting (over a Preview it evicts
+// into the preview, for the GC dry run after it). Blobs are left to the
 // garbage collector, which frees what no manifest names; the scheduled GC
 // and `cairn gc` run retention first.
 package retention
@@ -64,7 +65,10 @@ type Options struct {
 	Policies []Policy
 	// Delay keeps whatever was pushed this recently.
 	Delay time.Duration
-	// DryRun reports and deletes nothing.
+	// DryRun reports and deletes nothing. Over a Preview (the store's
+	// Driver is one), a dry run evicts into the preview, which deletes
+	// nothing either, so that a GC dry run reading it after counts what the
+	// real run would.
 	DryRun bool
 }
 
@@ -84,6 +88,9 @@ type Retention struct {
 	store    Store
 	opts     Options
 	policies []compiled
+	// evict: deletions go to the store (a real run, or a dry run over a
+	// Preview).
+	evict bool
 }
 
 type compiled struct {
@@ -99,7 +106,12 @@ type compiledRule struct {
 
 // New checks and compiles opts.
 func New(store Store, opts Options) (*Retention, error) {
-	r := &Retention{store: store, opts: opts}
+	r := &Retention{store: store, opts: opts, evict: !opts.DryRun}
+	if store != nil {
+		if _, ok := store.Driver().(*Preview); ok {
+			r.evict = true
+		}
+	}
 	for i, p := range opts.Policies {
 		c := compiled{Policy: p}
 		if len(p.Repositories) == 0 {
@@ -217,7 +229,7 @@ func (r *Retention) runRepo(ctx context.Context, repo string, p *compiled, now t
 			continue
 		}
 		rep.Tags = append(rep.Tags, Deletion{Repository: repo, Tag: t.name})
-		if !r.opts.DryRun {
+		if r.evict {
 			if err := r.store.Evict(ctx, repo, t.name); err != nil && !errors.Is(err, registry.ErrManifestUnknown) {
 				return err
 			}
@@ -234,7 +246,7 @@ func (r *Retention) runRepo(ctx context.Context, repo string, p *compiled, now t
 			continue
 		}
 		rep.Manifests = append(rep.Manifests, Deletion{Repository: repo, Digest: rv.Digest})
-		if !r.opts.DryRun {
+		if r.evict {
 			if err := r.store.Evict(ctx, repo, rv.Digest.String()); err != nil && !errors.Is(err, registry.ErrManifestUnknown) {
 				return err
 			}
