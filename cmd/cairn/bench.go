@@ -12,7 +12,12 @@ import (
 
 const benchUsage = `usage: cairn bench registry [--url URL] [--sizes 1MiB,64MiB,512MiB] [--repeat N] [--chunk-size 8MiB] [--flush=false]
                             [--manifest-requests N] [--concurrency C] [--json]
-(dedup on images built from Debian packages: go run ./cmd/cairn-lab dedup)`
+(dedup on images built from Debian packages: go run ./cmd/cairn-lab dedup)
+
+Measures the registry at --url (without it, starts this binary's cairn serve
+on a free port over a temporary directory, removed after): blob push and
+pull MB/s for each size, manifest GET requests/s. Reads no configuration
+file (the local server runs with the defaults).`
 
 // runBench runs `cairn bench <what> [flags]`. Errors are one line; mistakes
 // in the command line wrap errUsage.

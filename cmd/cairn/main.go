@@ -19,13 +19,22 @@ import (
 const usage = `usage: cairn <command> [flags]
 
 commands:
-  serve     run the registry (default 127.0.0.1:5000, storage under ./cairn-data)
-  bench     run a benchmark (cairn bench registry -h)
+  serve     run the registry (default 127.0.0.1:5000, storage under ./cairn-data) (cairn serve -h)
+  config    check a configuration file and print what cairn runs with (cairn config check -h)
   gc        delete what no manifest references (cairn gc -h)
   dedup     deduplicate stored layers, or show what dedup saves (cairn dedup -h)
   scrub     check every blob, dedup file, recipe and link; repair (cairn scrub -h)
-  version   print the version
+  bench     run a benchmark (cairn bench registry -h)
+  version   print the version (cairn version -h)
+
+Every command that takes --config reads distribution's config.yml keys, then
+the REGISTRY_* environment variables; an unknown key stops it.
 `
+
+const versionUsage = `usage: cairn version
+
+Prints cairn's version, VCS revision, Go toolchain and platform (dedup's
+byte-exact rebuilds depend on the toolchain). Reads no configuration.`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -55,7 +64,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch args[0] {
 	case "serve":
-		err = runServe(ctx, args[1:], stderr)
+		err = runServe(ctx, args[1:], stdout, stderr)
+	case "config":
+		err = runConfig(ctx, args[1:], stdout, stderr)
 	case "bench":
 		err = runBench(ctx, args[1:], stdout, stderr)
 	case "gc":
@@ -65,7 +76,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "scrub":
 		err = runScrub(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-v":
-		fmt.Fprintln(stdout, versionString())
+		fs := flag.NewFlagSet("cairn version", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		var done bool
+		if done, err = parseFlags(fs, args[1:], "version", versionUsage, stdout); !done && err == nil {
+			fmt.Fprintln(stdout, versionString())
+		}
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 	default:

@@ -58,7 +58,12 @@ child's), referrers link or _layers link when what it names is stored, and with
 repaired and what remains.
 
 Exit status: 0 nothing wrong (or everything repaired), 1 findings remain,
-2 bad usage, configuration or storage failure.`
+2 bad usage, configuration or storage failure.
+
+Keys it reads (the whole file is loaded and checked as serve does; an unknown
+key stops it): the storage driver (storage.filesystem.rootdirectory, s3, gcs,
+azure), storage.dedup.metadata and redis.* (to locate files in packs),
+validation.manifests (what a manifest's push required to be linked), log.*.`
 
 // runScrub runs `cairn scrub`: findings and the summary (or one JSON
 // report) on stdout, progress on stderr.
@@ -109,7 +114,7 @@ func runScrub(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	// The metadata store locates files in packs; as for gc, a bolt store
 	// held by a running serve is refused rather than waited for.
-	store, err := openMeta(ctx, cfg, time.Second)
+	store, err := openMeta(ctx, cfg, time.Second, newLogger(stderr, cfg.Log))
 	if errors.Is(err, meta.ErrLocked) {
 		return exitError{2, errors.New("scrub: the dedup metadata store is in use by a running cairn serve; stop it, or share a Redis metadata store (storage.dedup.metadata.redis)")}
 	}

@@ -4,7 +4,8 @@
 // meaning; keys it does not are refused with a one-line reason where
 // running without them would weaken the registry or serve the wrong data
 // (refused), else reported as not supported yet (notYet) or obsolete; and
-// any other key is reported as unknown with its full path.
+// any other key stops loading with its full path, file:line and the nearest
+// valid key (see decoder.unknown for the two kinds only warned of).
 // testdata/distribution holds distribution's reference configurations,
 // which the tests load: every key in them is honoured.
 //

@@ -163,18 +163,42 @@ auth:
 	}
 }
 
-func TestUnknownKeysAreReportedWithPaths(t *testing.T) {
+// An unknown key under a section stops loading, naming the key, where it
+// is and the key it most likely misspells: ignored, a misspelt
+// rootdirectory moved the store to distribution's default.
+func TestUnknownKeysStopLoading(t *testing.T) {
+	cases := []struct{ name, doc, want string }{
+		{"misspelt rootdirectory", "storage:\n  filesystem:\n    rootdir: /x\n", "config: storage.filesystem.rootdir: unknown key; did you mean rootdirectory? (line 3)"},
+		{"nested, nothing near", "storage:\n  filesystem:\n    rootdirectory: /x\n    bar: 1\n", "config: storage.filesystem.bar: unknown key (line 4)"},
+		{"deep under known sections", "storage:\n  maintenance:\n    uploadpurging:\n      agee: 1h\n", "config: storage.maintenance.uploadpurging.agee: unknown key; did you mean age? (line 4)"},
+		{"named once, not its children", "http:\n  addr: :1\n  extra:\n    a: 1\n    b: 2\n", "config: http.extra: unknown key (line 3)"},
+		{"case matters as in distribution", "http:\n  Addr: :1\n", "config: http.Addr: unknown key; did you mean addr? (line 2)"},
+		{"inside a driver", "storage:\n  inmemory:\n    size: 3\n", "config: storage.inmemory.size: unknown key (line 3)"},
+		{"object store parameter", "storage:\n  s3:\n    bucket: b\n    region: r\n    secretkeys: x\n", "config: storage.s3.secretkeys: unknown key; did you mean secretkey? (line 5)"},
+		{"in a list of sections", "health:\n  tcp:\n    - addr: a:1\n      intervall: 1s\n", "config: health.tcp[0].intervall: unknown key; did you mean interval? (line 4)"},
+		{"the first, in order", "a: 1\nlog:\n  colour: x\nb: 2\n", "config: log.colour: unknown key (line 3)"},
+		{"a top-level key misspelling a section", "storgae:\n  filesystem:\n    rootdirectory: /x\n", "config: storgae: unknown key; did you mean storage? (line 1)"},
+		{"a driver misspelt", "storage:\n  filesytem:\n    rootdirectory: /x\n", "config: storage.filesytem: unknown storage driver (cairn supports filesystem, inmemory, s3, gcs, azure); did you mean filesystem? (line 2)"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _, err := Parse([]byte(tc.doc))
+			if err == nil || err.Error() != tc.want {
+				t.Errorf("Parse = %+v, %v\nwant error %s", c, err, tc.want)
+			}
+		})
+	}
+}
+
+// Top-level keys that misspell no section are warnings: a file may keep
+// YAML anchors under keys of its own (TestAnchorsAndMergeKeys).
+func TestUnknownTopLevelKeysWarn(t *testing.T) {
 	cases := []struct {
 		name, doc string
 		want      []string
 	}{
-		{"top level", "colour: blue\n", []string{"unknown key colour (line 1)"}},
-		{"nested", "storage:\n  filesystem:\n    rootdirectory: /x\n    bar: 1\n", []string{"unknown key storage.filesystem.bar (line 4)"}},
-		{"deep under known sections", "storage:\n  maintenance:\n    uploadpurging:\n      agee: 1h\n", []string{"unknown key storage.maintenance.uploadpurging.agee (line 4)"}},
-		{"reported once, not its children", "http:\n  addr: :1\n  extra:\n    a: 1\n    b: 2\n", []string{"unknown key http.extra (line 3)"}},
-		{"case matters as in distribution", "http:\n  Addr: :1\n", []string{"unknown key http.Addr (line 2)"}},
-		{"inside a driver", "storage:\n  inmemory:\n    size: 3\n", []string{"unknown key storage.inmemory.size (line 3)"}},
-		{"several, in order", "a: 1\nlog:\n  colour: x\nb: 2\n", []string{"unknown key a (line 1)", "unknown key log.colour (line 3)", "unknown key b (line 4)"}},
+		{"top level", "colour: blue\n", []string{"unknown key colour; ignored (line 1)"}},
+		{"several, in order", "a: 1\nlog:\n  level: info\nb: 2\n", []string{"unknown key a; ignored (line 1)", "unknown key b; ignored (line 4)"}},
 		{"obsolete distribution key", "reporting:\n  bugsnag: {}\n", []string{"reporting is obsolete (current distribution ignores it too); ignored (line 1)"}},
 	}
 	for _, tc := range cases {
@@ -187,6 +211,19 @@ func TestUnknownKeysAreReportedWithPaths(t *testing.T) {
 				t.Errorf("warnings = %q, want %q", warnings, tc.want)
 			}
 		})
+	}
+}
+
+func TestNearestKey(t *testing.T) {
+	known := []string{"rootdirectory", "maxthreads", "syncblobs", "addr", "tags", "storage", "proxy"}
+	for key, want := range map[string]string{
+		"rootdir": "rootdirectory", "rootdirectroy": "rootdirectory", "RootDirectory": "rootdirectory",
+		"maxthread": "maxthreads", "syncblob": "syncblobs", "adr": "addr", "tag": "tags", "storge": "storage",
+		"purge": "", "colour": "", "a": "", "x": "", "port": "",
+	} {
+		if got := nearest(key, known); got != want {
+			t.Errorf("nearest(%q) = %q, want %q", key, got, want)
+		}
 	}
 }
 
@@ -211,7 +248,6 @@ func TestInvalidValuesAreRejectedNamingTheKey(t *testing.T) {
 		{"fractional integer", "storage:\n  filesystem:\n    maxthreads: 1.5\n", `config: storage.filesystem.maxthreads: "1.5" is not an integer`},
 		{"section given a list", "http:\n  - addr\n", `config: http: expected a mapping of keys, not a list (line 2)`},
 		{"string given a mapping", "http:\n  addr:\n    port: 1\n", `config: http.addr: expected a string, not a mapping`},
-		{"unknown driver", "storage:\n  filesytem:\n    rootdirectory: /x\n", `config: storage.filesytem: unknown storage driver (cairn supports filesystem, inmemory, s3, gcs, azure) (line 2)`},
 		{"dropped driver", "storage:\n  swift:\n    container: b\n", `config: storage.swift: unknown storage driver (cairn supports filesystem, inmemory, s3, gcs, azure) (line 2)`},
 		{"dropped driver short form", "storage: oss\n", `config: storage: "oss" is not a storage driver`},
 		{"short form that is no driver", "storage: delete\n", `config: storage: "delete" is not a storage driver (cairn supports filesystem, inmemory, s3, gcs, azure)`},
@@ -343,13 +379,13 @@ storage:
 	if up := c.Storage.Maintenance.UploadPurging; up.Age != 3*time.Hour || up.Interval != time.Hour || !up.Enabled {
 		t.Errorf("uploadpurging = %+v, want own age 3h to win over the merged 2h", up)
 	}
-	if !slices.Equal(warnings, []string{"unknown key purge (line 1)"}) {
+	if !slices.Equal(warnings, []string{"unknown key purge; ignored (line 1)"}) {
 		t.Errorf("warnings = %q", warnings)
 	}
 }
 
 func TestLoad(t *testing.T) {
-	path := writeFile(t, "http:\n  addr: 0.0.0.0:6000\n  color: red\n")
+	path := writeFile(t, "colour: red\nhttp:\n  addr: 0.0.0.0:6000\n")
 	c, warnings, err := Load(path)
 	if err != nil {
 		t.Fatal(err)
@@ -357,13 +393,19 @@ func TestLoad(t *testing.T) {
 	if c.HTTP.Addr != "0.0.0.0:6000" {
 		t.Errorf("addr = %q", c.HTTP.Addr)
 	}
-	if want := "unknown key http.color (" + path + " line 3)"; !slices.Equal(warnings, []string{want}) {
+	if want := "unknown key colour; ignored (" + path + ":1)"; !slices.Equal(warnings, []string{want}) {
 		t.Errorf("warnings = %q, want %q", warnings, want)
+	}
+
+	typo := writeFile(t, "http:\n  addr: 0.0.0.0:6000\n  adr: :1\n")
+	_, _, err = Load(typo)
+	if want := "config: http.adr: unknown key; did you mean addr? (" + typo + ":3)"; err == nil || err.Error() != want {
+		t.Errorf("err = %v, want %s", err, want)
 	}
 
 	bad := writeFile(t, "storage:\n  delete:\n    enabled: perhaps\n")
 	_, _, err = Load(bad)
-	if want := `config: storage.delete.enabled: "perhaps" is not a boolean (true or false) (` + bad + ` line 3)`; err == nil || err.Error() != want {
+	if want := `config: storage.delete.enabled: "perhaps" is not a boolean (true or false) (` + bad + `:3)`; err == nil || err.Error() != want {
 		t.Errorf("err = %v, want %s", err, want)
 	}
 

@@ -3,7 +3,9 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -344,11 +346,13 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) error {
 		switch {
 		case !ok && len(drivers) > 0:
 			// distribution takes every other key here for a driver name.
-			return d.errorf(k, p, "unknown storage driver (cairn supports %s)", strings.Join(drivers, ", "))
+			return d.errorf(k, p, "unknown storage driver (cairn supports %s)%s", strings.Join(drivers, ", "), didYouMean(k.Value, slices.Collect(maps.Keys(fields))))
 		case !ok && strict != nil:
-			return d.errorf(k, p, "%s", strict.unknownKey())
+			return d.errorf(k, p, "%s%s", strict.unknownKey(), didYouMean(k.Value, slices.Collect(maps.Keys(fields))))
 		case !ok:
-			d.warnf(k, "unknown key %s", p)
+			if err := d.unknown(k, p, path, fields); err != nil {
+				return err
+			}
 		case f.kind == notYetKind:
 			d.warnf(k, "%s is not supported yet; ignored", p)
 		case f.kind == obsoleteKind:
@@ -360,6 +364,29 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, path string) error {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// unknown handles a key the section does not have. In a file it stops
+// loading, naming the nearest valid key: ignoring a misspelt key runs the
+// registry on a default the operator did not choose (storage.filesystem.rootdir
+// for rootdirectory moved the store). Two exceptions warn instead, as
+// distribution ignores them: REGISTRY_* variables, since unrelated ones
+// share the prefix (Kubernetes sets REGISTRY_PORT, REGISTRY_HTTP_PORT for
+// services so named); and top-level keys that misspell no section, which
+// may hold YAML anchors for the rest of the file.
+func (d *decoder) unknown(k *yaml.Node, p, path string, fields map[string]field) error {
+	near := nearest(k.Value, slices.Collect(maps.Keys(fields)))
+	switch {
+	case d.env != "" && near != "":
+		d.warnf(k, "unknown key %s (did you mean %s?); ignored", p, near)
+	case d.env != "" || (path == "" && near == ""):
+		d.warnf(k, "unknown key %s; ignored", p)
+	case near != "":
+		return d.errorf(k, p, "unknown key; did you mean %s?", near)
+	default:
+		return d.errorf(k, p, "unknown key")
 	}
 	return nil
 }
@@ -402,7 +429,7 @@ func (d *decoder) where(n *yaml.Node) string {
 	case d.env != "" || n.Line == 0:
 		return ""
 	case d.file != "":
-		return fmt.Sprintf(" (%s line %d)", d.file, n.Line)
+		return fmt.Sprintf(" (%s:%d)", d.file, n.Line)
 	default:
 		return fmt.Sprintf(" (line %d)", n.Line)
 	}

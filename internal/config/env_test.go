@@ -117,6 +117,7 @@ func TestEnvOverrides(t *testing.T) {
 				"REGISTRY_PORT=tcp://10.0.0.1:5000",
 				"REGISTRY_HTTP_SECRET=s3cr3t",
 				"REGISTRY_STORAGE_FILESYSTEM_COLOUR=red",
+				"REGISTRY_STORAGE_FILESYSTEM_ROOTDIR=/x",
 				"REGISTRY__X=1",
 				"REGISTRY_STORAGE_FILESYSTEM_ROOTDIRECTORY=",
 			},
@@ -124,8 +125,9 @@ func TestEnvOverrides(t *testing.T) {
 				return want("rootdirectory", c.Storage.Filesystem.RootDirectory, "./cairn-data")
 			},
 			warnings: []string{
-				"REGISTRY_PORT: unknown key port",
-				"REGISTRY_STORAGE_FILESYSTEM_COLOUR: unknown key storage.filesystem.colour",
+				"REGISTRY_PORT: unknown key port; ignored",
+				"REGISTRY_STORAGE_FILESYSTEM_COLOUR: unknown key storage.filesystem.colour; ignored",
+				"REGISTRY_STORAGE_FILESYSTEM_ROOTDIR: unknown key storage.filesystem.rootdir (did you mean rootdirectory?); ignored",
 				"REGISTRY_STORAGE_FILESYSTEM_ROOTDIRECTORY: empty value for storage.filesystem.rootdirectory; ignored",
 				"REGISTRY__X: not a configuration key; ignored",
 			},
@@ -204,20 +206,20 @@ func want[T comparable](name string, got, w T) string {
 }
 
 func TestLoadWithEnvFileErrors(t *testing.T) {
-	path := writeFile(t, "http:\n  colour: red\n  addr: 5000\n")
+	path := writeFile(t, "colour: red\nhttp:\n  addr: 5000\n")
 	_, warnings, err := LoadWithEnv(path, []string{"REGISTRY_HTTP_ADDR=:6000"})
 	// The file's addr has no port, but validation runs only once the
 	// environment has replaced it.
 	if err != nil {
 		t.Fatalf("err = %v", err)
 	}
-	if !slices.Equal(warnings, []string{"unknown key http.colour (" + path + " line 2)"}) {
+	if !slices.Equal(warnings, []string{"unknown key colour; ignored (" + path + ":1)"}) {
 		t.Errorf("warnings = %q", warnings)
 	}
 
 	bad := writeFile(t, "storage:\n  maintenance:\n    uploadpurging:\n      age: 10\n")
 	_, _, err = LoadWithEnv(bad, nil)
-	if want := "config: storage.maintenance.uploadpurging.age: 10 has no unit; write a duration such as 168h or 30m (" + bad + " line 4)"; err == nil || err.Error() != want {
+	if want := "config: storage.maintenance.uploadpurging.age: 10 has no unit; write a duration such as 168h or 30m (" + bad + ":4)"; err == nil || err.Error() != want {
 		t.Errorf("err = %v, want %s", err, want)
 	}
 	if _, _, err := LoadWithEnv(bad+".missing", nil); !errors.Is(err, fs.ErrNotExist) {
