@@ -4,8 +4,8 @@ import (
 	"context"
 	"net/http"
 	"strings"
-	"sync"
-	"time"
+
+	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/auth"
 	"github.com/cairn-registry/cairn/internal/dedup"
@@ -17,29 +17,10 @@ import (
 // uiPrefix is where the web page lives on its listener.
 const uiPrefix = "/ui"
 
-// newUI builds the web page's handler; its storage figures are dedup's
-// statistics (computed at most once a minute), its cache ratios the
-// metrics'.
-func newUI(reg *registry.Registry, authz auth.Authorizer, engine *dedup.Engine, hasStore bool, m *metrics.Metrics, history *webui.History) (http.Handler, func(context.Context) (webui.Storage, error)) {
-	var mu sync.Mutex
-	var last webui.Storage
-	var at time.Time
-	storage := func(ctx context.Context) (webui.Storage, error) {
-		if !hasStore {
-			return webui.Storage{}, nil
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if time.Since(at) < time.Minute {
-			return last, nil
-		}
-		st, err := engine.Stats(ctx)
-		if err != nil {
-			return webui.Storage{}, err
-		}
-		last, at = webui.Storage{Dedup: true, Logical: st.LogicalBytes, Stored: st.StoredBytes.Total}, time.Now()
-		return last, nil
-	}
+// newUI builds the web page's handler; its storage figures are figures'
+// (measured in the background on dedup's and GC's changes), its cache
+// ratios the metrics'.
+func newUI(reg *registry.Registry, authz auth.Authorizer, figures *webui.Figures, m *metrics.Metrics) http.Handler {
 	caches := func() []webui.CacheRatio {
 		families, err := m.Gatherer().Gather()
 		if err != nil {
@@ -80,8 +61,34 @@ func newUI(reg *registry.Registry, authz auth.Authorizer, engine *dedup.Engine, 
 		}
 		return out
 	}
-	h := webui.Handler(webui.Options{Registry: reg, Auth: authz, Storage: storage, Caches: caches, History: history, Prefix: uiPrefix})
-	return h, storage
+	return webui.Handler(webui.Options{Registry: reg, Auth: authz, Storage: figures.Current, Caches: caches, History: figures.History(), Prefix: uiPrefix})
+}
+
+// uiMeasure measures the page's storage figures: dedup's statistics (one
+// read of every recipe) when dedup keeps a metadata store here.
+func uiMeasure(engine *dedup.Engine, hasStore bool) func(context.Context) (webui.Storage, error) {
+	return func(ctx context.Context) (webui.Storage, error) {
+		if !hasStore {
+			return webui.Storage{}, nil
+		}
+		st, err := engine.Stats(ctx)
+		if err != nil {
+			return webui.Storage{}, err
+		}
+		return webui.Storage{Dedup: true, Logical: st.LogicalBytes, Stored: st.StoredBytes.Total}, nil
+	}
+}
+
+// layerEventsTee tells every one of its receivers (nil ones skipped) of
+// a deduplicated layer.
+type layerEventsTee []dedup.LayerEvents
+
+func (t layerEventsTee) LayerDeduplicated(layer digest.Digest) {
+	for _, e := range t {
+		if e != nil {
+			e.LayerDeduplicated(layer)
+		}
+	}
 }
 
 // withUI serves the page under uiPrefix beside next.

@@ -5,15 +5,18 @@ import (
 	"html/template"
 	"math"
 	"strings"
+	"time"
 )
 
 // Charts are drawn on the server as inline SVG: nothing to build or load,
 // and the page stays small.
 
-// point is one value of a series at x (any unit; the chart scales).
+// point is one value of a series at x (Unix seconds on a time axis).
 type point struct {
 	X, Y  float64
-	Label string // the x axis label under a bar
+	Label string // a bar's x axis label; a time point's time, in its tooltip
+	Note  string // a second line under a bar's label (its counts)
+	Now   bool   // the latest measurement, not (yet) in the history
 }
 
 const (
@@ -21,8 +24,9 @@ const (
 	padL, padB     = 56, 28
 )
 
-// lineChart plots series (one line each, in classes c0, c1, ...) against
-// a shared y scale starting at 0.
+// lineChart plots series (one line each, in classes c0, c1, ...) over a
+// time axis (X in Unix seconds) against a shared y scale starting at 0.
+// Each point's tooltip tells its time and value.
 func lineChart(title, unit string, series ...[]point) template.HTML {
 	var minX, maxX, maxY float64 = math.Inf(1), math.Inf(-1), 0
 	n := 0
@@ -33,40 +37,81 @@ func lineChart(title, unit string, series ...[]point) template.HTML {
 		}
 	}
 	var b strings.Builder
-	open(&b, title)
+	begin(&b, title)
 	if n == 0 {
 		empty(&b)
-		return close(&b)
+		return finish(&b)
 	}
-	if maxX == minX {
-		minX--
-		maxX++
+	switch mid := (minX + maxX) / 2; {
+	case maxX == minX:
+		minX, maxX = mid-30, mid+30 // one time: a minute around it
+	case maxX-minX < 10:
+		minX, maxX = mid-5, mid+5
 	}
 	yMax := niceMax(maxY)
 	axes(&b, yMax, unit)
+	xOf := func(x float64) float64 { return padL + (x-minX)/(maxX-minX)*(chartW-padL-8) }
+	for _, t := range timeTicks(minX, maxX) {
+		x := xOf(t.at)
+		fmt.Fprintf(&b, `<line class="xgrid" x1="%.1f" y1="%d" x2="%.1f" y2="%d"/><text class="tick x" x="%.1f" y="%d">%s</text>`,
+			x, chartH-padB, x, chartH-padB+4, x, chartH-padB+15, t.label)
+	}
 	for i, s := range series {
-		var pts []string
-		for _, p := range s {
-			x := padL + (p.X-minX)/(maxX-minX)*(chartW-padL-8)
-			y := chartH - padB - p.Y/yMax*(chartH-padB-16)
-			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x, y))
+		pts := make([]string, len(s))
+		for j, p := range s {
+			pts[j] = fmt.Sprintf("%.1f,%.1f", xOf(p.X), chartH-padB-p.Y/yMax*(chartH-padB-16))
 		}
 		fmt.Fprintf(&b, `<polyline class="line c%d" points="%s"/>`, i, strings.Join(pts, " "))
-		for _, p := range pts {
-			xy := strings.Split(p, ",")
-			fmt.Fprintf(&b, `<circle class="dot c%d" cx="%s" cy="%s" r="2.5"/>`, i, xy[0], xy[1])
+		for j, p := range s {
+			cx, cy, _ := strings.Cut(pts[j], ",")
+			class := fmt.Sprintf("dot c%d", i)
+			if p.Now {
+				class += " now"
+			}
+			fmt.Fprintf(&b, `<circle class="%s" cx="%s" cy="%s" r="2.5"><title>%s UTC: %s</title></circle>`,
+				class, cx, cy, template.HTMLEscapeString(p.Label), formatValue(p.Y, unit))
 		}
 	}
-	return close(&b)
+	return finish(&b)
 }
 
-// barChart draws one bar per point.
+// barChart draws one bar per point, each labelled under it (with its Note
+// on a second line) and valued above it.
 func barChart(title, unit string, points []point) template.HTML {
+	return bars(title, unit, points, func(i int) string {
+		if len(points) > 12 {
+			return ""
+		}
+		return points[i].Label
+	})
+}
+
+// runChart draws one bar per point in time order (X in Unix seconds): the
+// axis names the times of a few of them, each tooltip its own Label.
+func runChart(title, unit string, points []point) template.HTML {
+	if len(points) == 0 {
+		return bars(title, unit, nil, nil)
+	}
+	layout := timeLayout(points[len(points)-1].X-points[0].X, 0)
+	// At most five labels, the first and the last among them.
+	step := max(1, (len(points)+3)/4)
+	return bars(title, unit, points, func(i int) string {
+		if i%step == 0 || i == len(points)-1 && i%step > step/2 {
+			return time.Unix(int64(points[i].X), 0).UTC().Format(layout)
+		}
+		return ""
+	})
+}
+
+// bars draws points as bars, each with a tooltip and, when there are a
+// dozen or fewer, its value; label returns the x label written under bar
+// i ("" for none), its Note under that.
+func bars(title, unit string, points []point, label func(i int) string) template.HTML {
 	var b strings.Builder
-	open(&b, title)
+	begin(&b, title)
 	if len(points) == 0 {
 		empty(&b)
-		return close(&b)
+		return finish(&b)
 	}
 	maxY := 0.0
 	for _, p := range points {
@@ -78,21 +123,78 @@ func barChart(title, unit string, points []point) template.HTML {
 	for i, p := range points {
 		h := p.Y / yMax * (chartH - padB - 16)
 		x := padL + float64(i)*slot + slot*0.15
-		fmt.Fprintf(&b, `<rect class="bar" x="%.1f" y="%.1f" width="%.1f" height="%.1f"><title>%s: %s</title></rect>`,
-			x, chartH-padB-h, slot*0.7, h, template.HTMLEscapeString(p.Label), formatValue(p.Y, unit))
+		tip := p.Label + ": " + formatValue(p.Y, unit)
+		if p.Note != "" {
+			tip += " (" + p.Note + ")"
+		}
+		fmt.Fprintf(&b, `<rect class="bar" x="%.1f" y="%.1f" width="%.1f" height="%.1f"><title>%s</title></rect>`,
+			x, chartH-padB-h, slot*0.7, h, template.HTMLEscapeString(tip))
+		mid := x + slot*0.35
 		if len(points) <= 12 {
-			fmt.Fprintf(&b, `<text class="label" x="%.1f" y="%d">%s</text>`, x+slot*0.35, chartH-padB+14, template.HTMLEscapeString(p.Label))
+			fmt.Fprintf(&b, `<text class="value" x="%.1f" y="%.1f">%s</text>`, mid, chartH-padB-h-3, formatValue(p.Y, unit))
+		}
+		if text := label(i); text != "" {
+			fmt.Fprintf(&b, `<text class="label" x="%.1f" y="%d">%s</text>`, mid, chartH-padB+13, template.HTMLEscapeString(text))
+			if p.Note != "" {
+				fmt.Fprintf(&b, `<text class="label note" x="%.1f" y="%d">%s</text>`, mid, chartH-padB+25, template.HTMLEscapeString(p.Note))
+			}
 		}
 	}
-	return close(&b)
+	return finish(&b)
 }
 
-func open(b *strings.Builder, title string) {
+// tick is a labelled time on a time axis.
+type tick struct {
+	at    float64 // Unix seconds
+	label string
+}
+
+// tickSteps are the time axis' steps, in seconds.
+var tickSteps = []float64{1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 2 * 3600, 3 * 3600, 6 * 3600, 12 * 3600,
+	86400, 2 * 86400, 7 * 86400, 14 * 86400, 30 * 86400, 91 * 86400, 182 * 86400, 365 * 86400}
+
+// timeTicks returns the labelled times between lo and hi (Unix
+// seconds): at most five, on round times of the smallest step that fits
+// (UTC, as the page's time).
+func timeTicks(lo, hi float64) []tick {
+	span := hi - lo
+	step := tickSteps[len(tickSteps)-1]
+	for _, s := range tickSteps {
+		if span/s <= 5 {
+			step = s
+			break
+		}
+	}
+	layout := timeLayout(span, step)
+	var ticks []tick
+	for at := math.Ceil(lo/step) * step; at <= hi; at += step {
+		ticks = append(ticks, tick{at: at, label: time.Unix(int64(at), 0).UTC().Format(layout)})
+	}
+	return ticks
+}
+
+// timeLayout is how a time axis spanning span seconds, labelled every step
+// (0: irregularly), writes its times.
+func timeLayout(span, step float64) string {
+	switch {
+	case step > 0 && step < 60 || step == 0 && span < 600:
+		return "15:04:05"
+	case span < 86400:
+		return "15:04"
+	case step < 86400 && span < 7*86400:
+		return "Jan 2 15:04"
+	case span < 300*86400:
+		return "Jan 2"
+	}
+	return "2006-01-02"
+}
+
+func begin(b *strings.Builder, title string) {
 	fmt.Fprintf(b, `<figure class="chart"><figcaption>%s</figcaption><svg viewBox="0 0 %d %d" role="img" aria-label="%s">`,
 		template.HTMLEscapeString(title), chartW, chartH, template.HTMLEscapeString(title))
 }
 
-func close(b *strings.Builder) template.HTML {
+func finish(b *strings.Builder) template.HTML {
 	b.WriteString(`</svg></figure>`)
 	return template.HTML(b.String())
 }

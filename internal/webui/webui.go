@@ -12,6 +12,7 @@ import (
 	"context"
 	"embed"
 	"errors"
+	"fmt"
 	"html/template"
 	"net/http"
 	"slices"
@@ -52,6 +53,13 @@ type Storage struct {
 	Dedup   bool  // dedup keeps figures (it ran on this store)
 	Logical int64 // bytes without dedup
 	Stored  int64
+	At      time.Time // when measured
+	// Measuring: nothing measured yet (the page says so, not 0 B).
+	Measuring bool
+	// Refreshing: changes came that these figures do not show yet.
+	Refreshing bool
+	// Error is why the last measurement failed ("" if it did not).
+	Error string
 }
 
 // CacheRatio is one cache's hits among its lookups.
@@ -65,10 +73,11 @@ type Options struct {
 	Registry Registry
 	// Auth, when set, authorizes visitors as the API does.
 	Auth auth.Authorizer
-	// Storage reports the current figures (nil: none).
+	// Storage reports the current figures (nil: none); Figures.Current.
 	Storage func(ctx context.Context) (Storage, error)
 	// Caches reports the hit ratios (nil: none).
-	Caches  func() []CacheRatio
+	Caches func() []CacheRatio
+	// History is the storage story over time; Figures.History.
 	History *History
 	// Prefix is where the page is served ("/ui").
 	Prefix string
@@ -144,7 +153,7 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "listing repositories: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
-	p := overviewPage{Generated: time.Now().UTC(), Prefix: h.Prefix}
+	p := overviewPage{Prefix: h.Prefix}
 	var visible []string
 	for _, n := range names {
 		if mayPull(g, n) {
@@ -174,50 +183,57 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 	if h.Storage != nil {
 		if st, err := h.Storage(ctx); err == nil {
 			p.Storage = &st
-			if st.Stored > 0 {
+			if !st.Measuring && st.Stored > 0 {
 				p.Ratio = float64(st.Logical) / float64(st.Stored)
 			}
 		}
 	}
 	p.Charts = h.charts(p.Storage)
+	p.Generated = time.Now().UTC() // after the figures, which may be waited for
 	render(w, "overview.html", p)
 }
 
-// charts draws the storage story, now included.
+// charts draws the storage story: the history, and the figures measured
+// since its last sample (a point of class "now").
 func (h *handler) charts(now *Storage) []template.HTML {
 	var samples []Sample
 	var runs []GCRun
 	if h.History != nil {
 		samples, runs = h.History.snapshot()
 	}
-	if now != nil && now.Dedup {
-		samples = append(samples, Sample{At: time.Now(), Logical: now.Logical, Stored: now.Stored})
-	}
 	var logical, stored, ratio []point
-	for _, s := range samples {
+	add := func(s Sample, now bool) {
 		x := float64(s.At.Unix())
-		logical = append(logical, point{X: x, Y: float64(s.Logical)})
-		stored = append(stored, point{X: x, Y: float64(s.Stored)})
+		at := s.At.UTC().Format(time.DateTime)
+		logical = append(logical, point{X: x, Y: float64(s.Logical), Label: at, Now: now})
+		stored = append(stored, point{X: x, Y: float64(s.Stored), Label: at, Now: now})
 		if s.Stored > 0 {
-			ratio = append(ratio, point{X: x, Y: float64(s.Logical) / float64(s.Stored)})
+			ratio = append(ratio, point{X: x, Y: float64(s.Logical) / float64(s.Stored), Label: at, Now: now})
 		}
+	}
+	for _, s := range samples {
+		add(s, false)
+	}
+	if now != nil && now.Dedup && !now.Measuring && (len(samples) == 0 || now.At.After(samples[len(samples)-1].At)) {
+		add(Sample{At: now.At, Logical: now.Logical, Stored: now.Stored}, true)
 	}
 	var freed []point
 	for _, run := range runs {
-		freed = append(freed, point{Y: float64(run.Freed), Label: run.At.Format("2006-01-02 15:04")})
+		freed = append(freed, point{X: float64(run.At.Unix()), Y: float64(run.Freed), Label: run.At.UTC().Format(time.DateTime)})
 	}
 	var hits []point
 	if h.Caches != nil {
 		for _, c := range h.Caches() {
 			if c.Lookups > 0 {
-				hits = append(hits, point{Y: 100 * c.Hits / c.Lookups, Label: c.Cache})
+				hits = append(hits, point{Y: 100 * c.Hits / c.Lookups, Label: c.Cache,
+					Note: fmt.Sprintf("%.0f hits · %.0f misses", c.Hits, c.Lookups-c.Hits)})
 			}
 		}
 	}
 	return []template.HTML{
 		lineChart("Logical (blue) and stored (green) bytes", "bytes", logical, stored),
 		lineChart("Dedup ratio", "x", ratio),
-		barChart("Bytes freed per GC run", "bytes", freed),
+		runChart("Bytes freed per GC run", "bytes", freed),
 		barChart("Cache hit ratio", "%", hits),
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -166,6 +167,15 @@ storage:
 	for _, c := range []string{"Logical (blue) and stored (green) bytes", "Dedup ratio"} {
 		if !strings.Contains(chart(dom, c), "<polyline") {
 			t.Errorf("plot %q has no line:\n%s", c, chart(dom, c))
+		}
+	}
+	// The cache bars say their counts; the GC runs and the lines are dated.
+	if c := chart(dom, "Cache hit ratio"); !regexp.MustCompile(`>\d+ hits · \d+ misses<`).MatchString(c) {
+		t.Errorf("cache bars without their hits and misses:\n%s", c)
+	}
+	for _, c := range []string{"Logical (blue) and stored (green) bytes", "Bytes freed per GC run"} {
+		if !regexp.MustCompile(`>\d\d:\d\d(:\d\d)?</text>`).MatchString(chart(dom, c)) {
+			t.Errorf("plot %q without time labels:\n%s", c, chart(dom, c))
 		}
 	}
 	if fi, err := os.Stat(shot); err != nil || fi.Size() < 10_000 {
