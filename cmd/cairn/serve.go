@@ -53,25 +53,47 @@ const (
 	readyTimeout      = 5 * time.Second
 )
 
-func runServe(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+const serveUsage = `usage: cairn serve [--config FILE] [--addr ADDRESS] [--root DIR] [--check]
+
+Runs the registry: the OCI distribution API on http.addr (default
+127.0.0.1:5000), storage under ./cairn-data when no storage driver is
+configured. With no file it needs no configuration at all. The file holds
+distribution's config.yml keys, overridden by REGISTRY_* environment
+variables (REGISTRY_HTTP_ADDR, REGISTRY_STORAGE_FILESYSTEM_ROOTDIRECTORY,
+...), then by the flags. An unknown or refused key, or an invalid value,
+stops start-up with one line naming the key and FILE:LINE; --check stops
+there on success too, printing the effective configuration (cairn config
+check).
+
+Keys it reads (README, Configuration): every section.
+  http.*           addr, net, prefix, host, relativeurls, headers, tls.*,
+                   debug.addr (/metrics, /healthz, /readyz, pprof), h2c, draintimeout
+  storage.*        the driver (filesystem.rootdirectory, s3, gcs, azure, inmemory),
+                   delete, maintenance (uploadpurging, readonly), cache, redirect,
+                   gc (scheduled GC), dedup, tag
+  auth.*           htpasswd, token, silly, anonymous, accesscontrol
+  log.*, redis.*, health.*, notifications.*, proxy.*, retention.*, ui.*,
+  middleware.storage, validation.*, policy.*, catalog.*, tags.*
+SIGHUP, or a change of the file, the htpasswd file or the TLS certificate,
+reloads authentication and the certificate; other changes need a restart.`
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("cairn serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
 	configPath := fs.String("config", "", "configuration `file` (distribution's config.yml keys)")
 	addr := fs.String("addr", "", "listen `address` (overrides http.addr)")
 	root := fs.String("root", "", "filesystem storage root `directory` (overrides the storage section)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: serve: %v", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: serve: unexpected argument %q", errUsage, fs.Arg(0))
+	check := fs.Bool("check", false, "load and check the configuration, print it with secrets masked, and exit (cairn config check)")
+	if done, err := parseFlags(fs, args, "serve", serveUsage, stdout); done || err != nil {
+		return err
 	}
 	overrides := func(c *config.Config) {
 		if *addr != "" {
 			c.HTTP.Addr = *addr
 		}
+	}
+	if *check {
+		return checkConfig(*configPath, *root, overrides, stdout, stderr)
 	}
 	cfg, warnings, err := loadConfig(*configPath, *root, overrides)
 	if err != nil {
@@ -138,6 +160,15 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		defer func() { stopNotify(); <-notifyDone }()
 		layerEvents = dedupEvents{notifier}
 	}
+	// The web page's storage figures are measured again when dedup
+	// replaces a layer and when a GC run ends (History.AddGCRun); its
+	// history is kept in storage.
+	history := &webui.History{}
+	var figures *webui.Figures
+	if cfg.UI.Enabled {
+		figures = webui.NewFigures(webui.FiguresOptions{History: history, Store: id, ReadOnly: cfg.Storage.Maintenance.ReadOnly.Enabled, Log: log})
+		layerEvents = layerEventsTee{figures, layerEvents}
+	}
 	engine, store, err := openDedup(bg, cfg, id, log, m, tr.Tracer("dedup"), layerEvents)
 	if err != nil {
 		return err
@@ -158,7 +189,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	regOpts := registryOptions(cfg)
 	regOpts.Redirector = redirector
 	regOpts.Dedup = engine.Source
-	descriptors, closeDescriptors, err := newDescriptorCache(ctx, cfg, m)
+	descriptors, closeDescriptors, err := newDescriptorCache(ctx, cfg, m.CacheLookup)
 	if err != nil {
 		return err
 	}
@@ -235,15 +266,13 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	srv := server.New(reg, srvOpts)
 	var handler http.Handler = srv
-	history := &webui.History{}
 	var ui http.Handler
-	var uiStorage func(context.Context) (webui.Storage, error)
 	if cfg.UI.Enabled {
 		uiAuth := authz
 		if cfg.UI.Listener == "debug" {
 			uiAuth = nil // the operators' listener has no authentication
 		}
-		ui, uiStorage = newUI(reg, uiAuth, engine, store != nil, m, history)
+		ui = newUI(reg, uiAuth, figures, m)
 		if cfg.UI.Listener != "debug" {
 			handler = withUI(handler, ui)
 		}
@@ -251,7 +280,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if tr.Enabled {
 		// A span per request, named by method and route; the propagated
 		// context of a caller's trace is its parent.
-		handler = otelhttp.NewHandler(srv, "cairn", otelhttp.WithTracerProvider(tr.Provider), otelhttp.WithPropagators(tr.Propagator),
+		handler = otelhttp.NewHandler(handler, "cairn", otelhttp.WithTracerProvider(tr.Provider), otelhttp.WithPropagators(tr.Propagator),
 			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " " + server.RouteName(r.URL.Path) }))
 		log.Info("tracing on: spans exported over OTLP (OTEL_* environment)")
 	}
@@ -287,6 +316,13 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			return fmt.Errorf("listen (http.debug.addr): %w", err)
 		}
 		storageReady := metrics.StorageReady(d)
+		// A listing passes on a read-only or full store: readiness also
+		// proves a write (rate-limited), unless writes are refused on
+		// purpose (storage.maintenance.readonly).
+		var storageWritable func(context.Context) error
+		if !cfg.Storage.Maintenance.ReadOnly.Enabled {
+			storageWritable = metrics.StorageWritable(d, 0)
+		}
 		opts := metrics.DebugOptions{
 			MetricsPath:  dc.Prometheus.Path,
 			ReadyTimeout: readyTimeout,
@@ -297,7 +333,16 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 				if err := checker.Err(); err != nil {
 					return fmt.Errorf("health: %w", err)
 				}
-				return storageReady(ctx)
+				if store != nil {
+					// Pulls of deduplicated layers and every GC need it.
+					if _, err := store.StoreID(ctx); err != nil {
+						return fmt.Errorf("dedup metadata store: %w", err)
+					}
+				}
+				if err := storageReady(ctx); err != nil || storageWritable == nil {
+					return err
+				}
+				return storageWritable(ctx)
 			},
 			Handlers: map[string]http.Handler{"/debug/health": checker.Handler()},
 		}
@@ -338,6 +383,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		engine.Schedule(runner)
 		if p := cfg.Storage.Maintenance.UploadPurging; p.Enabled {
 			runner.Every("upload purge", time.Minute, p.Interval, task.High, purgeUploads(log, reg, p.Age, p.DryRun))
+			runner.Every("failed upload purge", time.Minute, time.Minute, task.High, purgeFailedUploads(log, reg, p.Age, p.DryRun))
 		}
 		if every := expiryInterval(cfg.Proxy); mirror != nil && every > 0 {
 			runner.Every("proxy expiry", every, every, task.High, expireCache(log, mirror))
@@ -351,7 +397,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			})
 		}
 		if g := cfg.Storage.GC; g.Enabled {
-			hooks := gcHooks{retention: ret, tracer: tr.Tracer("gc"), history: history, forget: reg.ForgetLinks}
+			hooks := gcHooks{retention: ret, tracer: tr.Tracer("gc"), history: history, forget: reg.ForgetLinks, descriptors: descriptors}
 			if notifier != nil {
 				hooks.events = notifier // not a nil *Notifier in the interface
 			}
@@ -362,14 +408,12 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}
 	go rl.run(bg, *configPath)
-	if uiStorage != nil {
-		// The page's storage story over time.
-		runner.Every("ui sample", time.Second, 10*time.Minute, task.Low, func(ctx context.Context) error {
-			if st, err := uiStorage(ctx); err == nil && st.Dedup {
-				history.AddSample(webui.Sample{At: time.Now(), Logical: st.Logical, Stored: st.Stored})
-			}
-			return nil
-		})
+	if figures != nil {
+		// Its own loop, not the Runner's: it waits on changes and spaces
+		// its measurements, which a periodic task cannot express.
+		figuresDone := make(chan struct{})
+		go func() { figures.Run(bg, uiMeasure(engine, store != nil)); close(figuresDone) }()
+		defer func() { stopBG(); <-figuresDone }()
 	}
 	runnerDone := make(chan struct{})
 	go func() { runner.Run(bg); close(runnerDone) }()
@@ -503,15 +547,37 @@ func rootOf(cfg *config.Config) string {
 // backgroundQueue bounds the background tasks waiting per priority.
 const backgroundQueue = 4096
 
-// purgeUploads is the task that deletes upload sessions older than age.
+// failedUploadAge is how long a session whose newest chunk failed waits
+// for a further chunk before it is purged: registry.FailedUploadAge, or
+// uploadpurging.age when that is shorter.
+func failedUploadAge(age time.Duration) time.Duration { return min(age, registry.FailedUploadAge) }
+
+// purgeUploads is the task that deletes upload sessions older than age,
+// and those whose newest chunk failed longer ago than failedUploadAge.
 func purgeUploads(log *slog.Logger, reg *registry.Registry, age time.Duration, dryRun bool) task.Func {
 	return func(ctx context.Context) error {
 		start := time.Now()
-		n, err := reg.PurgeUploads(ctx, start.Add(-age), dryRun)
+		n, err := reg.PurgeUploads(ctx, start.Add(-age), start.Add(-failedUploadAge(age)), dryRun)
 		if err != nil && ctx.Err() == nil {
 			log.Warn("upload purge finished with errors", "purged", n, "err", err)
 		} else {
 			log.Info("upload purge", "purged", n, "dry_run", dryRun, "duration", time.Since(start))
+		}
+		return nil
+	}
+}
+
+// purgeFailedUploads is the task, run every minute, that deletes the
+// sessions this process saw fail and that no chunk joined since, once
+// failedUploadAge has passed: it looks at those sessions only, not at the
+// store, so a killed push's session goes within minutes of its age.
+func purgeFailedUploads(log *slog.Logger, reg *registry.Registry, age time.Duration, dryRun bool) task.Func {
+	return func(ctx context.Context) error {
+		n, err := reg.PurgeFailedUploads(ctx, time.Now().Add(-failedUploadAge(age)), dryRun)
+		if err != nil && ctx.Err() == nil {
+			log.Warn("failed upload purge finished with errors", "purged", n, "err", err)
+		} else if n > 0 {
+			log.Info("failed upload purge", "purged", n, "dry_run", dryRun)
 		}
 		return nil
 	}
