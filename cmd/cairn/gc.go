@@ -103,7 +103,7 @@ func runGC(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// This process owns a bolt store (serve is stopped), so nobody
 		// else rebuilds it: an incomplete index is rebuilt before the run,
 		// which then collects packs and files too.
-		if err := reindexBeforeGC(ctx, d, store, *quiet, stderr); err != nil {
+		if err := ensureIndexed(ctx, "gc", d, store, *quiet, stderr); err != nil {
 			return err
 		}
 	}
@@ -261,26 +261,27 @@ func withDedup(opts *gc.Options, d driver.Driver, store meta.Store, cfg *config.
 	return nil
 }
 
-// reindexBeforeGC rebuilds the dedup metadata from storage when it is not
-// a complete index of it; one of another storage is left for the operator
-// (the run then keeps every pack and file).
-func reindexBeforeGC(ctx context.Context, d driver.Driver, store meta.Store, quiet bool, stderr io.Writer) error {
+// ensureIndexed rebuilds the dedup metadata from storage when it is not a
+// complete index of it, before a command (cmd, in messages) that trusts
+// it; one of another storage is left for the operator (GC then keeps every
+// pack and file).
+func ensureIndexed(ctx context.Context, cmd string, d driver.Driver, store meta.Store, quiet bool, stderr io.Writer) error {
 	st, err := dedup.CheckIndex(ctx, d, store)
 	if err != nil {
-		return fmt.Errorf("gc: dedup metadata: %s", oneLine(err.Error()))
+		return fmt.Errorf("%s: dedup metadata: %s", cmd, oneLine(err.Error()))
 	}
 	if st.Complete() || st.Foreign() {
 		return nil
 	}
 	if !quiet {
-		fmt.Fprintln(stderr, "gc: the dedup metadata is not a complete index of this storage: rebuilding it from recipes and packs first")
+		fmt.Fprintf(stderr, "%s: the dedup metadata is not a complete index of this storage: rebuilding it from recipes and packs first\n", cmd)
 	}
 	rs, err := dedup.Reindex(ctx, d, store, dedup.ReindexOptions{})
 	if err != nil {
-		return fmt.Errorf("gc: rebuilding the dedup metadata: %s", oneLine(err.Error()))
+		return fmt.Errorf("%s: rebuilding the dedup metadata: %s", cmd, oneLine(err.Error()))
 	}
 	if !quiet {
-		fmt.Fprintf(stderr, "gc: dedup metadata rebuilt: %d recipes, %d packs, %d files located in %.2fs (complete: %v)\n", rs.Recipes, rs.Packs, rs.Placed, rs.Seconds, rs.Complete)
+		fmt.Fprintf(stderr, "%s: dedup metadata rebuilt: %d recipes, %d packs, %d files located in %.2fs (complete: %v)\n", cmd, rs.Recipes, rs.Packs, rs.Placed, rs.Seconds, rs.Complete)
 	}
 	return nil
 }

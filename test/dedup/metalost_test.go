@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"testing"
@@ -49,6 +50,11 @@ func TestLostMetadataKeepsImages(t *testing.T) {
 			srv.Stop()
 
 			tc.lose(t, filepath.Join(root, "cairn-meta.db"))
+			// scrub trusts only a complete index: it rebuilds it first,
+			// and finds nothing missing.
+			if out, err := exec.Command(cairnproc.Binary(t), "scrub", "--config", cfg, "--root", root, "--quiet").CombinedOutput(); err != nil {
+				t.Fatalf("scrub over a lost metadata store: %v\n%s", err, out)
+			}
 			rep := runGC(t, "--config", cfg, "--root", root, "--delay", "0s")
 			if rep.Packs.Deleted != 0 || rep.Packs.Orphans != 0 || rep.Deleted.Blobs != 0 {
 				t.Fatalf("gc over a lost metadata store deleted %+v", rep)
