@@ -3,6 +3,7 @@
 // apt-get and dpkg-deb), such as dedup on images made of Debian packages.
 //
 //	go run ./cmd/cairn-lab dedup [--profile small|full] ...
+//	go run ./cmd/cairn-lab parse [--profile small|full] ...
 package main
 
 import (
@@ -15,7 +16,7 @@ import (
 	"syscall"
 )
 
-const usage = `usage: cairn-lab dedup [flags]   (cairn-lab dedup -h)`
+const usage = `usage: cairn-lab dedup|parse [flags]   (cairn-lab dedup -h, cairn-lab parse -h)`
 
 // errUsage marks errors in the command line itself (exit status 2).
 var errUsage = errors.New("usage")
@@ -42,6 +43,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "dedup":
 		return runDedup(ctx, args[1:], stdout, stderr)
+	case "parse":
+		return runParse(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintln(stdout, usage)
 		return nil
