@@ -1,0 +1,111 @@
+package main
+
+import (
+	"compress/flate"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	kflate "github.com/klauspost/compress/flate"
+
+	"github.com/cairn-registry/cairn/internal/bench/dataset"
+	"github.com/cairn-registry/cairn/internal/bench/parsebench"
+)
+
+const parseUsage = `usage: cairn-lab parse [--profile small|full] [--cache DIR] [--work DIR] [--procs N] [--json]
+
+Builds the Debian dataset (as cairn-lab dedup does, sharing its work dir)
+and measures, for every gzip layer grouped by producer and level, whether
+the DEFLATE parse (literals and matches) covering a file is a property of
+the file: (a) agreement between layers sharing the file, (b) agreement with
+the file compressed on its own at the producer's settings, with the size of
+the exception list a layer would need, and (c) block boundaries and the
+size of dynamic block headers.`
+
+// runParse runs `cairn-lab parse [flags]`.
+func runParse(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("cairn-lab parse", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	profile := fs.String("profile", "small", "dataset size: small or full")
+	cache := fs.String("cache", "", "deb cache `DIR` (default "+dataset.DefaultCacheDir()+")")
+	work := fs.String("work", "", "work `DIR`; the dataset is built in DIR/dataset (default <cache>/work-<profile>)")
+	procs := fs.Int("procs", 1, "GOMAXPROCS while measuring (the dataset build uses every core)")
+	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stdout, parseUsage)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return nil
+		}
+		return fmt.Errorf("%w: parse: %s", errUsage, strings.Join(strings.Fields(err.Error()), " "))
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: parse: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	p := dataset.Profile(*profile)
+	if p != dataset.ProfileSmall && p != dataset.ProfileFull {
+		return fmt.Errorf("%w: parse: --profile %q: want small or full", errUsage, *profile)
+	}
+	if *procs < 1 {
+		return fmt.Errorf("%w: parse: --procs must be >= 1", errUsage)
+	}
+	if *cache == "" {
+		*cache = dataset.DefaultCacheDir()
+	}
+	if *work == "" {
+		*work = filepath.Join(*cache, "work-"+string(p))
+	}
+	ds, err := dataset.Build(ctx, dataset.Options{Profile: p, CacheDir: *cache, WorkDir: filepath.Join(*work, "dataset"), Log: stderr})
+	if err != nil {
+		return fmt.Errorf("parse: %w", err)
+	}
+	var layers []parsebench.Layer
+	for _, l := range ds.Layers {
+		group, enc, ok := producer(l.Compression)
+		if !ok {
+			continue
+		}
+		layers = append(layers, parsebench.Layer{
+			Name: l.Description, Group: group, Encoder: enc,
+			Open: func() (io.ReadCloser, error) { return l.Open() },
+		})
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(*procs))
+	res, err := parsebench.Measure(ctx, layers, parsebench.Options{Log: stderr})
+	if err != nil {
+		return fmt.Errorf("parse: %w", err)
+	}
+	if *asJSON {
+		return parsebench.WriteJSON(stdout, res)
+	}
+	return parsebench.WriteText(stdout, res)
+}
+
+// producer names the group of a gzip layer and the raw DEFLATE encoder
+// its producer compresses with; ok is false for layers that are not gzip.
+func producer(c dataset.Compression) (group string, enc parsebench.Encoder, ok bool) {
+	stdlib := func(level int) parsebench.Encoder {
+		return func(w io.Writer) (io.WriteCloser, error) { return flate.NewWriter(w, level) }
+	}
+	switch c {
+	case dataset.GzipStdlib:
+		return "compress/flate 6", stdlib(flate.DefaultCompression), true
+	case dataset.GzipStdlibBestSpeed:
+		return "compress/flate 1", stdlib(flate.BestSpeed), true
+	case dataset.GzipPgzip:
+		// pgzip compresses 1 MiB blocks with klauspost's flate at its
+		// default level (5), each primed with the previous block's last
+		// 16 KiB.
+		return "pgzip (klauspost 5)", func(w io.Writer) (io.WriteCloser, error) { return kflate.NewWriter(w, 5) }, true
+	case dataset.GzipGNU:
+		// No Go encoder reproduces GNU gzip: no stored parses.
+		return "GNU gzip 6", nil, true
+	}
+	return "", nil, false
+}
