@@ -139,15 +139,7 @@ notifications:
 // waitMetric waits until series reaches at least min.
 func waitMetric(t *testing.T, srv *cairnproc.Server, debug, series string, min float64) {
 	t.Helper()
-	deadline := time.Now().Add(hangGuard)
-	for {
-		v := metric(t, debug, series)
-		if v >= min {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s = %v, want at least %v within %s\n%s", series, v, min, hangGuard, srv.Logs())
-		}
-		time.Sleep(50 * time.Millisecond)
+	if v := metricUntil(t, debug, series, func(v float64) bool { return v >= min }); v < min {
+		t.Fatalf("%s = %v, want at least %v within %s\n%s", series, v, min, hangGuard, srv.Logs())
 	}
 }

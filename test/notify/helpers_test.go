@@ -215,3 +215,19 @@ func find(evs []notify.Event, action, repo, d string) []notify.Event {
 	}
 	return out
 }
+
+// metricUntil waits until the sample named series satisfies ok and
+// returns it: a sender counts an event once its receiver answered, so the
+// counts may trail what the receiver holds by a moment. The hang guard
+// ends a wait that would never end (the caller's check then fails).
+func metricUntil(t *testing.T, debugAddr, series string, ok func(float64) bool) float64 {
+	t.Helper()
+	deadline := time.Now().Add(hangGuard)
+	for {
+		n := metric(t, debugAddr, series)
+		if ok(n) || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
