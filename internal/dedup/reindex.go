@@ -404,7 +404,8 @@ func (r *reindexer) walkPacks(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// summaryOf describes a layer from its recipe file (b bytes).
+// summaryOf describes a layer from its recipe, whose file is recipeBytes
+// long.
 func summaryOf(r *Recipe, recipeBytes int64) summary {
 	return summary{
 		Size: r.Size, TarSize: r.Tar.TarSize, RecipeBytes: recipeBytes,
