@@ -1,10 +1,7 @@
 package dedup
 
 import (
-	"encoding/json"
 	"fmt"
-	"os/exec"
-	"strings"
 	"testing"
 
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
@@ -42,17 +39,11 @@ type dryCounts struct {
 func gcCounts(t *testing.T, args ...string) (dryCounts, string) {
 	t.Helper()
 	var c dryCounts
-	var stderr strings.Builder
-	cmd := exec.Command(cairnproc.Binary(t), append([]string{"gc", "--json", "--quiet"}, args...)...)
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	stderr, err := gcJSON(cairnproc.Binary(t), &c, args...)
 	if err != nil {
-		t.Fatalf("cairn gc %v: %v\n%s%s", args, err, out, stderr.String())
+		t.Fatal(err)
 	}
-	if err := json.Unmarshal(out, &c); err != nil {
-		t.Fatalf("gc report: %v\n%s", err, out)
-	}
-	return c, stderr.String()
+	return c, stderr
 }
 
 // dryThenReal runs a dry run and then the real run on the same store and

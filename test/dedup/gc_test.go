@@ -60,17 +60,24 @@ func runGC(t *testing.T, args ...string) gcReport {
 // gcRun is runGC for goroutines other than the test's.
 func gcRun(bin string, args ...string) (gcReport, error) {
 	var rep gcReport
+	_, err := gcJSON(bin, &rep, args...)
+	return rep, err
+}
+
+// gcJSON runs `cairn gc --json --quiet` with args, decodes its report into
+// v and returns what it logged on stderr (kept apart from the report).
+func gcJSON(bin string, v any, args ...string) (string, error) {
 	var stderr strings.Builder
 	cmd := exec.Command(bin, append([]string{"gc", "--json", "--quiet"}, args...)...)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return rep, fmt.Errorf("cairn gc: %w\n%s%s", err, out, stderr.String())
+		return stderr.String(), fmt.Errorf("cairn gc %v: %w\n%s%s", args, err, out, stderr.String())
 	}
-	if err := json.Unmarshal(out, &rep); err != nil {
-		return rep, fmt.Errorf("gc report: %w\n%s%s", err, out, stderr.String())
+	if err := json.Unmarshal(out, v); err != nil {
+		return stderr.String(), fmt.Errorf("gc report: %w\n%s%s", err, out, stderr.String())
 	}
-	return rep, nil
+	return stderr.String(), nil
 }
 
 // TestGCReleasesFiles deletes one of two images that share files and runs

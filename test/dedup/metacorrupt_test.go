@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
@@ -121,12 +120,7 @@ func TestCorruptMetadataFileRecovered(t *testing.T) {
 
 	// The index is rebuilt from storage in the background; pulls may be
 	// refused (503) until then, never served wrong.
-	waitFor(t, 200*time.Millisecond, func() string {
-		if err := pullErr(srv, "corrupt/meta", layers); err != nil {
-			return "a pull after the rebuild: " + err.Error()
-		}
-		return ""
-	})
+	pullAfterRebuild(t, srv, "corrupt/meta", layers)
 	// And a GC run after it keeps every pack.
 	srv.Stop()
 	before := storedFileBytes(t, root)

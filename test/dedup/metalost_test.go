@@ -116,12 +116,7 @@ func TestFlushedRedisKeepsImages(t *testing.T) {
 	if layer.Status != http.StatusServiceUnavailable && !(layer.Status == http.StatusOK && digestOf(layer.Body) == digestOf(a[0].blob)) {
 		t.Fatalf("GET of a layer after the flush: %d with %d bytes; want 503 or the whole layer", layer.Status, len(layer.Body))
 	}
-	waitFor(t, 200*time.Millisecond, func() string {
-		if err := pullErr(srv, "flushed/b", b); err != nil {
-			return "a pull after the rebuild: " + err.Error()
-		}
-		return ""
-	})
+	pullAfterRebuild(t, srv, "flushed/b", b)
 
 	rep := runGC(t, "--config", cfg, "--root", root, "--delay", "0s")
 	if rep.Packs.Deleted != 0 || rep.Packs.Orphans != 0 || rep.Deleted.Blobs != 0 {
@@ -152,8 +147,16 @@ func TestLostMetadataDedupOff(t *testing.T) {
 	}
 	off, _ := dedupConfig(t, "off", "")
 	srv = cairnproc.Start(t, root, "--config", off)
+	pullAfterRebuild(t, srv, "off/a", layers)
+}
+
+// pullAfterRebuild pulls repo:v1 until it succeeds byte for byte: while
+// the metadata is rebuilt from storage a pull may be refused (503), never
+// served wrong. The test binary's -timeout ends a wait that never ends.
+func pullAfterRebuild(t *testing.T, srv *cairnproc.Server, repo string, layers []testLayer) {
+	t.Helper()
 	waitFor(t, 200*time.Millisecond, func() string {
-		if err := pullErr(srv, "off/a", layers); err != nil {
+		if err := pullErr(srv, repo, layers); err != nil {
 			return "a pull after the rebuild: " + err.Error()
 		}
 		return ""

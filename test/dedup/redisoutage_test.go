@@ -113,12 +113,7 @@ storage:
 	})
 	// The layers deduplicated before the outage are served once the
 	// index is rebuilt (a 503 or a cut pull until then).
-	waitFor(t, 500*time.Millisecond, func() string {
-		if err := pullErr(srv, "outage/before", before); err != nil {
-			return "a pull after the rebuild: " + err.Error()
-		}
-		return ""
-	})
+	pullAfterRebuild(t, srv, "outage/before", before)
 	pullAll(t, srv, "outage/during", during)
 }
 
