@@ -101,7 +101,7 @@ func TestCorruptMetadataFileRecovered(t *testing.T) {
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("no fresh metadata file: %v", err)
 	}
-	logs := srv.Logs()
+	logs, _ := srv.LogsWith("metadata file is corrupt")
 	var lines []string
 	for _, l := range strings.Split(logs, "\n") {
 		if strings.Contains(l, "metadata file is corrupt") {

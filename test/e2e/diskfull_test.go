@@ -110,8 +110,7 @@ func TestDiskFull(t *testing.T) {
 	if r.status != http.StatusInsufficientStorage || !strings.Contains(r.body, `"UNKNOWN"`) || !strings.Contains(r.body, "no space") {
 		t.Fatalf("PATCH past a full disk: %d %s, want 507 naming no space", r.status, r.body)
 	}
-	logs := e.srv.Logs()
-	if !strings.Contains(logs, "storage refused") || !strings.Contains(logs, "no space left on device") || !strings.Contains(logs, root) {
+	if logs, ok := e.srv.LogsWith("storage refused", "no space left on device", root); !ok {
 		t.Errorf("log does not name the cause with the path:\n%s", logs)
 	}
 	// The refused chunk is gone at once: nothing of it is in the session.
@@ -140,7 +139,7 @@ func TestReadOnlyStorage(t *testing.T) {
 	if !strings.Contains(string(r.Body), "read-only") {
 		t.Errorf("push on a read-only root: %s, want a message naming read-only", r.Body)
 	}
-	if logs := e.srv.Logs(); !strings.Contains(logs, "read-only file system") {
+	if logs, ok := e.srv.LogsWith("read-only file system"); !ok {
 		t.Errorf("log does not name the cause:\n%s", logs)
 	}
 	e.verifyImage("ro/before", "1", before)

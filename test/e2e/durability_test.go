@@ -5,7 +5,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/opencontainers/go-digest"
@@ -50,7 +49,7 @@ func TestDurableAtManifest(t *testing.T) {
 		t.Fatal(err)
 	}
 	e = startRoot(t, root)
-	if logs := e.srv.Logs(); !strings.Contains(logs, "recovered blobs stored without a sync") || !strings.Contains(logs, "verified=1 lost=1") {
+	if logs, ok := e.srv.LogsWith("recovered blobs stored without a sync", "verified=1 lost=1"); !ok {
 		t.Errorf("start-up log does not report 1 verified and 1 lost blob:\n%s", logs)
 	}
 	e.getBlob(repo, sha(intact), int64(len(intact)))

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/cairn-registry/cairn/internal/layout"
@@ -93,8 +92,8 @@ func TestGCSWithoutKey(t *testing.T) {
 	t.Parallel()
 	st := gcsStore(t, false)
 	srv := start(t, "version: 0.1\nstorage:\n"+st.section)
-	if !strings.Contains(srv.Logs(), "blob redirects off") {
-		t.Errorf("start-up log does not say redirects are off:\n%s", srv.Logs())
+	if logs, ok := srv.LogsWith("blob redirects off"); !ok {
+		t.Errorf("start-up log does not say redirects are off:\n%s", logs)
 	}
 	im := newImage(t, 2, 2)
 	im.push(t, srv.Addr, repo+":v1")

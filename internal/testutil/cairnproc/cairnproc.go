@@ -258,3 +258,26 @@ func (s *Server) Exited() (bool, *os.ProcessState) {
 
 // Logs returns everything the process wrote to stdout and stderr so far.
 func (s *Server) Logs() string { return s.logs.String() }
+
+// LogsWith waits until the process has written every one of want (its
+// output reaches the test through a pipe, after the response that caused
+// it) and returns the logs and whether they all appeared. The minute is a
+// hang guard.
+func (s *Server) LogsWith(want ...string) (string, bool) {
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		logs := s.Logs()
+		missing := false
+		for _, w := range want {
+			if !strings.Contains(logs, w) {
+				missing = true
+				break
+			}
+		}
+		if !missing {
+			return logs, true
+		}
+		if exited, _ := s.Exited(); exited || time.Now().After(deadline) {
+			return s.Logs(), false
+		}
+	}
+}
