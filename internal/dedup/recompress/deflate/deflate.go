@@ -106,6 +106,9 @@ type compressor struct {
 	base    int64
 	onBlock func(Boundary)
 	stop    int64
+	// sink, when set, takes each block's tokens in place of writing the
+	// block (SearchStretch).
+	sink func([]token) error
 	// pendingHash counts the last dictionary positions a restart still
 	// has to hash once the bytes after them arrive.
 	pendingHash int
@@ -177,6 +180,9 @@ func (d *compressor) fillDeflate(b []byte) int {
 }
 
 func (d *compressor) writeBlock(tokens []token, index int) error {
+	if d.sink != nil {
+		return d.sink(tokens)
+	}
 	if index > 0 {
 		var window []byte
 		if d.blockStart <= index {

@@ -67,7 +67,7 @@ func compressWhole(t testing.TB, level int, in []byte, chunk int, onBlock func(B
 // TestMatchesToolchain: the copy writes what the toolchain's compress/flate
 // writes, at every level and however the input is split into writes.
 func TestMatchesToolchain(t *testing.T) {
-	in := layerLike(3<<20, 7)
+	in := layerLike(raceScale(3<<20), 7)
 	for level := -2; level <= 9; level++ {
 		var want bytes.Buffer
 		w, err := stdflate.NewWriter(&want, level)
@@ -89,7 +89,7 @@ func TestMatchesToolchain(t *testing.T) {
 // levels 4–9 every boundary must restart exactly (the package doc argues
 // why); for levels 1–3 the test reports how many do.
 func TestSegmentsRejoin(t *testing.T) {
-	inputs := map[string][]byte{"layer-like": layerLike(6<<20, 3), "zeros": make([]byte, 9<<20)}
+	inputs := map[string][]byte{"layer-like": layerLike(raceScale(6<<20), 3), "zeros": make([]byte, raceScale(9<<20))}
 	for name, in := range inputs {
 		for _, level := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9} {
 			t.Run(fmt.Sprintf("%s/%d", name, level), func(t *testing.T) {

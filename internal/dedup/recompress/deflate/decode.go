@@ -1,0 +1,749 @@
+package deflate
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/bits"
+	"slices"
+)
+
+// ErrCorrupt means the input is not a valid DEFLATE stream (a truncated
+// one also wraps io.ErrUnexpectedEOF).
+var ErrCorrupt = errors.New("deflate: corrupt stream")
+
+// errShort is the input running out; Next reports it as ErrCorrupt and
+// io.ErrUnexpectedEOF.
+var errShort = errors.New("stream ends early")
+
+// BlockType is a block's BTYPE (RFC 1951 3.2.3).
+type BlockType uint8
+
+// The block types.
+const (
+	BlockStored  BlockType = 0
+	BlockFixed   BlockType = 1
+	BlockDynamic BlockType = 2
+)
+
+func (t BlockType) String() string {
+	switch t {
+	case BlockStored:
+		return "stored"
+	case BlockFixed:
+		return "fixed"
+	case BlockDynamic:
+		return "dynamic"
+	}
+	return fmt.Sprintf("BlockType(%d)", uint8(t))
+}
+
+// Block is one decoded block: what a BlockWriter needs to write it again
+// and what a caller needs to tell whether that would give the same bits.
+// Its slices belong to the Decoder and are valid until its next Next.
+type Block struct {
+	Type  BlockType
+	Final bool
+	// In is the number of output bytes before the block; Size is how
+	// many it inflates to.
+	In   int64
+	Size int
+	// Bit is the stream bit at which the block's 3-bit header starts;
+	// EndBit is the one after its last bit (its end-of-block code, or its
+	// last stored byte).
+	Bit, EndBit int64
+	// HeaderBits is what the block spends before its first symbol or
+	// stored byte: the 3-bit header, a dynamic block's code lengths, a
+	// stored block's padding and LEN/NLEN.
+	HeaderBits int
+	// LitLens and DistLens are a dynamic block's literal/length and
+	// distance code lengths, HLIT+257 and HDIST+1 of them; CodeLens are
+	// its code-length code's lengths by symbol, NumCodeLens = HCLEN+4 of
+	// which were sent.
+	LitLens, DistLens []uint8
+	CodeLens          [codegenCodeCount]uint8
+	NumCodeLens       int
+	// Tokens are a fixed or dynamic block's symbols, end-of-block
+	// excluded.
+	Tokens []Token
+	// Stored is a stored block's bytes (a slice of the Decoder's input).
+	Stored []byte
+}
+
+// Decoder inflates a raw DEFLATE stream held in memory one block at a
+// time, reporting each block's structure and tokens as well as its bytes:
+// the restore path needs the tokens to Huffman-encode them again (see
+// BlockWriter) and the bytes to go on.
+//
+// Design. Bits are read low bit first from a 64-bit buffer. While at
+// least 8 input bytes remain, a block's symbols are decoded by a fast loop
+// that refills the buffer with one unaligned 64-bit load per token (a
+// token needs at most 48 bits) and checks nothing about input length;
+// within the last bytes a careful path reads a byte at a time and decodes
+// a code from whatever bits remain, zero-padded, failing only if the code
+// found is longer. Huffman codes are decoded through a 2^10-entry primary
+// table with second-level tables for longer codes, rebuilt per block into
+// buffers the Decoder keeps, so that steady-state decoding allocates
+// nothing. Codes are accepted or refused as compress/flate does (Walk's
+// fuzz target holds the two to that).
+type Decoder struct {
+	src  []byte
+	p    int    // next byte of src to load
+	bits uint64 // loaded bits, next one lowest
+	nb   uint   // how many are loaded
+	base int64  // stream bytes before src[0] (a fed stream drops them)
+	out  int64  // bytes inflated so far
+	done bool   // the final block has been decoded
+	err  error  // sticky
+
+	blk       Block
+	toks      []Token
+	lens      [maxNumLit + offsetCodeCount]uint8
+	lit, dist huffTable // a dynamic block's codes
+	clen      huffTable
+
+	// For Walk: feed returns more input once src is used up (io.EOF at
+	// the end); count keeps neither bytes nor tokens, only their number.
+	feed  func() ([]byte, error)
+	count bool
+}
+
+// NewDecoder returns a Decoder for the stream starting at src[0].
+func NewDecoder(src []byte) *Decoder {
+	d := &Decoder{}
+	d.Reset(src)
+	return d
+}
+
+// Reset makes d decode the stream starting at src[0], keeping its buffers.
+func (d *Decoder) Reset(src []byte) {
+	d.src, d.p, d.bits, d.nb, d.base = src, 0, 0, 0, 0
+	d.out, d.done, d.err = 0, false, nil
+	d.feed, d.count = nil, false
+}
+
+// Bits is the number of stream bits decoded so far; after the final block
+// the stream ends in byte (Bits()+7)/8.
+func (d *Decoder) Bits() int64 { return 8*(d.base+int64(d.p)) - int64(d.nb) }
+
+// Out is the number of bytes inflated so far.
+func (d *Decoder) Out() int64 { return d.out }
+
+// Next decodes the next block, appends its bytes to dst and returns the
+// block and the extended dst. dst must end with the stream's output so
+// far (at least its last 32 KiB), which its matches copy from. After the
+// final block Next returns io.EOF. Errors are sticky; a corrupt or
+// truncated stream's wrap ErrCorrupt.
+func (d *Decoder) Next(dst []byte) (*Block, []byte, error) {
+	if d.err != nil {
+		return nil, dst, d.err
+	}
+	if d.done {
+		return nil, dst, io.EOF
+	}
+	b, dst, err := d.block(dst)
+	if err != nil {
+		if errors.Is(err, errShort) {
+			err = fmt.Errorf("%w at bit %d: %w", ErrCorrupt, d.Bits(), io.ErrUnexpectedEOF)
+		}
+		d.err = err
+		return nil, dst, err
+	}
+	return b, dst, nil
+}
+
+func (d *Decoder) corrupt(format string, args ...any) error {
+	return fmt.Errorf("%w at bit %d: %s", ErrCorrupt, d.Bits(), fmt.Sprintf(format, args...))
+}
+
+func (d *Decoder) block(dst []byte) (*Block, []byte, error) {
+	b := &d.blk
+	*b = Block{Bit: d.Bits(), In: d.out, Tokens: d.toks[:0]}
+	hdr, err := d.take(3)
+	if err != nil {
+		return nil, dst, err
+	}
+	b.Final = hdr&1 == 1
+	b.Type = BlockType(hdr >> 1)
+	n0 := len(dst)
+	switch b.Type {
+	case BlockStored:
+		dst, err = d.stored(b, dst)
+	case BlockFixed:
+		b.HeaderBits = 3
+		dst, err = d.codes(b, dst, &fixedLitTable, &fixedDistTable)
+	case BlockDynamic:
+		if err = d.dynamicHeader(b); err == nil {
+			b.HeaderBits = int(d.Bits() - b.Bit)
+			dst, err = d.codes(b, dst, &d.lit, &d.dist)
+		}
+	default:
+		err = d.corrupt("reserved block type")
+	}
+	if err != nil {
+		return nil, dst[:n0], err
+	}
+	if !d.count {
+		b.Size = len(dst) - n0
+	}
+	d.out += int64(b.Size)
+	b.EndBit = d.Bits()
+	d.toks = b.Tokens[:0]
+	d.done = b.Final
+	return b, dst, nil
+}
+
+// fill loads bits until n are available, or fails at the end of the input
+// (where the bits past it read as zeros).
+func (d *Decoder) fill(n uint) error {
+	for d.nb < n {
+		if d.p == len(d.src) {
+			if d.feed == nil {
+				return errShort
+			}
+			b, err := d.feed()
+			if err != nil {
+				if errors.Is(err, io.EOF) {
+					return errShort
+				}
+				return err
+			}
+			d.base += int64(len(d.src))
+			d.src, d.p = b, 0
+			continue
+		}
+		d.bits |= uint64(d.src[d.p]) << d.nb
+		d.p++
+		d.nb += 8
+	}
+	return nil
+}
+
+// take reads n (<= 32) bits.
+func (d *Decoder) take(n uint) (uint32, error) {
+	if err := d.fill(n); err != nil {
+		return 0, err
+	}
+	v := uint32(d.bits & (1<<n - 1))
+	d.bits >>= n
+	d.nb -= n
+	return v, nil
+}
+
+// sym decodes one symbol of h, a byte at a time.
+func (d *Decoder) sym(h *huffTable) (int, error) {
+	if h.maxLen == 0 {
+		return 0, d.corrupt("symbol of an empty code")
+	}
+	// Near the end fewer than maxLen bits may remain: decode from what
+	// there is and fail if the code is longer.
+	if err := d.fill(h.maxLen); err != nil && !errors.Is(err, errShort) {
+		return 0, err
+	}
+	e := h.lookup(d.bits)
+	l := uint(e & entryLenMask)
+	if l == 0 {
+		return 0, d.corrupt("invalid code")
+	}
+	if l > d.nb {
+		return 0, errShort
+	}
+	d.bits >>= l
+	d.nb -= l
+	return int(e >> entrySymShift), nil
+}
+
+func (d *Decoder) stored(b *Block, dst []byte) ([]byte, error) {
+	d.bits >>= d.nb % 8
+	d.nb -= d.nb % 8
+	v, err := d.take(32)
+	if err != nil {
+		return dst, err
+	}
+	n := int(v & 0xffff)
+	if uint16(n) != ^uint16(v>>16) {
+		return dst, d.corrupt("stored block length")
+	}
+	b.HeaderBits = int(d.Bits() - b.Bit)
+	if d.count {
+		// Skip the bytes, across fed chunks.
+		k := min(n, int(d.nb/8))
+		d.bits >>= 8 * k
+		d.nb -= 8 * uint(k)
+		if k < n {
+			// The buffer is empty; clear what a 64-bit load put past
+			// its bits, which the skip makes stale.
+			d.bits = 0
+		}
+		for rest := n - k; rest > 0; {
+			if d.p == len(d.src) {
+				if err := d.fill(8); err != nil {
+					return dst, err
+				}
+				d.bits, d.nb = 0, 0
+				rest--
+				continue
+			}
+			k := min(rest, len(d.src)-d.p)
+			d.p += k
+			rest -= k
+		}
+		b.Size = n
+		return dst, nil
+	}
+	// Give back the whole bytes loaded: the rest is aligned in src.
+	d.p -= int(d.nb / 8)
+	d.bits, d.nb = 0, 0
+	if n > len(d.src)-d.p {
+		d.p = len(d.src)
+		return dst, errShort
+	}
+	b.Stored = d.src[d.p : d.p+n]
+	d.p += n
+	return append(dst, b.Stored...), nil
+}
+
+func (d *Decoder) dynamicHeader(b *Block) error {
+	v, err := d.take(14)
+	if err != nil {
+		return err
+	}
+	nlit, ndist, nclen := int(v&31)+257, int(v>>5&31)+1, int(v>>10)+4
+	if nlit > maxNumLit || ndist > offsetCodeCount {
+		return d.corrupt("%d literal/length and %d distance codes", nlit, ndist)
+	}
+	b.NumCodeLens = nclen
+	for i := range nclen {
+		c, err := d.take(3)
+		if err != nil {
+			return err
+		}
+		b.CodeLens[codegenOrder[i]] = uint8(c)
+	}
+	if !d.clen.build(b.CodeLens[:]) {
+		return d.corrupt("code length codes")
+	}
+	lens := d.lens[:nlit+ndist]
+	for i := 0; i < len(lens); {
+		sym, err := d.sym(&d.clen)
+		if err != nil {
+			return err
+		}
+		if sym < 16 {
+			lens[i] = uint8(sym)
+			i++
+			continue
+		}
+		var rep int
+		var val uint8
+		switch sym {
+		case 16:
+			if i == 0 {
+				return d.corrupt("repeat with no previous length")
+			}
+			x, err := d.take(2)
+			if err != nil {
+				return err
+			}
+			rep, val = 3+int(x), lens[i-1]
+		case 17:
+			x, err := d.take(3)
+			if err != nil {
+				return err
+			}
+			rep = 3 + int(x)
+		default:
+			x, err := d.take(7)
+			if err != nil {
+				return err
+			}
+			rep = 11 + int(x)
+		}
+		if i+rep > len(lens) {
+			return d.corrupt("code lengths overrun")
+		}
+		for ; rep > 0; rep-- {
+			lens[i] = val
+			i++
+		}
+	}
+	b.LitLens, b.DistLens = lens[:nlit:nlit], lens[nlit:]
+	if b.LitLens[endBlockMarker] == 0 {
+		return d.corrupt("no end-of-block code")
+	}
+	if !d.lit.build(b.LitLens) {
+		return d.corrupt("literal/length codes")
+	}
+	// A distance code may be empty or a lone code (RFC 1951 3.2.7).
+	if !d.dist.build(b.DistLens) {
+		return d.corrupt("distance codes")
+	}
+	return nil
+}
+
+// Length and distance symbols decoded: base value and extra bits.
+var (
+	lenBase  [29]uint16
+	lenExtra [29]uint8
+	// Distance symbols 30 and 31 (fixed code only) are invalid.
+	distBase  [32]uint32
+	distExtra [32]uint8
+)
+
+func init() {
+	for i := range lenBase {
+		lenBase[i] = uint16(lengthBase[i] + baseMatchLength)
+		lenExtra[i] = uint8(lengthExtraBits[i])
+	}
+	for i := range offsetCodeCount {
+		distBase[i] = offsetBase[i] + baseMatchOffset
+		distExtra[i] = uint8(offsetExtraBits[i])
+	}
+}
+
+// maxTokenBits is the most bits one token takes: a 15-bit length code, 5
+// extra bits, a 15-bit distance code, 13 extra bits.
+const maxTokenBits = 48
+
+// outSlack is the room codes keeps in dst beyond a token's bytes, so that
+// short matches copy 8 bytes at a time.
+const outSlack = maxMatchLength + 8
+
+// codes decodes a fixed or dynamic block's symbols to its end-of-block
+// code, appending bytes to dst and tokens to b.Tokens.
+func (d *Decoder) codes(b *Block, dst []byte, lit, dist *huffTable) ([]byte, error) {
+	keep := !d.count
+	var out []byte
+	var o, lo int // next output index, first index matches may reach
+	if keep {
+		out = dst[:cap(dst)]
+		o = len(dst)
+		lo = o - int(min(d.out, int64(o)))
+	} else {
+		o = int(d.out)
+	}
+	start := o
+	toks := b.Tokens
+	var err error
+	for {
+		// Fast path: while 8 bytes remain, one load per token and no
+		// input checks.
+		src, p, bits, nb := d.src, d.p, d.bits, d.nb
+		var bad string // why the fast path stopped on a bad symbol
+		eob := false
+		for p+8 <= len(src) {
+			if keep && len(out)-o < outSlack {
+				out = grow(out, o)
+			}
+			bits |= binary.LittleEndian.Uint64(src[p:]) << nb
+			p += int(63-nb) >> 3
+			nb |= 56
+			e := lit.lookup(bits)
+			l := uint(e & entryLenMask)
+			if l == 0 {
+				bad = "invalid literal/length code"
+				break
+			}
+			bits >>= l
+			nb -= l
+			sym := int(e >> entrySymShift)
+			if sym < 256 {
+				if keep {
+					out[o] = byte(sym)
+					toks = append(toks, Token(sym))
+				}
+				o++
+				continue
+			}
+			if sym == endBlockMarker {
+				eob = true
+				break
+			}
+			if sym > 285 {
+				bad = "length code 286 or 287"
+				break
+			}
+			i := sym - lengthCodesStart
+			n := uint(lenExtra[i])
+			length := int(lenBase[i]) + int(bits&(1<<n-1))
+			bits >>= n
+			nb -= n
+			e = dist.lookup(bits)
+			l = uint(e & entryLenMask)
+			ds := int(e >> entrySymShift)
+			if l == 0 || ds >= offsetCodeCount {
+				bad = "invalid distance code"
+				break
+			}
+			bits >>= l
+			nb -= l
+			n = uint(distExtra[ds])
+			dd := int(distBase[ds]) + int(bits&(1<<n-1))
+			bits >>= n
+			nb -= n
+			if dd > o-lo {
+				d.bits, d.nb, d.p = bits, nb, p
+				err = d.farMatch(dd, o-start)
+				break
+			}
+			if keep {
+				copyMatch(out, o, dd, length)
+				toks = append(toks, MatchToken(length, dd))
+			}
+			o += length
+		}
+		d.bits, d.nb, d.p = bits, nb, p
+		if bad != "" {
+			err = d.corrupt("%s", bad)
+		}
+		if eob || err != nil {
+			break
+		}
+		if keep && len(out)-o < outSlack {
+			out = grow(out, o)
+		}
+		// Careful path, near the end of the input.
+		sym, err2 := d.sym(lit)
+		if err2 != nil {
+			err = err2
+			break
+		}
+		if sym < 256 {
+			if keep {
+				out[o] = byte(sym)
+				toks = append(toks, Token(sym))
+			}
+			o++
+			continue
+		}
+		if sym == endBlockMarker {
+			break
+		}
+		if sym > 285 {
+			err = d.corrupt("length code %d", sym)
+			break
+		}
+		i := sym - lengthCodesStart
+		x, err2 := d.take(uint(lenExtra[i]))
+		if err2 != nil {
+			err = err2
+			break
+		}
+		length := int(lenBase[i]) + int(x)
+		ds, err2 := d.sym(dist)
+		if err2 != nil {
+			err = err2
+			break
+		}
+		if ds >= offsetCodeCount {
+			err = d.corrupt("distance code %d", ds)
+			break
+		}
+		x, err2 = d.take(uint(distExtra[ds]))
+		if err2 != nil {
+			err = err2
+			break
+		}
+		dd := int(distBase[ds]) + int(x)
+		if dd > o-lo {
+			err = d.farMatch(dd, o-start)
+			break
+		}
+		if keep {
+			copyMatch(out, o, dd, length)
+			toks = append(toks, MatchToken(length, dd))
+		}
+		o += length
+	}
+	b.Tokens = toks
+	if !keep {
+		b.Size = o - start
+		return dst, err
+	}
+	return out[:o], err
+}
+
+// farMatch is the error for a match reaching back past what it may.
+func (d *Decoder) farMatch(dist, inBlock int) error {
+	if int64(dist) > d.out+int64(inBlock) {
+		return d.corrupt("distance %d at output byte %d", dist, d.out+int64(inBlock))
+	}
+	return fmt.Errorf("deflate: distance %d at output byte %d reaches before dst's history", dist, d.out+int64(inBlock))
+}
+
+// grow makes room for outSlack more bytes after out[:o].
+func grow(out []byte, o int) []byte {
+	n := slices.Grow(out[:o], max(outSlack, o))
+	return n[:cap(n)]
+}
+
+// copyMatch copies length bytes from dist back to out[o:]; out has
+// outSlack bytes of room past o.
+func copyMatch(out []byte, o, dist, length int) {
+	from := o - dist
+	if dist >= 8 {
+		if length > 32 && dist >= length {
+			copy(out[o:o+length], out[from:from+length])
+			return
+		}
+		// 8 bytes at a time, each read from bytes already written; the
+		// last store may spill into the slack.
+		for i := 0; i < length; i += 8 {
+			binary.LittleEndian.PutUint64(out[o+i:], binary.LittleEndian.Uint64(out[from+i:]))
+		}
+		return
+	}
+	// Overlapping: each byte may be one this match just wrote.
+	for i := range length {
+		out[o+i] = out[from+i]
+	}
+}
+
+// Huffman decoding tables. An entry is sym<<16 | code length, or, in the
+// primary table for codes longer than primaryBits, off<<16 | entryLink |
+// subBits<<4 pointing at a second-level table of 2^subBits entries
+// indexed by the code's bits after the first primaryBits. 0 marks a bit
+// pattern no code starts with.
+const (
+	primaryBits   = 10
+	primarySize   = 1 << primaryBits
+	entryLenMask  = 15
+	entryLink     = 1 << 8
+	entrySymShift = 16
+	// A complete code of n symbols has at most n second-level tables,
+	// each of at most 2^(15-primaryBits) entries.
+	maxTableSize = primarySize + (maxNumLit+2)<<(15-primaryBits)
+)
+
+type huffTable struct {
+	maxLen uint // longest code; 0 for an empty code
+	t      []uint32
+}
+
+func (h *huffTable) lookup(bits uint64) uint32 {
+	e := h.t[bits&(primarySize-1)]
+	if e&entryLink != 0 {
+		sub := uint(e>>4) & 15
+		e = h.t[int(e>>entrySymShift)+int(bits>>primaryBits)&(1<<sub-1)]
+	}
+	return e
+}
+
+// Fixed codes (RFC 1951 3.2.6), built once.
+var fixedLitTable, fixedDistTable huffTable
+
+func init() {
+	var l [288]uint8
+	for i := range l {
+		switch {
+		case i < 144:
+			l[i] = 8
+		case i < 256:
+			l[i] = 9
+		case i < 280:
+			l[i] = 7
+		default:
+			l[i] = 8 // 286 and 287 take part in the code, though invalid
+		}
+	}
+	fixedLitTable.build(l[:])
+	// Distances 30 and 31 exist in the code and fail at decode.
+	var d [32]uint8
+	for i := range d {
+		d[i] = 5
+	}
+	fixedDistTable.build(d[:])
+}
+
+// build makes the table for code lengths lens; false for a code that is
+// over-subscribed or incomplete, as compress/flate (and zlib) judge: only
+// an empty code (which fails at decode) and a lone one-bit code may leave
+// bit patterns unused.
+func (h *huffTable) build(lens []uint8) bool {
+	var count [16]int
+	maxLen := uint(0)
+	for _, l := range lens {
+		count[l&15]++
+		maxLen = max(maxLen, uint(l))
+	}
+	h.maxLen = 0
+	if maxLen > 15 {
+		return false
+	}
+	count[0] = 0
+	left := 1
+	for l := 1; l < 16; l++ {
+		left = left<<1 - count[l]
+		if left < 0 {
+			return false
+		}
+	}
+	if left != 0 && maxLen != 0 && !(maxLen == 1 && count[1] == 1) {
+		return false
+	}
+	if cap(h.t) < maxTableSize {
+		h.t = make([]uint32, maxTableSize)
+	}
+	h.t = h.t[:primarySize]
+	clear(h.t)
+	h.maxLen = maxLen
+	var next [16]int
+	code := 0
+	for l := 1; l < 16; l++ {
+		code = (code + count[l-1]) << 1
+		next[l] = code
+	}
+	if maxLen > primaryBits {
+		// Size the second-level tables: each spans the longest code
+		// sharing its first primaryBits bits.
+		var need [primarySize]uint8
+		nx := next
+		for _, l := range lens {
+			if l <= primaryBits {
+				if l > 0 {
+					nx[l]++
+				}
+				continue
+			}
+			rev := reverseCode(nx[l], uint(l))
+			nx[l]++
+			need[rev&(primarySize-1)] = max(need[rev&(primarySize-1)], l-primaryBits)
+		}
+		off := primarySize
+		for i, n := range need {
+			if n > 0 {
+				h.t[i] = uint32(off)<<entrySymShift | entryLink | uint32(n)<<4
+				off += 1 << n
+			}
+		}
+		h.t = h.t[:off]
+		clear(h.t[primarySize:])
+	}
+	for sym, l := range lens {
+		if l == 0 {
+			continue
+		}
+		rev := reverseCode(next[l], uint(l))
+		next[l]++
+		e := uint32(sym)<<entrySymShift | uint32(l)
+		if l <= primaryBits {
+			for i := rev; i < primarySize; i += 1 << l {
+				h.t[i] = e
+			}
+			continue
+		}
+		link := h.t[rev&(primarySize-1)]
+		sub := int(link>>4) & 15
+		base := int(link >> entrySymShift)
+		for i := rev >> primaryBits; i < 1<<sub; i += 1 << (int(l) - primaryBits) {
+			h.t[base+i] = e
+		}
+	}
+	return true
+}
+
+// reverseCode is code's n low bits in stream order.
+func reverseCode(code int, n uint) int {
+	return int(bits.Reverse16(uint16(code)) >> (16 - n))
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package deflate
+
+func raceScale(n int) int { return n }
