@@ -3,12 +3,15 @@ package main
 import (
 	"compress/flate"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 
 	kflate "github.com/klauspost/compress/flate"
@@ -36,6 +39,9 @@ func runParse(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	work := fs.String("work", "", "work `DIR`; the dataset is built in DIR/dataset (default <cache>/work-<profile>)")
 	procs := fs.Int("procs", 1, "GOMAXPROCS while measuring (the dataset build uses every core)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
+	plan := fs.Bool("plan", false, "instead, plan each compress/flate level-6 layer's rebuild from its files' own parses and searched stretches, prove it and time it")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measurement to `FILE`")
+	minCopy := fs.Int64("min-copy", 4<<10, "with --plan, the least `BYTES` a copied stretch covers")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stdout, parseUsage)
@@ -77,6 +83,20 @@ func runParse(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		})
 	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(*procs))
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("parse: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("parse: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if *plan {
+		return runPlan(ctx, layers, *minCopy, stdout, stderr)
+	}
 	res, err := parsebench.Measure(ctx, layers, parsebench.Options{Log: stderr})
 	if err != nil {
 		return fmt.Errorf("parse: %w", err)
@@ -87,6 +107,26 @@ func runParse(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return parsebench.WriteText(stdout, res)
 }
 
+// runPlan measures rebuild plans of the level-6 layers (parsebench.MeasurePlan).
+func runPlan(ctx context.Context, layers []parsebench.Layer, minCopy int64, stdout, stderr io.Writer) error {
+	var l6 []parsebench.Layer
+	for _, l := range layers {
+		if l.Group == groupStdlib6 {
+			l6 = append(l6, l)
+		}
+	}
+	r, err := parsebench.MeasurePlan(ctx, l6, parsebench.PlanOptions{Log: stderr, MinCopy: minCopy})
+	if err != nil {
+		return fmt.Errorf("parse: %w", err)
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// groupStdlib6 is the group of layers compress/flate wrote at level 6.
+const groupStdlib6 = "compress/flate 6"
+
 // producer names the group of a gzip layer and the raw DEFLATE encoder
 // its producer compresses with; ok is false for layers that are not gzip.
 func producer(c dataset.Compression) (group string, enc parsebench.Encoder, ok bool) {
@@ -95,7 +135,7 @@ func producer(c dataset.Compression) (group string, enc parsebench.Encoder, ok b
 	}
 	switch c {
 	case dataset.GzipStdlib:
-		return "compress/flate 6", stdlib(flate.DefaultCompression), true
+		return groupStdlib6, stdlib(flate.DefaultCompression), true
 	case dataset.GzipStdlibBestSpeed:
 		return "compress/flate 1", stdlib(flate.BestSpeed), true
 	case dataset.GzipPgzip:

@@ -6,8 +6,9 @@
 // (issue 27): if the parses agree, a rebuild can decode the stored parses
 // and Huffman-code them instead of searching.
 //
-// It holds its own small token-level DEFLATE decoder (Inflate), since
-// compress/flate does not expose tokens or block headers.
+// Tokens and block headers come from deflate.Decoder (Inflate adapts it),
+// since compress/flate exposes neither. plan.go measures the next step:
+// rebuild plans made of copied and searched stretches.
 package parsebench
 
 import (

@@ -109,6 +109,9 @@ type compressor struct {
 	// sink, when set, takes each block's tokens in place of writing the
 	// block (SearchStretch).
 	sink func([]token) error
+	// keepTokens writes no stored block, so the stream keeps every token
+	// (Writer.KeepTokens).
+	keepTokens bool
 	// pendingHash counts the last dictionary positions a restart still
 	// has to hash once the bytes after them arrive.
 	pendingHash int
@@ -185,7 +188,7 @@ func (d *compressor) writeBlock(tokens []token, index int) error {
 	}
 	if index > 0 {
 		var window []byte
-		if d.blockStart <= index {
+		if d.blockStart <= index && !d.keepTokens {
 			window = d.window[d.blockStart:index]
 		}
 		d.blockStart = index

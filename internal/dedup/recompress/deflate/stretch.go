@@ -8,11 +8,14 @@ import (
 )
 
 // Searching one stretch. Levels 4–9 decide every token from the window
-// before it, the bytes after it and the lazy matcher's state, and that
-// state is empty right after a match token (the matcher has just reset
-// it): from the end of any match, with the 32 KiB before it hashed and
-// the window index the stream had there (see restart), the matcher emits
-// the stream's own tokens again. A rebuild that takes most tokens from
+// before it, the bytes after it and the lazy matcher's state, and at any
+// token boundary that state is one a fresh matcher rebuilds: after a match
+// it is empty; after a literal it is the match found at the boundary, which
+// the encoder searched with the same threshold a fresh matcher uses (a
+// literal is written only when that search ran), from the same chains.
+// So from any token boundary, with the 32 KiB before it hashed and the
+// window index the stream had there (see restart), the matcher emits the
+// stream's own tokens again. A rebuild that takes most tokens from
 // elsewhere (the stored parses of a layer's files) searches only the
 // stretches between them with SearchStretch.
 
@@ -31,8 +34,7 @@ func Searchable(level int) bool {
 }
 
 // SearchStretch emits, through emit, the tokens the level's encoder wrote
-// for the n input bytes from a point right after a match token (or the
-// stream's start). hist holds the input before that point (at least
+// for the n input bytes from a token boundary of its stream. hist holds the input before that point (at least
 // min(its offset, HistoryLen(level)) bytes; more is ignored) and win is the
 // window index the encoder had there (as Boundary.Win). in holds the
 // stretch's input and StretchLookahead bytes after it, or, with final, the
@@ -117,3 +119,11 @@ func (t token) size() int {
 // from the end of the stream, or -1 where it depends on the tokens before
 // (see winAt): a stretch may start there only with a known index.
 func WindowAt(in int64) int32 { return winAt(in) }
+
+// KeepTokens makes w (levels 2–9) Huffman-code every block, never storing
+// one: a block stored because coding did not pay keeps its bytes but not
+// the tokens the matcher chose, and a file's stored parse must keep them,
+// since the layers holding the file may have coded those bytes. It costs
+// at most a few bytes per block of input that does not compress. Call it
+// before the first Write.
+func (w *Writer) KeepTokens() { w.d.keepTokens = true }
