@@ -1,7 +1,9 @@
 package deflate
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -124,5 +126,63 @@ func BenchmarkSearchStretch(b *testing.B) {
 		if err := SearchStretch(6, nil, 0, data, len(data), true, func([]Token) error { return nil }); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestKeepTokens: input that does not compress is stored by default and
+// Huffman-coded with KeepTokens, whose stream still inflates to it and
+// holds the tokens the matcher chose.
+func TestKeepTokens(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	in := make([]byte, 300<<10)
+	for i := range in {
+		in[i] = byte(rng.Uint32())
+	}
+	copy(in[200<<10:], in[:10<<10]) // some matches too
+	types := func(keep bool) (stored, coded int, tokens []token) {
+		var b bytes.Buffer
+		w, err := NewWriter(&b, 6)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if keep {
+			w.KeepTokens()
+		}
+		w.Write(in)
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		d := NewDecoder(b.Bytes())
+		var out []byte
+		for {
+			blk, dst, err := d.Next(out)
+			out = dst
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if blk.Type == BlockStored {
+				stored += len(blk.Stored)
+			} else {
+				coded++
+				tokens = append(tokens, internalTokens(blk.Tokens)...)
+			}
+		}
+		if !bytes.Equal(out, in) {
+			t.Fatalf("keep %v: inflated bytes differ", keep)
+		}
+		return stored, coded, tokens
+	}
+	if stored, _, _ := types(false); stored == 0 {
+		t.Fatal("random input was not stored without KeepTokens: the test proves nothing")
+	}
+	stored, _, got := types(true)
+	if stored != 0 {
+		t.Fatalf("KeepTokens stored %d bytes", stored)
+	}
+	if want := allTokens(t, 6, in); !slices.Equal(got, want) {
+		t.Fatalf("KeepTokens stream holds %d tokens, the matcher chose %d (or others)", len(got), len(want))
 	}
 }
