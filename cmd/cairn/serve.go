@@ -26,6 +26,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/config"
 	"github.com/cairn-registry/cairn/internal/dedup"
 	"github.com/cairn-registry/cairn/internal/health"
+	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/metrics"
 	"github.com/cairn-registry/cairn/internal/proxy"
 	"github.com/cairn-registry/cairn/internal/registry"
@@ -406,6 +407,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		} else if ret != nil {
 			log.Warn("retention policies run with the scheduled GC, which is off (storage.gc.enabled): run cairn gc to apply them")
 		}
+		if b, ok := store.(*meta.Bolt); ok {
+			// Low: it runs once dedup's queue is empty, not amid a bulk
+			// run whose writes would soon spread the file out again.
+			runner.Every("metadata compaction", metaCompactInterval, metaCompactInterval, task.Low, compactMeta(log, b))
+		}
 	}
 	go rl.run(bg, *configPath)
 	if figures != nil {
@@ -546,6 +552,26 @@ func rootOf(cfg *config.Config) string {
 
 // backgroundQueue bounds the background tasks waiting per priority.
 const backgroundQueue = 4096
+
+// metaCompactInterval is how often the bolt metadata file is checked for
+// space a compact copy would give back (bbolt's file never shrinks).
+const metaCompactInterval = 10 * time.Minute
+
+// compactMeta is the task that compacts the bolt metadata store when at
+// least half of its file would be saved (meta.Bolt.Compact).
+func compactMeta(log *slog.Logger, s *meta.Bolt) task.Func {
+	return func(ctx context.Context) error {
+		start := time.Now()
+		before, after, err := s.Compact(ctx)
+		if err != nil && ctx.Err() == nil {
+			log.Warn("metadata compaction", "err", err)
+		}
+		if after < before {
+			log.Info("metadata compaction", "bytes_before", before, "bytes_after", after, "saved", before-after, "duration", time.Since(start))
+		}
+		return nil
+	}
+}
 
 // failedUploadAge is how long a session whose newest chunk failed waits
 // for a further chunk before it is purged: registry.FailedUploadAge, or

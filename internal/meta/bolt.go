@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -16,9 +17,10 @@ import (
 
 // Bucket names: one per kind of record.
 var (
-	bktFiles      = []byte("files")      // file key -> refs(8) flags(1) [location] (see bolt_files.go)
+	bktFiles      = []byte("files")      // file key -> flags(1) refs ordinal [location] (see bolt_files.go)
 	bktZero       = []byte("zero")       // file key -> nil, for files with refs == 0
-	bktLayerFiles = []byte("layerfiles") // layer key -> its file keys (see bolt_files.go)
+	bktOrdinals   = []byte("ordinals")   // file ordinal(8) -> file key (see bolt_schema.go)
+	bktLayerFiles = []byte("layerfiles") // layer key -> its files' ordinals (see bolt_schema.go)
 	bktRecipes    = []byte("recipes")    // layer key -> state(1) recipe
 	bktByState    = []byte("bystate")    // state(1) layer key -> nil
 	bktLayerCount = []byte("layercount") // state(1) -> count(8)
@@ -28,12 +30,12 @@ var (
 	bktStats      = []byte("stats")      // name -> int64
 	bktLeases     = []byte("leases")     // name -> expiry unix ms(8) holder
 	bktPacks      = []byte("packs")      // pack id -> its record (see bolt_packs.go)
-	bktIdentity   = []byte("identity")   // "store" -> the storage's id (Identity)
+	bktIdentity   = []byte("identity")   // "store" -> the storage's id (Identity); "schema" -> version (bolt_schema.go)
 )
 
 var keyStoreID = []byte("store")
 
-var allBuckets = [][]byte{bktFiles, bktZero, bktLayerFiles, bktRecipes, bktByState, bktLayerCount, bktImages, bktClients, bktPop, bktStats, bktLeases, bktPacks, bktIdentity}
+var allBuckets = [][]byte{bktFiles, bktZero, bktOrdinals, bktLayerFiles, bktRecipes, bktByState, bktLayerCount, bktImages, bktClients, bktPop, bktStats, bktLeases, bktPacks, bktIdentity}
 
 // Options tunes the bolt store; zero fields take the defaults.
 type Options struct {
@@ -67,6 +69,10 @@ func (o Options) withDefaults() Options {
 
 // Bolt is the embedded metadata store: one bbolt file, fsync on every commit.
 type Bolt struct {
+	// mu guards db, which Compact replaces: every transaction runs under
+	// RLock, so Compact's Lock waits for those in flight and holds new
+	// ones off while it copies the file and swaps the copy in.
+	mu   sync.RWMutex
 	db   *bolt.DB
 	opts Options
 	path string // for errors
@@ -91,17 +97,8 @@ func OpenWith(path string, opts Options) (*Bolt, error) {
 		db.Close()
 		return nil, err
 	}
-	// A failed copy leaves the file as it was, and in use: compaction
-	// only saves space.
-	compacted, err := maybeCompact(db, path, opts.LockTimeout)
-	if compacted == nil {
-		return nil, err
-	}
-	db = compacted
-	// Batched pull records wait at most this long for company.
-	db.MaxBatchDelay = 2 * time.Millisecond
 	err = guard(path, func() error {
-		return db.Update(func(tx *bolt.Tx) error {
+		err := db.Update(func(tx *bolt.Tx) error {
 			for _, b := range allBuckets {
 				if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 					return err
@@ -109,6 +106,11 @@ func OpenWith(path string, opts Options) (*Bolt, error) {
 			}
 			return nil
 		})
+		if err != nil {
+			return err
+		}
+		_, err = migrate(db, migrateBatch, 0)
+		return err
 	})
 	if err != nil {
 		db.Close()
@@ -117,6 +119,9 @@ func OpenWith(path string, opts Options) (*Bolt, error) {
 		}
 		return nil, fmt.Errorf("meta: init %s: %w", path, err)
 	}
+	// After the conversion, which frees many pages. A failed copy leaves
+	// the file as it was, and in use: compaction only saves space.
+	db, _ = maybeCompact(db, path, opts.LockTimeout)
 	return &Bolt{db: db, opts: opts, path: path}, nil
 }
 
@@ -143,20 +148,31 @@ func (s *Bolt) SetStoreID(ctx context.Context, id string) error {
 // FileSize is the bolt file's size: what the metadata occupies on disk
 // (bolt reuses freed pages, never shrinks the file).
 func (s *Bolt) FileSize() (int64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	var n int64
 	err := s.db.View(func(tx *bolt.Tx) error { n = tx.Size(); return nil })
 	return n, err
 }
 
-// Close closes the bolt file.
-func (s *Bolt) Close() error { return s.db.Close() }
+// Close closes the bolt file; later calls fail with bbolt's "database not
+// open", Compact included.
+func (s *Bolt) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.db.Close()
+}
 
 // update, batch and view run under guard: a page damaged after the check
 // at open fails the one call with ErrCorrupt instead of ending the process.
+// They hold s.mu's read lock, which is not reentrant once Compact waits
+// for it: fn must not call another method of s.
 func (s *Bolt) update(ctx context.Context, fn func(tx *bolt.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	return guard(s.path, func() error { return s.db.Update(fn) })
 }
 
@@ -166,6 +182,10 @@ func (s *Bolt) batch(ctx context.Context, fn func(tx *bolt.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	// Held while bbolt waits for company and commits, so Compact never
+	// swaps the file under a pending batch.
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	return guard(s.path, func() error { return s.db.Batch(guardTx(fn)) })
 }
 
@@ -173,6 +193,8 @@ func (s *Bolt) view(ctx context.Context, fn func(tx *bolt.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	return guard(s.path, func() error { return s.db.View(fn) })
 }
 

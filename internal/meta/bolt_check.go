@@ -40,13 +40,39 @@ func guardTx(fn func(*bolt.Tx) error) func(*bolt.Tx) error {
 	}
 }
 
-// openBolt is bolt.Open under guard. A panic inside Open leaves the file
-// open and locked, so the file it opened is closed then.
+// openBolt opens the store's file with the options every copy of it gets,
+// at open and after Compact swapped in a new file.
+//
+// Compaction (here or in another process) renames a new file over path
+// while the old one's lock is held. An open that waited for that lock
+// gets it on the old file, now nameless, once its holder closes it:
+// whatever it wrote there would be lost, so it opens path again.
 func openBolt(path string, lockTimeout time.Duration) (*bolt.DB, error) {
+	for range 3 {
+		db, f, err := openBoltOnce(path, lockTimeout)
+		if err != nil {
+			return nil, err
+		}
+		fi, ferr := f.Stat()
+		pi, perr := os.Stat(path)
+		if ferr == nil && perr == nil && os.SameFile(fi, pi) {
+			db.AllocSize = allocSize
+			// Batched pull records wait at most this long for company.
+			db.MaxBatchDelay = 2 * time.Millisecond
+			return db, nil
+		}
+		db.Close()
+	}
+	return nil, fmt.Errorf("%w: %s: replaced while waiting for its lock, again and again", ErrLocked, path)
+}
+
+// openBoltOnce is bolt.Open under guard, and the file it opened. A panic
+// inside Open leaves the file open and locked, so it is closed then.
+func openBoltOnce(path string, lockTimeout time.Duration) (*bolt.DB, *os.File, error) {
 	// Shorter than bbolt's two meta pages: bbolt says only "file size too
 	// small"; every file it writes has at least four pages.
 	if fi, err := os.Stat(path); err == nil && fi.Size() > 0 && fi.Size() < 2*4096 {
-		return nil, fmt.Errorf("%w: %s: %d bytes, shorter than its meta pages", ErrCorrupt, path, fi.Size())
+		return nil, nil, fmt.Errorf("%w: %s: %d bytes, shorter than its meta pages", ErrCorrupt, path, fi.Size())
 	}
 	var f *os.File
 	var db *bolt.DB
@@ -67,17 +93,22 @@ func openBolt(path string, lockTimeout time.Duration) (*bolt.DB, error) {
 		if f != nil {
 			f.Close()
 		}
-		return nil, err
+		return nil, nil, err
 	case errors.Is(err, berrors.ErrTimeout):
-		return nil, fmt.Errorf("%w: %s", ErrLocked, path)
+		return nil, nil, fmt.Errorf("%w: %s", ErrLocked, path)
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrVersionMismatch):
 		// Both meta pages are damaged (or not bbolt's).
-		return nil, fmt.Errorf("%w: %s: %w", ErrCorrupt, path, err)
+		return nil, nil, fmt.Errorf("%w: %s: %w", ErrCorrupt, path, err)
 	case err != nil:
-		return nil, fmt.Errorf("meta: open %s: %w", path, err)
+		return nil, nil, fmt.Errorf("meta: open %s: %w", path, err)
 	}
-	return db, nil
+	return db, f, nil
 }
+
+// allocSize is how far ahead of its last page bbolt grows the file.
+// bbolt's default, 16 MiB, doubles the file of a store of a few MiB; a
+// growth costs a truncate and an fsync, so a MiB at a time is cheap enough.
+const allocSize = 1 << 20
 
 // checkBolt reads every key and value of every bucket, then runs bbolt's
 // consistency check (page reachability, freelist, key order), all under

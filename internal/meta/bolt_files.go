@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -18,81 +19,6 @@ const (
 	flagRevived         // re-referenced while tombstoned; adds report Revived until Tombstone/DropFileEntry
 	flagMissing         // revived while GC deleted: the object may be gone
 )
-
-// fileSet is the distinct files of one AddLayerRefs call, sorted by key so bolt
-// writes land in page order.
-type fileSet struct {
-	keys    [][]byte        // distinct, sorted; they share one buffer
-	digests []digest.Digest // digests[j] is the digest of keys[j]
-	pos     []int           // pos[i] is the index in keys of the call's files[i]
-	first   []bool          // first[i]: files[i] is the first occurrence of its key
-}
-
-func newFileSet(files []digest.Digest) (fileSet, error) {
-	buf := make([]byte, 0, 32*len(files))
-	ends := make([]int, len(files))
-	for i, d := range files {
-		var err error
-		if buf, err = appendKey(buf, d); err != nil {
-			return fileSet{}, err
-		}
-		ends[i] = len(buf)
-	}
-	all := make([][]byte, len(files))
-	for i, end := range ends {
-		start := 0
-		if i > 0 {
-			start = ends[i-1]
-		}
-		all[i] = buf[start:end:end]
-	}
-	order := make([]int, len(files))
-	for i := range order {
-		order[i] = i
-	}
-	// Stable, so the first occurrence of a duplicate comes first.
-	slices.SortStableFunc(order, func(a, b int) int { return bytes.Compare(all[a], all[b]) })
-	fs := fileSet{pos: make([]int, len(files)), first: make([]bool, len(files))}
-	for _, i := range order {
-		if n := len(fs.keys); n == 0 || !bytes.Equal(fs.keys[n-1], all[i]) {
-			fs.keys = append(fs.keys, all[i])
-			fs.digests = append(fs.digests, files[i])
-			fs.first[i] = true
-		}
-		fs.pos[i] = len(fs.keys) - 1
-	}
-	return fs, nil
-}
-
-// encode is the layerfiles value: each key prefixed by its length as a uvarint
-// (33 bytes per sha256 file), in key order, so equal sets encode equally.
-func (fs fileSet) encode() []byte {
-	n := 0
-	for _, k := range fs.keys {
-		n += binary.MaxVarintLen64 + len(k)
-	}
-	out := make([]byte, 0, n)
-	for _, k := range fs.keys {
-		out = binary.AppendUvarint(out, uint64(len(k)))
-		out = append(out, k...)
-	}
-	return out
-}
-
-// eachKey calls fn with each key of a layerfiles value.
-func eachKey(v []byte, fn func(k []byte) error) error {
-	for len(v) > 0 {
-		n, w := binary.Uvarint(v)
-		if w <= 0 || n > uint64(len(v)-w) {
-			return fmt.Errorf("meta: corrupt layer file list")
-		}
-		if err := fn(v[w : w+int(n)]); err != nil {
-			return err
-		}
-		v = v[w+int(n):]
-	}
-	return nil
-}
 
 // refOf is the outcome for an entry in state e. Revived covers the whole window
 // from a revive to GC's DropFileEntry (flagRevived), not only the first reviver: GC's
@@ -117,12 +43,15 @@ func (s *Bolt) AddLayerRefs(ctx context.Context, layer digest.Digest, files []di
 	if err != nil {
 		return nil, err
 	}
-	enc := fs.encode()
 	refs := make([]FileRef, len(fs.keys))
 	err = s.update(ctx, func(tx *bolt.Tx) error {
-		layers, idx, zero := tx.Bucket(bktLayerFiles), tx.Bucket(bktFiles), tx.Bucket(bktZero)
+		layers, idx, zero, ords := tx.Bucket(bktLayerFiles), tx.Bucket(bktFiles), tx.Bucket(bktZero), tx.Bucket(bktOrdinals)
 		if held := layers.Get(lk); held != nil {
-			if !bytes.Equal(held, enc) {
+			same, err := sameFiles(ords, held, fs.keys)
+			if err != nil {
+				return err
+			}
+			if !same {
 				return fmt.Errorf("%w: %s", ErrLayerFilesDiffer, layer)
 			}
 			for j, k := range fs.keys {
@@ -134,6 +63,9 @@ func (s *Bolt) AddLayerRefs(ctx context.Context, layer digest.Digest, files []di
 		if len(fs.keys) == 0 {
 			return nil
 		}
+		// New ordinals only append to the ordinal map: full pages.
+		ords.FillPercent = 1.0
+		list := make([]uint64, len(fs.keys))
 		for j, k := range fs.keys {
 			e, ok := getFile(idx, k)
 			refs[j] = refOf(fs.digests[j], e, ok)
@@ -147,13 +79,18 @@ func (s *Bolt) AddLayerRefs(ctx context.Context, layer digest.Digest, files []di
 					return err
 				}
 			}
+			if err := ensureOrdinal(idx, ords, k, &e); err != nil {
+				return err
+			}
+			list[j] = e.ord
 			e.refs++
 			refs[j].Refs = e.refs
 			if err := putFile(idx, k, e); err != nil {
 				return err
 			}
 		}
-		return layers.Put(lk, enc)
+		slices.Sort(list)
+		return layers.Put(lk, encodeOrdinals(list))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("meta: add layer refs %s: %w", layer, err)
@@ -168,6 +105,25 @@ func (s *Bolt) AddLayerRefs(ctx context.Context, layer digest.Digest, files []di
 		out[i] = r
 	}
 	return out, nil
+}
+
+// sameFiles reports whether the layer file list held names exactly the
+// distinct, sorted keys.
+func sameFiles(ords *bolt.Bucket, held []byte, keys [][]byte) (bool, error) {
+	have, err := layerKeys(ords, held)
+	if err != nil {
+		return false, err
+	}
+	if len(have) != len(keys) {
+		return false, nil
+	}
+	slices.SortFunc(have, bytes.Compare)
+	for i, k := range keys {
+		if !bytes.Equal(have[i], k) {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // ReleaseLayerRefs implements FileIndex.
@@ -198,35 +154,30 @@ func releaseTx(tx *bolt.Tx, lk []byte) ([]digest.Digest, int, error) {
 	if held == nil {
 		return nil, 0, nil
 	}
-	// Copied: the keys are reused as Put keys while pages are rewritten.
-	held = bytes.Clone(held)
-	n := 0
-	err := eachKey(held, func(k []byte) error {
-		if e, ok := getFile(idx, k); !ok || e.refs <= 0 {
-			return fmt.Errorf("%w: %s", ErrInvalidRelease, digestOf(k))
-		}
-		n++
-		return nil
-	})
+	keys, err := layerKeys(tx.Bucket(bktOrdinals), held)
 	if err != nil {
 		return nil, 0, err
 	}
+	for _, k := range keys {
+		if e, ok := getFile(idx, k); !ok || e.refs <= 0 {
+			return nil, 0, fmt.Errorf("%w: %s", ErrInvalidRelease, digestOf(k))
+		}
+	}
 	var zeroed []digest.Digest
-	err = eachKey(held, func(k []byte) error {
+	for _, k := range keys {
 		e, _ := getFile(idx, k)
 		e.refs--
 		if err := putFile(idx, k, e); err != nil {
-			return err
+			return nil, 0, err
 		}
 		if e.refs == 0 {
 			zeroed = append(zeroed, digestOf(k))
-			return zero.Put(k, nil)
+			if err := zero.Put(k, nil); err != nil {
+				return nil, 0, err
+			}
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, 0, err
 	}
+	n := len(keys)
 	return zeroed, n, layers.Delete(lk)
 }
 
@@ -242,10 +193,18 @@ func (s *Bolt) LayerFiles(ctx context.Context, layer digest.Digest) ([]digest.Di
 		if held == nil {
 			return ErrNotFound
 		}
-		return eachKey(held, func(k []byte) error {
-			out = append(out, digestOf(k)) // digestOf copies out of the mmap
-			return nil
-		})
+		keys, err := layerKeys(tx.Bucket(bktOrdinals), held)
+		if err != nil {
+			return err
+		}
+		// Key order, as the interface says; a list of ordinals is in
+		// ordinal order.
+		slices.SortFunc(keys, bytes.Compare)
+		out = make([]digest.Digest, len(keys))
+		for i, k := range keys {
+			out[i] = digestOf(k)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("meta: layer files %s: %w", layer, err)
@@ -253,30 +212,74 @@ func (s *Bolt) LayerFiles(ctx context.Context, layer digest.Digest) ([]digest.Di
 	return out, nil
 }
 
-// A file entry is refs(8) flags(1), then, for a file located in a pack, the
-// offset and length as uvarints and the pack id. Entries written before packs
-// end after the flags, and still read as files without a location.
+// A file entry is flags(1) refs(uvarint) ordinal(uvarint), then, for a
+// file located in a pack, the offset and length as uvarints and the pack
+// id: its 16 bytes when it is 32 lower-case hex digits (pack.NewID's ids,
+// flagRawPack), else the id itself. flagEntryV2 is always set, so the first
+// byte tells this format from the one before ordinals (bolt_schema.go),
+// whose refs(8) begin with a zero byte: refs(8) flags(1), then the same
+// location with the pack id as a string, or nothing for entries written
+// before packs. Both read; only this one is written. Ordinal 0 means none
+// yet: an entry of the old format rewritten before the migration reached
+// it. AddLayerRefs and the migration give it one.
 type fileEntry struct {
 	refs  int64
 	flags byte
+	ord   uint64
 	loc   Location
 }
 
+// Format bits of an entry's flags byte, never set in fileEntry.flags.
+const (
+	flagEntryV2 byte = 0x80
+	flagRawPack byte = 0x40
+	entryFormat      = flagEntryV2 | flagRawPack
+)
+
+// getFile reads k's entry; an entry too damaged to decode reads as none, a
+// damaged location as none (as if the file had never been placed).
 func getFile(b *bolt.Bucket, k []byte) (fileEntry, bool) {
-	v := b.Get(k)
+	return decodeFile(b.Get(k))
+}
+
+func decodeFile(v []byte) (fileEntry, bool) {
+	if len(v) == 0 {
+		return fileEntry{}, false
+	}
+	if v[0]&flagEntryV2 == 0 {
+		return decodeOldFile(v)
+	}
+	e := fileEntry{flags: v[0] &^ entryFormat}
+	refs, n := binary.Uvarint(v[1:])
+	if n <= 0 {
+		return fileEntry{}, false
+	}
+	ord, m := binary.Uvarint(v[1+n:])
+	if m <= 0 {
+		return fileEntry{}, false
+	}
+	e.refs, e.ord = int64(refs), ord
+	if rest := v[1+n+m:]; len(rest) > 0 {
+		e.loc = decodeLoc(rest, v[0]&flagRawPack != 0)
+	}
+	return e, true
+}
+
+// decodeOldFile reads an entry written before ordinals.
+func decodeOldFile(v []byte) (fileEntry, bool) {
 	if len(v) < 9 {
 		return fileEntry{}, false
 	}
 	e := fileEntry{refs: int64(binary.BigEndian.Uint64(v)), flags: v[8]}
 	if len(v) > 9 {
-		e.loc = decodeLoc(v[9:])
+		e.loc = decodeLoc(v[9:], false)
 	}
 	return e, true
 }
 
 // decodeLoc reads the location part of an entry; a corrupt one reads as no
 // location, as if the file had never been placed.
-func decodeLoc(v []byte) Location {
+func decodeLoc(v []byte, rawPack bool) Location {
 	off, n := binary.Uvarint(v)
 	if n <= 0 {
 		return Location{}
@@ -285,25 +288,39 @@ func decodeLoc(v []byte) Location {
 	if m <= 0 || len(v) == n+m {
 		return Location{}
 	}
+	id := v[n+m:]
+	if rawPack {
+		if len(id) != rawPackLen {
+			return Location{}
+		}
+		return Location{Pack: hex.EncodeToString(id), Offset: int64(off), Length: int64(length)}
+	}
 	// string copies the id out of the mmap.
-	return Location{Pack: string(v[n+m:]), Offset: int64(off), Length: int64(length)}
+	return Location{Pack: string(id), Offset: int64(off), Length: int64(length)}
 }
 
-func putFile(b *bolt.Bucket, k []byte, e fileEntry) error {
-	n := 9
-	if !e.loc.IsZero() {
-		n += 2*binary.MaxVarintLen64 + len(e.loc.Pack)
-	}
-	buf := make([]byte, 9, n)
-	binary.BigEndian.PutUint64(buf, uint64(e.refs))
-	buf[8] = e.flags
+// rawPackLen is the stored length of a pack id of 32 lower-case hex digits.
+const rawPackLen = 16
+
+func encodeFile(e fileEntry) []byte {
+	buf := make([]byte, 1, 1+4*binary.MaxVarintLen64+len(e.loc.Pack))
+	buf[0] = e.flags | flagEntryV2
+	buf = binary.AppendUvarint(buf, uint64(e.refs))
+	buf = binary.AppendUvarint(buf, e.ord)
 	if !e.loc.IsZero() {
 		buf = binary.AppendUvarint(buf, uint64(e.loc.Offset))
 		buf = binary.AppendUvarint(buf, uint64(e.loc.Length))
-		buf = append(buf, e.loc.Pack...)
+		if id := e.loc.Pack; len(id) == 2*rawPackLen && isLowerHex(id) {
+			buf[0] |= flagRawPack
+			buf, _ = hex.AppendDecode(buf, []byte(id)) // isLowerHex: cannot fail
+		} else {
+			buf = append(buf, id...)
+		}
 	}
-	return b.Put(k, buf)
+	return buf
 }
+
+func putFile(b *bolt.Bucket, k []byte, e fileEntry) error { return b.Put(k, encodeFile(e)) }
 
 // Tombstone implements FileIndex.
 func (s *Bolt) Tombstone(ctx context.Context, d digest.Digest) (bool, error) {
@@ -372,6 +389,12 @@ func deleteFileTx(tx *bolt.Tx, k []byte, settled bool) (revived bool, err error)
 			return false, err
 		}
 		if err := tx.Bucket(bktZero).Delete(k); err != nil {
+			return false, err
+		}
+		// The ordinal goes with the entry. Tombstoned means refs 0 (a new
+		// reference clears the flag), so no layer list names it; a file
+		// added again gets a new one.
+		if err := dropOrdinal(tx.Bucket(bktOrdinals), k, e.ord); err != nil {
 			return false, err
 		}
 		// The file leaves its pack with its entry: Live counts entries.
