@@ -109,6 +109,8 @@ type compressor struct {
 	// sink, when set, takes each block's tokens in place of writing the
 	// block (SearchStretch).
 	sink func([]token) error
+	// follow, when set, supplies known tokens (CompressFollowing).
+	follow *follower
 	// keepTokens writes no stored block, so the stream keeps every token
 	// (Writer.KeepTokens).
 	keepTokens bool
@@ -448,6 +450,16 @@ Loop:
 					d.tokens = d.tokens[:0]
 				}
 				break Loop
+			}
+		}
+		if d.follow != nil {
+			took, err := d.followStep()
+			if err != nil {
+				d.err = err
+				return
+			}
+			if took {
+				continue
 			}
 		}
 		if d.index < d.maxInsertIndex {
