@@ -40,6 +40,7 @@ func runParse(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	procs := fs.Int("procs", 1, "GOMAXPROCS while measuring (the dataset build uses every core)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
 	plan := fs.Bool("plan", false, "instead, plan each compress/flate level-6 layer's rebuild from its files' own parses and searched stretches, prove it and time it")
+	cross := fs.Bool("cross", false, "with --plan, also copy the tokens an earlier layer had for the same tar entry or file")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measurement to `FILE`")
 	minCopy := fs.Int64("min-copy", 4<<10, "with --plan, the least `BYTES` a copied stretch covers")
 	if err := fs.Parse(args); err != nil {
@@ -95,7 +96,7 @@ func runParse(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer pprof.StopCPUProfile()
 	}
 	if *plan {
-		return runPlan(ctx, layers, *minCopy, stdout, stderr)
+		return runPlan(ctx, layers, parsebench.PlanOptions{Log: stderr, MinCopy: *minCopy, CrossLayer: *cross}, stdout)
 	}
 	res, err := parsebench.Measure(ctx, layers, parsebench.Options{Log: stderr})
 	if err != nil {
@@ -108,14 +109,14 @@ func runParse(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 // runPlan measures rebuild plans of the level-6 layers (parsebench.MeasurePlan).
-func runPlan(ctx context.Context, layers []parsebench.Layer, minCopy int64, stdout, stderr io.Writer) error {
+func runPlan(ctx context.Context, layers []parsebench.Layer, opts parsebench.PlanOptions, stdout io.Writer) error {
 	var l6 []parsebench.Layer
 	for _, l := range layers {
 		if l.Group == groupStdlib6 {
 			l6 = append(l6, l)
 		}
 	}
-	r, err := parsebench.MeasurePlan(ctx, l6, parsebench.PlanOptions{Log: stderr, MinCopy: minCopy})
+	r, err := parsebench.MeasurePlan(ctx, l6, opts)
 	if err != nil {
 		return fmt.Errorf("parse: %w", err)
 	}
