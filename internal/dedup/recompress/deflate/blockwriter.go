@@ -1,7 +1,6 @@
 package deflate
 
 import (
-	"encoding/binary"
 	"fmt"
 	"io"
 )
@@ -170,56 +169,8 @@ func (bw *BlockWriter) codes(tokens []Token) (numLiterals, numOffsets, numCodege
 	return numLiterals, numOffsets, numCodegens
 }
 
-// writeTokens writes tokens and the end-of-block code, as
-// huffmanBitWriter.writeTokens does but with the bit buffer in registers:
-// it is flushed 4 bytes at a time, so that a length or a distance (code
-// and extra bits, at most 20 and 28 bits) fits without a check between.
+// writeTokens writes tokens and the end-of-block code.
 func (bw *BlockWriter) writeTokens(tokens []Token, leCodes, oeCodes []hcode) {
-	w := bw.w
-	if w.err != nil {
-		return
-	}
-	le := leCodes[:maxNumLit]
-	oe := oeCodes[:offsetCodeCount]
-	bits, nbits, n := w.bits, w.nbits, w.nbytes
-	for _, t := range tokens {
-		if t < matchType {
-			c := le[byte(t)]
-			bits |= uint64(c.code) << nbits
-			nbits += uint(c.len)
-		} else {
-			xl := uint32(uint8(t >> lengthShift))
-			lc := lengthCodes[xl]
-			c := le[lc+lengthCodesStart]
-			bits |= uint64(c.code) << nbits
-			nbits += uint(c.len)
-			bits |= uint64(xl-lengthBase[lc]) << nbits
-			nbits += uint(lengthExtraBits[lc])
-			if nbits >= 32 {
-				binary.LittleEndian.PutUint32(w.bytes[n:], uint32(bits))
-				bits >>= 32
-				nbits -= 32
-				n += 4
-			}
-			off := uint32(t) & offsetMask
-			oc := offsetCode(off)
-			c = oe[oc]
-			bits |= uint64(c.code) << nbits
-			nbits += uint(c.len)
-			bits |= uint64(off-offsetBase[oc]) << nbits
-			nbits += uint(offsetExtraBits[oc])
-		}
-		if nbits >= 32 {
-			binary.LittleEndian.PutUint32(w.bytes[n:], uint32(bits))
-			bits >>= 32
-			nbits -= 32
-			n += 4
-		}
-		if n >= bufferFlushSize {
-			w.write(w.bytes[:n])
-			n = 0
-		}
-	}
-	w.bits, w.nbits, w.nbytes = bits, nbits, n
-	w.writeCode(le[endBlockMarker])
+	bw.w.writeTokens(internalTokens(tokens), leCodes, oeCodes)
+	bw.w.writeCode(leCodes[endBlockMarker])
 }
