@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cairn-registry/cairn/internal/config"
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/middleware"
@@ -75,7 +76,7 @@ func newRedirector(ctx context.Context, cfg *config.Config, d driver.Driver) (r 
 		return nil, "the " + d.Name() + " driver serves blobs itself", nil, nil
 	}
 	// Signing is local; a driver that cannot sign says so at once.
-	if _, err := s.SignedURL(ctx, "/docker/registry/v2/blobs", redirectExpiry); errors.Is(err, errors.ErrUnsupported) {
+	if _, err := s.SignedURL(ctx, layout.BlobsDir, redirectExpiry); errors.Is(err, errors.ErrUnsupported) {
 		return nil, err.Error(), nil, nil
 	}
 	return signedURLs{s: s, expiry: redirectExpiry}, fmt.Sprintf("%s URLs signed for %s", d.Name(), redirectExpiry), nil, nil

@@ -26,7 +26,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/cairn-registry/cairn/internal/dedup/cache"
+	"github.com/cairn-registry/cairn/internal/arc"
 )
 
 // Observer counts lookups (metrics.Metrics.CacheLookup implements it).
@@ -49,7 +49,7 @@ type Memory struct {
 	observe Observer
 
 	mu  sync.Mutex
-	arc *cache.ARC[memEntry]
+	arc *arc.Cache[memEntry]
 	// repos lists the repositories each digest has an entry for, so that
 	// ForgetBlobs finds them without a scan; kept in step by evicted.
 	repos map[digest.Digest][]string
@@ -71,7 +71,7 @@ func NewMemory(entries int, ttl time.Duration, observe Observer) *Memory {
 		capacity = unbounded
 	}
 	m := &Memory{ttl: ttl, observe: observe, repos: make(map[digest.Digest][]string)}
-	m.arc = cache.NewARC[memEntry](capacity, m.evicted)
+	m.arc = arc.New[memEntry](capacity, m.evicted)
 	return m
 }
 

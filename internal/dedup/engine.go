@@ -21,9 +21,9 @@ import (
 	"github.com/cairn-registry/cairn/internal/dedup/cache"
 	"github.com/cairn-registry/cairn/internal/dedup/pack"
 	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/manifest"
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/parallel"
-	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/task"
 )
@@ -425,7 +425,7 @@ type intakeJob struct {
 
 // ManifestPushed implements registry.Observer: it records the image's
 // layers (ILmap) and queues them for dedup, without blocking the push.
-func (w *Worker) ManifestPushed(_ context.Context, repo string, m *registry.Manifest) {
+func (w *Worker) ManifestPushed(_ context.Context, repo string, m *manifest.Manifest) {
 	if w.meta == nil || w.runner == nil {
 		return
 	}
@@ -549,7 +549,7 @@ var layerTypes = map[string]bool{
 
 // imageLayers returns the dedupable layers an image manifest names; ok is
 // false for anything else (indexes, artifacts without such layers).
-func imageLayers(m *registry.Manifest) ([]digest.Digest, bool) {
+func imageLayers(m *manifest.Manifest) ([]digest.Digest, bool) {
 	var out []digest.Digest
 	for _, l := range m.Layers {
 		if layerTypes[l.MediaType] && l.Digest.Validate() == nil {
@@ -630,7 +630,7 @@ func (w *Worker) RunAll(ctx context.Context, opts RunOptions) (*RunStats, error)
 		if err != nil {
 			return err
 		}
-		m, err := registry.ParseManifest(md, content)
+		m, err := manifest.Parse(md, content)
 		if err != nil {
 			return nil
 		}

@@ -12,8 +12,8 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/manifest"
 	"github.com/cairn-registry/cairn/internal/meta"
-	"github.com/cairn-registry/cairn/internal/registry"
 )
 
 func TestParseMode(t *testing.T) {
@@ -122,7 +122,7 @@ func TestImageLayers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []digest.Digest
 			ok := false
-			if m, err := registry.ParseManifest(digest.FromBytes(tc.content), tc.content); err == nil {
+			if m, err := manifest.Parse(digest.FromBytes(tc.content), tc.content); err == nil {
 				got, ok = imageLayers(m)
 			}
 			if ok != (len(tc.want) > 0) || !slices.Equal(got, tc.want) {
@@ -158,14 +158,14 @@ func TestManifestPushed(t *testing.T) {
 	index := []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"` + string(ls[0].digest()) + `","size":1}]}`)
 	indexDigest := digest.FromBytes(index)
 	v.eng.ManifestPushed(context.Background(), "dedup/app", parsed(t, indexDigest, index))
-	off := manifest(t, false, cfg, []tlayer{ls[2]})
+	off := imageManifest(t, false, cfg, []tlayer{ls[2]})
 	v.eng.ManifestPushed(context.Background(), "other/app", parsed(t, digest.FromBytes(off), off))
-	art := manifest(t, false, cfg, []tlayer{artifact})
+	art := imageManifest(t, false, cfg, []tlayer{artifact})
 	v.eng.ManifestPushed(context.Background(), "dedup/art", parsed(t, digest.FromBytes(art), art))
 
-	docker := manifest(t, true, cfg, []tlayer{ls[0]})
+	docker := imageManifest(t, true, cfg, []tlayer{ls[0]})
 	v.eng.ManifestPushed(context.Background(), "dedup/app", parsed(t, digest.FromBytes(docker), docker))
-	oci := manifest(t, false, cfg, []tlayer{ls[1]})
+	oci := imageManifest(t, false, cfg, []tlayer{ls[1]})
 	v.eng.ManifestPushed(context.Background(), "keep/app", parsed(t, digest.FromBytes(oci), oci))
 
 	wait := func(l tlayer, want meta.LayerState) {
@@ -201,7 +201,7 @@ func TestManifestPushed(t *testing.T) {
 
 	// The same image pushed to a full-mode repository: its index-mode
 	// layer gets the stronger mode.
-	again := manifest(t, false, cfg, []tlayer{ls[1]})
+	again := imageManifest(t, false, cfg, []tlayer{ls[1]})
 	v.eng.ManifestPushed(context.Background(), "dedup/other", parsed(t, digest.FromBytes(again), again))
 	wait(ls[1], meta.StateDeduplicated)
 	v.wantBlob(ls[1].blob)
@@ -224,7 +224,7 @@ func TestSelectivePromoteOnPulls(t *testing.T) {
 	l := sharedLayers(t)[1]
 	d := v.put(l.blob)
 	v.eng.Start(ctx)
-	m := manifest(t, false, d, []tlayer{l})
+	m := imageManifest(t, false, d, []tlayer{l})
 	v.eng.ManifestPushed(context.Background(), "app", parsed(t, digest.FromBytes(m), m))
 	eventually(t, "deduplication", func() bool {
 		_, st := v.state(d)
@@ -251,7 +251,7 @@ func TestRunAllProgress(t *testing.T) {
 		for _, l := range pair {
 			v.put(l.blob)
 		}
-		m := manifest(t, false, digest.FromString("cfg"), pair)
+		m := imageManifest(t, false, digest.FromString("cfg"), pair)
 		md := v.put(m)
 		repo := fmt.Sprintf("run/img%d", i)
 		if err := v.d.PutContent(ctx, layout.RevisionLink(repo, md), []byte(md)); err != nil {

@@ -23,8 +23,8 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/dedup/pack"
 	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/manifest"
 	"github.com/cairn-registry/cairn/internal/meta"
-	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
 	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
@@ -458,8 +458,8 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // with a message, rather than let the binary panic with every stack.
 const hangMargin = 10 * time.Second
 
-// manifest returns an image manifest naming config and layers.
-func manifest(t testing.TB, docker bool, config digest.Digest, layers []tlayer) []byte {
+// imageManifest returns an image manifest naming config and layers.
+func imageManifest(t testing.TB, docker bool, config digest.Digest, layers []tlayer) []byte {
 	t.Helper()
 	type desc struct {
 		MediaType string        `json:"mediaType"`
@@ -488,9 +488,9 @@ func manifest(t testing.TB, docker bool, config digest.Digest, layers []tlayer) 
 }
 
 // parsed parses manifest content as the registry hands it to the engine.
-func parsed(t testing.TB, d digest.Digest, content []byte) *registry.Manifest {
+func parsed(t testing.TB, d digest.Digest, content []byte) *manifest.Manifest {
 	t.Helper()
-	m, err := registry.ParseManifest(d, content)
+	m, err := manifest.Parse(d, content)
 	if err != nil {
 		t.Fatal(err)
 	}

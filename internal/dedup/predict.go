@@ -10,8 +10,8 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/manifest"
 	"github.com/cairn-registry/cairn/internal/meta"
-	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/task"
 )
@@ -49,7 +49,7 @@ type predictJob struct {
 }
 
 // ManifestPulled implements registry.Observer.
-func (p *Predictor) ManifestPulled(_ context.Context, client string, m *registry.Manifest) {
+func (p *Predictor) ManifestPulled(_ context.Context, client string, m *manifest.Manifest) {
 	if p.meta == nil {
 		return
 	}

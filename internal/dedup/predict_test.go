@@ -31,7 +31,7 @@ func TestPredictWarmsCaches(t *testing.T) {
 	v.process(dd, ModeFull, outDeduplicated)
 	v.eng.Start(ctx)
 
-	m := manifest(t, false, dd, ls[:2])
+	m := imageManifest(t, false, dd, ls[:2])
 	v.eng.ManifestPulled(ctx, "10.0.0.1", parsed(t, digest.FromBytes(m), m))
 	eventually(t, "prediction", func() bool {
 		return v.eng.disk.Contains(string(dd)) && v.eng.CachedBlob(intact, 0) != nil
@@ -109,7 +109,7 @@ func TestPredictTargets(t *testing.T) {
 			v.eng.Start(ctx)
 			// Targets are warmed in manifest order: once the second layer is
 			// cached, the first one was warmed or skipped.
-			m := manifest(t, false, first, []tlayer{ls[0], ls[2]})
+			m := imageManifest(t, false, first, []tlayer{ls[0], ls[2]})
 			v.eng.ManifestPulled(ctx, "ci", parsed(t, digest.FromBytes(m), m))
 			eventually(t, "the second layer warmed", func() bool { return v.eng.disk.Contains(string(second)) })
 			want := 1
@@ -139,7 +139,7 @@ func TestPredictOff(t *testing.T) {
 	d := v.put(l.blob)
 	v.process(d, ModeFull, outDeduplicated)
 	v.eng.Start(ctx)
-	m := manifest(t, false, d, []tlayer{l})
+	m := imageManifest(t, false, d, []tlayer{l})
 	v.eng.ManifestPulled(ctx, "c", parsed(t, digest.FromBytes(m), m))
 	v.eng.BlobPulled(ctx, "c", d)
 	if v.m.lookup(CachePreconstruct+"_predicted/miss") != 1 {

@@ -3,6 +3,7 @@ package dedup
 import (
 	"time"
 
+	"github.com/cairn-registry/cairn/internal/arc"
 	"github.com/cairn-registry/cairn/internal/iocount"
 	"github.com/cairn-registry/cairn/internal/layout"
 
@@ -16,7 +17,6 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/cairn-registry/cairn/internal/dedup/cache"
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
 	"github.com/cairn-registry/cairn/internal/dedup/pack"
 	"github.com/cairn-registry/cairn/internal/dedup/recompress"
@@ -389,11 +389,11 @@ func (s *skipWriter) Write(p []byte) (int, error) {
 // recipeCache keeps parsed recipes, bounded by their file sizes.
 type recipeCache struct {
 	mu  sync.Mutex
-	arc *cache.ARC[*Recipe]
+	arc *arc.Cache[*Recipe]
 }
 
 func newRecipeCache(capacity int64) *recipeCache {
-	return &recipeCache{arc: cache.NewARC[*Recipe](capacity, nil)}
+	return &recipeCache{arc: arc.New[*Recipe](capacity, nil)}
 }
 
 func (c *recipeCache) get(d digest.Digest) (*Recipe, bool) {

@@ -137,8 +137,8 @@ func TestRestoreOnly(t *testing.T) {
 	}
 	defer ro.Close()
 	ro.Start(context.Background())
-	ro.ManifestPushed(context.Background(), "repo", parsed(t, d, manifest(t, false, d, []tlayer{l})))
-	ro.ManifestPulled(context.Background(), "c", parsed(t, d, manifest(t, false, d, []tlayer{l})))
+	ro.ManifestPushed(context.Background(), "repo", parsed(t, d, imageManifest(t, false, d, []tlayer{l})))
+	ro.ManifestPulled(context.Background(), "c", parsed(t, d, imageManifest(t, false, d, []tlayer{l})))
 	ro.BlobPulled(context.Background(), "c", d)
 	rc, err := ro.OpenBlob(context.Background(), d, 0)
 	if err != nil {

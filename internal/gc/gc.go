@@ -116,6 +116,7 @@ import (
 	"time"
 
 	"github.com/cairn-registry/cairn/internal/digestkey"
+	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/parallel"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -408,7 +409,7 @@ func (c *collector) run(ctx context.Context) (rep *Report, err error) {
 		c.rep.Deleted.BytesFreed += c.rep.Packs.BytesFreed
 	}
 	if err := c.sweepTmp(ctx); err != nil {
-		return nil, fmt.Errorf("gc: sweep cairn/tmp: %w", err)
+		return nil, fmt.Errorf("gc: sweep %s: %w", layout.TmpDir, err)
 	}
 	if err := c.sweepTemp(ctx); err != nil {
 		return nil, fmt.Errorf("gc: sweep temporary files: %w", err)

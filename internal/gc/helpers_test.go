@@ -14,6 +14,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/manifest"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
@@ -191,7 +192,7 @@ func (f *fixture) pull(repo, ref string) {
 	if err != nil {
 		f.t.Fatalf("pull %s:%s: %v", repo, ref, err)
 	}
-	refs, _, err := registry.ParseManifestRefs(m.Content)
+	refs, _, err := manifest.ParseRefs(m.Content)
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/fence"
 	"github.com/cairn-registry/cairn/internal/layout"
-	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/cairn-registry/cairn/internal/manifest"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -225,7 +225,7 @@ func (c *collector) revive(ctx context.Context, rs *repoState, i int) {
 	if r.flags&(fMissing|fBad) == 0 {
 		p := string(layout.AppendBlobData(nil, r.key.Alg(), c.hexOf(r.key)))
 		b, err := c.getContent(ctx, p)
-		refs, _, perr := registry.ParseManifestRefs(b)
+		refs, _, perr := manifest.ParseRefs(b)
 		switch {
 		case err != nil && !errors.Is(err, driver.ErrNotFound):
 			if c.blobSweepOff == "" {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/digestkey"
 	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/manifest"
 	"github.com/cairn-registry/cairn/internal/parallel"
-	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -355,7 +355,7 @@ func (c *collector) readManifests(ctx context.Context, rs *repoState) ([]manifes
 			info.flags |= fUnreadable
 			return
 		}
-		refs, bad, err := registry.ParseManifestRefs(b)
+		refs, bad, err := manifest.ParseRefs(b)
 		if err != nil {
 			c.problem(ProblemBadManifest, string(p))
 			info.flags |= fBad
@@ -390,7 +390,7 @@ func (c *collector) readManifests(ctx context.Context, rs *repoState) ([]manifes
 
 // fillInfo turns a manifest's references into keys: children that are
 // revisions of the repository become edges, anything else is a blob.
-func (c *collector) fillInfo(rs *repoState, info *manifestInfo, refs registry.ManifestRefs, p string) {
+func (c *collector) fillInfo(rs *repoState, info *manifestInfo, refs manifest.Refs, p string) {
 	for _, d := range refs.Blobs {
 		if k, ok := c.keys.Of(d); ok {
 			info.blobs = append(info.blobs, k)

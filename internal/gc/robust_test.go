@@ -10,7 +10,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/fence"
 	"github.com/cairn-registry/cairn/internal/layout"
-	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/cairn-registry/cairn/internal/manifest"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
 )
@@ -186,7 +186,7 @@ func TestDistributionTree(t *testing.T) {
 func TestJournalRecordProtects(t *testing.T) {
 	f := newFixture(t)
 	w := buildWorld(f)
-	refs, _, _ := registry.ParseManifestRefs(mustGet(f, "a", w.moved.Digest))
+	refs, _, _ := manifest.ParseRefs(mustGet(f, "a", w.moved.Digest))
 	rec := &fence.Record{Repo: "a", Manifest: true, Digest: w.moved.Digest, Tags: []string{"v9"}, Blobs: refs.Blobs}
 	recPath := layout.JournalRecord(rec.Repo, rec.Manifest, rec.Digest, "inflight")
 	f.write(recPath, `{"tags":["v9"],"blobs":["`+string(refs.Blobs[0])+`","`+string(refs.Blobs[1])+`","`+string(refs.Blobs[2])+`"]}`)

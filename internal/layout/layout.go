@@ -27,6 +27,12 @@
 //	    unsynced/<epoch>/<alg>-<hex>/<nonce>                   UnsyncedMarker: a blob not yet synced (package registry)
 //	    ui/history.json                                        UIHistory: the web page's storage story over time (package webui)
 //
+// A repository's directories are named by constants (LayersSubdir,
+// ManifestsSubdir, ReferrersSubdir, UploadsSubdir, RepoCairnSubdir), each
+// starting with '_', which no repository name component may; listings are
+// split by ParseRepoPath (links, as EntryKind) and SplitRepoDir
+// (directories).
+//
 // Paths are built by plain concatenation: GC builds hundreds of millions of
 // them, and a generic path builder costs microseconds each. The Append
 // forms append to a buffer without allocating. Callers pass validated
@@ -94,27 +100,59 @@ func appendFanned(b []byte, alg, hex string) []byte {
 // Repo is repository repo's directory.
 func Repo(repo string) string { return RepositoriesDir + "/" + repo }
 
+// The directories of a repository, one per kind of entry. Each starts
+// with '_', which no component of a repository name may: a listing tells
+// where a repository's name ends by it.
+const (
+	LayersSubdir    = "_layers"    // blob links
+	ManifestsSubdir = "_manifests" // revision and tag links
+	ReferrersSubdir = "_referrers" // the referrers index (cairn)
+	UploadsSubdir   = "_uploads"   // upload sessions
+	RepoCairnSubdir = "_cairn"     // cairn's own files of the repository
+)
+
+// SplitRepoDir splits a directory a listing of RepositoriesDir returns
+// whose last component starts with '_' into the repository and that
+// component (LayersSubdir, ManifestsSubdir, ...); ok is false for any
+// other path. repo is "" for such a directory right below
+// RepositoriesDir, which belongs to no repository.
+func SplitRepoDir(p string) (repo, subdir string, ok bool) {
+	rest, found := strings.CutPrefix(p, RepositoriesDir+"/")
+	if !found {
+		return "", "", false
+	}
+	i := strings.LastIndexByte(rest, '/')
+	repo, subdir = rest[:max(i, 0)], rest[i+1:]
+	if !strings.HasPrefix(subdir, "_") {
+		return "", "", false
+	}
+	return repo, subdir, true
+}
+
 // RepoPulls holds repo's pulls by tag (package retention's record).
-func RepoPulls(repo string) string { return Repo(repo) + "/_cairn/pulls.json" }
+func RepoPulls(repo string) string { return Repo(repo) + "/" + RepoCairnSubdir + "/pulls.json" }
 
 // LayerLinkDir is the directory of repo's link to blob d.
 func LayerLinkDir(repo string, d digest.Digest) string {
-	return Repo(repo) + "/_layers/" + string(d.Algorithm()) + "/" + d.Encoded()
+	return Repo(repo) + "/" + LayersSubdir + "/" + string(d.Algorithm()) + "/" + d.Encoded()
 }
 
 // LayerLink links blob d into repo.
 func LayerLink(repo string, d digest.Digest) string { return LayerLinkDir(repo, d) + "/link" }
 
+// ManifestsDir holds repo's revision and tag links.
+func ManifestsDir(repo string) string { return Repo(repo) + "/" + ManifestsSubdir }
+
 // RevisionDir is the directory of manifest d's revision link in repo.
 func RevisionDir(repo string, d digest.Digest) string {
-	return Repo(repo) + "/_manifests/revisions/" + string(d.Algorithm()) + "/" + d.Encoded()
+	return ManifestsDir(repo) + "/revisions/" + string(d.Algorithm()) + "/" + d.Encoded()
 }
 
 // RevisionLink makes manifest d a revision of repo.
 func RevisionLink(repo string, d digest.Digest) string { return RevisionDir(repo, d) + "/link" }
 
 // TagsDir holds repo's tags.
-func TagsDir(repo string) string { return Repo(repo) + "/_manifests/tags" }
+func TagsDir(repo string) string { return ManifestsDir(repo) + "/tags" }
 
 // TagDir is tag's directory.
 func TagDir(repo, tag string) string { return TagsDir(repo) + "/" + tag }
@@ -138,7 +176,7 @@ func DigestLink(alg, hex string) string { return alg + "/" + hex + "/link" }
 // ReferrersDir holds one link per manifest of repo whose subject is d: the
 // referrers index, cairn's addition (distribution has none).
 func ReferrersDir(repo string, subject digest.Digest) string {
-	return Repo(repo) + "/_referrers/" + string(subject.Algorithm()) + "/" + subject.Encoded()
+	return Repo(repo) + "/" + ReferrersSubdir + "/" + string(subject.Algorithm()) + "/" + subject.Encoded()
 }
 
 // ReferrerLink lists manifest d among subject's referrers in repo.
@@ -149,21 +187,21 @@ func ReferrerLink(repo string, subject, d digest.Digest) string {
 // AppendRevisionLink appends the revision link of manifest alg:hex in repo.
 func AppendRevisionLink(b []byte, repo, alg, hex string) []byte {
 	b = appendRepo(b, repo)
-	b = append(b, "/_manifests/revisions/"...)
+	b = append(b, "/"+ManifestsSubdir+"/revisions/"...)
 	return appendDigestLink(b, alg, hex)
 }
 
 // AppendLayerLink appends the _layers link of blob alg:hex in repo.
 func AppendLayerLink(b []byte, repo, alg, hex string) []byte {
 	b = appendRepo(b, repo)
-	b = append(b, "/_layers/"...)
+	b = append(b, "/"+LayersSubdir+"/"...)
 	return appendDigestLink(b, alg, hex)
 }
 
 // AppendTagIndexLink appends tag's index entry for manifest alg:hex.
 func AppendTagIndexLink(b []byte, repo, tag, alg, hex string) []byte {
 	b = appendRepo(b, repo)
-	b = append(b, "/_manifests/tags/"...)
+	b = append(b, "/"+ManifestsSubdir+"/tags/"...)
 	b = append(b, tag...)
 	b = append(b, "/index/"...)
 	return appendDigestLink(b, alg, hex)
@@ -173,7 +211,7 @@ func AppendTagIndexLink(b []byte, repo, tag, alg, hex string) []byte {
 // under its subject subjAlg:subjHex.
 func AppendReferrerLink(b []byte, repo, subjAlg, subjHex, alg, hex string) []byte {
 	b = appendRepo(b, repo)
-	b = append(b, "/_referrers/"...)
+	b = append(b, "/"+ReferrersSubdir+"/"...)
 	b = append(b, subjAlg...)
 	b = append(b, '/')
 	b = append(b, subjHex...)
@@ -194,7 +232,7 @@ func appendDigestLink(b []byte, alg, hex string) []byte {
 }
 
 // UploadsDir holds repo's upload sessions.
-func UploadsDir(repo string) string { return Repo(repo) + "/_uploads" }
+func UploadsDir(repo string) string { return Repo(repo) + "/" + UploadsSubdir }
 
 // UploadDir is upload session id of repo.
 func UploadDir(repo, id string) string { return UploadsDir(repo) + "/" + id }
@@ -371,15 +409,19 @@ const (
 	EntryTagIndex                      // <repo>/_manifests/tags/<tag>/index/<alg>/<hex>/link
 	EntryUploads                       // <repo>/_uploads (the directory)
 	EntryReferrers                     // <repo>/_referrers (the directory)
+	EntryReferrerLink                  // <repo>/_referrers/<subject alg>/<subject hex>/<alg>/<hex>/link
 )
 
 // RepoEntry is a path below RepositoriesDir split into its parts. The
-// strings are slices of the path; Alg and Hex are as found, not validated.
+// strings are slices of the path; Alg and Hex (and a referrer link's
+// subject) are as found, not validated.
 type RepoEntry struct {
 	Kind     EntryKind
 	Repo     string
 	Tag      string
 	Alg, Hex string
+	// SubjectAlg and SubjectHex are a referrer link's subject.
+	SubjectAlg, SubjectHex string
 }
 
 // ParseRepoPath splits a path from a listing of RepositoriesDir. A file
@@ -399,21 +441,35 @@ func ParseRepoPath(p string) RepoEntry {
 	}
 	e := RepoEntry{Repo: rest[:i]}
 	rest = rest[i+1:]
+	const (
+		layers    = LayersSubdir + "/"
+		revisions = ManifestsSubdir + "/revisions/"
+		tags      = ManifestsSubdir + "/tags/"
+		referrers = ReferrersSubdir + "/"
+	)
 	switch {
-	case rest == "_uploads":
+	case rest == UploadsSubdir:
 		e.Kind = EntryUploads
-	case rest == "_referrers":
+	case rest == ReferrersSubdir:
 		e.Kind = EntryReferrers
-	case strings.HasPrefix(rest, "_layers/"):
-		if alg, hex, ok := digestLink(rest[len("_layers/"):]); ok {
+	case strings.HasPrefix(rest, layers):
+		if alg, hex, ok := digestLink(rest[len(layers):]); ok {
 			e.Kind, e.Alg, e.Hex = EntryLayerLink, alg, hex
 		}
-	case strings.HasPrefix(rest, "_manifests/revisions/"):
-		if alg, hex, ok := digestLink(rest[len("_manifests/revisions/"):]); ok {
+	case strings.HasPrefix(rest, revisions):
+		if alg, hex, ok := digestLink(rest[len(revisions):]); ok {
 			e.Kind, e.Alg, e.Hex = EntryRevisionLink, alg, hex
 		}
-	case strings.HasPrefix(rest, "_manifests/tags/"):
-		rest = rest[len("_manifests/tags/"):]
+	case strings.HasPrefix(rest, referrers):
+		// <subject alg>/<subject hex>/<alg>/<hex>/link
+		rest = rest[len(referrers):]
+		salg, rest, ok1 := strings.Cut(rest, "/")
+		shex, rest, ok2 := strings.Cut(rest, "/")
+		if alg, hex, ok := digestLink(rest); ok && ok1 && ok2 && salg != "" && shex != "" {
+			e.Kind, e.SubjectAlg, e.SubjectHex, e.Alg, e.Hex = EntryReferrerLink, salg, shex, alg, hex
+		}
+	case strings.HasPrefix(rest, tags):
+		rest = rest[len(tags):]
 		j := strings.IndexByte(rest, '/')
 		if j <= 0 {
 			break

@@ -16,7 +16,8 @@ func FuzzParseRepoPath(f *testing.F) {
 	for _, s := range []string{
 		LayerLink("a/b", d), RevisionLink("a", d), TagCurrentLink("a/b/c", "_x.y"),
 		TagIndexLink("a", "v1", d), UploadsDir("a"), Repo("a") + "/_referrers",
-		ReferrerLink("a", d, d), UploadHead("a", "u"), BlobData(d), BlobRecipe(d), File(d),
+		ReferrerLink("a", d, d), Repo("a") + "/_referrers/sha256/x/y/z/link", Repo("a") + "/_referrers//x/y/z/link",
+		UploadHead("a", "u"), BlobData(d), BlobRecipe(d), File(d),
 		Repo("a") + "/_layers/x/link", Repo("a") + "/_manifests/tags//current/link",
 		Repo("a") + "/_manifests/revisions/sha256/" + d.Encoded() + "/signatures/x/link",
 		Repo("") + "/_uploads", Repo("/a") + "/_uploads", Repo("_") + "/_uploads", BlobsDir + "/sha256/ab/ab/data",
@@ -29,7 +30,7 @@ func FuzzParseRepoPath(f *testing.F) {
 		var rebuilt string
 		switch e.Kind {
 		case EntryOther:
-			if e.Tag != "" || e.Alg != "" || e.Hex != "" {
+			if e.Tag != "" || e.Alg != "" || e.Hex != "" || e.SubjectAlg != "" || e.SubjectHex != "" {
 				t.Fatalf("ParseRepoPath(%q) = %+v: parts of an entry it did not recognise", p, e)
 			}
 		case EntryLayerLink:
@@ -46,9 +47,17 @@ func FuzzParseRepoPath(f *testing.F) {
 		case EntryUploads:
 			rebuilt = UploadsDir(e.Repo)
 		case EntryReferrers:
-			rebuilt = Repo(e.Repo) + "/_referrers"
+			rebuilt = Repo(e.Repo) + "/" + ReferrersSubdir
+		case EntryReferrerLink:
+			rebuilt = string(AppendReferrerLink(nil, e.Repo, e.SubjectAlg, e.SubjectHex, e.Alg, e.Hex))
 		default:
 			t.Fatalf("ParseRepoPath(%q): unknown kind %d", p, e.Kind)
+		}
+		if e.Kind != EntryReferrerLink && (e.SubjectAlg != "" || e.SubjectHex != "") {
+			t.Fatalf("ParseRepoPath(%q) = %+v: a subject outside a referrer link", p, e)
+		}
+		if r, sub, ok := SplitRepoDir(p); ok && (!strings.HasPrefix(sub, "_") || strings.Contains(sub, "/") || Repo(r)+"/"+sub != p && r != "") {
+			t.Fatalf("SplitRepoDir(%q) = %q %q", p, r, sub)
 		}
 		if e.Kind != EntryOther {
 			if e.Repo == "" || strings.Contains(e.Repo, "/_") || strings.HasPrefix(e.Repo, "_") {

@@ -27,20 +27,43 @@ func TestParseRepoPath(t *testing.T) {
 	d := digest.FromString("x")
 	hex := d.Encoded()
 	for p, want := range map[string]RepoEntry{
-		LayerLink("a/b", d):                     {Kind: EntryLayerLink, Repo: "a/b", Alg: "sha256", Hex: hex},
-		RevisionLink("a", d):                    {Kind: EntryRevisionLink, Repo: "a", Alg: "sha256", Hex: hex},
-		TagCurrentLink("a/b/c", "_x.y"):         {Kind: EntryTagCurrent, Repo: "a/b/c", Tag: "_x.y"},
-		TagIndexLink("a", "v1", d):              {Kind: EntryTagIndex, Repo: "a", Tag: "v1", Alg: "sha256", Hex: hex},
-		UploadsDir("a"):                         {Kind: EntryUploads, Repo: "a"},
-		Root + "/repositories/a/_referrers":     {Kind: EntryReferrers, Repo: "a"},
-		Root + "/repositories/a/_layers":        {Repo: "a"},
-		Root + "/repositories/a/_layers/x/link": {Repo: "a"},
+		LayerLink("a/b", d):                 {Kind: EntryLayerLink, Repo: "a/b", Alg: "sha256", Hex: hex},
+		RevisionLink("a", d):                {Kind: EntryRevisionLink, Repo: "a", Alg: "sha256", Hex: hex},
+		TagCurrentLink("a/b/c", "_x.y"):     {Kind: EntryTagCurrent, Repo: "a/b/c", Tag: "_x.y"},
+		TagIndexLink("a", "v1", d):          {Kind: EntryTagIndex, Repo: "a", Tag: "v1", Alg: "sha256", Hex: hex},
+		UploadsDir("a"):                     {Kind: EntryUploads, Repo: "a"},
+		Root + "/repositories/a/_referrers": {Kind: EntryReferrers, Repo: "a"},
+		ReferrerLink("a/b", digest.FromString("s"), d): {Kind: EntryReferrerLink, Repo: "a/b",
+			SubjectAlg: "sha256", SubjectHex: digest.FromString("s").Encoded(), Alg: "sha256", Hex: hex},
+		Root + "/repositories/a/_referrers/sha256/x/link":                                  {Repo: "a"},
+		Root + "/repositories/a/_referrers/sha256/x/y/z/w/link":                            {Repo: "a"},
+		Root + "/repositories/a/_layers":                                                   {Repo: "a"},
+		Root + "/repositories/a/_layers/x/link":                                            {Repo: "a"},
 		Root + "/repositories/a/_manifests/revisions/sha256/" + hex + "/signatures/x/link": {Repo: "a"},
-		Root + "/repositories/a": {},
-		Root + "/blobs/sha256":   {},
+		Root + "/repositories/a":                                                           {},
+		Root + "/blobs/sha256":                                                             {},
 	} {
 		if got := ParseRepoPath(p); got != want {
 			t.Errorf("%s: got %+v, want %+v", p, got, want)
+		}
+	}
+}
+
+func TestSplitRepoDir(t *testing.T) {
+	for _, c := range []struct {
+		p, repo, subdir string
+		ok              bool
+	}{
+		{ManifestsDir("a/b"), "a/b", ManifestsSubdir, true},
+		{UploadsDir("a"), "a", UploadsSubdir, true},
+		{RepositoriesDir + "/_x", "", "_x", true},
+		{Repo("a/b"), "", "", false},
+		{RepositoriesDir, "", "", false},
+		{BlobsDir + "/_x", "", "", false},
+	} {
+		repo, subdir, ok := SplitRepoDir(c.p)
+		if repo != c.repo || subdir != c.subdir || ok != c.ok {
+			t.Errorf("SplitRepoDir(%q) = %q %q %v, want %q %q %v", c.p, repo, subdir, ok, c.repo, c.subdir, c.ok)
 		}
 	}
 }

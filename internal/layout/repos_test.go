@@ -83,7 +83,7 @@ func TestWalkReposGroupsByRepository(t *testing.T) {
 	}
 	want := []walked{
 		{"a", []EntryKind{EntryLayerLink, EntryRevisionLink}},
-		{"a/b", []EntryKind{EntryLayerLink, EntryOther, EntryTagCurrent}},
+		{"a/b", []EntryKind{EntryLayerLink, EntryReferrerLink, EntryTagCurrent}},
 		{"c", []EntryKind{EntryTagCurrent}},
 	}
 	if len(got) != len(want) {

@@ -42,6 +42,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/manifest"
 	"github.com/cairn-registry/cairn/internal/registry"
 )
 
@@ -71,8 +72,8 @@ type Upstream struct {
 
 // Store is what the cache needs of the registry.
 type Store interface {
-	StatManifest(ctx context.Context, repo, ref string) (*registry.Manifest, error)
-	GetManifest(ctx context.Context, repo, ref string) (*registry.Manifest, error)
+	StatManifest(ctx context.Context, repo, ref string) (*manifest.Manifest, error)
+	GetManifest(ctx context.Context, repo, ref string) (*manifest.Manifest, error)
 	PutManifest(ctx context.Context, repo, ref, contentType string, content []byte, extraTags []string) (*registry.PutResult, error)
 	StatBlob(ctx context.Context, repo string, d digest.Digest) (registry.BlobInfo, error)
 	OpenBlob(ctx context.Context, d digest.Digest, info registry.BlobInfo, offset int64) (io.ReadCloser, error)
@@ -179,7 +180,7 @@ var ErrMirrored = fmt.Errorf("%w: the repository mirrors an upstream registry; p
 
 // Manifest answers a GET (head false) or HEAD of manifest ref in the
 // mirrored repo, from the cache or the upstream as the package doc tells.
-func (c *Cache) Manifest(ctx context.Context, repo, ref string, head bool) (*registry.Manifest, error) {
+func (c *Cache) Manifest(ctx context.Context, repo, ref string, head bool) (*manifest.Manifest, error) {
 	m, name, ok := c.route(repo)
 	if !ok {
 		return nil, fmt.Errorf("proxy: %s is not mirrored", repo)

@@ -3,9 +3,7 @@ package registry
 import (
 	"context"
 	"errors"
-	"path"
 	"slices"
-	"strings"
 
 	"github.com/cairn-registry/cairn/internal/layout"
 
@@ -14,21 +12,20 @@ import (
 
 // Repositories returns up to n repository names after last in lexical order
 // (n < 0: all), and whether more follow. A repository is a directory under
-// repositories/ holding _manifests, _layers or _uploads.
+// layout.RepositoriesDir holding manifests, layer links or uploads.
 func (r *Registry) Repositories(ctx context.Context, n int, last string) ([]string, bool, error) {
-	root := layout.RepositoriesDir
 	var names []string
-	err := r.d.Walk(ctx, root, func(fi driver.FileInfo) error {
+	err := r.d.Walk(ctx, layout.RepositoriesDir, func(fi driver.FileInfo) error {
 		if !fi.IsDir {
 			return nil
 		}
-		base := path.Base(fi.Path)
-		if !strings.HasPrefix(base, "_") {
-			return nil
+		repo, sub, ok := layout.SplitRepoDir(fi.Path)
+		if !ok {
+			return nil // a component of a repository name: go on down
 		}
-		repo := strings.TrimPrefix(path.Dir(fi.Path), root+"/")
-		if base == "_manifests" || base == "_layers" || base == "_uploads" {
-			if len(names) == 0 || names[len(names)-1] != repo {
+		switch sub {
+		case layout.ManifestsSubdir, layout.LayersSubdir, layout.UploadsSubdir:
+			if repo != "" && (len(names) == 0 || names[len(names)-1] != repo) {
 				names = append(names, repo)
 			}
 		}

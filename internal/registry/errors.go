@@ -3,6 +3,8 @@ package registry
 import (
 	"errors"
 	"fmt"
+
+	"github.com/cairn-registry/cairn/internal/manifest"
 )
 
 // Errors the registry returns, wrapped with detail. The server maps each to
@@ -16,7 +18,7 @@ var (
 	ErrUploadUnknown       = errors.New("blob upload unknown to registry")
 	ErrUploadInvalid       = errors.New("blob upload invalid")
 	ErrManifestUnknown     = errors.New("manifest unknown")
-	ErrManifestInvalid     = errors.New("manifest invalid")
+	ErrManifestInvalid     = manifest.ErrInvalid // what manifest.Parse fails with
 	ErrManifestBlobUnknown = errors.New("manifest references a blob unknown to the repository")
 	ErrManifestTooLarge    = errors.New("manifest too large")
 	ErrSizeInvalid         = errors.New("provided length did not match content length")

@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/opencontainers/go-digest"
+
+	"github.com/cairn-registry/cairn/internal/manifest"
 )
 
 // Observer learns what clients push and pull (dedup's worker and
@@ -12,8 +14,8 @@ import (
 // and before a blob GET from its first byte opens the blob. Calls must
 // return quickly: they run on the request path.
 type Observer interface {
-	ManifestPushed(ctx context.Context, repo string, m *Manifest)
-	ManifestPulled(ctx context.Context, client string, m *Manifest)
+	ManifestPushed(ctx context.Context, repo string, m *manifest.Manifest)
+	ManifestPulled(ctx context.Context, client string, m *manifest.Manifest)
 	BlobPulled(ctx context.Context, client string, d digest.Digest)
 }
 

@@ -3,43 +3,18 @@ package registry
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/opencontainers/go-digest"
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
 	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
 )
-
-func TestParseManifestRefs(t *testing.T) {
-	cfg, l1, child, sub := digest.FromString("c"), digest.FromString("l"), digest.FromString("m"), digest.FromString("s")
-	m := map[string]any{
-		"schemaVersion": 2,
-		"config":        ocispec.Descriptor{Digest: cfg},
-		"layers":        []ocispec.Descriptor{{Digest: l1}, {Digest: "sha256:bad"}},
-		"manifests":     []ocispec.Descriptor{{MediaType: ocispec.MediaTypeImageManifest, Digest: child}, {MediaType: "application/octet-stream", Digest: l1}},
-		"subject":       ocispec.Descriptor{Digest: sub},
-		"fsLayers":      []map[string]string{{"blobSum": string(l1)}},
-	}
-	b, _ := json.Marshal(m)
-	refs, bad, err := ParseManifestRefs(b)
-	if err != nil || bad != 1 {
-		t.Fatalf("bad %d, err %v", bad, err)
-	}
-	if len(refs.Blobs) != 4 || refs.Blobs[0] != cfg || len(refs.Manifests) != 1 || refs.Manifests[0] != child || refs.Subject != sub {
-		t.Errorf("refs %+v", refs)
-	}
-	if _, _, err := ParseManifestRefs([]byte("nope")); err == nil {
-		t.Error("garbage parsed")
-	}
-}
 
 // TestWritersWaitForFences: a push that finds a GC round's fence waits
 // until it is removed; one stale beyond any live round does not wait.

@@ -22,7 +22,7 @@ type LinkTime struct {
 // ManifestLinks lists repo's tags and revisions with their write times, in
 // one walk of its manifests directory.
 func (r *Registry) ManifestLinks(ctx context.Context, repo string) (tags, revisions []LinkTime, err error) {
-	err = r.d.Walk(ctx, layout.Repo(repo)+"/_manifests", func(fi driver.FileInfo) error {
+	err = r.d.Walk(ctx, layout.ManifestsDir(repo), func(fi driver.FileInfo) error {
 		if fi.IsDir {
 			return nil
 		}

@@ -8,7 +8,8 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/cairn-registry/cairn/internal/dedup/cache"
+	"github.com/cairn-registry/cairn/internal/arc"
+	"github.com/cairn-registry/cairn/internal/manifest"
 )
 
 // manifestCache keeps what a manifest GET or HEAD reads from storage, so
@@ -30,7 +31,7 @@ import (
 type manifestCache struct {
 	ttl  time.Duration
 	mu   sync.Mutex
-	arc  *cache.ARC[cacheEntry]
+	arc  *arc.Cache[cacheEntry]
 	seed maphash.Seed
 	// gens are repositories' generations, hashed into a fixed array: two
 	// repositories sharing a slot only void each other's entries.
@@ -38,10 +39,10 @@ type manifestCache struct {
 }
 
 type cacheEntry struct {
-	m   *Manifest     // a manifest entry
-	d   digest.Digest // a link entry: the digest it names
-	at  time.Time     // when the link was read from storage
-	gen uint64        // the repository's generation before it was read
+	m   *manifest.Manifest // a manifest entry
+	d   digest.Digest      // a link entry: the digest it names
+	at  time.Time          // when the link was read from storage
+	gen uint64             // the repository's generation before it was read
 }
 
 // Costs in bytes counted against the budget beyond the content and key:
@@ -57,7 +58,7 @@ func newManifestCache(size int64, ttl time.Duration) *manifestCache {
 	if size <= 0 {
 		return nil
 	}
-	return &manifestCache{ttl: ttl, arc: cache.NewARC[cacheEntry](size, nil), seed: maphash.MakeSeed()}
+	return &manifestCache{ttl: ttl, arc: arc.New[cacheEntry](size, nil), seed: maphash.MakeSeed()}
 }
 
 func (c *manifestCache) gen(repo string) *atomic.Uint64 {
@@ -88,14 +89,14 @@ func revisionKey(repo string, d digest.Digest) string {
 }
 
 // manifest returns the cached manifest d.
-func (c *manifestCache) manifest(d digest.Digest) (*Manifest, bool) {
+func (c *manifestCache) manifest(d digest.Digest) (*manifest.Manifest, bool) {
 	c.mu.Lock()
 	e, ok := c.arc.Get(manifestKey(d))
 	c.mu.Unlock()
 	return e.m, ok
 }
 
-func (c *manifestCache) addManifest(m *Manifest) {
+func (c *manifestCache) addManifest(m *manifest.Manifest) {
 	c.mu.Lock()
 	c.arc.Add(manifestKey(m.Digest), cacheEntry{m: m}, int64(2*len(m.Content)+manifestEntryCost))
 	c.mu.Unlock()

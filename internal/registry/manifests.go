@@ -13,6 +13,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/fence"
 	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/manifest"
 	"github.com/cairn-registry/cairn/internal/parallel"
 
 	"github.com/opencontainers/go-digest"
@@ -20,31 +21,6 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
-
-// Manifest media types cairn accepts besides the OCI ones in ocispec.
-const (
-	MediaTypeDockerManifest     = "application/vnd.docker.distribution.manifest.v2+json"
-	MediaTypeDockerManifestList = "application/vnd.docker.distribution.manifest.list.v2+json"
-	mediaTypeDockerSchema1      = "application/vnd.docker.distribution.manifest.v1+json"
-	mediaTypeDockerImageConfig  = "application/vnd.docker.container.image.v1+json"
-	mediaTypeDockerPluginConfig = "application/vnd.docker.plugin.v1+json"
-	mediaTypeDockerSchema1JWS   = "application/vnd.docker.distribution.manifest.v1+prettyjws"
-	mediaTypeDockerForeign      = "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip"
-)
-
-// IsManifestMediaType reports whether mt names a manifest or index type.
-func IsManifestMediaType(mt string) bool {
-	switch mt {
-	case ocispec.MediaTypeImageManifest, ocispec.MediaTypeImageIndex,
-		MediaTypeDockerManifest, MediaTypeDockerManifestList:
-		return true
-	}
-	return false
-}
-
-func isIndexMediaType(mt string) bool {
-	return mt == ocispec.MediaTypeImageIndex || mt == MediaTypeDockerManifestList
-}
 
 // ParseReference splits a manifest reference into a tag or a digest.
 func ParseReference(ref string) (tag string, d digest.Digest, err error) {
@@ -141,7 +117,7 @@ func (r *Registry) unknownManifest(ctx context.Context, repo, ref string) error 
 
 // GetManifest returns the manifest ref (a tag or digest) of repo, parsed,
 // and reports the pull to the Observer.
-func (r *Registry) GetManifest(ctx context.Context, repo, ref string) (*Manifest, error) {
+func (r *Registry) GetManifest(ctx context.Context, repo, ref string) (*manifest.Manifest, error) {
 	m, err := r.StatManifest(ctx, repo, ref)
 	if err == nil && r.opts.Observer != nil {
 		r.opts.Observer.ManifestPulled(ctx, ClientFrom(ctx), m)
@@ -150,7 +126,7 @@ func (r *Registry) GetManifest(ctx context.Context, repo, ref string) (*Manifest
 }
 
 // StatManifest is GetManifest without reporting a pull (HEAD).
-func (r *Registry) StatManifest(ctx context.Context, repo, ref string) (*Manifest, error) {
+func (r *Registry) StatManifest(ctx context.Context, repo, ref string) (*manifest.Manifest, error) {
 	d, err := r.resolve(ctx, repo, ref)
 	if err != nil {
 		return nil, err
@@ -167,10 +143,10 @@ func (r *Registry) StatManifest(ctx context.Context, repo, ref string) (*Manifes
 	if err != nil {
 		return nil, err
 	}
-	m, err := ParseManifest(d, content)
+	m, err := r.opts.Parser.Parse(d, content)
 	if err != nil {
 		// Stored bytes that do not parse are served as they are.
-		m = &Manifest{Digest: d, Content: content, MediaType: ocispec.MediaTypeImageManifest}
+		m = &manifest.Manifest{Digest: d, Content: content, MediaType: ocispec.MediaTypeImageManifest}
 	}
 	if r.manifests != nil {
 		r.manifests.addManifest(m)
@@ -187,6 +163,9 @@ type PutResult struct {
 	Digest  digest.Digest
 	Subject digest.Digest // "" when the manifest has no subject
 	Tags    []string      // the tags now pointing at it
+	// Manifest is the pushed manifest as parsed, for the caller to use
+	// rather than parse the body again (the request's events).
+	Manifest *manifest.Manifest
 }
 
 // PutManifest validates and stores a manifest pushed as ref (a tag or a
@@ -224,7 +203,7 @@ func (r *Registry) PutManifest(ctx context.Context, repo, ref, contentType strin
 	if want != "" && d != want {
 		return nil, fmt.Errorf("%w: manifest content has digest %s, URL names %s", ErrDigestInvalid, d, want)
 	}
-	m, err := ParseManifest(d, content)
+	m, err := r.opts.Parser.Parse(d, content)
 	if err != nil {
 		return nil, err
 	}
@@ -260,7 +239,7 @@ func (r *Registry) PutManifest(ctx context.Context, repo, ref, contentType strin
 	if r.opts.Observer != nil {
 		r.opts.Observer.ManifestPushed(ctx, repo, m)
 	}
-	res := &PutResult{Digest: d, Tags: tags}
+	res := &PutResult{Digest: d, Tags: tags, Manifest: m}
 	if m.Subject != nil {
 		res.Subject = m.Subject.Digest
 	}
@@ -279,7 +258,7 @@ const storeRounds = 4
 // are written again (the PUT lands after the DELETE); if the DELETE comes
 // later, its second untagging removes the tags. Either way no tag is left
 // pointing at a missing revision.
-func (r *Registry) storeManifest(ctx context.Context, repo string, m *Manifest, tags []string) error {
+func (r *Registry) storeManifest(ctx context.Context, repo string, m *manifest.Manifest, tags []string) error {
 	d := m.Digest
 	have, err := r.exists(ctx, layout.BlobData(d))
 	if err != nil {
@@ -303,7 +282,7 @@ func (r *Registry) storeManifest(ctx context.Context, repo string, m *Manifest, 
 }
 
 // storeLinks writes manifest d's revision link, referrer link and tags.
-func (r *Registry) storeLinks(ctx context.Context, repo string, d digest.Digest, m *Manifest, tags []string) error {
+func (r *Registry) storeLinks(ctx context.Context, repo string, d digest.Digest, m *manifest.Manifest, tags []string) error {
 	if err := r.writeLink(ctx, layout.RevisionLink(repo, d), d); err != nil {
 		return err
 	}
@@ -325,7 +304,7 @@ func (r *Registry) storeLinks(ctx context.Context, repo string, d digest.Digest,
 
 // validateManifest checks that m is a manifest cairn serves, of the type
 // the client says, naming only blobs and manifests repo has.
-func (r *Registry) validateManifest(ctx context.Context, repo, contentType string, m *Manifest) error {
+func (r *Registry) validateManifest(ctx context.Context, repo, contentType string, m *manifest.Manifest) error {
 	ct := ""
 	if contentType != "" {
 		if parsed, _, err := mime.ParseMediaType(contentType); err == nil {
@@ -342,10 +321,10 @@ func (r *Registry) validateManifest(ctx context.Context, repo, contentType strin
 		mt = m.MediaType
 	}
 	switch mt {
-	case mediaTypeDockerSchema1, mediaTypeDockerSchema1JWS:
+	case manifest.MediaTypeDockerSchema1, manifest.MediaTypeDockerSchema1JWS:
 		return fmt.Errorf("%w: Docker schema 1 manifests are not supported", ErrManifestInvalid)
 	}
-	if !IsManifestMediaType(mt) {
+	if !manifest.IsMediaType(mt) {
 		return fmt.Errorf("%w: unsupported manifest media type %q", ErrManifestInvalid, mt)
 	}
 	if m.Declared == "" && m.MediaType != mt {
@@ -361,7 +340,7 @@ func (r *Registry) validateManifest(ctx context.Context, repo, contentType strin
 			return err
 		}
 	}
-	if isIndexMediaType(mt) {
+	if manifest.IsIndexMediaType(mt) {
 		if m.Config != nil || m.Layers != nil {
 			return fmt.Errorf("%w: an index has no config or layers", ErrManifestInvalid)
 		}
@@ -399,7 +378,7 @@ func (r *Registry) validateManifest(ctx context.Context, repo, contentType strin
 				return err
 			}
 		}
-		if IsNonDistributable(l.MediaType) {
+		if manifest.IsNonDistributable(l.MediaType) {
 			continue
 		}
 		if err := r.requireLinkedBlob(ctx, repo, fmt.Sprintf("layers[%d]", i), l); err != nil {
@@ -417,9 +396,9 @@ func (r *Registry) checkClass(configType string) error {
 	}
 	var class string
 	switch configType {
-	case ocispec.MediaTypeImageConfig, mediaTypeDockerImageConfig:
+	case ocispec.MediaTypeImageConfig, manifest.MediaTypeDockerImageConfig:
 		class = "image"
-	case mediaTypeDockerPluginConfig:
+	case manifest.MediaTypeDockerPluginConfig:
 		class = "plugin"
 	default:
 		return fmt.Errorf("%w: unknown manifest class for %s", ErrDenied, configType)
@@ -432,12 +411,6 @@ func (r *Registry) checkClass(configType string) error {
 
 func isGenericContentType(ct string) bool {
 	return ct == "application/json" || ct == "application/octet-stream" || ct == "text/plain"
-}
-
-// IsNonDistributable reports layers that live outside the registry (Windows
-// foreign layers), which a manifest may name without pushing.
-func IsNonDistributable(mt string) bool {
-	return mt == mediaTypeDockerForeign || strings.Contains(mt, ".nondistributable.")
 }
 
 func validDescriptor(field string, desc ocispec.Descriptor) error {
@@ -496,7 +469,7 @@ func (r *Registry) requireChild(ctx context.Context, repo, field string, desc oc
 	if !r.childRequired(repo, desc.Platform) {
 		return nil
 	}
-	if desc.MediaType != "" && !IsManifestMediaType(desc.MediaType) {
+	if desc.MediaType != "" && !manifest.IsMediaType(desc.MediaType) {
 		return r.requireBlob(ctx, repo, field, desc)
 	}
 	ok, err := r.exists(ctx, layout.RevisionLink(repo, desc.Digest))
@@ -584,7 +557,7 @@ func (r *Registry) Evict(ctx context.Context, repo, ref string) error {
 		return err
 	}
 	if content, err := r.d.GetContent(ctx, layout.BlobData(d)); err == nil {
-		if m, err := ParseManifest(d, content); err == nil && m.Subject != nil && m.Subject.Digest.Validate() == nil {
+		if m, err := r.opts.Parser.Parse(d, content); err == nil && m.Subject != nil && m.Subject.Digest.Validate() == nil {
 			err := r.d.Delete(ctx, path.Dir(layout.ReferrerLink(repo, m.Subject.Digest, d)))
 			if err != nil && !errors.Is(err, driver.ErrNotFound) {
 				return err

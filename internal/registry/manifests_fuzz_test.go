@@ -13,6 +13,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/manifest"
 	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
 )
 
@@ -101,11 +102,11 @@ func manifestSeeds() []struct {
 	})
 	dockerManifest := mustJSON(map[string]any{
 		"schemaVersion": 2,
-		"mediaType":     MediaTypeDockerManifest,
+		"mediaType":     manifest.MediaTypeDockerManifest,
 		"config":        desc("application/vnd.docker.container.image.v1+json", fuzzConfig),
 		"layers": []ocispec.Descriptor{
 			desc("application/vnd.docker.image.rootfs.diff.tar.gzip", fuzzLayer),
-			{MediaType: mediaTypeDockerForeign, Digest: digest.FromString("foreign"), Size: 7,
+			{MediaType: manifest.MediaTypeDockerForeign, Digest: digest.FromString("foreign"), Size: 7,
 				URLs: []string{"https://example.com/layer"}},
 		},
 	})
@@ -116,7 +117,7 @@ func manifestSeeds() []struct {
 	})
 	dockerList := mustJSON(map[string]any{
 		"schemaVersion": 2,
-		"mediaType":     MediaTypeDockerManifestList,
+		"mediaType":     manifest.MediaTypeDockerManifestList,
 		"manifests":     []ocispec.Descriptor{platformChild},
 	})
 	artifact := mustJSON(map[string]any{
@@ -153,22 +154,22 @@ func manifestSeeds() []struct {
 		{ocispec.MediaTypeImageManifest, ociManifest},
 		{"", ociManifest},
 		{"application/json", ociManifest},
-		{MediaTypeDockerManifest, dockerManifest},
-		{MediaTypeDockerManifest, indent(dockerManifest)},
+		{manifest.MediaTypeDockerManifest, dockerManifest},
+		{manifest.MediaTypeDockerManifest, indent(dockerManifest)},
 		{ocispec.MediaTypeImageIndex, indent(ociIndex)},
 		{ocispec.MediaTypeImageIndex, ociIndex},
-		{MediaTypeDockerManifestList, dockerList},
+		{manifest.MediaTypeDockerManifestList, dockerList},
 		{ocispec.MediaTypeImageManifest, artifact},
 		{ocispec.MediaTypeImageManifest, noMediaType},
 		{ocispec.MediaTypeImageIndex, noMediaType},
-		{MediaTypeDockerManifest, noMediaType},
+		{manifest.MediaTypeDockerManifest, noMediaType},
 		{ocispec.MediaTypeImageIndex, []byte(`{"schemaVersion":2}`)},
 		{ocispec.MediaTypeImageManifest, withField(noMediaType, "manifests", nil)},
 		{ocispec.MediaTypeImageManifest, withField(noMediaType, "fsLayers", []any{})},
 		{"", noMediaType},
 		{ocispec.MediaTypeImageManifest, unknownLayer},
-		{MediaTypeDockerManifestList, ociIndex},
-		{mediaTypeDockerSchema1JWS, schema1},
+		{manifest.MediaTypeDockerManifestList, ociIndex},
+		{manifest.MediaTypeDockerSchema1JWS, schema1},
 		{ocispec.MediaTypeImageManifest + "; charset=utf-8", ociManifest},
 		{ocispec.MediaTypeImageManifest, append(slices.Clone(ociManifest), " \n"...)},
 		{ocispec.MediaTypeImageManifest, append(slices.Clone(ociManifest), "{}"...)},
@@ -187,11 +188,11 @@ func manifestSeeds() []struct {
 //   - what the strict registry accepts, the sparse one accepts too;
 //   - an accepted manifest is served back byte for byte under its digest,
 //     tag and a manifest media type;
-//   - the garbage collector's reading of it (ParseManifestRefs) succeeds,
+//   - the garbage collector's reading of it (manifest.ParseRefs) succeeds,
 //     finds every digest validation required to exist and the same subject:
 //     content GC cannot read would have its blobs deleted under it.
 //
-// ParseManifestRefs also runs on every input alone: it reads whatever
+// manifest.ParseRefs also runs on every input alone: it reads whatever
 // storage holds and must never panic, and every digest it returns must be
 // valid (GC builds paths from them).
 func FuzzManifest(f *testing.F) {
@@ -200,15 +201,15 @@ func FuzzManifest(f *testing.F) {
 		f.Add(s.ct, s.content, true)
 	}
 	f.Fuzz(func(t *testing.T, ct string, content []byte, byDigest bool) {
-		refs, bad, refsErr := ParseManifestRefs(content)
+		refs, bad, refsErr := manifest.ParseRefs(content)
 		if refsErr == nil {
 			for _, d := range slices.Concat(refs.Blobs, refs.Manifests) {
 				if d.Validate() != nil {
-					t.Fatalf("ParseManifestRefs returned invalid digest %q", d)
+					t.Fatalf("ParseRefs returned invalid digest %q", d)
 				}
 			}
 			if refs.Subject != "" && refs.Subject.Validate() != nil {
-				t.Fatalf("ParseManifestRefs returned invalid subject %q", refs.Subject)
+				t.Fatalf("ParseRefs returned invalid subject %q", refs.Subject)
 			}
 		}
 
@@ -240,7 +241,7 @@ func FuzzManifest(f *testing.F) {
 				if m.Digest != d || !bytes.Equal(m.Content, content) {
 					t.Fatalf("GetManifest(%s) = %s, %d bytes; pushed %s, %d bytes", get, m.Digest, len(m.Content), d, len(content))
 				}
-				if want := pushedType(content, ct); !IsManifestMediaType(m.MediaType) || want != "" && m.MediaType != want {
+				if want := pushedType(content, ct); !manifest.IsMediaType(m.MediaType) || want != "" && m.MediaType != want {
 					t.Fatalf("manifest pushed as %q (Content-Type %q) is served as %q", want, ct, m.MediaType)
 				}
 			}
@@ -266,7 +267,7 @@ func FuzzManifest(f *testing.F) {
 // pushedType is the type a push states: the content's mediaType, else a
 // specific Content-Type; "" when it states none (the content decides).
 func pushedType(content []byte, ct string) string {
-	if m, err := ParseManifest("", content); err == nil && m.Declared != "" {
+	if m, err := manifest.Parse("", content); err == nil && m.Declared != "" {
 		return m.Declared
 	}
 	if parsed, _, err := mime.ParseMediaType(ct); err == nil && !isGenericContentType(parsed) {
@@ -278,7 +279,7 @@ func pushedType(content []byte, ct string) string {
 // requiredRefs lists the digests validation can require to exist in the
 // repository: config, distributable layers and index children.
 func requiredRefs(t *testing.T, content []byte) []digest.Digest {
-	m, err := ParseManifest("", content)
+	m, err := manifest.Parse("", content)
 	if err != nil {
 		t.Fatalf("accepted manifest does not parse: %v", err)
 	}
@@ -287,7 +288,7 @@ func requiredRefs(t *testing.T, content []byte) []digest.Digest {
 		out = append(out, m.Config.Digest)
 	}
 	for _, l := range m.Layers {
-		if !IsNonDistributable(l.MediaType) {
+		if !manifest.IsNonDistributable(l.MediaType) {
 			out = append(out, l.Digest)
 		}
 	}

@@ -108,8 +108,8 @@ func FuzzValidateName(f *testing.F) {
 		checkLayoutPath(t, layout.TagCurrentLink(name, "latest"), layout.RepoEntry{Kind: layout.EntryTagCurrent, Repo: name, Tag: "latest"})
 		checkLayoutPath(t, layout.TagIndexLink(name, "latest", d), layout.RepoEntry{Kind: layout.EntryTagIndex, Repo: name, Tag: "latest", Alg: alg, Hex: hex})
 		checkLayoutPath(t, layout.UploadsDir(name), layout.RepoEntry{Kind: layout.EntryUploads, Repo: name})
-		checkLayoutPath(t, layout.Repo(name)+"/_referrers", layout.RepoEntry{Kind: layout.EntryReferrers, Repo: name})
-		checkLayoutPath(t, layout.ReferrerLink(name, d, d), layout.RepoEntry{Repo: name})
+		checkLayoutPath(t, layout.Repo(name)+"/"+layout.ReferrersSubdir, layout.RepoEntry{Kind: layout.EntryReferrers, Repo: name})
+		checkLayoutPath(t, layout.ReferrerLink(name, d, d), layout.RepoEntry{Kind: layout.EntryReferrerLink, Repo: name, Alg: alg, Hex: hex, SubjectAlg: alg, SubjectHex: hex})
 		if !driver.ValidPath(layout.UploadChunk(name, "u", "c")) || !driver.ValidPath(layout.UploadHead(name, "u")) {
 			t.Fatalf("upload paths of %q are not valid storage paths", name)
 		}

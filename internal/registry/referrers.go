@@ -68,7 +68,7 @@ func (r *Registry) referrerDescriptor(ctx context.Context, repo string, d digest
 	if err != nil {
 		return ocispec.Descriptor{}, false, err
 	}
-	m, err := ParseManifest(d, content)
+	m, err := r.opts.Parser.Parse(d, content)
 	if err != nil {
 		return ocispec.Descriptor{}, false, nil
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/cairn-registry/cairn/internal/manifest"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -86,6 +87,9 @@ type Options struct {
 	// durable in the background and at the latest before a manifest that
 	// names it is stored (see seal.go).
 	SyncBlobs bool
+	// Parser, when set, counts the manifests the registry parses (a test
+	// shows a push parses its body once); nil parses without counting.
+	Parser *manifest.Parser
 }
 
 // DescriptorCache remembers that a blob is linked into a repository and its

@@ -34,7 +34,7 @@ func (r *Registry) RelinkManifest(ctx context.Context, repo string, d digest.Dig
 	if got := d.Algorithm().FromBytes(content); got != d {
 		return false, fmt.Errorf("%w: stored manifest %s has digest %s", ErrDigestInvalid, d, got)
 	}
-	m, err := ParseManifest(d, content)
+	m, err := r.opts.Parser.Parse(d, content)
 	if err != nil {
 		return false, fmt.Errorf("%w: stored manifest %s is not JSON", ErrManifestInvalid, d)
 	}

@@ -663,11 +663,13 @@ func (r *Registry) PurgeUploads(ctx context.Context, olderThan, failedBefore tim
 		if !fi.IsDir {
 			return nil
 		}
-		switch path.Base(fi.Path) {
-		case "_manifests", "_layers", "_referrers":
+		repo, sub, ok := layout.SplitRepoDir(fi.Path)
+		switch {
+		case !ok:
+			return nil // a component of a repository name: go on down
+		case sub == layout.ManifestsSubdir || sub == layout.LayersSubdir || sub == layout.ReferrersSubdir:
 			return driver.ErrSkipDir
-		case "_uploads":
-		default:
+		case sub != layout.UploadsSubdir:
 			return nil
 		}
 		ids, err := r.d.List(ctx, fi.Path)
@@ -675,9 +677,9 @@ func (r *Registry) PurgeUploads(ctx context.Context, olderThan, failedBefore tim
 			errs = append(errs, err)
 			return driver.ErrSkipDir
 		}
-		repo := strings.TrimSuffix(strings.TrimPrefix(fi.Path, layout.RepositoriesDir+"/"), "/_uploads")
 		for _, dir := range ids {
-			if r.uploadExpired(ctx, dir, olderThan) || r.uploadFailed(ctx, repo, path.Base(dir), failedBefore) {
+			id := path.Base(dir)
+			if r.uploadExpired(ctx, repo, id, olderThan) || r.uploadFailed(ctx, repo, id, failedBefore) {
 				purged++
 				if !dryRun {
 					if err := r.d.Delete(ctx, dir); err != nil && !errors.Is(err, driver.ErrNotFound) {
@@ -708,14 +710,14 @@ func (r *Registry) uploadFailed(ctx context.Context, repo, id string, failedBefo
 	return err == nil && t.Before(failedBefore)
 }
 
-func (r *Registry) uploadExpired(ctx context.Context, dir string, olderThan time.Time) bool {
-	b, err := r.d.GetContent(ctx, dir+"/startedat")
+func (r *Registry) uploadExpired(ctx context.Context, repo, id string, olderThan time.Time) bool {
+	b, err := r.d.GetContent(ctx, layout.UploadStartedAt(repo, id))
 	if err != nil {
 		if !errors.Is(err, driver.ErrNotFound) {
 			return false
 		}
 		// No startedat: judge by the directory's own age.
-		fi, err := r.d.Stat(ctx, dir)
+		fi, err := r.d.Stat(ctx, layout.UploadDir(repo, id))
 		return err == nil && fi.ModTime.Before(olderThan)
 	}
 	started, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(string(b)))

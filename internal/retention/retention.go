@@ -35,6 +35,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/manifest"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -77,7 +78,7 @@ type Store interface {
 	Repositories(ctx context.Context, n int, last string) ([]string, bool, error)
 	ManifestLinks(ctx context.Context, repo string) (tags, revisions []registry.LinkTime, err error)
 	TagDigest(ctx context.Context, repo, tag string) (digest.Digest, error)
-	GetManifest(ctx context.Context, repo, ref string) (*registry.Manifest, error)
+	GetManifest(ctx context.Context, repo, ref string) (*manifest.Manifest, error)
 	Evict(ctx context.Context, repo, ref string) error
 	Reach(ctx context.Context, repo string, d digest.Digest, keep map[digest.Digest]bool) error
 	Driver() driver.Driver

@@ -12,8 +12,8 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/digestkey"
 	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/manifest"
 	"github.com/cairn-registry/cairn/internal/parallel"
-	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -142,17 +142,9 @@ func (s *scrubber) addEntry(ctx context.Context, rs *repoState, e layout.RepoEnt
 		if n := len(rs.tags); n == 0 || rs.tags[n-1] != e.Tag {
 			rs.tags = append(rs.tags, strings.Clone(e.Tag))
 		}
-	case layout.EntryOther:
-		rest, ok := strings.CutPrefix(p, layout.RepositoriesDir+"/"+e.Repo+"/_referrers/")
-		if !ok {
-			return nil
-		}
-		parts := strings.Split(rest, "/")
-		if len(parts) != 5 || parts[4] != "link" {
-			return nil
-		}
-		sk, ok1 := s.keys.Parse(parts[0], parts[1])
-		k, ok2 := s.keys.Parse(parts[2], parts[3])
+	case layout.EntryReferrerLink:
+		sk, ok1 := s.keys.Parse(e.SubjectAlg, e.SubjectHex)
+		k, ok2 := s.keys.Parse(e.Alg, e.Hex)
 		if !ok1 || !ok2 {
 			s.add(Finding{Kind: KindBadPath, Path: p, Detail: "the referrers link's path names no valid digest"})
 			return nil
@@ -160,7 +152,7 @@ func (s *scrubber) addEntry(ctx context.Context, rs *repoState, e layout.RepoEnt
 		s.nLnk.Add(1)
 		rs.referrers = append(rs.referrers, referrerLink{subject: sk, ref: k})
 		if links != nil {
-			return links.Send(ctx, linkJob{path: p, repo: rs.name, kind: layout.EntryReferrers, d: digest.Digest(parts[2] + ":" + parts[3])})
+			return links.Send(ctx, linkJob{path: p, repo: rs.name, kind: e.Kind, d: digest.Digest(e.Alg + ":" + e.Hex)})
 		}
 	}
 	return nil
@@ -340,7 +332,7 @@ func (s *scrubber) checkManifest(ctx context.Context, rs *repoState, k key) {
 	if d.Algorithm().FromBytes(b) != d {
 		return // the blobs pass reported it; what it names is not to be trusted
 	}
-	m, err := registry.ParseManifest(d, b)
+	m, err := manifest.Parse(d, b)
 	if err != nil {
 		s.add(Finding{Kind: KindBadManifest, Path: dp, Digest: string(d), Detail: oneLine(err.Error())})
 		return
@@ -351,7 +343,7 @@ func (s *scrubber) checkManifest(ctx context.Context, rs *repoState, k key) {
 			refs = append(refs, m.Config.Digest)
 		}
 		for _, l := range slices.Concat(m.Layers, m.Blobs) {
-			if !registry.IsNonDistributable(l.MediaType) {
+			if !manifest.IsNonDistributable(l.MediaType) {
 				refs = append(refs, l.Digest)
 			}
 		}
@@ -360,7 +352,7 @@ func (s *scrubber) checkManifest(ctx context.Context, rs *repoState, k key) {
 			if s.opts.IndexChildrenOptional {
 				break
 			}
-			if c.MediaType != "" && !registry.IsManifestMediaType(c.MediaType) && !strings.Contains(c.MediaType, "manifest") {
+			if manifest.IsChildBlob(c.MediaType) {
 				refs = append(refs, c.Digest)
 			} else {
 				s.checkChild(ctx, rs, d, c.Digest)

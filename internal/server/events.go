@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"strconv"
@@ -9,8 +8,8 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/cairn-registry/cairn/internal/manifest"
 	"github.com/cairn-registry/cairn/internal/notify"
-	"github.com/cairn-registry/cairn/internal/registry"
 )
 
 // Events receives the API's events (notify.Notifier implements it).
@@ -29,9 +28,9 @@ const blobMediaType = "application/octet-stream"
 type eventNote struct {
 	size    int64 // a pushed or pulled blob's size; -1 unknown
 	mounted bool  // a POST mounted a blob rather than uploading it
-	// manifest is the manifest's bytes, captured from the request (PUT) or
-	// the response (GET).
-	manifest bytes.Buffer
+	// manifest is the manifest a PUT stored or a GET served, as the
+	// registry parsed it: events read it rather than parse the body again.
+	manifest *manifest.Manifest
 }
 
 type eventNoteKey struct{}
@@ -48,6 +47,13 @@ func noteBlob(r *http.Request, size int64) {
 	}
 }
 
+// noteManifest records the manifest a request pushed or pulled.
+func noteManifest(r *http.Request, m *manifest.Manifest) {
+	if n := noteOf(r); n != nil {
+		n.manifest = m
+	}
+}
+
 // noteMount records that a POST mounted its blob.
 func noteMount(r *http.Request) {
 	if n := noteOf(r); n != nil {
@@ -55,20 +61,10 @@ func noteMount(r *http.Request) {
 	}
 }
 
-// withEventNote prepares r for emitEvents: a note in its context, and the
-// manifest bytes captured where events need them.
-func (s *Server) withEventNote(r *http.Request, rt route, lw *loggingWriter, body *countingReader) (*http.Request, *eventNote) {
+// withEventNote prepares r for emitEvents: a note in its context for the
+// handlers to fill.
+func withEventNote(r *http.Request) (*http.Request, *eventNote) {
 	note := &eventNote{size: -1}
-	if rt.kind == routeManifest {
-		switch r.Method {
-		case http.MethodPut:
-			body.capture = &note.manifest
-		case http.MethodGet:
-			if s.opts.EventReferences {
-				lw.capture = &note.manifest
-			}
-		}
-	}
 	return r.WithContext(context.WithValue(r.Context(), eventNoteKey{}, note)), note
 }
 
@@ -97,12 +93,14 @@ func (s *Server) emitEvents(r *http.Request, rt route, user string, status int, 
 		}
 		ev(notify.ActionPull, t)
 	case rt.kind == routeManifest && r.Method == http.MethodPut && status == http.StatusCreated:
-		content := note.manifest.Bytes()
-		mt := r.Header.Get("Content-Type")
-		if m, err := registry.ParseManifest(dg, content); err == nil && mt == "" {
-			mt = m.MediaType
+		mt, size := r.Header.Get("Content-Type"), int64(0)
+		if m := note.manifest; m != nil {
+			if mt == "" {
+				mt = m.MediaType
+			}
+			size = int64(len(m.Content))
 		}
-		t := s.manifestTarget(r, rt, dg, mt, int64(len(content)), note)
+		t := s.manifestTarget(r, rt, dg, mt, size, note)
 		tags := h.Values("OCI-Tag")
 		if !isDigest(rt.ref) {
 			tags = []string{rt.ref}
@@ -141,21 +139,19 @@ func (s *Server) emitEvents(r *http.Request, rt route, user string, status int, 
 func isDigest(ref string) bool { return strings.Contains(ref, ":") }
 
 // manifestTarget describes a manifest of rt's repository; its references
-// come from the captured bytes, with EventReferences.
+// come from the noted manifest, with EventReferences.
 func (s *Server) manifestTarget(r *http.Request, rt route, d digest.Digest, mediaType string, size int64, note *eventNote) notify.Target {
 	t := notify.Target{
 		MediaType: mediaType, Digest: d, Size: size, Length: size,
 		URL: s.eventURL(r, "/v2/"+rt.name+"/manifests/"+string(d)),
 	}
-	if s.opts.EventReferences && note.manifest.Len() > 0 {
-		if m, err := registry.ParseManifest(d, note.manifest.Bytes()); err == nil {
-			if m.Config != nil {
-				t.References = append(t.References, *m.Config)
-			}
-			t.References = append(t.References, m.Layers...)
-			t.References = append(t.References, m.Blobs...)
-			t.References = append(t.References, m.Manifests...)
+	if m := note.manifest; s.opts.EventReferences && m != nil {
+		if m.Config != nil {
+			t.References = append(t.References, *m.Config)
 		}
+		t.References = append(t.References, m.Layers...)
+		t.References = append(t.References, m.Blobs...)
+		t.References = append(t.References, m.Manifests...)
 	}
 	return t
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cairn-registry/cairn/internal/manifest"
 	"github.com/cairn-registry/cairn/internal/registry"
 )
 
@@ -16,7 +17,7 @@ func (s *Server) getManifest(w http.ResponseWriter, r *http.Request, rt route) {
 	if r.Method == http.MethodHead {
 		get = s.reg.StatManifest
 	}
-	var m *registry.Manifest
+	var m *manifest.Manifest
 	var err error
 	if s.mirrored(rt.name) {
 		m, err = s.opts.Mirror.Manifest(r.Context(), rt.name, rt.ref, r.Method == http.MethodHead)
@@ -27,6 +28,7 @@ func (s *Server) getManifest(w http.ResponseWriter, r *http.Request, rt route) {
 		s.writeError(w, r, err)
 		return
 	}
+	noteManifest(r, m)
 	if s.opts.Pulls != nil && !strings.Contains(rt.ref, ":") {
 		// By tag (containerd resolves a tag with a HEAD, then GETs by digest).
 		s.opts.Pulls.Pulled(rt.name, rt.ref)
@@ -67,6 +69,7 @@ func (s *Server) putManifest(w http.ResponseWriter, r *http.Request, rt route) {
 		s.writeError(w, r, err)
 		return
 	}
+	noteManifest(r, res.Manifest)
 	h := w.Header()
 	h.Set("Location", s.urls.location(r, "/v2/"+rt.name+"/manifests/"+string(res.Digest)))
 	h.Set("Docker-Content-Digest", string(res.Digest))

@@ -5,7 +5,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cairn-registry/cairn/internal/auth"
+	"github.com/cairn-registry/cairn/internal/manifest"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/opencontainers/go-digest"
 )
@@ -73,7 +73,7 @@ type Options struct {
 // repositories it mirrors, manifest and blob reads go through it.
 type Mirror interface {
 	Mirrors(repo string) bool
-	Manifest(ctx context.Context, repo, ref string, head bool) (*registry.Manifest, error)
+	Manifest(ctx context.Context, repo, ref string, head bool) (*manifest.Manifest, error)
 	// StatBlob with fetch (a GET) may start fetching the blob.
 	StatBlob(ctx context.Context, repo string, d digest.Digest, fetch bool) (registry.BlobInfo, error)
 	OpenBlob(ctx context.Context, repo string, d digest.Digest, info registry.BlobInfo, offset int64) (io.ReadCloser, error)
@@ -247,7 +247,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var note *eventNote
 	if s.opts.Events != nil {
-		r, note = s.withEventNote(r, rt, lw, body)
+		r, note = withEventNote(r)
 	}
 	var user string
 	if err := s.unhealthy(); err != nil {
@@ -429,7 +429,6 @@ type loggingWriter struct {
 	status      int
 	n           int64
 	wroteHeader bool
-	capture     *bytes.Buffer // when set, receives the body (a manifest's, for events)
 }
 
 func (w *loggingWriter) WriteHeader(code int) {
@@ -443,9 +442,6 @@ func (w *loggingWriter) Write(p []byte) (int, error) {
 	w.wroteHeader = true
 	n, err := w.ResponseWriter.Write(p)
 	w.n += int64(n)
-	if w.capture != nil {
-		w.capture.Write(p[:n])
-	}
 	return n, err
 }
 
@@ -470,8 +466,6 @@ func (w *loggingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 type countingReader struct {
 	r io.ReadCloser
 	n int64
-	// capture, when set, receives the body (a manifest's, for events).
-	capture *bytes.Buffer
 
 	rc       *http.ResponseController
 	idle     time.Duration
@@ -489,9 +483,6 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	}
 	n, err := c.r.Read(p)
 	c.n += int64(n)
-	if c.capture != nil {
-		c.capture.Write(p[:n])
-	}
 	if err != nil {
 		// The body is done. net/http now watches the connection for the
 		// client going away, with no deadline; one set from here would

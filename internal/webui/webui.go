@@ -23,6 +23,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/cairn-registry/cairn/internal/auth"
+	"github.com/cairn-registry/cairn/internal/manifest"
 	"github.com/cairn-registry/cairn/internal/parallel"
 	"github.com/cairn-registry/cairn/internal/registry"
 )
@@ -44,7 +45,7 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 type Registry interface {
 	Repositories(ctx context.Context, n int, last string) ([]string, bool, error)
 	Tags(ctx context.Context, repo string) ([]string, error)
-	GetManifest(ctx context.Context, repo, ref string) (*registry.Manifest, error)
+	GetManifest(ctx context.Context, repo, ref string) (*manifest.Manifest, error)
 	Referrers(ctx context.Context, repo string, subject digest.Digest, artifactType string) ([]ocispec.Descriptor, error)
 }
 
@@ -305,7 +306,7 @@ func (h *handler) repository(w http.ResponseWriter, r *http.Request) {
 }
 
 // imageSize is the bytes of an image manifest's config and layers.
-func imageSize(m *registry.Manifest) int64 {
+func imageSize(m *manifest.Manifest) int64 {
 	var n int64
 	if m.Config != nil {
 		n += m.Config.Size

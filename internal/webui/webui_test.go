@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/manifest"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/opencontainers/go-digest"
@@ -45,7 +46,7 @@ func (f fakeRegistry) Repositories(context.Context, int, string) ([]string, bool
 	return f.names, false, nil
 }
 func (f fakeRegistry) Tags(context.Context, string) ([]string, error) { return []string{"v1"}, nil }
-func (f fakeRegistry) GetManifest(context.Context, string, string) (*registry.Manifest, error) {
+func (f fakeRegistry) GetManifest(context.Context, string, string) (*manifest.Manifest, error) {
 	return nil, registry.ErrManifestUnknown
 }
 func (f fakeRegistry) Referrers(context.Context, string, digest.Digest, string) ([]ocispec.Descriptor, error) {

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/cairn-registry/cairn/internal/arc"
 )
 
 var (
@@ -168,7 +170,7 @@ type Disk struct {
 	create    func(dir, pattern string) (file, error)
 
 	mu      sync.Mutex // guards everything below and all renames/unlinks in dir
-	arc     *ARC[diskEntry]
+	arc     *arc.Cache[diskEntry]
 	flights map[string]*flight
 	// detached are the running fills without a file (stepped aside): not
 	// shared, but cancelled by Close.
@@ -239,7 +241,7 @@ func OpenDisk(dir string, capacity int64) (*Disk, error) {
 		queue: list.New(), queued: make(map[string]*list.Element), prefillLimit: 1,
 	}
 	d.idle = sync.NewCond(&d.mu)
-	d.arc = NewARC(d.capacity, func(_ string, e diskEntry) {
+	d.arc = arc.New(d.capacity, func(_ string, e diskEntry) {
 		// Under d.mu, so a fill of the same key cannot rename a new file
 		// into place between the decision and the unlink.
 		os.Remove(filepath.Join(d.dir, e.name))

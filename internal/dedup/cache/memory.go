@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"sync"
+
+	"github.com/cairn-registry/cairn/internal/arc"
 )
 
 // Memory is the prefetch cache: whole intact layers read ahead from a slow
@@ -21,7 +23,7 @@ type Memory struct {
 	stats    counters
 
 	mu      sync.Mutex
-	arc     *ARC[[]byte]
+	arc     *arc.Cache[[]byte]
 	flights map[string]*memFlight
 }
 
@@ -41,7 +43,7 @@ type memFlight struct {
 // NewMemory returns an empty Memory holding at most capacity bytes.
 func NewMemory(capacity int64) *Memory {
 	m := &Memory{capacity: max(capacity, 0), flights: make(map[string]*memFlight)}
-	m.arc = NewARC(m.capacity, func(string, []byte) { m.stats.evictions.Add(1) })
+	m.arc = arc.New(m.capacity, func(string, []byte) { m.stats.evictions.Add(1) })
 	return m
 }
 

@@ -2,8 +2,9 @@
 // distribution's way of deleting, one DeleteObject request per file in
 // sequence as its garbage collector does, against a real S3-compatible
 // server reached through a proxy that adds a fixed latency to every request
-// (a LAN or cross-region round trip to a local MinIO). `cairn bench` and a
-// test behind an env var run it.
+// (a LAN or cross-region round trip to a local MinIO). Only tests run it:
+// TestDeleteBench here (with CAIRN_S3_BENCH=1), and test/gc's TestGCBenchS3
+// takes its LatencyProxy; `cairn bench` does not.
 package s3bench
 
 import (

@@ -1,20 +1,34 @@
-package registry
+// Package manifest is a manifest as a value: its bytes, digest and the
+// fields cairn reads, parsed once from JSON, with the references the
+// garbage collector follows and the media types cairn accepts. It does no
+// I/O and knows no storage, so every reader of manifests (the registry,
+// GC, dedup, scrub, retention) takes it without taking the registry, as
+// go-containerregistry keeps its value types in pkg/v1.
+package manifest
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
+
+// ErrInvalid: content is not a manifest. The registry returns it as its
+// ErrManifestInvalid (the same value), which the API answers
+// MANIFEST_INVALID.
+var ErrInvalid = errors.New("manifest invalid")
 
 // Manifest is a manifest or index parsed once: its bytes, its digest and
 // every field cairn reads, of any flavour a registry holds (OCI and Docker
 // image manifests and indexes, OCI artifact manifests, Docker schema 1
 // written by distribution). The registry parses a manifest once per
 // request and hands this value to whoever needs it: validation, the GC
-// journal, the garbage collector's mark and dedup's worker and predictor.
+// journal, the garbage collector's mark, dedup's worker and predictor and
+// the request's events.
 type Manifest struct {
 	Digest  digest.Digest
 	Content []byte
@@ -51,13 +65,13 @@ type manifestJSON struct {
 	} `json:"fsLayers"`
 }
 
-// ParseManifest parses content, stored or pushed as manifest d. It fails
-// only when content is not one JSON object; what the fields say is checked
-// by the push's validation, not here.
-func ParseManifest(d digest.Digest, content []byte) (*Manifest, error) {
+// Parse parses content, stored or pushed as manifest d. It fails (with
+// ErrInvalid) only when content is not one JSON object; what the fields
+// say is checked by the push's validation, not here.
+func Parse(d digest.Digest, content []byte) (*Manifest, error) {
 	var j manifestJSON
 	if err := json.Unmarshal(content, &j); err != nil {
-		return nil, fmt.Errorf("%w: not JSON: %v", ErrManifestInvalid, err)
+		return nil, fmt.Errorf("%w: not JSON: %v", ErrInvalid, err)
 	}
 	m := &Manifest{
 		Digest: d, Content: content, Declared: j.MediaType, SchemaVersion: j.SchemaVersion,
@@ -76,19 +90,42 @@ func ParseManifest(d digest.Digest, content []byte) (*Manifest, error) {
 	case j.Manifests != nil:
 		m.MediaType = ocispec.MediaTypeImageIndex
 	case j.FSLayers != nil:
-		m.MediaType = mediaTypeDockerSchema1JWS
+		m.MediaType = MediaTypeDockerSchema1JWS
 	default:
 		m.MediaType = ocispec.MediaTypeImageManifest
 	}
 	return m, nil
 }
 
-// IsIndex reports whether m lists manifests (an OCI index or Docker list).
-func (m *Manifest) IsIndex() bool { return isIndexMediaType(m.MediaType) }
+// Parser is Parse that counts what it parsed, for whoever must show how
+// often a path parses (a test that a push parses its body once). The zero
+// value is ready; a nil *Parser parses without counting.
+type Parser struct {
+	parsed atomic.Int64
+}
 
-// ManifestRefs are the digests a manifest names, as the garbage collector
-// follows them.
-type ManifestRefs struct {
+// Parse is the package's Parse, counted.
+func (p *Parser) Parse(d digest.Digest, content []byte) (*Manifest, error) {
+	if p != nil {
+		p.parsed.Add(1)
+	}
+	return Parse(d, content)
+}
+
+// Parsed is how many manifests p parsed (successfully or not).
+func (p *Parser) Parsed() int64 {
+	if p == nil {
+		return 0
+	}
+	return p.parsed.Load()
+}
+
+// IsIndex reports whether m lists manifests (an OCI index or Docker list).
+func (m *Manifest) IsIndex() bool { return IsIndexMediaType(m.MediaType) }
+
+// Refs are the digests a manifest names, as the garbage collector follows
+// them.
+type Refs struct {
 	// Blobs: config, layers, Docker schema 1 fsLayers, and index entries
 	// whose media type is not a manifest's.
 	Blobs []digest.Digest
@@ -100,7 +137,7 @@ type ManifestRefs struct {
 
 // Refs returns what m references; digests that do not parse are skipped
 // and counted in bad.
-func (m *Manifest) Refs() (refs ManifestRefs, bad int) {
+func (m *Manifest) Refs() (refs Refs, bad int) {
 	add := func(list *[]digest.Digest, d digest.Digest) {
 		if d.Validate() != nil {
 			bad++
@@ -121,7 +158,7 @@ func (m *Manifest) Refs() (refs ManifestRefs, bad int) {
 		add(&refs.Blobs, d)
 	}
 	for _, c := range m.Manifests {
-		if c.MediaType != "" && !IsManifestMediaType(c.MediaType) && !strings.Contains(c.MediaType, "manifest") {
+		if IsChildBlob(c.MediaType) {
 			add(&refs.Blobs, c.Digest)
 			continue
 		}
@@ -137,10 +174,18 @@ func (m *Manifest) Refs() (refs ManifestRefs, bad int) {
 	return refs, bad
 }
 
-// ParseManifestRefs is ParseManifest(…).Refs() for callers that need only
-// the references of stored bytes.
-func ParseManifestRefs(content []byte) (refs ManifestRefs, bad int, err error) {
-	m, err := ParseManifest("", content)
+// IsChildBlob reports whether an index entry of media type mt is a blob
+// rather than a manifest: an entry with no type, or one whose type names a
+// manifest (even one cairn does not know), is taken for a manifest, so
+// that GC keeps what it cannot tell apart.
+func IsChildBlob(mt string) bool {
+	return mt != "" && !IsMediaType(mt) && !strings.Contains(mt, "manifest")
+}
+
+// ParseRefs is Parse(…).Refs() for callers that need only the references
+// of stored bytes.
+func ParseRefs(content []byte) (refs Refs, bad int, err error) {
+	m, err := Parse("", content)
 	if err != nil {
 		return refs, 0, err
 	}

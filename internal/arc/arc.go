@@ -1,14 +1,10 @@
-// Package cache holds the byte-bounded caches that hide the cost of serving
-// deduplicated layers: an Adaptive Replacement Cache (ARC) core, an on-disk
-// preconstruct cache of restored layers (Disk) and an in-memory prefetch
-// cache of intact layers on slow storage backends (Memory).
-//
-// Both caches fill each key at most once at a time (singleflight) and are
-// bounded in bytes, not in entries, because layers range from bytes to
-// gigabytes.
-package cache
+// Package arc is an Adaptive Replacement Cache bounded in bytes, for any
+// value: dedup's layer caches, the registry's manifest cache and the blob
+// descriptor cache each keep their entries in one. It has no cairn imports,
+// so the caches above it share it without importing one another.
+package arc
 
-// ARC is an Adaptive Replacement Cache (Megiddo & Modha, FAST '03) keyed by
+// Cache is an Adaptive Replacement Cache (Megiddo & Modha, FAST '03) keyed by
 // string and bounded in bytes: every entry has a cost, the resident lists T1
 // (seen once recently) and T2 (seen at least twice) together never hold more
 // than the capacity, the ghost lists B1 and B2 remember the keys (not the
@@ -16,28 +12,28 @@ package cache
 // in bytes. A one-pass scan of new keys only churns T1, so frequently used
 // entries in T2 survive it.
 //
-// ARC is not safe for concurrent use: Disk and Memory guard it with their
+// A Cache is not safe for concurrent use: its users guard it with their
 // own mutex, which they also need around the work that surrounds it.
-type ARC[V any] struct {
+type Cache[V any] struct {
 	capacity int64
 	p        int64 // target bytes for T1
-	t1, t2   arcList[V]
-	b1, b2   arcList[V]
-	items    map[string]*arcEntry[V] // resident and ghost entries
+	t1, t2   list[V]
+	b1, b2   list[V]
+	items    map[string]*entry[V] // resident and ghost entries
 	onEvict  func(key string, v V)
 }
 
-// NewARC returns an empty ARC holding at most capacity bytes. onEvict, if
+// New returns an empty Cache holding at most capacity bytes. onEvict, if
 // not nil, is called exactly once for every admitted value that leaves the
 // cache: evicted for room, dropped by Remove, or replaced by Add of the same
-// key. It runs synchronously inside the ARC method and must not call back
-// into the ARC.
-func NewARC[V any](capacity int64, onEvict func(key string, v V)) *ARC[V] {
+// key. It runs synchronously inside the Cache method and must not call
+// back into the Cache.
+func New[V any](capacity int64, onEvict func(key string, v V)) *Cache[V] {
 	if capacity < 0 {
 		capacity = 0
 	}
-	a := &ARC[V]{capacity: capacity, items: make(map[string]*arcEntry[V]), onEvict: onEvict}
-	for _, l := range []*arcList[V]{&a.t1, &a.t2, &a.b1, &a.b2} {
+	a := &Cache[V]{capacity: capacity, items: make(map[string]*entry[V]), onEvict: onEvict}
+	for _, l := range []*list[V]{&a.t1, &a.t2, &a.b1, &a.b2} {
 		l.init()
 	}
 	return a
@@ -45,7 +41,7 @@ func NewARC[V any](capacity int64, onEvict func(key string, v V)) *ARC[V] {
 
 // Get returns the value of a resident key and marks it frequently used
 // (T1 -> T2, or to the front of T2).
-func (a *ARC[V]) Get(key string) (V, bool) {
+func (a *Cache[V]) Get(key string) (V, bool) {
 	e := a.items[key]
 	if e == nil || e.list == &a.b1 || e.list == &a.b2 {
 		var zero V
@@ -57,7 +53,7 @@ func (a *ARC[V]) Get(key string) (V, bool) {
 }
 
 // Peek returns the value of a resident key without changing its standing.
-func (a *ARC[V]) Peek(key string) (V, bool) {
+func (a *Cache[V]) Peek(key string) (V, bool) {
 	e := a.items[key]
 	if e == nil || e.list == &a.b1 || e.list == &a.b2 {
 		var zero V
@@ -67,7 +63,7 @@ func (a *ARC[V]) Peek(key string) (V, bool) {
 }
 
 // Contains reports whether key is resident, without changing its standing.
-func (a *ARC[V]) Contains(key string) bool {
+func (a *Cache[V]) Contains(key string) bool {
 	_, ok := a.Peek(key)
 	return ok
 }
@@ -77,7 +73,7 @@ func (a *ARC[V]) Contains(key string) bool {
 // an older value of key is dropped). Costs below 1 count as 1 so that the
 // lists stay bounded in entries too. A key found in a ghost list enters T2
 // and moves p: towards recency on a B1 hit, towards frequency on a B2 hit.
-func (a *ARC[V]) Add(key string, v V, cost int64) bool {
+func (a *Cache[V]) Add(key string, v V, cost int64) bool {
 	if cost < 1 {
 		cost = 1
 	}
@@ -90,7 +86,7 @@ func (a *ARC[V]) Add(key string, v V, cost int64) bool {
 	}
 	switch {
 	case e == nil:
-		e = &arcEntry[V]{key: key, val: v, cost: cost}
+		e = &entry[V]{key: key, val: v, cost: cost}
 		a.items[key] = e
 		a.replace(cost, false)
 		a.t1.pushFront(e)
@@ -133,7 +129,7 @@ func delta(cost, other, hit int64) int64 {
 
 // replace demotes entries from T1 or T2 into their ghost lists until cost
 // more bytes fit. T1 gives way while it is above its target p.
-func (a *ARC[V]) replace(cost int64, hitB2 bool) {
+func (a *Cache[V]) replace(cost int64, hitB2 bool) {
 	for a.t1.bytes+a.t2.bytes+cost > a.capacity {
 		fromT1 := a.t1.n > 0 && (a.t1.bytes > a.p || (hitB2 && a.t1.bytes >= a.p) || a.t2.n == 0)
 		src, ghost := &a.t2, &a.b2
@@ -157,7 +153,7 @@ func (a *ARC[V]) replace(cost int64, hitB2 bool) {
 
 // trimGhosts keeps |T1|+|B1| <= c and |T1|+|T2|+|B1|+|B2| <= 2c, in bytes,
 // forgetting the oldest ghosts first.
-func (a *ARC[V]) trimGhosts() {
+func (a *Cache[V]) trimGhosts() {
 	for a.t1.bytes+a.b1.bytes > a.capacity && a.b1.n > 0 {
 		a.forget(a.b1.back())
 	}
@@ -173,13 +169,13 @@ func (a *ARC[V]) trimGhosts() {
 	}
 }
 
-func (a *ARC[V]) forget(e *arcEntry[V]) {
+func (a *Cache[V]) forget(e *entry[V]) {
 	e.list.remove(e)
 	delete(a.items, e.key)
 }
 
 // drop removes e from wherever it is, calling onEvict if it was resident.
-func (a *ARC[V]) drop(e *arcEntry[V]) bool {
+func (a *Cache[V]) drop(e *entry[V]) bool {
 	resident := e.list == &a.t1 || e.list == &a.t2
 	a.forget(e)
 	if resident && a.onEvict != nil {
@@ -190,7 +186,7 @@ func (a *ARC[V]) drop(e *arcEntry[V]) bool {
 
 // Remove drops key, resident or ghost, and reports whether a resident value
 // was removed (onEvict is called for it).
-func (a *ARC[V]) Remove(key string) bool {
+func (a *Cache[V]) Remove(key string) bool {
 	e := a.items[key]
 	if e == nil {
 		return false
@@ -199,18 +195,18 @@ func (a *ARC[V]) Remove(key string) bool {
 }
 
 // Len is the number of resident entries.
-func (a *ARC[V]) Len() int { return a.t1.n + a.t2.n }
+func (a *Cache[V]) Len() int { return a.t1.n + a.t2.n }
 
 // Bytes is the total cost of the resident entries; never above Capacity.
-func (a *ARC[V]) Bytes() int64 { return a.t1.bytes + a.t2.bytes }
+func (a *Cache[V]) Bytes() int64 { return a.t1.bytes + a.t2.bytes }
 
-// Capacity is the byte bound given to NewARC.
-func (a *ARC[V]) Capacity() int64 { return a.capacity }
+// Capacity is the byte bound given to New.
+func (a *Cache[V]) Capacity() int64 { return a.capacity }
 
 // Keys returns the resident keys, most recently used first within T2 then T1.
-func (a *ARC[V]) Keys() []string {
+func (a *Cache[V]) Keys() []string {
 	keys := make([]string, 0, a.Len())
-	for _, l := range []*arcList[V]{&a.t2, &a.t1} {
+	for _, l := range []*list[V]{&a.t2, &a.t1} {
 		for e := l.root.next; e != &l.root; e = e.next {
 			keys = append(keys, e.key)
 		}
@@ -218,25 +214,25 @@ func (a *ARC[V]) Keys() []string {
 	return keys
 }
 
-type arcEntry[V any] struct {
+type entry[V any] struct {
 	key        string
 	val        V
 	cost       int64
-	list       *arcList[V]
-	prev, next *arcEntry[V]
+	list       *list[V]
+	prev, next *entry[V]
 }
 
-// arcList is a circular doubly linked list with a sentinel, front = most
+// list is a circular doubly linked list with a sentinel, front = most
 // recently used; it keeps its entry count and byte total.
-type arcList[V any] struct {
-	root  arcEntry[V]
+type list[V any] struct {
+	root  entry[V]
 	n     int
 	bytes int64
 }
 
-func (l *arcList[V]) init() { l.root.next, l.root.prev = &l.root, &l.root }
+func (l *list[V]) init() { l.root.next, l.root.prev = &l.root, &l.root }
 
-func (l *arcList[V]) pushFront(e *arcEntry[V]) {
+func (l *list[V]) pushFront(e *entry[V]) {
 	e.prev, e.next = &l.root, l.root.next
 	l.root.next.prev = e
 	l.root.next = e
@@ -245,14 +241,14 @@ func (l *arcList[V]) pushFront(e *arcEntry[V]) {
 	l.bytes += e.cost
 }
 
-func (l *arcList[V]) remove(e *arcEntry[V]) {
+func (l *list[V]) remove(e *entry[V]) {
 	e.prev.next, e.next.prev = e.next, e.prev
 	e.prev, e.next, e.list = nil, nil, nil
 	l.n--
 	l.bytes -= e.cost
 }
 
-func (l *arcList[V]) back() *arcEntry[V] {
+func (l *list[V]) back() *entry[V] {
 	if l.n == 0 {
 		return nil
 	}

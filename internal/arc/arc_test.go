@@ -1,4 +1,4 @@
-package cache
+package arc
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 )
 
 // checkInvariants fails if any ARC bound or list total is wrong.
-func checkInvariants[V any](t *testing.T, a *ARC[V]) {
+func checkInvariants[V any](t *testing.T, a *Cache[V]) {
 	t.Helper()
 	c := a.capacity
 	if a.Bytes() > c {
@@ -24,7 +24,7 @@ func checkInvariants[V any](t *testing.T, a *ARC[V]) {
 		t.Fatalf("p = %d outside [0, %d]", a.p, c)
 	}
 	n := 0
-	for _, l := range []*arcList[V]{&a.t1, &a.t2, &a.b1, &a.b2} {
+	for _, l := range []*list[V]{&a.t1, &a.t2, &a.b1, &a.b2} {
 		var bytes int64
 		cnt := 0
 		for e := l.root.next; e != &l.root; e = e.next {
@@ -44,8 +44,8 @@ func checkInvariants[V any](t *testing.T, a *ARC[V]) {
 	}
 }
 
-func TestARCRecencyAndFrequency(t *testing.T) {
-	a := NewARC[int](40, nil)
+func TestRecencyAndFrequency(t *testing.T) {
+	a := New[int](40, nil)
 	for i, k := range []string{"a", "b", "c", "d"} {
 		a.Add(k, i, 10)
 	}
@@ -67,9 +67,9 @@ func TestARCRecencyAndFrequency(t *testing.T) {
 	checkInvariants(t, a)
 }
 
-func TestARCRejectsOversize(t *testing.T) {
+func TestRejectsOversize(t *testing.T) {
 	var evicted []string
-	a := NewARC(100, func(k string, _ string) { evicted = append(evicted, k) })
+	a := New(100, func(k string, _ string) { evicted = append(evicted, k) })
 	a.Add("x", "small", 50)
 	if a.Add("x", "huge", 101) {
 		t.Fatal("entry larger than capacity admitted")
@@ -85,8 +85,8 @@ func TestARCRejectsOversize(t *testing.T) {
 	}
 }
 
-func TestARCScanResistance(t *testing.T) {
-	a := NewARC[int](100, nil)
+func TestScanResistance(t *testing.T) {
+	a := New[int](100, nil)
 	hot := []string{"h0", "h1", "h2", "h3", "h4"}
 	for _, k := range hot {
 		a.Add(k, 0, 10)
@@ -107,8 +107,8 @@ func TestARCScanResistance(t *testing.T) {
 	}
 }
 
-func TestARCGhostHitsAdaptTarget(t *testing.T) {
-	a := NewARC[int](100, nil)
+func TestGhostHitsAdaptTarget(t *testing.T) {
+	a := New[int](100, nil)
 	for i := range 10 {
 		a.Add(fmt.Sprintf("k%d", i), i, 10)
 	}
@@ -134,7 +134,7 @@ func TestARCGhostHitsAdaptTarget(t *testing.T) {
 	checkInvariants(t, a)
 
 	// Make T2 entries, push them out into B2, then hit one: p must fall.
-	b := NewARC[int](100, nil)
+	b := New[int](100, nil)
 	b.p = 100 // pretend recency had won, so T2 is what gives way
 	for i := range 10 {
 		k := fmt.Sprintf("f%d", i)
@@ -156,14 +156,14 @@ func TestARCGhostHitsAdaptTarget(t *testing.T) {
 	checkInvariants(t, b)
 }
 
-// TestARCRandomOps drives random adds, gets and removes with random costs
+// TestRandomOps drives random adds, gets and removes with random costs
 // and checks the byte bounds after every operation and that onEvict fires
 // exactly once for every value that left.
-func TestARCRandomOps(t *testing.T) {
+func TestRandomOps(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	live := map[string]int{} // key -> value id the cache should hold
-	var a *ARC[int]
-	a = NewARC(1000, func(k string, v int) {
+	var a *Cache[int]
+	a = New(1000, func(k string, v int) {
 		if got, ok := live[k]; !ok || got != v {
 			t.Fatalf("onEvict(%q, %d): live value is %d, %v", k, v, got, ok)
 		}
@@ -212,14 +212,14 @@ func TestARCRandomOps(t *testing.T) {
 	}
 }
 
-// TestARCTargetSteersEviction checks that p decides which list gives way:
+// TestTargetSteersEviction checks that p decides which list gives way:
 // with T1 below its target, room comes from T2.
-func TestARCTargetSteersEviction(t *testing.T) {
+func TestTargetSteersEviction(t *testing.T) {
 	for _, tc := range []struct {
 		p           int64
 		wantEvicted string
 	}{{0, "r0"}, {100, "f0"}} {
-		a := NewARC[int](100, nil)
+		a := New[int](100, nil)
 		for i := range 5 {
 			k := fmt.Sprintf("f%d", i)
 			a.Add(k, i, 10)
