@@ -21,6 +21,8 @@ import (
 	"github.com/cairn-registry/cairn/internal/dedup"
 	"github.com/cairn-registry/cairn/internal/dedup/pack"
 	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/meta/bolt"
+	metaredis "github.com/cairn-registry/cairn/internal/meta/redis"
 	"github.com/cairn-registry/cairn/internal/redisconn"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/webui"
@@ -147,7 +149,7 @@ func dedupOptions(cfg *config.Config) dedup.Options {
 // "", so the metadata is rebuilt from storage); log says so.
 func openMeta(ctx context.Context, cfg *config.Config, lockTimeout time.Duration, log *slog.Logger) (meta.Store, error) {
 	if r := cfg.Storage.Dedup.Metadata.Redis; r != nil {
-		o := meta.RedisOptions{Addr: r.Addr, Username: r.Username, Password: r.Password, DB: r.DB, Prefix: r.Prefix, Log: log}
+		o := metaredis.Options{Addr: r.Addr, Username: r.Username, Password: r.Password, DB: r.DB, Prefix: r.Prefix, Log: log}
 		if r.Addr == "" {
 			// The redis section's server (validation made sure there is one).
 			c, err := redisconn.Open(ctx, cfg.Redis.Options())
@@ -156,7 +158,7 @@ func openMeta(ctx context.Context, cfg *config.Config, lockTimeout time.Duration
 			}
 			o.Client, o.OwnClient = c, true
 		}
-		s, err := meta.OpenRedis(ctx, o)
+		s, err := metaredis.Open(ctx, o)
 		if err != nil {
 			if o.Client != nil {
 				o.Client.Close()
@@ -180,7 +182,7 @@ func openMeta(ctx context.Context, cfg *config.Config, lockTimeout time.Duration
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return nil, fmt.Errorf("dedup: metadata store: %w", err)
 	}
-	s, aside, err := meta.OpenBoltRecovering(p, meta.Options{LockTimeout: lockTimeout})
+	s, aside, err := bolt.OpenRecovering(p, bolt.Options{LockTimeout: lockTimeout})
 	if aside != "" {
 		log.Error("dedup: the metadata file is corrupt: moved it aside and started a fresh one; the metadata will be rebuilt from storage (recipes and packs)", "path", p, "moved_to", aside)
 	}
@@ -497,7 +499,7 @@ func reindex(ctx context.Context, d driver.Driver, store meta.Store, metaFile st
 	if st.Foreign() {
 		// Its locations name packs of the other storage: a reindex adds
 		// to an index, so it must start from an empty one.
-		if _, ok := store.(*meta.Bolt); !ok || metaFile == "" {
+		if _, ok := store.(*bolt.Store); !ok || metaFile == "" {
 			return errors.New("dedup reindex: --force on Redis: the keys of another storage must go first; use another storage.dedup.metadata.redis.prefix, or delete the old prefix's keys")
 		}
 		if err := store.Close(); err != nil {
@@ -507,7 +509,7 @@ func reindex(ctx context.Context, d driver.Driver, store meta.Store, metaFile st
 		if err := os.Rename(metaFile, moved); err != nil {
 			return fmt.Errorf("dedup reindex: moving the metadata store aside: %w", err)
 		}
-		fresh, err := meta.OpenWith(metaFile, meta.Options{})
+		fresh, err := bolt.OpenWith(metaFile, bolt.Options{})
 		if err != nil {
 			return fmt.Errorf("dedup reindex: %w", err)
 		}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/meta/bolt"
 )
 
 // TestScrubExitStatus: 0 for a clean store, 1 with findings (each on its
@@ -71,7 +71,7 @@ func TestScrubExitStatus(t *testing.T) {
 // and refuses a bolt store a running serve holds.
 func TestScrubMetadataStore(t *testing.T) {
 	root := t.TempDir()
-	held, err := meta.Open(filepath.Join(root, "cairn-meta.db"))
+	held, err := bolt.Open(filepath.Join(root, "cairn-meta.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

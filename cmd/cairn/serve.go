@@ -26,7 +26,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/config"
 	"github.com/cairn-registry/cairn/internal/dedup"
 	"github.com/cairn-registry/cairn/internal/health"
-	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/meta/bolt"
 	"github.com/cairn-registry/cairn/internal/metrics"
 	"github.com/cairn-registry/cairn/internal/proxy"
 	"github.com/cairn-registry/cairn/internal/registry"
@@ -407,7 +407,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		} else if ret != nil {
 			log.Warn("retention policies run with the scheduled GC, which is off (storage.gc.enabled): run cairn gc to apply them")
 		}
-		if b, ok := store.(*meta.Bolt); ok {
+		if b, ok := store.(*bolt.Store); ok {
 			// Low: it runs once dedup's queue is empty, not amid a bulk
 			// run whose writes would soon spread the file out again.
 			runner.Every("metadata compaction", metaCompactInterval, metaCompactInterval, task.Low, compactMeta(log, b))
@@ -558,8 +558,8 @@ const backgroundQueue = 4096
 const metaCompactInterval = 10 * time.Minute
 
 // compactMeta is the task that compacts the bolt metadata store when at
-// least half of its file would be saved (meta.Bolt.Compact).
-func compactMeta(log *slog.Logger, s *meta.Bolt) task.Func {
+// least half of its file would be saved (bolt.Store.Compact).
+func compactMeta(log *slog.Logger, s *bolt.Store) task.Func {
 	return func(ctx context.Context) error {
 		start := time.Now()
 		before, after, err := s.Compact(ctx)

@@ -99,8 +99,8 @@ type Engine struct {
 	*Predictor
 	*Statistics
 
-	stop  func()     // ends the Runner Start made
-	store meta.Store // nil without a metadata store
+	stop  func()   // ends the Runner Start made
+	store Metadata // nil without a metadata store
 	// reindexQueued: a rebuild of the index is queued or running on the
 	// Runner (indexIncomplete).
 	reindexQueued atomic.Bool
@@ -125,6 +125,20 @@ type Source struct {
 	checkIndex func(ctx context.Context) bool
 }
 
+// Metadata is what an Engine uses of the metadata store (a meta.Store has
+// it): the interfaces of its parts together, workerStore, predictorStore,
+// packLister (Statistics), reindexStore (EnsureIndexed) and pack.Index (the
+// pack store). GC's side of the store (Bulk, tombstones, pack deletion),
+// the counters and Close are not in it: they stay with whoever opened the
+// store.
+type Metadata interface {
+	workerStore
+	predictorStore
+	packLister
+	reindexStore
+	pack.Index
+}
+
 // summaryStore is what reads and writes layers' summaries and states.
 type summaryStore interface {
 	GetLayer(ctx context.Context, layer digest.Digest) ([]byte, meta.LayerState, error)
@@ -135,18 +149,25 @@ type summaryStore interface {
 // summaries reads and writes layers' summaries and states.
 type summaries struct{ meta summaryStore }
 
-// workerStore is what the Worker needs of the metadata store.
-type workerStore interface {
-	summaryStore
+// layerRefs is what processing a layer needs of the file index: the
+// layer's references on its files and their state (process.go).
+type layerRefs interface {
 	AddLayerRefs(ctx context.Context, layer digest.Digest, files []digest.Digest) ([]meta.FileRef, error)
 	ReleaseLayerRefs(ctx context.Context, layer digest.Digest) ([]digest.Digest, error)
 	LayerFiles(ctx context.Context, layer digest.Digest) ([]digest.Digest, error)
 	Files(ctx context.Context, digests []digest.Digest) ([]meta.FileInfo, error)
 	DeleteLayer(ctx context.Context, layer digest.Digest) error
+}
+
+// workerStore is what the Worker needs of the metadata store: layer
+// summaries, the file references, the image map (intake), layer
+// popularity (selective mode) and leases (one node per layer).
+type workerStore interface {
+	summaryStore
+	layerRefs
+	meta.Leases
 	SetImageLayers(ctx context.Context, manifest digest.Digest, layers []digest.Digest) error
 	LayerPulls(ctx context.Context, layer digest.Digest, since time.Time) (int64, error)
-	TryLease(ctx context.Context, name, holder string, ttl time.Duration) (bool, error)
-	ReleaseLease(ctx context.Context, name, holder string) error
 }
 
 // Worker deduplicates layers in the background (see process for a
@@ -233,7 +254,7 @@ func newSource(d driver.Driver, files *pack.Store, log *slog.Logger, m Metrics) 
 
 // New returns an engine over d. store may be nil (restore only). Start or
 // Schedule runs the background work; Close ends it.
-func New(d driver.Driver, store meta.Store, opts Options, log *slog.Logger, m Metrics) (*Engine, error) {
+func New(d driver.Driver, store Metadata, opts Options, log *slog.Logger, m Metrics) (*Engine, error) {
 	opts = opts.withDefaults()
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

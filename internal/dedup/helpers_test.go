@@ -25,6 +25,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/manifest"
 	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/meta/bolt"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
 	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
@@ -215,7 +216,7 @@ func (m *fakeMetrics) predictions(cache string) int {
 type env struct {
 	t     *testing.T
 	d     driver.Driver
-	store *meta.Bolt
+	store *bolt.Store
 	eng   *Engine
 	m     *fakeMetrics
 }
@@ -225,7 +226,7 @@ func newEnv(t *testing.T, d driver.Driver, opts Options) *env {
 	if d == nil {
 		d = inmemory.New()
 	}
-	store, err := meta.OpenWith(filepath.Join(t.TempDir(), "meta.db"), meta.Options{})
+	store, err := bolt.OpenWith(filepath.Join(t.TempDir(), "meta.db"), bolt.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

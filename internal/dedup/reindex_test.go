@@ -14,6 +14,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/meta/bolt"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -244,9 +245,9 @@ func TestReindexingRefusesBeforeHeaders(t *testing.T) {
 
 // lostStore is a new, empty metadata store: the one a lost store is
 // replaced by.
-func lostStore(t *testing.T) *meta.Bolt {
+func lostStore(t *testing.T) *bolt.Store {
 	t.Helper()
-	s, err := meta.OpenWith(filepath.Join(t.TempDir(), "lost.db"), meta.Options{})
+	s, err := bolt.OpenWith(filepath.Join(t.TempDir(), "lost.db"), bolt.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/meta/bolt"
 )
 
 // The metadata store is what cmd/cairn hands GC.
@@ -33,7 +34,7 @@ var indexes = []struct {
 }{
 	{"fake", func(*testing.T) testIndex { return newFakeIndex() }},
 	{"bolt", func(t *testing.T) testIndex {
-		s, err := meta.OpenWith(filepath.Join(t.TempDir(), "meta.db"), meta.Options{})
+		s, err := bolt.OpenWith(filepath.Join(t.TempDir(), "meta.db"), bolt.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/meta/bolt"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
 )
@@ -662,10 +663,10 @@ func (p perItem) DropFileEntries(ctx context.Context, files []digest.Digest) ([]
 // written directly, without the driver's fsyncs: only the index is
 // measured. It returns the driver, the bolt store, and the files the run
 // must delete.
-func deadDedupWorld(b *testing.B, root string, n, perBlob int) (driver.Driver, *meta.Bolt, int) {
+func deadDedupWorld(b *testing.B, root string, n, perBlob int) (driver.Driver, *bolt.Store, int) {
 	b.Helper()
 	ctx := context.Background()
-	store, err := meta.OpenWith(filepath.Join(root, "meta.db"), meta.Options{})
+	store, err := bolt.OpenWith(filepath.Join(root, "meta.db"), bolt.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/meta/bolt"
 )
 
 // readableIndex is the test index with LayerFiles, as meta.Store has it:
@@ -30,10 +31,10 @@ func (r readableIndex) LayerFiles(ctx context.Context, layer digest.Digest) ([]d
 func TestDryRunPreviewsReleases(t *testing.T) {
 	for _, opts := range []Options{{}, {BatchSize: 1, Concurrency: 2}} {
 		t.Run(fmt.Sprintf("batch%d", opts.BatchSize), func(t *testing.T) {
-			var store *meta.Bolt
+			var store *bolt.Store
 			f := newDedupFixture(t, func(t *testing.T) testIndex {
 				s := indexes[1].new(t)
-				store = s.(*meta.Bolt)
+				store = s.(*bolt.Store)
 				return s
 			}, nil)
 			buildDedupWorld(f)

@@ -13,6 +13,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/dedup/pack"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/meta/bolt"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
 )
@@ -21,12 +22,12 @@ import (
 type packFixture struct {
 	t     *testing.T
 	d     driver.Driver
-	meta  *meta.Bolt
+	meta  *bolt.Store
 	store *pack.Store
 }
 
 func newPackFixture(t *testing.T) *packFixture {
-	m, err := meta.Open(filepath.Join(t.TempDir(), "meta.db"))
+	m, err := bolt.Open(filepath.Join(t.TempDir(), "meta.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +236,7 @@ func TestPacksUnrecordedKept(t *testing.T) {
 			}
 		}
 	}
-	lost, err := meta.Open(filepath.Join(t.TempDir(), "lost.db"))
+	lost, err := bolt.Open(filepath.Join(t.TempDir(), "lost.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,24 +11,26 @@ import (
 
 // The distinct, key-sorted file list of one AddLayerRefs call, and the
 // key-list encoding of a layer's files that the Redis store keeps (and that
-// bolt stores written before file ordinals hold; see bolt_schema.go).
+// bolt stores written before file ordinals hold; see the bolt store's schema.go).
 
-// fileSet is the distinct files of one AddLayerRefs call, sorted by key so bolt
+// FileSet is the distinct files of one AddLayerRefs call, sorted by key so bolt
 // writes land in page order.
-type fileSet struct {
-	keys    [][]byte        // distinct, sorted; they share one buffer
-	digests []digest.Digest // digests[j] is the digest of keys[j]
-	pos     []int           // pos[i] is the index in keys of the call's files[i]
-	first   []bool          // first[i]: files[i] is the first occurrence of its key
+type FileSet struct {
+	Keys    [][]byte        // distinct, sorted; they share one buffer
+	Digests []digest.Digest // Digests[j] is the digest of Keys[j]
+	Pos     []int           // Pos[i] is the index in Keys of the call's files[i]
+	First   []bool          // First[i]: files[i] is the first occurrence of its key
 }
 
-func newFileSet(files []digest.Digest) (fileSet, error) {
+// NewFileSet sorts and dedups files by key; a digest that is not valid fails
+// the call with ErrInvalidDigest.
+func NewFileSet(files []digest.Digest) (FileSet, error) {
 	buf := make([]byte, 0, 32*len(files))
 	ends := make([]int, len(files))
 	for i, d := range files {
 		var err error
-		if buf, err = appendKey(buf, d); err != nil {
-			return fileSet{}, err
+		if buf, err = AppendKey(buf, d); err != nil {
+			return FileSet{}, err
 		}
 		ends[i] = len(buf)
 	}
@@ -46,35 +48,35 @@ func newFileSet(files []digest.Digest) (fileSet, error) {
 	}
 	// Stable, so the first occurrence of a duplicate comes first.
 	slices.SortStableFunc(order, func(a, b int) int { return bytes.Compare(all[a], all[b]) })
-	fs := fileSet{pos: make([]int, len(files)), first: make([]bool, len(files))}
+	fs := FileSet{Pos: make([]int, len(files)), First: make([]bool, len(files))}
 	for _, i := range order {
-		if n := len(fs.keys); n == 0 || !bytes.Equal(fs.keys[n-1], all[i]) {
-			fs.keys = append(fs.keys, all[i])
-			fs.digests = append(fs.digests, files[i])
-			fs.first[i] = true
+		if n := len(fs.Keys); n == 0 || !bytes.Equal(fs.Keys[n-1], all[i]) {
+			fs.Keys = append(fs.Keys, all[i])
+			fs.Digests = append(fs.Digests, files[i])
+			fs.First[i] = true
 		}
-		fs.pos[i] = len(fs.keys) - 1
+		fs.Pos[i] = len(fs.Keys) - 1
 	}
 	return fs, nil
 }
 
-// encode is the layer file list as a list of keys: each key prefixed by its length as a uvarint
+// Encode is the layer file list as a list of keys: each key prefixed by its length as a uvarint
 // (33 bytes per sha256 file), in key order, so equal sets encode equally.
-func (fs fileSet) encode() []byte {
+func (fs FileSet) Encode() []byte {
 	n := 0
-	for _, k := range fs.keys {
+	for _, k := range fs.Keys {
 		n += binary.MaxVarintLen64 + len(k)
 	}
 	out := make([]byte, 0, n)
-	for _, k := range fs.keys {
+	for _, k := range fs.Keys {
 		out = binary.AppendUvarint(out, uint64(len(k)))
 		out = append(out, k...)
 	}
 	return out
 }
 
-// eachKey calls fn with each key of a layerfiles value.
-func eachKey(v []byte, fn func(k []byte) error) error {
+// EachKey calls fn with each key of a layerfiles value.
+func EachKey(v []byte, fn func(k []byte) error) error {
 	for len(v) > 0 {
 		n, w := binary.Uvarint(v)
 		if w <= 0 || n > uint64(len(v)-w) {
@@ -86,4 +88,31 @@ func eachKey(v []byte, fn func(k []byte) error) error {
 		v = v[w+int(n):]
 	}
 	return nil
+}
+
+// LayerFileSet checks AddLayerRefs' arguments: it returns the layer's key
+// and the FileSet of its files.
+func LayerFileSet(layer digest.Digest, files []digest.Digest) ([]byte, FileSet, error) {
+	lk, err := KeyOf(layer)
+	if err != nil {
+		return nil, FileSet{}, err
+	}
+	fs, err := NewFileSet(files)
+	return lk, fs, err
+}
+
+// Refs is AddLayerRefs' result for the call's files, from byKey, the
+// outcome of each of fs.Keys: a digest listed twice gets its key's outcome,
+// with Write and Revived only at its first occurrence (the contract).
+func (fs FileSet) Refs(files []digest.Digest, byKey []FileRef) []FileRef {
+	out := make([]FileRef, len(files))
+	for i, d := range files {
+		r := byKey[fs.Pos[i]]
+		r.Digest = d
+		if !fs.First[i] {
+			r.Write, r.Revived = false, false
+		}
+		out[i] = r
+	}
+	return out
 }

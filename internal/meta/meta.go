@@ -1,8 +1,11 @@
 // Package meta is the metadata store that deduplication and garbage collection share:
 // the file index with reference counts and tombstones, layer states and summaries, the
 // image→layers map (ILmap), the client→layers pull map (ULmap), layer popularity and
-// counters. Every method is one atomic step, so the embedded bolt store (one node) and
-// a Redis store (several nodes, SETNX/Lua) can both implement it.
+// counters. Every method is one atomic step, so the embedded bolt store (one node,
+// package meta/bolt) and the Redis store (several nodes, Lua; package meta/redis)
+// can both implement it. This package holds the contract only: the interfaces,
+// their lifecycles, the errors callers compare with errors.Is, and the key and
+// value encodings both stores share; metatest is the suite both run.
 //
 // File lifecycle (the contract between dedup and GC):
 //
@@ -53,8 +56,6 @@ import (
 	"context"
 	_ "crypto/sha512" // registers sha512 so such digests validate
 	"errors"
-	"fmt"
-	"strings"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -80,7 +81,7 @@ var (
 	// placement with a negative offset or a length <= 0.
 	ErrInvalidPack = errors.New("meta: invalid pack or placement")
 	// ErrCorrupt: the bolt file failed its consistency check at open, or
-	// bbolt panicked reading it. OpenBoltRecovering moves such a file aside.
+	// bbolt panicked reading it. bolt.OpenRecovering moves such a file aside.
 	ErrCorrupt = errors.New("meta: metadata file is corrupt")
 )
 
@@ -348,19 +349,6 @@ type Leases interface {
 	ReleaseLease(ctx context.Context, name, holder string) error
 }
 
-// leaseMillis checks a lease's arguments and returns ttl in milliseconds,
-// rounded up: Redis's unit, so both stores expire a lease at the same instant.
-func leaseMillis(name, holder string, ttl time.Duration) (int64, error) {
-	if name == "" || holder == "" || len(name) > MaxLeaseName || len(holder) > MaxLeaseName || ttl <= 0 {
-		return 0, fmt.Errorf("%w: name %d bytes, holder %d bytes, ttl %v", ErrInvalidLease, len(name), len(holder), ttl)
-	}
-	ms := int64(ttl / time.Millisecond)
-	if ttl%time.Millisecond != 0 {
-		ms++
-	}
-	return ms, nil
-}
-
 // Identity ties the metadata store to the storage it indexes. The store is
 // the source of truth: recipes name each layer's files and every pack holds
 // its own index, so the metadata can be rebuilt from storage (package
@@ -389,41 +377,4 @@ type Store interface {
 	Stats
 	Leases
 	Close() error
-}
-
-// encodeImageLayers is how both stores keep an image's layer list: the
-// digests, validated, one per line.
-func encodeImageLayers(layers []digest.Digest) (string, error) {
-	var sb strings.Builder
-	for i, l := range layers {
-		if err := l.Validate(); err != nil {
-			return "", fmt.Errorf("%w: %q: %w", ErrInvalidDigest, l, err)
-		}
-		if i > 0 {
-			sb.WriteByte('\n')
-		}
-		sb.WriteString(string(l))
-	}
-	return sb.String(), nil
-}
-
-// decodeImageLayers reverses encodeImageLayers; an empty list is empty,
-// not nil.
-func decodeImageLayers(v string) []digest.Digest {
-	out := []digest.Digest{}
-	if v == "" {
-		return out
-	}
-	for l := range strings.SplitSeq(v, "\n") {
-		out = append(out, digest.Digest(l))
-	}
-	return out
-}
-
-// checkedLayerKey checks a layer state and returns the layer's key.
-func checkedLayerKey(layer digest.Digest, state LayerState) ([]byte, error) {
-	if !state.Valid() {
-		return nil, fmt.Errorf("%w: %d", ErrInvalidState, state)
-	}
-	return keyOf(layer)
 }

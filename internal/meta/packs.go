@@ -9,9 +9,9 @@ import (
 // clock's unit. Changed is kept in unix microseconds, the resolution of Redis's
 // TIME, so both stores decide TombstonePack's age alike.
 
-// checkPackID checks a pack id: non-empty, at most MaxPackID bytes of
+// CheckPackID checks a pack id: non-empty, at most MaxPackID bytes of
 // printable ASCII without '/' (it names an object under cairn/packs).
-func checkPackID(id string) error {
+func CheckPackID(id string) error {
 	if id == "" || len(id) > MaxPackID {
 		return fmt.Errorf("%w: pack id of %d bytes", ErrInvalidPack, len(id))
 	}
@@ -23,11 +23,11 @@ func checkPackID(id string) error {
 	return nil
 }
 
-// checkPlacements checks PlaceFiles' arguments and returns the files' keys.
+// CheckPlacements checks PlaceFiles' arguments and returns the files' keys.
 // A From is not checked: one that names no valid location matches no file,
 // so that placement is merely not placed.
-func checkPlacements(id string, size int64, files []Placement) ([][]byte, error) {
-	if err := checkPackID(id); err != nil {
+func CheckPlacements(id string, size int64, files []Placement) ([][]byte, error) {
+	if err := CheckPackID(id); err != nil {
 		return nil, err
 	}
 	if size < 0 {
@@ -38,7 +38,7 @@ func checkPlacements(id string, size int64, files []Placement) ([][]byte, error)
 		if p.Offset < 0 || p.Length <= 0 {
 			return nil, fmt.Errorf("%w: pack %s: %s at %d, length %d", ErrInvalidPack, id, p.Digest, p.Offset, p.Length)
 		}
-		k, err := keyOf(p.Digest)
+		k, err := KeyOf(p.Digest)
 		if err != nil {
 			return nil, err
 		}
@@ -47,9 +47,9 @@ func checkPlacements(id string, size int64, files []Placement) ([][]byte, error)
 	return keys, nil
 }
 
-// olderThanMicros is TombstonePack's olderThan in microseconds, rounded up,
+// OlderThanMicros is TombstonePack's olderThan in microseconds, rounded up,
 // so a pack is never taken for older than it is.
-func olderThanMicros(d time.Duration) int64 {
+func OlderThanMicros(d time.Duration) int64 {
 	us := int64(d / time.Microsecond)
 	if d%time.Microsecond > 0 {
 		us++

@@ -20,7 +20,7 @@ import (
 // asked with a HEAD) of the mirrored repo. A blob stored for another
 // repository is linked into repo first, with no upstream request.
 func (c *Cache) StatBlob(ctx context.Context, repo string, d digest.Digest, fetch bool) (registry.BlobInfo, error) {
-	info, err := c.store.StatBlob(ctx, repo, d)
+	info, err := c.blobs.StatBlob(ctx, repo, d)
 	if !errors.Is(err, registry.ErrBlobUnknown) {
 		return info, err
 	}
@@ -30,10 +30,10 @@ func (c *Cache) StatBlob(ctx context.Context, repo string, d digest.Digest, fetc
 		}
 		return registry.BlobInfo{Size: fl.size, Fetching: true}, nil
 	}
-	if ok, err := c.store.MountBlob(ctx, repo, d, ""); err != nil {
+	if ok, err := c.blobs.MountBlob(ctx, repo, d, ""); err != nil {
 		return registry.BlobInfo{}, err
 	} else if ok {
-		return c.store.StatBlob(ctx, repo, d)
+		return c.blobs.StatBlob(ctx, repo, d)
 	}
 	m, name, _ := c.route(repo)
 	if fetch {
@@ -56,8 +56,8 @@ func (c *Cache) OpenBlob(ctx context.Context, repo string, d digest.Digest, info
 	if fl := c.join(d, repo); fl != nil {
 		return fl.reader(ctx, offset)
 	}
-	if local, err := c.store.StatBlob(ctx, repo, d); err == nil {
-		return c.store.OpenBlob(ctx, d, local, offset)
+	if local, err := c.blobs.StatBlob(ctx, repo, d); err == nil {
+		return c.blobs.OpenBlob(ctx, d, local, offset)
 	}
 	m, name, _ := c.route(repo)
 	// The reader's reference is taken with the flight, so that a fetch
@@ -257,17 +257,17 @@ func (c *Cache) storeSpooled(ctx context.Context, fl *flight) error {
 	fl.mu.Lock()
 	repos := slices.Clone(fl.repos)
 	fl.mu.Unlock()
-	id, err := c.store.StartUpload(ctx, repos[0])
+	id, err := c.blobs.StartUpload(ctx, repos[0])
 	if err != nil {
 		return err
 	}
-	if _, err := c.store.FinishUpload(ctx, repos[0], id, fl.d, io.NewSectionReader(fl.f, 0, fl.size), 0); err != nil {
-		c.store.CancelUpload(ctx, repos[0], id)
+	if _, err := c.blobs.FinishUpload(ctx, repos[0], id, fl.d, io.NewSectionReader(fl.f, 0, fl.size), 0); err != nil {
+		c.blobs.CancelUpload(ctx, repos[0], id)
 		return err
 	}
 	for {
 		for _, r := range repos[1:] {
-			if _, err := c.store.MountBlob(ctx, r, fl.d, repos[0]); err != nil {
+			if _, err := c.blobs.MountBlob(ctx, r, fl.d, repos[0]); err != nil {
 				return err
 			}
 		}

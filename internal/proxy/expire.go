@@ -40,8 +40,8 @@ type ExpireReport struct {
 // nobody refreshed within it, as of now.
 func (c *Cache) Expire(ctx context.Context, now time.Time) (ExpireReport, error) {
 	var rep ExpireReport
-	es, ok := c.store.(expiryStore)
-	if !ok {
+	es := c.expiry
+	if es == nil {
 		return rep, errors.New("proxy: the store cannot expire content")
 	}
 	last := ""

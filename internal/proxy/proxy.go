@@ -70,18 +70,32 @@ type Upstream struct {
 	TTL time.Duration
 }
 
-// Store is what the cache needs of the registry.
+// Store is what the cache needs of the registry: the manifests it serves
+// and stores, and the blobs. Expiry needs more, and asks for it
+// (expiryStore) only if the store has it.
 type Store interface {
+	Manifests
+	Blobs
+}
+
+// Manifests is what Cache.Manifest needs of the registry's manifests.
+type Manifests interface {
 	StatManifest(ctx context.Context, repo, ref string) (*manifest.Manifest, error)
 	GetManifest(ctx context.Context, repo, ref string) (*manifest.Manifest, error)
 	PutManifest(ctx context.Context, repo, ref, contentType string, content []byte, extraTags []string) (*registry.PutResult, error)
+	MaxManifestSize() int64
+}
+
+// Blobs is what the blob paths (blobs.go) need of the registry's blobs:
+// reads, mounts across repositories, and the upload that stores a blob
+// fetched from the upstream.
+type Blobs interface {
 	StatBlob(ctx context.Context, repo string, d digest.Digest) (registry.BlobInfo, error)
 	OpenBlob(ctx context.Context, d digest.Digest, info registry.BlobInfo, offset int64) (io.ReadCloser, error)
 	MountBlob(ctx context.Context, repo string, d digest.Digest, from string) (bool, error)
 	StartUpload(ctx context.Context, repo string) (string, error)
 	FinishUpload(ctx context.Context, repo, id string, d digest.Digest, body io.Reader, start int64) (int64, error)
 	CancelUpload(ctx context.Context, repo, id string) error
-	MaxManifestSize() int64
 }
 
 // Options configure a Cache.
@@ -97,10 +111,12 @@ type Options struct {
 
 // Cache is the pull-through cache over a Store.
 type Cache struct {
-	store    Store
-	mirrors  []*mirror // longest prefix first
-	spoolDir string
-	log      *slog.Logger
+	manifests Manifests
+	blobs     Blobs
+	expiry    expiryStore // nil: the store cannot expire content
+	mirrors   []*mirror   // longest prefix first
+	spoolDir  string
+	log       *slog.Logger
 
 	mu      sync.Mutex
 	checked map[string]time.Time // repo + ":" + tag → last check with the upstream
@@ -121,11 +137,12 @@ func New(store Store, opts Options) (*Cache, error) {
 		tr.ResponseHeaderTimeout = 2 * time.Minute
 		hc = &http.Client{Transport: tr}
 	}
+	expiry, _ := store.(expiryStore)
 	log := opts.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c := &Cache{store: store, spoolDir: opts.SpoolDir, log: log, checked: make(map[string]time.Time), flights: make(map[digest.Digest]*flight)}
+	c := &Cache{manifests: store, blobs: store, expiry: expiry, spoolDir: opts.SpoolDir, log: log, checked: make(map[string]time.Time), flights: make(map[digest.Digest]*flight)}
 	for _, u := range opts.Upstreams {
 		base, err := url.Parse(u.URL)
 		if err != nil || base.Host == "" || (base.Scheme != "http" && base.Scheme != "https") {
@@ -185,9 +202,9 @@ func (c *Cache) Manifest(ctx context.Context, repo, ref string, head bool) (*man
 	if !ok {
 		return nil, fmt.Errorf("proxy: %s is not mirrored", repo)
 	}
-	local := c.store.GetManifest
+	local := c.manifests.GetManifest
 	if head {
-		local = c.store.StatManifest
+		local = c.manifests.StatManifest
 	}
 	cached, err := local(ctx, repo, ref)
 	if err != nil && !errors.Is(err, registry.ErrManifestUnknown) && !errors.Is(err, registry.ErrNameUnknown) {
@@ -228,7 +245,7 @@ func (c *Cache) Manifest(ctx context.Context, repo, ref string, head bool) (*man
 	if want != "" {
 		fetchRef = want.String()
 	}
-	content, mediaType, d, err := m.up.manifest(ctx, name, fetchRef, c.store.MaxManifestSize())
+	content, mediaType, d, err := m.up.manifest(ctx, name, fetchRef, c.manifests.MaxManifestSize())
 	switch {
 	case errors.Is(err, errNotFound):
 		return nil, fmt.Errorf("%w: %s:%s", registry.ErrManifestUnknown, repo, ref)
@@ -242,14 +259,14 @@ func (c *Cache) Manifest(ctx context.Context, repo, ref string, head bool) (*man
 	if !byDigest {
 		storeRef = ref
 	}
-	if _, err := c.store.PutManifest(ctx, repo, storeRef, mediaType, content, nil); err != nil {
+	if _, err := c.manifests.PutManifest(ctx, repo, storeRef, mediaType, content, nil); err != nil {
 		return nil, fmt.Errorf("proxy: storing manifest %s:%s from upstream: %w", repo, ref, err)
 	}
 	c.markChecked(repo, ref)
 	if head {
-		return c.store.StatManifest(ctx, repo, d.String())
+		return c.manifests.StatManifest(ctx, repo, d.String())
 	}
-	return c.store.GetManifest(ctx, repo, d.String())
+	return c.manifests.GetManifest(ctx, repo, d.String())
 }
 
 func isDigest(ref string) bool { return strings.Contains(ref, ":") }
@@ -258,8 +275,8 @@ func isDigest(ref string) bool { return strings.Contains(ref, ":") }
 // in memory for revalidation, and in its link for expiry.
 func (c *Cache) touch(ctx context.Context, repo, ref string, d digest.Digest) {
 	c.markChecked(repo, ref)
-	if ts, ok := c.store.(expiryStore); ok {
-		if err := ts.Touch(ctx, repo, ref, d); err != nil {
+	if c.expiry != nil {
+		if err := c.expiry.Touch(ctx, repo, ref, d); err != nil {
 			c.log.Warn("proxy: recording a pull for expiry", "repo", repo, "ref", ref, "err", err)
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/dedup/pack"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/meta/bolt"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
@@ -56,7 +57,7 @@ type store struct {
 	t    *testing.T
 	d    driver.Driver
 	reg  *registry.Registry
-	meta *meta.Bolt  // the metadata store dedup used: open for the test
+	meta *bolt.Store // the metadata store dedup used: open for the test
 	ps   *pack.Store // reads files as dedup does
 
 	cFull, cIndex, lShared, lOwn, lIndex, lPlain digest.Digest
@@ -109,7 +110,7 @@ func newStore(t *testing.T, d driver.Driver) *store {
 	s.mChild = s.manifest("app/plain", "", cChild, nil, layertest.OCITar, s.lPlain)
 	s.mIdx = s.index("app/plain", "idx", s.mChild)
 
-	store, err := meta.OpenWith(filepath.Join(t.TempDir(), "meta.db"), meta.Options{})
+	store, err := bolt.OpenWith(filepath.Join(t.TempDir(), "meta.db"), bolt.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

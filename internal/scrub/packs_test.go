@@ -14,6 +14,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/dedup/pack"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/meta/bolt"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -198,7 +199,7 @@ func TestStoreBeforePacks(t *testing.T) {
 		if err := d.Delete(ctx, layout.PacksDir); err != nil {
 			t.Fatal(err)
 		}
-		old, err := meta.OpenWith(filepath.Join(t.TempDir(), "old.db"), meta.Options{})
+		old, err := bolt.OpenWith(filepath.Join(t.TempDir(), "old.db"), bolt.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

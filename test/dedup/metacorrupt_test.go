@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/meta/bolt"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 	"github.com/cairn-registry/cairn/internal/testutil/faults"
 )
@@ -26,7 +27,7 @@ func detectedCorrupt(t *testing.T, path string) bool {
 	if err := os.WriteFile(cp, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, err := meta.Open(cp)
+	s, err := bolt.Open(cp)
 	if err == nil {
 		s.Close()
 		return false

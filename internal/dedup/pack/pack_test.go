@@ -18,6 +18,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/meta/bolt"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
 )
@@ -46,13 +47,13 @@ func (c *countingDriver) Writer(ctx context.Context, p string, app bool) (driver
 type env struct {
 	t     *testing.T
 	d     *countingDriver
-	meta  *meta.Bolt
+	meta  *bolt.Store
 	store *Store
 }
 
 func newEnv(t *testing.T, opts Options) *env {
 	t.Helper()
-	m, err := meta.Open(filepath.Join(t.TempDir(), "meta.db"))
+	m, err := bolt.Open(filepath.Join(t.TempDir(), "meta.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

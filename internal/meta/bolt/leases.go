@@ -1,4 +1,4 @@
-package meta
+package bolt
 
 import (
 	"context"
@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/bbolt"
+
+	"github.com/cairn-registry/cairn/internal/meta"
 )
 
 // A lease record is the expiry in unix milliseconds, then the holder. It is held
@@ -15,13 +17,13 @@ import (
 // node left, and bolt is one node's store.
 
 // TryLease implements Leases.
-func (s *Bolt) TryLease(ctx context.Context, name, holder string, ttl time.Duration) (bool, error) {
-	ms, err := leaseMillis(name, holder, ttl)
+func (s *Store) TryLease(ctx context.Context, name, holder string, ttl time.Duration) (bool, error) {
+	ms, err := meta.LeaseMillis(name, holder, ttl)
 	if err != nil {
 		return false, err
 	}
 	var ok bool
-	err = s.update(ctx, func(tx *bolt.Tx) error {
+	err = s.update(ctx, func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bktLeases)
 		// The clock is read under the write lock: a caller that waited for
 		// the lock does not decide with a stale time.
@@ -42,11 +44,11 @@ func (s *Bolt) TryLease(ctx context.Context, name, holder string, ttl time.Durat
 }
 
 // ReleaseLease implements Leases.
-func (s *Bolt) ReleaseLease(ctx context.Context, name, holder string) error {
-	if _, err := leaseMillis(name, holder, time.Millisecond); err != nil {
+func (s *Store) ReleaseLease(ctx context.Context, name, holder string) error {
+	if _, err := meta.LeaseMillis(name, holder, time.Millisecond); err != nil {
 		return err
 	}
-	err := s.update(ctx, func(tx *bolt.Tx) error {
+	err := s.update(ctx, func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bktLeases)
 		if v := b.Get([]byte(name)); len(v) >= 8 && string(v[8:]) == holder {
 			return b.Delete([]byte(name))

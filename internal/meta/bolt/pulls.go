@@ -1,4 +1,4 @@
-package meta
+package bolt
 
 import (
 	"bytes"
@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
-	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/bbolt"
+
+	"github.com/cairn-registry/cairn/internal/meta"
 )
 
 // A client's bucket holds:
@@ -35,7 +37,7 @@ func layerKey(lk []byte) []byte { return append([]byte{'l'}, lk...) }
 
 type clientMeta struct{ entries, pulls, repulls int64 }
 
-func getMeta(b *bolt.Bucket) clientMeta {
+func getMeta(b *bbolt.Bucket) clientMeta {
 	v := b.Get(keyMeta)
 	if len(v) != 24 {
 		return clientMeta{}
@@ -47,7 +49,7 @@ func getMeta(b *bolt.Bucket) clientMeta {
 	}
 }
 
-func putMeta(b *bolt.Bucket, m clientMeta) error {
+func putMeta(b *bbolt.Bucket, m clientMeta) error {
 	v := make([]byte, 0, 24)
 	v = binary.BigEndian.AppendUint64(v, uint64(m.entries))
 	v = binary.BigEndian.AppendUint64(v, uint64(m.pulls))
@@ -56,14 +58,14 @@ func putMeta(b *bolt.Bucket, m clientMeta) error {
 }
 
 // RecordPull implements Pulls.
-func (s *Bolt) RecordPull(ctx context.Context, client string, layer digest.Digest, now time.Time) (int64, error) {
-	lk, err := keyOf(layer)
+func (s *Store) RecordPull(ctx context.Context, client string, layer digest.Digest, now time.Time) (int64, error) {
+	lk, err := meta.KeyOf(layer)
 	if err != nil {
 		return 0, err
 	}
 	nowNs := now.UnixNano()
 	var prev int64
-	err = s.batch(ctx, func(tx *bolt.Tx) error {
+	err = s.batch(ctx, func(tx *bbolt.Tx) error {
 		b, err := tx.Bucket(bktClients).CreateBucketIfNotExists(clientBucketName(client))
 		if err != nil {
 			return err
@@ -107,7 +109,7 @@ func (s *Bolt) RecordPull(ctx context.Context, client string, layer digest.Diges
 	return prev, nil
 }
 
-func evictOldest(b *bolt.Bucket) error {
+func evictOldest(b *bbolt.Bucket) error {
 	c := b.Cursor()
 	k, _ := c.Seek(pfxTime)
 	if k == nil || !bytes.HasPrefix(k, pfxTime) || len(k) < 9 {
@@ -121,7 +123,7 @@ func evictOldest(b *bolt.Bucket) error {
 }
 
 // bumpPopularity counts one pull in the layer's ring of time buckets.
-func (s *Bolt) bumpPopularity(b *bolt.Bucket, lk []byte, nowNs int64) error {
+func (s *Store) bumpPopularity(b *bbolt.Bucket, lk []byte, nowNs int64) error {
 	n := s.opts.PopularityBuckets
 	slot := nowNs / int64(s.opts.PopularityBucket)
 	ring := make([]byte, 16*n)
@@ -140,14 +142,14 @@ func (s *Bolt) bumpPopularity(b *bolt.Bucket, lk []byte, nowNs int64) error {
 }
 
 // LayerPulls implements Pulls.
-func (s *Bolt) LayerPulls(ctx context.Context, layer digest.Digest, since time.Time) (int64, error) {
-	lk, err := keyOf(layer)
+func (s *Store) LayerPulls(ctx context.Context, layer digest.Digest, since time.Time) (int64, error) {
+	lk, err := meta.KeyOf(layer)
 	if err != nil {
 		return 0, err
 	}
 	from := since.UnixNano() / int64(s.opts.PopularityBucket)
 	var total int64
-	err = s.view(ctx, func(tx *bolt.Tx) error {
+	err = s.view(ctx, func(tx *bbolt.Tx) error {
 		total = 0
 		v := tx.Bucket(bktPop).Get(lk)
 		for i := 0; i+16 <= len(v); i += 16 {
@@ -164,9 +166,9 @@ func (s *Bolt) LayerPulls(ctx context.Context, layer digest.Digest, since time.T
 }
 
 // ClientLayers implements Pulls.
-func (s *Bolt) ClientLayers(ctx context.Context, client string) ([]LayerPull, error) {
-	var out []LayerPull
-	err := s.view(ctx, func(tx *bolt.Tx) error {
+func (s *Store) ClientLayers(ctx context.Context, client string) ([]meta.LayerPull, error) {
+	var out []meta.LayerPull
+	err := s.view(ctx, func(tx *bbolt.Tx) error {
 		out = nil
 		b := tx.Bucket(bktClients).Bucket(clientBucketName(client))
 		if b == nil {
@@ -189,8 +191,8 @@ func (s *Bolt) ClientLayers(ctx context.Context, client string) ([]LayerPull, er
 			if len(v) != 16 {
 				return fmt.Errorf("meta: client layer index is inconsistent")
 			}
-			out = append(out, LayerPull{
-				Layer: digestOf(lk),
+			out = append(out, meta.LayerPull{
+				Layer: meta.DigestOf(lk),
 				Pulls: int64(binary.BigEndian.Uint64(v)),
 				Last:  time.Unix(0, int64(binary.BigEndian.Uint64(v[8:]))),
 			})
@@ -204,9 +206,9 @@ func (s *Bolt) ClientLayers(ctx context.Context, client string) ([]LayerPull, er
 }
 
 // RepullRatio implements Pulls.
-func (s *Bolt) RepullRatio(ctx context.Context, client string) (float64, error) {
+func (s *Store) RepullRatio(ctx context.Context, client string) (float64, error) {
 	var m clientMeta
-	err := s.view(ctx, func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx *bbolt.Tx) error {
 		if b := tx.Bucket(bktClients).Bucket(clientBucketName(client)); b != nil {
 			m = getMeta(b)
 		}

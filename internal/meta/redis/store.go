@@ -1,4 +1,8 @@
-package meta
+// Package redis is the meta.Store that several cairn nodes share: one Redis
+// server (not Cluster), each read-then-write step one Lua script. It keeps
+// the key encoding of package meta, so its order and layer file lists are the
+// bolt store's; metatest checks the two against each other.
+package redis
 
 import (
 	"context"
@@ -12,10 +16,12 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/cairn-registry/cairn/internal/meta"
 )
 
-// RedisOptions configures the Redis store; zero fields take the defaults.
-type RedisOptions struct {
+// Options configures the Redis store; zero fields take the defaults.
+type Options struct {
 	// Client, when set, is the connection to use (the redis section's,
 	// shared with other Redis users); Addr, Username, Password and DB are
 	// then not read, and Close leaves it open. It must reach one server
@@ -37,25 +43,25 @@ type RedisOptions struct {
 	PopularityBucket time.Duration
 	// PopularityBuckets is how many counters each layer keeps (default 48).
 	PopularityBuckets int
-	// Log receives OpenRedis's warnings about the server's configuration
+	// Log receives Open's warnings about the server's configuration
 	// (nil: slog.Default()).
 	Log *slog.Logger
 }
 
-func (o RedisOptions) withDefaults() RedisOptions {
+func (o Options) withDefaults() Options {
 	if o.Prefix == "" {
 		o.Prefix = "cairn:"
 	}
-	b := Options{
+	l := meta.PullLimits{
 		MaxLayersPerClient: o.MaxLayersPerClient,
 		PopularityBucket:   o.PopularityBucket,
 		PopularityBuckets:  o.PopularityBuckets,
-	}.withDefaults()
-	o.MaxLayersPerClient, o.PopularityBucket, o.PopularityBuckets = b.MaxLayersPerClient, b.PopularityBucket, b.PopularityBuckets
+	}.WithDefaults()
+	o.MaxLayersPerClient, o.PopularityBucket, o.PopularityBuckets = l.MaxLayersPerClient, l.PopularityBucket, l.PopularityBuckets
 	return o
 }
 
-// Redis is the metadata store shared by several cairn nodes (and the CLI beside a
+// Store is the metadata store shared by several cairn nodes (and the CLI beside a
 // running server): every step that reads before it writes is one Lua script, which
 // Redis runs alone. One server, not Redis Cluster: the scripts name keys of
 // different hash slots.
@@ -63,16 +69,16 @@ func (o RedisOptions) withDefaults() RedisOptions {
 // Redis must not lose what it acknowledged: run it with appendonly yes and
 // maxmemory-policy noeviction. An evicted or lost file entry breaks the reference
 // counts that keep GC from deleting live files.
-type Redis struct {
+type Store struct {
 	c     redis.UniversalClient
 	owned bool // c was opened here, and is closed by Close
-	opts  RedisOptions
+	opts  Options
 	k     redisKeys
 }
 
-var _ Store = (*Redis)(nil)
+var _ meta.Store = (*Store)(nil)
 
-// redisKeys names the store's keys; see redis_scripts.go for what each holds.
+// redisKeys names the store's keys; see scripts.go for what each holds.
 type redisKeys struct {
 	prefix              string
 	images, stats       string
@@ -94,7 +100,7 @@ func newRedisKeys(prefix string) redisKeys {
 		packs: prefix + "packs", packIDs: prefix + "packids",
 	}
 	k.std = []string{k.files, k.zero, k.layers, k.recipes}
-	for _, st := range States {
+	for _, st := range meta.States {
 		k.std = append(k.std, prefix+"state:"+strconv.Itoa(int(st)))
 	}
 	k.byState = k.std[4:8:8]
@@ -102,7 +108,7 @@ func newRedisKeys(prefix string) redisKeys {
 	return k
 }
 
-func (k redisKeys) state(st LayerState) string { return k.byState[st-1] }
+func (k redisKeys) state(st meta.LayerState) string { return k.byState[st-1] }
 
 func (k redisKeys) pop(lk []byte) string { return k.popPrefix + string(lk) }
 
@@ -113,8 +119,8 @@ func (k redisKeys) client(name string) []string {
 	return []string{base + ":l", base + ":t", base + ":m"}
 }
 
-// OpenRedis connects to the Redis server at o.Addr and checks that it answers.
-func OpenRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
+// Open connects to the Redis server at o.Addr and checks that it answers.
+func Open(ctx context.Context, o Options) (*Store, error) {
 	o = o.withDefaults()
 	var c redis.UniversalClient
 	closeOwned := func() {}
@@ -153,7 +159,7 @@ func OpenRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 			return nil, fmt.Errorf("meta: redis at %s: load script: %w", o.Addr, err)
 		}
 	}
-	return &Redis{c: c, owned: o.Client == nil || o.OwnClient, opts: o, k: newRedisKeys(o.Prefix)}, nil
+	return &Store{c: c, owned: o.Client == nil || o.OwnClient, opts: o, k: newRedisKeys(o.Prefix)}, nil
 }
 
 // checkRedisConfig refuses a server that may evict keys: eviction would drop
@@ -162,7 +168,7 @@ func OpenRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 // silently, where noeviction fails the write. It warns when the server persists nothing: a restart would lose the
 // metadata, which cairn then rebuilds from storage, slowly. A server that
 // hides its config (managed services, ACLs) is trusted, with a warning.
-func checkRedisConfig(ctx context.Context, c redis.UniversalClient, o RedisOptions) error {
+func checkRedisConfig(ctx context.Context, c redis.UniversalClient, o Options) error {
 	log := o.Log
 	if log == nil {
 		log = slog.Default()
@@ -190,7 +196,7 @@ func checkRedisConfig(ctx context.Context, c redis.UniversalClient, o RedisOptio
 
 // StoreID implements Identity. A flushed server, or one restarted without
 // persistence, has lost the key: "" then.
-func (s *Redis) StoreID(ctx context.Context) (string, error) {
+func (s *Store) StoreID(ctx context.Context) (string, error) {
 	id, err := s.c.Get(ctx, s.k.storeID).Result()
 	if errors.Is(err, redis.Nil) {
 		return "", nil
@@ -199,7 +205,7 @@ func (s *Redis) StoreID(ctx context.Context) (string, error) {
 }
 
 // SetStoreID implements Identity.
-func (s *Redis) SetStoreID(ctx context.Context, id string) error {
+func (s *Store) SetStoreID(ctx context.Context, id string) error {
 	if id == "" {
 		return s.c.Del(ctx, s.k.storeID).Err()
 	}
@@ -207,7 +213,7 @@ func (s *Redis) SetStoreID(ctx context.Context, id string) error {
 }
 
 // Close closes the connections it opened; a shared Client stays open.
-func (s *Redis) Close() error {
+func (s *Store) Close() error {
 	if !s.owned {
 		return nil
 	}
@@ -215,7 +221,7 @@ func (s *Redis) Close() error {
 }
 
 // run runs script as one atomic step.
-func (s *Redis) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -232,7 +238,7 @@ type scriptCall struct {
 // runAll runs calls in one pipeline, in order, and returns their commands; each
 // call is atomic, the pipeline is not. A call whose script the server lacks
 // (restarted, or SCRIPT FLUSH) runs again alone, sending the script.
-func (s *Redis) runAll(ctx context.Context, calls []scriptCall) ([]*redis.Cmd, error) {
+func (s *Store) runAll(ctx context.Context, calls []scriptCall) ([]*redis.Cmd, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -269,13 +275,13 @@ func ints(v any) ([]int64, error) {
 
 // zpage lists up to limit members of a lexicographic sorted set after the key of
 // the digest `after`.
-func (s *Redis) zpage(ctx context.Context, key string, after digest.Digest, limit int) ([]digest.Digest, error) {
+func (s *Store) zpage(ctx context.Context, key string, after digest.Digest, limit int) ([]digest.Digest, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
 	start := "-"
 	if after != "" {
-		k, err := keyOf(after)
+		k, err := meta.KeyOf(after)
 		if err != nil {
 			return nil, err
 		}
@@ -290,32 +296,32 @@ func (s *Redis) zpage(ctx context.Context, key string, after digest.Digest, limi
 	}
 	out := make([]digest.Digest, len(members))
 	for i, m := range members {
-		out[i] = digestOf([]byte(m))
+		out[i] = meta.DigestOf([]byte(m))
 	}
 	return out, nil
 }
 
 // PutLayer implements Layers.
-func (s *Redis) PutLayer(ctx context.Context, layer digest.Digest, recipe []byte, state LayerState) error {
-	k, err := checkedLayerKey(layer, state)
+func (s *Store) PutLayer(ctx context.Context, layer digest.Digest, recipe []byte, state meta.LayerState) error {
+	k, err := meta.CheckedLayerKey(layer, state)
 	if err != nil {
 		return err
 	}
-	if _, err := s.run(ctx, scriptPutLayer, s.k.std, k, int(state), layerValue(state, recipe)); err != nil {
+	if _, err := s.run(ctx, scriptPutLayer, s.k.std, k, int(state), meta.LayerValue(state, recipe)); err != nil {
 		return fmt.Errorf("meta: put layer %s: %w", layer, err)
 	}
 	return nil
 }
 
 // SetLayerState implements Layers.
-func (s *Redis) SetLayerState(ctx context.Context, layer digest.Digest, state LayerState) error {
-	k, err := checkedLayerKey(layer, state)
+func (s *Store) SetLayerState(ctx context.Context, layer digest.Digest, state meta.LayerState) error {
+	k, err := meta.CheckedLayerKey(layer, state)
 	if err != nil {
 		return err
 	}
 	v, err := s.run(ctx, scriptSetLayerState, s.k.std, k, int(state))
 	if err == nil && v == int64(0) {
-		err = ErrNotFound
+		err = meta.ErrNotFound
 	}
 	if err != nil {
 		return fmt.Errorf("meta: set layer state %s: %w", layer, err)
@@ -324,8 +330,8 @@ func (s *Redis) SetLayerState(ctx context.Context, layer digest.Digest, state La
 }
 
 // GetLayer implements Layers.
-func (s *Redis) GetLayer(ctx context.Context, layer digest.Digest) ([]byte, LayerState, error) {
-	k, err := keyOf(layer)
+func (s *Store) GetLayer(ctx context.Context, layer digest.Digest) ([]byte, meta.LayerState, error) {
+	k, err := meta.KeyOf(layer)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -334,7 +340,7 @@ func (s *Redis) GetLayer(ctx context.Context, layer digest.Digest) ([]byte, Laye
 	}
 	v, err := s.c.HGet(ctx, s.k.recipes, string(k)).Bytes()
 	if errors.Is(err, redis.Nil) || err == nil && len(v) == 0 {
-		err = ErrNotFound
+		err = meta.ErrNotFound
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("meta: get layer %s: %w", layer, err)
@@ -343,12 +349,12 @@ func (s *Redis) GetLayer(ctx context.Context, layer digest.Digest) ([]byte, Laye
 	if len(v) > 1 {
 		recipe = v[1:]
 	}
-	return recipe, LayerState(v[0]), nil
+	return recipe, meta.LayerState(v[0]), nil
 }
 
 // DeleteLayer implements Layers.
-func (s *Redis) DeleteLayer(ctx context.Context, layer digest.Digest) error {
-	k, err := keyOf(layer)
+func (s *Store) DeleteLayer(ctx context.Context, layer digest.Digest) error {
+	k, err := meta.KeyOf(layer)
 	if err != nil {
 		return err
 	}
@@ -359,9 +365,9 @@ func (s *Redis) DeleteLayer(ctx context.Context, layer digest.Digest) error {
 }
 
 // ListLayers implements Layers.
-func (s *Redis) ListLayers(ctx context.Context, state LayerState, after digest.Digest, limit int) ([]digest.Digest, error) {
-	if !state.Valid() {
-		return nil, fmt.Errorf("%w: %d", ErrInvalidState, state)
+func (s *Store) ListLayers(ctx context.Context, state meta.LayerState, after digest.Digest, limit int) ([]digest.Digest, error) {
+	if err := meta.CheckState(state); err != nil {
+		return nil, err
 	}
 	out, err := s.zpage(ctx, s.k.state(state), after, limit)
 	if err != nil {
@@ -372,13 +378,13 @@ func (s *Redis) ListLayers(ctx context.Context, state LayerState, after digest.D
 
 // LayerCounts implements Layers. The state sets are the counters: ZCARD is
 // constant time and cannot drift from the listings.
-func (s *Redis) LayerCounts(ctx context.Context) (map[LayerState]int64, error) {
+func (s *Store) LayerCounts(ctx context.Context) (map[meta.LayerState]int64, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	cmds := make([]*redis.IntCmd, len(States))
+	cmds := make([]*redis.IntCmd, len(meta.States))
 	_, err := s.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		for i, st := range States {
+		for i, st := range meta.States {
 			cmds[i] = p.ZCard(ctx, s.k.state(st))
 		}
 		return nil
@@ -386,20 +392,16 @@ func (s *Redis) LayerCounts(ctx context.Context) (map[LayerState]int64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("meta: layer counts: %w", err)
 	}
-	out := make(map[LayerState]int64, len(States))
-	for i, st := range States {
+	out := make(map[meta.LayerState]int64, len(meta.States))
+	for i, st := range meta.States {
 		out[st] = cmds[i].Val()
 	}
 	return out, nil
 }
 
 // SetImageLayers implements ImageMap.
-func (s *Redis) SetImageLayers(ctx context.Context, manifest digest.Digest, layers []digest.Digest) error {
-	k, err := keyOf(manifest)
-	if err != nil {
-		return err
-	}
-	v, err := encodeImageLayers(layers)
+func (s *Store) SetImageLayers(ctx context.Context, manifest digest.Digest, layers []digest.Digest) error {
+	k, v, err := meta.ImageRecord(manifest, layers)
 	if err != nil {
 		return err
 	}
@@ -413,8 +415,8 @@ func (s *Redis) SetImageLayers(ctx context.Context, manifest digest.Digest, laye
 }
 
 // ImageLayers implements ImageMap.
-func (s *Redis) ImageLayers(ctx context.Context, manifest digest.Digest) ([]digest.Digest, error) {
-	k, err := keyOf(manifest)
+func (s *Store) ImageLayers(ctx context.Context, manifest digest.Digest) ([]digest.Digest, error) {
+	k, err := meta.KeyOf(manifest)
 	if err != nil {
 		return nil, err
 	}
@@ -423,17 +425,17 @@ func (s *Redis) ImageLayers(ctx context.Context, manifest digest.Digest) ([]dige
 	}
 	v, err := s.c.HGet(ctx, s.k.images, string(k)).Result()
 	if errors.Is(err, redis.Nil) {
-		err = ErrNotFound
+		err = meta.ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("meta: image layers %s: %w", manifest, err)
 	}
-	return decodeImageLayers(v), nil
+	return meta.DecodeImageLayers(v), nil
 }
 
 // DeleteImage implements ImageMap.
-func (s *Redis) DeleteImage(ctx context.Context, manifest digest.Digest) error {
-	k, err := keyOf(manifest)
+func (s *Store) DeleteImage(ctx context.Context, manifest digest.Digest) error {
+	k, err := meta.KeyOf(manifest)
 	if err != nil {
 		return err
 	}
@@ -447,9 +449,9 @@ func (s *Redis) DeleteImage(ctx context.Context, manifest digest.Digest) error {
 }
 
 // AddStat implements Stats.
-func (s *Redis) AddStat(ctx context.Context, name string, delta int64) error {
-	if name == "" {
-		return fmt.Errorf("meta: add stat: empty name")
+func (s *Store) AddStat(ctx context.Context, name string, delta int64) error {
+	if err := meta.CheckStatName(name); err != nil {
+		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -461,7 +463,7 @@ func (s *Redis) AddStat(ctx context.Context, name string, delta int64) error {
 }
 
 // Stats implements Stats.
-func (s *Redis) Stats(ctx context.Context) (map[string]int64, error) {
+func (s *Store) Stats(ctx context.Context) (map[string]int64, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

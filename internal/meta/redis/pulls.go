@@ -1,4 +1,4 @@
-package meta
+package redis
 
 import (
 	"context"
@@ -9,11 +9,13 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/cairn-registry/cairn/internal/meta"
 )
 
 // RecordPull implements Pulls.
-func (s *Redis) RecordPull(ctx context.Context, client string, layer digest.Digest, now time.Time) (int64, error) {
-	lk, err := keyOf(layer)
+func (s *Store) RecordPull(ctx context.Context, client string, layer digest.Digest, now time.Time) (int64, error) {
+	lk, err := meta.KeyOf(layer)
 	if err != nil {
 		return 0, err
 	}
@@ -39,8 +41,8 @@ func (s *Redis) RecordPull(ctx context.Context, client string, layer digest.Dige
 
 // LayerPulls implements Pulls. It counts the buckets at or after since that lie
 // within PopularityBuckets of the newest one, as bolt's ring keeps.
-func (s *Redis) LayerPulls(ctx context.Context, layer digest.Digest, since time.Time) (int64, error) {
-	lk, err := keyOf(layer)
+func (s *Store) LayerPulls(ctx context.Context, layer digest.Digest, since time.Time) (int64, error) {
+	lk, err := meta.KeyOf(layer)
 	if err != nil {
 		return 0, err
 	}
@@ -74,7 +76,7 @@ func (s *Redis) LayerPulls(ctx context.Context, layer digest.Digest, since time.
 }
 
 // ClientLayers implements Pulls.
-func (s *Redis) ClientLayers(ctx context.Context, client string) ([]LayerPull, error) {
+func (s *Store) ClientLayers(ctx context.Context, client string) ([]meta.LayerPull, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -93,7 +95,7 @@ func (s *Redis) ClientLayers(ctx context.Context, client string) ([]LayerPull, e
 		return nil, fmt.Errorf("meta: client layers: %w", err)
 	}
 	entries := pulls.Val()
-	var out []LayerPull
+	var out []meta.LayerPull
 	for _, lk := range order.Val() {
 		v, ok := entries[lk]
 		n, ns, found := strings.Cut(v, ",")
@@ -102,13 +104,13 @@ func (s *Redis) ClientLayers(ctx context.Context, client string) ([]LayerPull, e
 		if !ok || !found || err1 != nil || err2 != nil {
 			return nil, fmt.Errorf("meta: client layers: client layer index is inconsistent")
 		}
-		out = append(out, LayerPull{Layer: digestOf([]byte(lk)), Pulls: pulls, Last: time.Unix(0, last)})
+		out = append(out, meta.LayerPull{Layer: meta.DigestOf([]byte(lk)), Pulls: pulls, Last: time.Unix(0, last)})
 	}
 	return out, nil
 }
 
 // RepullRatio implements Pulls.
-func (s *Redis) RepullRatio(ctx context.Context, client string) (float64, error) {
+func (s *Store) RepullRatio(ctx context.Context, client string) (float64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}

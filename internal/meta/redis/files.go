@@ -1,4 +1,4 @@
-package meta
+package redis
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/cairn-registry/cairn/internal/meta"
 )
 
 const (
@@ -18,40 +20,31 @@ const (
 )
 
 // AddLayerRefs implements FileIndex. The layer's whole file set goes to Redis as
-// one argument (fileSet.encode), so a 50k-file layer is one atomic script call.
-func (s *Redis) AddLayerRefs(ctx context.Context, layer digest.Digest, files []digest.Digest) ([]FileRef, error) {
-	lk, err := keyOf(layer)
+// one argument (FileSet.Encode), so a 50k-file layer is one atomic script call.
+func (s *Store) AddLayerRefs(ctx context.Context, layer digest.Digest, files []digest.Digest) ([]meta.FileRef, error) {
+	lk, fs, err := meta.LayerFileSet(layer, files)
 	if err != nil {
 		return nil, err
 	}
-	fs, err := newFileSet(files)
-	if err != nil {
-		return nil, err
-	}
-	v, err := s.run(ctx, scriptAddLayerRefs, s.k.std, lk, fs.encode())
+	v, err := s.run(ctx, scriptAddLayerRefs, s.k.std, lk, fs.Encode())
 	if err == nil && v == int64(-1) {
-		err = fmt.Errorf("%w: %s", ErrLayerFilesDiffer, layer)
+		err = fmt.Errorf("%w: %s", meta.ErrLayerFilesDiffer, layer)
 	}
 	var codes []int64
 	if err == nil {
 		codes, err = ints(v)
 	}
-	if err == nil && len(codes) != len(fs.keys) {
-		err = fmt.Errorf("meta: redis: %d results for %d files", len(codes), len(fs.keys))
+	if err == nil && len(codes) != len(fs.Keys) {
+		err = fmt.Errorf("meta: redis: %d results for %d files", len(codes), len(fs.Keys))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("meta: add layer refs %s: %w", layer, err)
 	}
-	out := make([]FileRef, len(files))
-	for i, d := range files {
-		c := codes[fs.pos[i]]
-		r := FileRef{Digest: d, Refs: c >> 2}
-		if fs.first[i] {
-			r.Write, r.Revived = c&2 != 0, c&1 != 0
-		}
-		out[i] = r
+	refs := make([]meta.FileRef, len(codes))
+	for j, c := range codes {
+		refs[j] = meta.FileRef{Refs: c >> 2, Write: c&2 != 0, Revived: c&1 != 0}
 	}
-	return out, nil
+	return fs.Refs(files, refs), nil
 }
 
 // releaseReply parses scriptRelease's reply: the zeroed files, or ErrInvalidRelease.
@@ -66,17 +59,17 @@ func releaseReply(v any) ([]digest.Digest, error) {
 		if !ok {
 			return nil, fmt.Errorf("meta: redis: unexpected reply element %T", e)
 		}
-		out = append(out, digestOf([]byte(k)))
+		out = append(out, meta.DigestOf([]byte(k)))
 	}
 	if arr[0] == int64(1) && len(out) == 1 {
-		return nil, fmt.Errorf("%w: %s", ErrInvalidRelease, out[0])
+		return nil, fmt.Errorf("%w: %s", meta.ErrInvalidRelease, out[0])
 	}
 	return out, nil
 }
 
 // ReleaseLayerRefs implements FileIndex.
-func (s *Redis) ReleaseLayerRefs(ctx context.Context, layer digest.Digest) ([]digest.Digest, error) {
-	lk, err := keyOf(layer)
+func (s *Store) ReleaseLayerRefs(ctx context.Context, layer digest.Digest) ([]digest.Digest, error) {
+	lk, err := meta.KeyOf(layer)
 	if err != nil {
 		return nil, err
 	}
@@ -92,8 +85,8 @@ func (s *Redis) ReleaseLayerRefs(ctx context.Context, layer digest.Digest) ([]di
 }
 
 // LayerFiles implements FileIndex.
-func (s *Redis) LayerFiles(ctx context.Context, layer digest.Digest) ([]digest.Digest, error) {
-	lk, err := keyOf(layer)
+func (s *Store) LayerFiles(ctx context.Context, layer digest.Digest) ([]digest.Digest, error) {
+	lk, err := meta.KeyOf(layer)
 	if err != nil {
 		return nil, err
 	}
@@ -102,12 +95,12 @@ func (s *Redis) LayerFiles(ctx context.Context, layer digest.Digest) ([]digest.D
 	}
 	held, err := s.c.HGet(ctx, s.k.layers, string(lk)).Bytes()
 	if errors.Is(err, redis.Nil) {
-		err = ErrNotFound
+		err = meta.ErrNotFound
 	}
 	var out []digest.Digest
 	if err == nil {
-		err = eachKey(held, func(k []byte) error {
-			out = append(out, digestOf(k))
+		err = meta.EachKey(held, func(k []byte) error {
+			out = append(out, meta.DigestOf(k))
 			return nil
 		})
 	}
@@ -118,8 +111,8 @@ func (s *Redis) LayerFiles(ctx context.Context, layer digest.Digest) ([]digest.D
 }
 
 // Tombstone implements FileIndex.
-func (s *Redis) Tombstone(ctx context.Context, d digest.Digest) (bool, error) {
-	k, err := keyOf(d)
+func (s *Store) Tombstone(ctx context.Context, d digest.Digest) (bool, error) {
+	k, err := meta.KeyOf(d)
 	if err != nil {
 		return false, err
 	}
@@ -138,8 +131,8 @@ func (s *Redis) Tombstone(ctx context.Context, d digest.Digest) (bool, error) {
 }
 
 // DropFileEntry implements FileIndex.
-func (s *Redis) DropFileEntry(ctx context.Context, d digest.Digest) (bool, error) {
-	k, err := keyOf(d)
+func (s *Store) DropFileEntry(ctx context.Context, d digest.Digest) (bool, error) {
+	k, err := meta.KeyOf(d)
 	if err != nil {
 		return false, err
 	}
@@ -152,7 +145,7 @@ func (s *Redis) DropFileEntry(ctx context.Context, d digest.Digest) (bool, error
 	case err == nil && len(r) != 1:
 		err = fmt.Errorf("meta: redis: %d results for 1 file", len(r))
 	case err == nil && r[0] == -1:
-		err = fmt.Errorf("%w: %s", ErrNotTombstoned, d)
+		err = fmt.Errorf("%w: %s", meta.ErrNotTombstoned, d)
 	}
 	if err != nil {
 		return false, fmt.Errorf("meta: delete file: %w", err)
@@ -161,8 +154,8 @@ func (s *Redis) DropFileEntry(ctx context.Context, d digest.Digest) (bool, error
 }
 
 // Files implements FileIndex.
-func (s *Redis) Files(ctx context.Context, digests []digest.Digest) ([]FileInfo, error) {
-	keys, err := keysOf(digests)
+func (s *Store) Files(ctx context.Context, digests []digest.Digest) ([]meta.FileInfo, error) {
+	keys, err := meta.KeysOf(digests)
 	if err != nil {
 		return nil, err
 	}
@@ -183,10 +176,10 @@ func (s *Redis) Files(ctx context.Context, digests []digest.Digest) ([]FileInfo,
 	if err != nil {
 		return nil, fmt.Errorf("meta: files: %w", err)
 	}
-	out := make([]FileInfo, 0, len(digests))
+	out := make([]meta.FileInfo, 0, len(digests))
 	for _, cmd := range cmds {
 		for _, v := range cmd.Val() {
-			fi := FileInfo{Digest: digests[len(out)]}
+			fi := meta.FileInfo{Digest: digests[len(out)]}
 			if v != nil {
 				str, _ := v.(string)
 				n, loc, err := parseFileValue(str)
@@ -195,7 +188,7 @@ func (s *Redis) Files(ctx context.Context, digests []digest.Digest) ([]FileInfo,
 				}
 				flags := byte(n & 7)
 				fi.Exists, fi.Refs, fi.Location = true, n>>3, loc
-				fi.Tombstoned, fi.Missing = flags&flagTombstoned != 0, flags&flagMissing != 0
+				fi.Tombstoned, fi.Missing = flags&meta.FlagTombstoned != 0, flags&meta.FlagMissing != 0
 			}
 			out = append(out, fi)
 		}
@@ -204,7 +197,7 @@ func (s *Redis) Files(ctx context.Context, digests []digest.Digest) ([]FileInfo,
 }
 
 // ZeroFiles implements FileIndex.
-func (s *Redis) ZeroFiles(ctx context.Context, after digest.Digest, limit int) ([]digest.Digest, error) {
+func (s *Store) ZeroFiles(ctx context.Context, after digest.Digest, limit int) ([]digest.Digest, error) {
 	out, err := s.zpage(ctx, s.k.zero, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("meta: zero files: %w", err)
@@ -213,8 +206,8 @@ func (s *Redis) ZeroFiles(ctx context.Context, after digest.Digest, limit int) (
 }
 
 // ReleaseLayers implements Bulk: one scriptRelease per layer, many per round trip.
-func (s *Redis) ReleaseLayers(ctx context.Context, layers []digest.Digest) ([]digest.Digest, error) {
-	keys, err := keysOf(layers)
+func (s *Store) ReleaseLayers(ctx context.Context, layers []digest.Digest) ([]digest.Digest, error) {
+	keys, err := meta.KeysOf(layers)
 	if err != nil {
 		return nil, err
 	}
@@ -240,7 +233,7 @@ func (s *Redis) ReleaseLayers(ctx context.Context, layers []digest.Digest) ([]di
 			}
 			if err != nil {
 				// An inconsistent layer changed nothing: the others go on.
-				failed = failed || !errors.Is(err, ErrInvalidRelease)
+				failed = failed || !errors.Is(err, meta.ErrInvalidRelease)
 				errs = append(errs, fmt.Errorf("%s: %w", layers[start+i], err))
 				continue
 			}
@@ -259,8 +252,8 @@ func (s *Redis) ReleaseLayers(ctx context.Context, layers []digest.Digest) ([]di
 // fileSteps runs script over files, redisChunk files per call, with args before
 // the file keys, and returns the script's per-file result, in order; ok[i] is
 // false where the call for files[i] failed (or was not sent).
-func (s *Redis) fileSteps(ctx context.Context, script *redis.Script, args []any, files []digest.Digest) (res []int64, ok []bool, err error) {
-	keys, err := keysOf(files)
+func (s *Store) fileSteps(ctx context.Context, script *redis.Script, args []any, files []digest.Digest) (res []int64, ok []bool, err error) {
+	keys, err := meta.KeysOf(files)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -306,14 +299,9 @@ func (s *Redis) fileSteps(ctx context.Context, script *redis.Script, args []any,
 }
 
 // TombstoneFiles implements Bulk.
-func (s *Redis) TombstoneFiles(ctx context.Context, files []digest.Digest) ([]digest.Digest, error) {
+func (s *Store) TombstoneFiles(ctx context.Context, files []digest.Digest) ([]digest.Digest, error) {
 	res, ok, err := s.fileSteps(ctx, scriptTombstone, nil, files)
-	var out []digest.Digest
-	for i, d := range files {
-		if i < len(ok) && ok[i] && res[i] == 1 {
-			out = append(out, d)
-		}
-	}
+	out := meta.Pick(files, func(i int) bool { return i < len(ok) && ok[i] && res[i] == 1 })
 	if err != nil {
 		return out, fmt.Errorf("meta: tombstone files: %w", err)
 	}
@@ -321,14 +309,9 @@ func (s *Redis) TombstoneFiles(ctx context.Context, files []digest.Digest) ([]di
 }
 
 // DropFileEntries implements Bulk.
-func (s *Redis) DropFileEntries(ctx context.Context, files []digest.Digest) ([]digest.Digest, error) {
+func (s *Store) DropFileEntries(ctx context.Context, files []digest.Digest) ([]digest.Digest, error) {
 	res, ok, err := s.fileSteps(ctx, scriptDeleteFiles, []any{"1"}, files)
-	var out []digest.Digest
-	for i, d := range files {
-		if i < len(ok) && ok[i] && res[i] == 1 {
-			out = append(out, d)
-		}
-	}
+	out := meta.Pick(files, func(i int) bool { return i < len(ok) && ok[i] && res[i] == 1 })
 	if err != nil {
 		return out, fmt.Errorf("meta: delete files: %w", err)
 	}

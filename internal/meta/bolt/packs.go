@@ -1,4 +1,4 @@
-package meta
+package bolt
 
 import (
 	"bytes"
@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/bbolt"
+
+	"github.com/cairn-registry/cairn/internal/meta"
 )
 
 // A pack record is size(8) live(8) changed(8, unix µs) flags(1), under the
@@ -21,7 +23,7 @@ type packRecord struct {
 	flags               byte
 }
 
-func getPack(b *bolt.Bucket, id string) (packRecord, bool) {
+func getPack(b *bbolt.Bucket, id string) (packRecord, bool) {
 	v := b.Get([]byte(id))
 	if len(v) != 25 {
 		return packRecord{}, false
@@ -34,7 +36,7 @@ func getPack(b *bolt.Bucket, id string) (packRecord, bool) {
 	}, true
 }
 
-func putPack(b *bolt.Bucket, id string, p packRecord) error {
+func putPack(b *bbolt.Bucket, id string, p packRecord) error {
 	buf := make([]byte, 25)
 	binary.BigEndian.PutUint64(buf, uint64(p.size))
 	binary.BigEndian.PutUint64(buf[8:], uint64(p.live))
@@ -43,8 +45,8 @@ func putPack(b *bolt.Bucket, id string, p packRecord) error {
 	return b.Put([]byte(id), buf)
 }
 
-func (p packRecord) info(id string) PackInfo {
-	return PackInfo{
+func (p packRecord) info(id string) meta.PackInfo {
+	return meta.PackInfo{
 		ID: id, Size: p.size, Live: p.live,
 		Changed:    time.UnixMicro(p.changed),
 		Tombstoned: p.flags&packTombstoned != 0,
@@ -58,7 +60,7 @@ func nowMicros() int64 { return time.Now().UnixMicro() }
 // leavePack takes a file at loc out of its pack's Live. A pack without a
 // record cannot hold a located file (PlaceFiles needs one and DeletePack needs
 // Live 0), so none is left alone rather than made up.
-func leavePack(b *bolt.Bucket, loc Location, now int64) error {
+func leavePack(b *bbolt.Bucket, loc meta.Location, now int64) error {
 	if loc.IsZero() {
 		return nil
 	}
@@ -72,11 +74,11 @@ func leavePack(b *bolt.Bucket, loc Location, now int64) error {
 }
 
 // BeginPack implements Packs.
-func (s *Bolt) BeginPack(ctx context.Context, id string) error {
-	if err := checkPackID(id); err != nil {
+func (s *Store) BeginPack(ctx context.Context, id string) error {
+	if err := meta.CheckPackID(id); err != nil {
 		return err
 	}
-	err := s.update(ctx, func(tx *bolt.Tx) error {
+	err := s.update(ctx, func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bktPacks)
 		if _, ok := getPack(b, id); ok {
 			return nil
@@ -90,17 +92,17 @@ func (s *Bolt) BeginPack(ctx context.Context, id string) error {
 }
 
 // PlaceFiles implements Packs.
-func (s *Bolt) PlaceFiles(ctx context.Context, id string, size int64, files []Placement) ([]bool, error) {
-	keys, err := checkPlacements(id, size, files)
+func (s *Store) PlaceFiles(ctx context.Context, id string, size int64, files []meta.Placement) ([]bool, error) {
+	keys, err := meta.CheckPlacements(id, size, files)
 	if err != nil {
 		return nil, err
 	}
 	placed := make([]bool, len(files))
-	err = s.update(ctx, func(tx *bolt.Tx) error {
+	err = s.update(ctx, func(tx *bbolt.Tx) error {
 		idx, packs := tx.Bucket(bktFiles), tx.Bucket(bktPacks)
 		p, ok := getPack(packs, id)
 		if !ok || p.flags&packTombstoned != 0 {
-			return ErrPackGone
+			return meta.ErrPackGone
 		}
 		p.size = size
 		// The target's record is written once, at the end; leavePack writes the
@@ -114,7 +116,7 @@ func (s *Bolt) PlaceFiles(ctx context.Context, id string, size int64, files []Pl
 				continue
 			}
 			placed[i] = true
-			to := Location{Pack: id, Offset: f.Offset, Length: f.Length}
+			to := meta.Location{Pack: id, Offset: f.Offset, Length: f.Length}
 			if e.loc == to {
 				continue
 			}
@@ -139,12 +141,12 @@ func (s *Bolt) PlaceFiles(ctx context.Context, id string, size int64, files []Pl
 }
 
 // ListPacks implements Packs.
-func (s *Bolt) ListPacks(ctx context.Context, after string, limit int) ([]PackInfo, error) {
+func (s *Store) ListPacks(ctx context.Context, after string, limit int) ([]meta.PackInfo, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
-	var out []PackInfo
-	err := s.view(ctx, func(tx *bolt.Tx) error {
+	var out []meta.PackInfo
+	err := s.view(ctx, func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bktPacks)
 		c := b.Cursor()
 		k, _ := c.First()
@@ -169,13 +171,13 @@ func (s *Bolt) ListPacks(ctx context.Context, after string, limit int) ([]PackIn
 }
 
 // TombstonePack implements Packs.
-func (s *Bolt) TombstonePack(ctx context.Context, id string, olderThan time.Duration) (bool, error) {
-	if err := checkPackID(id); err != nil {
+func (s *Store) TombstonePack(ctx context.Context, id string, olderThan time.Duration) (bool, error) {
+	if err := meta.CheckPackID(id); err != nil {
 		return false, err
 	}
-	older := olderThanMicros(olderThan)
+	older := meta.OlderThanMicros(olderThan)
 	var ok bool
-	err := s.update(ctx, func(tx *bolt.Tx) error {
+	err := s.update(ctx, func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bktPacks)
 		p, found := getPack(b, id)
 		switch {
@@ -199,12 +201,12 @@ func (s *Bolt) TombstonePack(ctx context.Context, id string, olderThan time.Dura
 }
 
 // DeletePack implements Packs.
-func (s *Bolt) DeletePack(ctx context.Context, id string) (bool, error) {
-	if err := checkPackID(id); err != nil {
+func (s *Store) DeletePack(ctx context.Context, id string) (bool, error) {
+	if err := meta.CheckPackID(id); err != nil {
 		return false, err
 	}
 	ok := true
-	err := s.update(ctx, func(tx *bolt.Tx) error {
+	err := s.update(ctx, func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bktPacks)
 		p, found := getPack(b, id)
 		if !found {

@@ -1,4 +1,4 @@
-package meta
+package bolt
 
 import (
 	"bytes"
@@ -11,7 +11,9 @@ import (
 	"testing"
 
 	"github.com/opencontainers/go-digest"
-	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/bbolt"
+
+	"github.com/cairn-registry/cairn/internal/meta"
 )
 
 // oldStore is the content of a store written before file ordinals.
@@ -19,7 +21,7 @@ type oldStore struct {
 	files  []digest.Digest
 	refs   map[digest.Digest]int64
 	tomb   map[digest.Digest]bool
-	loc    map[digest.Digest]Location
+	loc    map[digest.Digest]meta.Location
 	layers map[digest.Digest][]digest.Digest // sorted
 }
 
@@ -29,7 +31,7 @@ type oldStore struct {
 // other id.
 func newOldStore(nFiles, nLayers int) oldStore {
 	o := oldStore{refs: map[digest.Digest]int64{}, tomb: map[digest.Digest]bool{},
-		loc: map[digest.Digest]Location{}, layers: map[digest.Digest][]digest.Digest{}}
+		loc: map[digest.Digest]meta.Location{}, layers: map[digest.Digest][]digest.Digest{}}
 	for i := range nFiles {
 		o.files = append(o.files, digest.FromString(fmt.Sprint("file ", i)))
 	}
@@ -50,16 +52,16 @@ func newOldStore(nFiles, nLayers int) oldStore {
 			o.tomb[f] = i%20 == 19
 		case i%7 == 0: // before packs
 		case i%2 == 0:
-			o.loc[f] = Location{Pack: "0123456789abcdef0123456789abcdef", Offset: int64(i * 1000), Length: 900}
+			o.loc[f] = meta.Location{Pack: "0123456789abcdef0123456789abcdef", Offset: int64(i * 1000), Length: 900}
 		default:
-			o.loc[f] = Location{Pack: "legacy-pack", Offset: int64(i), Length: 1}
+			o.loc[f] = meta.Location{Pack: "legacy-pack", Offset: int64(i), Length: 1}
 		}
 	}
 	return o
 }
 
 // oldFileEntry is a file entry as stores before ordinals wrote it.
-func oldFileEntry(refs int64, flags byte, loc Location, prePack bool) []byte {
+func oldFileEntry(refs int64, flags byte, loc meta.Location, prePack bool) []byte {
 	v := binary.BigEndian.AppendUint64(nil, uint64(refs))
 	v = append(v, flags)
 	if prePack || loc.IsZero() {
@@ -73,12 +75,12 @@ func oldFileEntry(refs int64, flags byte, loc Location, prePack bool) []byte {
 // write creates the store at path with bbolt directly, in the old formats.
 func (o oldStore) write(t *testing.T, path string) {
 	t.Helper()
-	db, err := bolt.Open(path, 0o600, nil)
+	db, err := bbolt.Open(path, 0o600, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	err = db.Update(func(tx *bolt.Tx) error {
+	err = db.Update(func(tx *bbolt.Tx) error {
 		for _, b := range allBuckets {
 			if bytes.Equal(b, bktOrdinals) {
 				continue
@@ -90,10 +92,10 @@ func (o oldStore) write(t *testing.T, path string) {
 		files, zero, packs := tx.Bucket(bktFiles), tx.Bucket(bktZero), tx.Bucket(bktPacks)
 		live := map[string]int64{}
 		for i, f := range o.files {
-			k, _ := keyOf(f)
+			k, _ := meta.KeyOf(f)
 			var flags byte
 			if o.tomb[f] {
-				flags = flagTombstoned
+				flags = meta.FlagTombstoned
 			}
 			if err := files.Put(k, oldFileEntry(o.refs[f], flags, o.loc[f], i%7 == 0)); err != nil {
 				return err
@@ -113,12 +115,12 @@ func (o oldStore) write(t *testing.T, path string) {
 			}
 		}
 		for l, fs := range o.layers {
-			lk, _ := keyOf(l)
-			set, err := newFileSet(fs)
+			lk, _ := meta.KeyOf(l)
+			set, err := meta.NewFileSet(fs)
 			if err != nil {
 				return err
 			}
-			if err := tx.Bucket(bktLayerFiles).Put(lk, set.encode()); err != nil {
+			if err := tx.Bucket(bktLayerFiles).Put(lk, set.Encode()); err != nil {
 				return err
 			}
 		}
@@ -130,7 +132,7 @@ func (o oldStore) write(t *testing.T, path string) {
 }
 
 // check asserts that s answers every FileIndex question as o says.
-func (o oldStore) check(t *testing.T, s *Bolt) {
+func (o oldStore) check(t *testing.T, s *Store) {
 	t.Helper()
 	ctx := context.Background()
 	infos, err := s.Files(ctx, o.files)
@@ -158,7 +160,7 @@ func (o oldStore) check(t *testing.T, s *Bolt) {
 				t.Fatalf("AddLayerRefs retry counted: %+v", r)
 			}
 		}
-		if _, err := s.AddLayerRefs(ctx, l, want[1:]); !errors.Is(err, ErrLayerFilesDiffer) {
+		if _, err := s.AddLayerRefs(ctx, l, want[1:]); !errors.Is(err, meta.ErrLayerFilesDiffer) {
 			t.Fatalf("AddLayerRefs of another list: %v", err)
 		}
 	}
@@ -176,9 +178,9 @@ func (o oldStore) check(t *testing.T, s *Bolt) {
 
 // checkConverted asserts that every entry and list of s is in the format
 // with ordinals, that the ordinal map matches, and that the marker is set.
-func checkConverted(t *testing.T, s *Bolt) {
+func checkConverted(t *testing.T, s *Store) {
 	t.Helper()
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx *bbolt.Tx) error {
 		if v := tx.Bucket(bktIdentity).Get(keySchema); !bytes.Equal(v, []byte{schemaOrdinals}) {
 			return fmt.Errorf("schema %v", v)
 		}
@@ -260,7 +262,7 @@ func TestBoltMigrateOldStore(t *testing.T) {
 	if _, err := s.DropFileEntries(ctx, zero); err != nil {
 		t.Fatal(err)
 	}
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.db.View(func(tx *bbolt.Tx) error {
 		if n := tx.Bucket(bktFiles).Stats().KeyN + tx.Bucket(bktOrdinals).Stats().KeyN; n != 0 {
 			return fmt.Errorf("%d entries and ordinals left", n)
 		}
@@ -292,7 +294,7 @@ func TestBoltMigrateInterrupted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = db.Update(func(tx *bolt.Tx) error {
+		err = db.Update(func(tx *bbolt.Tx) error {
 			_, err := tx.CreateBucketIfNotExists(bktOrdinals)
 			return err
 		})
@@ -312,7 +314,7 @@ func TestBoltMigrateInterrupted(t *testing.T) {
 			return
 		}
 		// Half converted, the store reads as before.
-		o.check(t, &Bolt{db: db, path: path})
+		o.check(t, &Store{db: db, path: path})
 		db.Close()
 		s, err := Open(path)
 		if err != nil {

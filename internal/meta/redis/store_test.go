@@ -1,4 +1,4 @@
-package meta_test
+package redis_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/meta/metatest"
+	metaredis "github.com/cairn-registry/cairn/internal/meta/redis"
 	"github.com/opencontainers/go-digest"
 	"github.com/redis/go-redis/v9"
 )
@@ -62,9 +63,9 @@ func testPrefix(tb testing.TB, addr string) string {
 	return prefix
 }
 
-func openRedis(tb testing.TB, addr, prefix string) *meta.Redis {
+func openRedis(tb testing.TB, addr, prefix string) *metaredis.Store {
 	tb.Helper()
-	s, err := meta.OpenRedis(context.Background(), meta.RedisOptions{
+	s, err := metaredis.Open(context.Background(), metaredis.Options{
 		Addr:               addr,
 		Prefix:             prefix,
 		MaxLayersPerClient: metatest.MaxLayersPerClient,
@@ -98,7 +99,7 @@ func TestRedisSharedNodes(t *testing.T) {
 	var mu sync.Mutex
 	writes := 0
 	for i := range 16 {
-		node := []*meta.Redis{a, b}[i%2]
+		node := []*metaredis.Store{a, b}[i%2]
 		wg.Go(func() {
 			refs, err := node.AddLayerRefs(ctx, metatest.Digest(fmt.Sprintf("layer-%d", i/2)), files)
 			if err != nil {
@@ -118,7 +119,7 @@ func TestRedisSharedNodes(t *testing.T) {
 	if writes != len(files) {
 		t.Fatalf("the nodes were told to write %d times, want %d", writes, len(files))
 	}
-	for _, node := range []*meta.Redis{a, b} {
+	for _, node := range []*metaredis.Store{a, b} {
 		fi, err := node.Files(ctx, files)
 		if err != nil || fi[0].Refs != 8 || fi[1].Refs != 8 {
 			t.Fatalf("Files = %+v, %v; want 8 refs each on both nodes", fi, err)
@@ -151,7 +152,7 @@ func TestRedisSharedLease(t *testing.T) {
 	defer b.Close()
 	other := openRedis(t, addr, testPrefix(t, addr))
 	defer other.Close()
-	try := func(s *meta.Redis, holder string) bool {
+	try := func(s *metaredis.Store, holder string) bool {
 		t.Helper()
 		ok, err := s.TryLease(ctx, "dedup:layer", holder, time.Minute)
 		if err != nil {
@@ -269,10 +270,10 @@ func TestOpenRedisRefusesEviction(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	s, err := meta.OpenRedis(ctx, meta.RedisOptions{Addr: addr, Prefix: testPrefix(t, addr)})
+	s, err := metaredis.Open(ctx, metaredis.Options{Addr: addr, Prefix: testPrefix(t, addr)})
 	if err == nil {
 		s.Close()
-		t.Fatal("OpenRedis of a server with maxmemory-policy allkeys-lru succeeded")
+		t.Fatal("Open of a server with maxmemory-policy allkeys-lru succeeded")
 	}
 	if !strings.Contains(err.Error(), "allkeys-lru") {
 		t.Fatalf("error %q does not name the policy", err)
@@ -288,10 +289,10 @@ func TestOpenRedisUnreachable(t *testing.T) {
 	l.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := meta.OpenRedis(ctx, meta.RedisOptions{Addr: addr})
+	s, err := metaredis.Open(ctx, metaredis.Options{Addr: addr})
 	if err == nil {
 		s.Close()
-		t.Fatalf("OpenRedis of a closed port succeeded")
+		t.Fatalf("Open of a closed port succeeded")
 	}
 	if !strings.Contains(err.Error(), addr) {
 		t.Fatalf("error %q does not name the address %s", err, addr)

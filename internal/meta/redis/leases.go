@@ -1,4 +1,4 @@
-package meta
+package redis
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/cairn-registry/cairn/internal/meta"
 )
 
 // A lease is one string key, prefix "lease:" name, holding the holder's name,
@@ -32,8 +34,8 @@ return 1
 `)
 
 // TryLease implements Leases.
-func (s *Redis) TryLease(ctx context.Context, name, holder string, ttl time.Duration) (bool, error) {
-	ms, err := leaseMillis(name, holder, ttl)
+func (s *Store) TryLease(ctx context.Context, name, holder string, ttl time.Duration) (bool, error) {
+	ms, err := meta.LeaseMillis(name, holder, ttl)
 	if err != nil {
 		return false, err
 	}
@@ -45,8 +47,8 @@ func (s *Redis) TryLease(ctx context.Context, name, holder string, ttl time.Dura
 }
 
 // ReleaseLease implements Leases.
-func (s *Redis) ReleaseLease(ctx context.Context, name, holder string) error {
-	if _, err := leaseMillis(name, holder, time.Millisecond); err != nil {
+func (s *Store) ReleaseLease(ctx context.Context, name, holder string) error {
+	if _, err := meta.LeaseMillis(name, holder, time.Millisecond); err != nil {
 		return err
 	}
 	if _, err := s.run(ctx, scriptReleaseLease, []string{s.k.lease(name)}, holder); err != nil {

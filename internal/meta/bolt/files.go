@@ -1,4 +1,4 @@
-package meta
+package bolt
 
 import (
 	"bytes"
@@ -10,70 +10,61 @@ import (
 	"slices"
 
 	"github.com/opencontainers/go-digest"
-	bolt "go.etcd.io/bbolt"
-)
+	"go.etcd.io/bbolt"
 
-// File entry flags.
-const (
-	flagTombstoned byte = 1 << iota
-	flagRevived         // re-referenced while tombstoned; adds report Revived until Tombstone/DropFileEntry
-	flagMissing         // revived while GC deleted: the object may be gone
+	"github.com/cairn-registry/cairn/internal/meta"
 )
 
 // refOf is the outcome for an entry in state e. Revived covers the whole window
-// from a revive to GC's DropFileEntry (flagRevived), not only the first reviver: GC's
+// from a revive to GC's DropFileEntry (meta.FlagRevived), not only the first reviver: GC's
 // delete may land after any write in that window.
-func refOf(d digest.Digest, e fileEntry, exists bool) FileRef {
-	revived := e.flags&(flagTombstoned|flagRevived) != 0
-	return FileRef{
+func refOf(d digest.Digest, e fileEntry, exists bool) meta.FileRef {
+	revived := e.flags&(meta.FlagTombstoned|meta.FlagRevived) != 0
+	return meta.FileRef{
 		Digest:  d,
 		Refs:    e.refs,
-		Write:   !exists || revived || e.flags&flagMissing != 0,
+		Write:   !exists || revived || e.flags&meta.FlagMissing != 0,
 		Revived: revived,
 	}
 }
 
 // AddLayerRefs implements FileIndex.
-func (s *Bolt) AddLayerRefs(ctx context.Context, layer digest.Digest, files []digest.Digest) ([]FileRef, error) {
-	lk, err := keyOf(layer)
+func (s *Store) AddLayerRefs(ctx context.Context, layer digest.Digest, files []digest.Digest) ([]meta.FileRef, error) {
+	lk, fs, err := meta.LayerFileSet(layer, files)
 	if err != nil {
 		return nil, err
 	}
-	fs, err := newFileSet(files)
-	if err != nil {
-		return nil, err
-	}
-	refs := make([]FileRef, len(fs.keys))
-	err = s.update(ctx, func(tx *bolt.Tx) error {
+	refs := make([]meta.FileRef, len(fs.Keys))
+	err = s.update(ctx, func(tx *bbolt.Tx) error {
 		layers, idx, zero, ords := tx.Bucket(bktLayerFiles), tx.Bucket(bktFiles), tx.Bucket(bktZero), tx.Bucket(bktOrdinals)
 		if held := layers.Get(lk); held != nil {
-			same, err := sameFiles(ords, held, fs.keys)
+			same, err := sameFiles(ords, held, fs.Keys)
 			if err != nil {
 				return err
 			}
 			if !same {
-				return fmt.Errorf("%w: %s", ErrLayerFilesDiffer, layer)
+				return fmt.Errorf("%w: %s", meta.ErrLayerFilesDiffer, layer)
 			}
-			for j, k := range fs.keys {
+			for j, k := range fs.Keys {
 				e, ok := getFile(idx, k)
-				refs[j] = refOf(fs.digests[j], e, ok)
+				refs[j] = refOf(fs.Digests[j], e, ok)
 			}
 			return nil
 		}
-		if len(fs.keys) == 0 {
+		if len(fs.Keys) == 0 {
 			return nil
 		}
 		// New ordinals only append to the ordinal map: full pages.
 		ords.FillPercent = 1.0
-		list := make([]uint64, len(fs.keys))
-		for j, k := range fs.keys {
+		list := make([]uint64, len(fs.Keys))
+		for j, k := range fs.Keys {
 			e, ok := getFile(idx, k)
-			refs[j] = refOf(fs.digests[j], e, ok)
-			if e.flags&flagTombstoned != 0 {
-				e.flags |= flagRevived
+			refs[j] = refOf(fs.Digests[j], e, ok)
+			if e.flags&meta.FlagTombstoned != 0 {
+				e.flags |= meta.FlagRevived
 			}
 			// A write is handed out, so Missing is settled (see the package doc).
-			e.flags &^= flagTombstoned | flagMissing
+			e.flags &^= meta.FlagTombstoned | meta.FlagMissing
 			if ok && e.refs == 0 {
 				if err := zero.Delete(k); err != nil {
 					return err
@@ -95,21 +86,12 @@ func (s *Bolt) AddLayerRefs(ctx context.Context, layer digest.Digest, files []di
 	if err != nil {
 		return nil, fmt.Errorf("meta: add layer refs %s: %w", layer, err)
 	}
-	out := make([]FileRef, len(files))
-	for i, d := range files {
-		r := refs[fs.pos[i]]
-		r.Digest = d
-		if !fs.first[i] {
-			r.Write, r.Revived = false, false
-		}
-		out[i] = r
-	}
-	return out, nil
+	return fs.Refs(files, refs), nil
 }
 
 // sameFiles reports whether the layer file list held names exactly the
 // distinct, sorted keys.
-func sameFiles(ords *bolt.Bucket, held []byte, keys [][]byte) (bool, error) {
+func sameFiles(ords *bbolt.Bucket, held []byte, keys [][]byte) (bool, error) {
 	have, err := layerKeys(ords, held)
 	if err != nil {
 		return false, err
@@ -127,13 +109,13 @@ func sameFiles(ords *bolt.Bucket, held []byte, keys [][]byte) (bool, error) {
 }
 
 // ReleaseLayerRefs implements FileIndex.
-func (s *Bolt) ReleaseLayerRefs(ctx context.Context, layer digest.Digest) ([]digest.Digest, error) {
-	lk, err := keyOf(layer)
+func (s *Store) ReleaseLayerRefs(ctx context.Context, layer digest.Digest) ([]digest.Digest, error) {
+	lk, err := meta.KeyOf(layer)
 	if err != nil {
 		return nil, err
 	}
 	var zeroed []digest.Digest
-	err = s.update(ctx, func(tx *bolt.Tx) error {
+	err = s.update(ctx, func(tx *bbolt.Tx) error {
 		var err error
 		zeroed, _, err = releaseTx(tx, lk)
 		return err
@@ -148,7 +130,7 @@ func (s *Bolt) ReleaseLayerRefs(ctx context.Context, layer digest.Digest) ([]dig
 // count reached zero, and how many references it dropped. A recorded file without
 // references fails with ErrInvalidRelease before anything changes, so ReleaseLayers
 // can go on with other layers in the same transaction.
-func releaseTx(tx *bolt.Tx, lk []byte) ([]digest.Digest, int, error) {
+func releaseTx(tx *bbolt.Tx, lk []byte) ([]digest.Digest, int, error) {
 	layers, idx, zero := tx.Bucket(bktLayerFiles), tx.Bucket(bktFiles), tx.Bucket(bktZero)
 	held := layers.Get(lk)
 	if held == nil {
@@ -160,7 +142,7 @@ func releaseTx(tx *bolt.Tx, lk []byte) ([]digest.Digest, int, error) {
 	}
 	for _, k := range keys {
 		if e, ok := getFile(idx, k); !ok || e.refs <= 0 {
-			return nil, 0, fmt.Errorf("%w: %s", ErrInvalidRelease, digestOf(k))
+			return nil, 0, fmt.Errorf("%w: %s", meta.ErrInvalidRelease, meta.DigestOf(k))
 		}
 	}
 	var zeroed []digest.Digest
@@ -171,7 +153,7 @@ func releaseTx(tx *bolt.Tx, lk []byte) ([]digest.Digest, int, error) {
 			return nil, 0, err
 		}
 		if e.refs == 0 {
-			zeroed = append(zeroed, digestOf(k))
+			zeroed = append(zeroed, meta.DigestOf(k))
 			if err := zero.Put(k, nil); err != nil {
 				return nil, 0, err
 			}
@@ -182,16 +164,16 @@ func releaseTx(tx *bolt.Tx, lk []byte) ([]digest.Digest, int, error) {
 }
 
 // LayerFiles implements FileIndex.
-func (s *Bolt) LayerFiles(ctx context.Context, layer digest.Digest) ([]digest.Digest, error) {
-	lk, err := keyOf(layer)
+func (s *Store) LayerFiles(ctx context.Context, layer digest.Digest) ([]digest.Digest, error) {
+	lk, err := meta.KeyOf(layer)
 	if err != nil {
 		return nil, err
 	}
 	var out []digest.Digest
-	err = s.view(ctx, func(tx *bolt.Tx) error {
+	err = s.view(ctx, func(tx *bbolt.Tx) error {
 		held := tx.Bucket(bktLayerFiles).Get(lk)
 		if held == nil {
-			return ErrNotFound
+			return meta.ErrNotFound
 		}
 		keys, err := layerKeys(tx.Bucket(bktOrdinals), held)
 		if err != nil {
@@ -202,7 +184,7 @@ func (s *Bolt) LayerFiles(ctx context.Context, layer digest.Digest) ([]digest.Di
 		slices.SortFunc(keys, bytes.Compare)
 		out = make([]digest.Digest, len(keys))
 		for i, k := range keys {
-			out[i] = digestOf(k)
+			out[i] = meta.DigestOf(k)
 		}
 		return nil
 	})
@@ -216,7 +198,7 @@ func (s *Bolt) LayerFiles(ctx context.Context, layer digest.Digest) ([]digest.Di
 // file located in a pack, the offset and length as uvarints and the pack
 // id: its 16 bytes when it is 32 lower-case hex digits (pack.NewID's ids,
 // flagRawPack), else the id itself. flagEntryV2 is always set, so the first
-// byte tells this format from the one before ordinals (bolt_schema.go),
+// byte tells this format from the one before ordinals (schema.go),
 // whose refs(8) begin with a zero byte: refs(8) flags(1), then the same
 // location with the pack id as a string, or nothing for entries written
 // before packs. Both read; only this one is written. Ordinal 0 means none
@@ -226,7 +208,7 @@ type fileEntry struct {
 	refs  int64
 	flags byte
 	ord   uint64
-	loc   Location
+	loc   meta.Location
 }
 
 // Format bits of an entry's flags byte, never set in fileEntry.flags.
@@ -238,7 +220,7 @@ const (
 
 // getFile reads k's entry; an entry too damaged to decode reads as none, a
 // damaged location as none (as if the file had never been placed).
-func getFile(b *bolt.Bucket, k []byte) (fileEntry, bool) {
+func getFile(b *bbolt.Bucket, k []byte) (fileEntry, bool) {
 	return decodeFile(b.Get(k))
 }
 
@@ -279,24 +261,24 @@ func decodeOldFile(v []byte) (fileEntry, bool) {
 
 // decodeLoc reads the location part of an entry; a corrupt one reads as no
 // location, as if the file had never been placed.
-func decodeLoc(v []byte, rawPack bool) Location {
+func decodeLoc(v []byte, rawPack bool) meta.Location {
 	off, n := binary.Uvarint(v)
 	if n <= 0 {
-		return Location{}
+		return meta.Location{}
 	}
 	length, m := binary.Uvarint(v[n:])
 	if m <= 0 || len(v) == n+m {
-		return Location{}
+		return meta.Location{}
 	}
 	id := v[n+m:]
 	if rawPack {
 		if len(id) != rawPackLen {
-			return Location{}
+			return meta.Location{}
 		}
-		return Location{Pack: hex.EncodeToString(id), Offset: int64(off), Length: int64(length)}
+		return meta.Location{Pack: hex.EncodeToString(id), Offset: int64(off), Length: int64(length)}
 	}
 	// string copies the id out of the mmap.
-	return Location{Pack: string(id), Offset: int64(off), Length: int64(length)}
+	return meta.Location{Pack: string(id), Offset: int64(off), Length: int64(length)}
 }
 
 // rawPackLen is the stored length of a pack id of 32 lower-case hex digits.
@@ -310,9 +292,9 @@ func encodeFile(e fileEntry) []byte {
 	if !e.loc.IsZero() {
 		buf = binary.AppendUvarint(buf, uint64(e.loc.Offset))
 		buf = binary.AppendUvarint(buf, uint64(e.loc.Length))
-		if id := e.loc.Pack; len(id) == 2*rawPackLen && isLowerHex(id) {
+		if id := e.loc.Pack; len(id) == 2*rawPackLen && meta.IsLowerHex(id) {
 			buf[0] |= flagRawPack
-			buf, _ = hex.AppendDecode(buf, []byte(id)) // isLowerHex: cannot fail
+			buf, _ = hex.AppendDecode(buf, []byte(id)) // meta.IsLowerHex: cannot fail
 		} else {
 			buf = append(buf, id...)
 		}
@@ -320,16 +302,16 @@ func encodeFile(e fileEntry) []byte {
 	return buf
 }
 
-func putFile(b *bolt.Bucket, k []byte, e fileEntry) error { return b.Put(k, encodeFile(e)) }
+func putFile(b *bbolt.Bucket, k []byte, e fileEntry) error { return b.Put(k, encodeFile(e)) }
 
 // Tombstone implements FileIndex.
-func (s *Bolt) Tombstone(ctx context.Context, d digest.Digest) (bool, error) {
-	k, err := keyOf(d)
+func (s *Store) Tombstone(ctx context.Context, d digest.Digest) (bool, error) {
+	k, err := meta.KeyOf(d)
 	if err != nil {
 		return false, err
 	}
 	var ok bool
-	err = s.update(ctx, func(tx *bolt.Tx) error {
+	err = s.update(ctx, func(tx *bbolt.Tx) error {
 		var err error
 		ok, err = tombstoneTx(tx.Bucket(bktFiles), k)
 		return err
@@ -341,30 +323,30 @@ func (s *Bolt) Tombstone(ctx context.Context, d digest.Digest) (bool, error) {
 }
 
 // tombstoneTx is Tombstone of file key k in the files bucket.
-func tombstoneTx(files *bolt.Bucket, k []byte) (bool, error) {
+func tombstoneTx(files *bbolt.Bucket, k []byte) (bool, error) {
 	e, exists := getFile(files, k)
 	if !exists || e.refs > 0 {
 		return false, nil
 	}
-	if e.flags&flagTombstoned != 0 {
+	if e.flags&meta.FlagTombstoned != 0 {
 		return true, nil
 	}
 	// A fresh tombstone starts a new generation: an earlier revive is settled.
-	e.flags = (e.flags | flagTombstoned) &^ flagRevived
+	e.flags = (e.flags | meta.FlagTombstoned) &^ meta.FlagRevived
 	return true, putFile(files, k, e)
 }
 
 // DropFileEntry implements FileIndex.
-func (s *Bolt) DropFileEntry(ctx context.Context, d digest.Digest) (bool, error) {
-	k, err := keyOf(d)
+func (s *Store) DropFileEntry(ctx context.Context, d digest.Digest) (bool, error) {
+	k, err := meta.KeyOf(d)
 	if err != nil {
 		return false, err
 	}
 	var revived bool
-	err = s.update(ctx, func(tx *bolt.Tx) error {
+	err = s.update(ctx, func(tx *bbolt.Tx) error {
 		var err error
 		revived, err = deleteFileTx(tx, k, false)
-		if errors.Is(err, ErrNotTombstoned) {
+		if errors.Is(err, meta.ErrNotTombstoned) {
 			return fmt.Errorf("%w: %s", err, d)
 		}
 		return err
@@ -378,13 +360,13 @@ func (s *Bolt) DropFileEntry(ctx context.Context, d digest.Digest) (bool, error)
 // deleteFileTx is DropFileEntry of file key k, or, with settled, DropFileEntries: an
 // entry neither tombstoned nor revived is then marked Missing and reported
 // revived instead of failing with ErrNotTombstoned.
-func deleteFileTx(tx *bolt.Tx, k []byte, settled bool) (revived bool, err error) {
+func deleteFileTx(tx *bbolt.Tx, k []byte, settled bool) (revived bool, err error) {
 	files := tx.Bucket(bktFiles)
 	e, exists := getFile(files, k)
 	switch {
 	case !exists:
 		return false, nil
-	case e.flags&flagTombstoned != 0:
+	case e.flags&meta.FlagTombstoned != 0:
 		if err := files.Delete(k); err != nil {
 			return false, err
 		}
@@ -399,29 +381,29 @@ func deleteFileTx(tx *bolt.Tx, k []byte, settled bool) (revived bool, err error)
 		}
 		// The file leaves its pack with its entry: Live counts entries.
 		return false, leavePack(tx.Bucket(bktPacks), e.loc, nowMicros())
-	case e.flags&flagRevived != 0 || settled:
-		e.flags = (e.flags | flagMissing) &^ flagRevived
+	case e.flags&meta.FlagRevived != 0 || settled:
+		e.flags = (e.flags | meta.FlagMissing) &^ meta.FlagRevived
 		return true, putFile(files, k, e)
 	default:
-		return false, ErrNotTombstoned
+		return false, meta.ErrNotTombstoned
 	}
 }
 
 // Files implements FileIndex.
-func (s *Bolt) Files(ctx context.Context, digests []digest.Digest) ([]FileInfo, error) {
-	keys, err := keysOf(digests)
+func (s *Store) Files(ctx context.Context, digests []digest.Digest) ([]meta.FileInfo, error) {
+	keys, err := meta.KeysOf(digests)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]FileInfo, len(digests))
-	err = s.view(ctx, func(tx *bolt.Tx) error {
+	out := make([]meta.FileInfo, len(digests))
+	err = s.view(ctx, func(tx *bbolt.Tx) error {
 		files := tx.Bucket(bktFiles)
 		for i, k := range keys {
 			e, ok := getFile(files, k)
-			out[i] = FileInfo{
+			out[i] = meta.FileInfo{
 				Digest: digests[i], Exists: ok, Refs: e.refs,
-				Tombstoned: e.flags&flagTombstoned != 0,
-				Missing:    e.flags&flagMissing != 0,
+				Tombstoned: e.flags&meta.FlagTombstoned != 0,
+				Missing:    e.flags&meta.FlagMissing != 0,
 				Location:   e.loc,
 			}
 		}
@@ -434,9 +416,9 @@ func (s *Bolt) Files(ctx context.Context, digests []digest.Digest) ([]FileInfo, 
 }
 
 // ZeroFiles implements FileIndex.
-func (s *Bolt) ZeroFiles(ctx context.Context, after digest.Digest, limit int) ([]digest.Digest, error) {
+func (s *Store) ZeroFiles(ctx context.Context, after digest.Digest, limit int) ([]digest.Digest, error) {
 	var out []digest.Digest
-	err := s.view(ctx, func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx *bbolt.Tx) error {
 		var err error
 		out, err = page(tx.Bucket(bktZero).Cursor(), nil, after, limit)
 		return err

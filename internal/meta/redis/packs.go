@@ -1,4 +1,4 @@
-package meta
+package redis
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/cairn-registry/cairn/internal/meta"
 )
 
 // luaPacks reads and changes pack records (KEYS[9]) for one script run: each
@@ -148,7 +150,7 @@ return 1
 // ":offset:length:pack id", the id last so it may hold any byte. It is
 // canonical (decimal without leading zeros), so scripts compare locations as
 // strings. The zero Location is "".
-func locString(l Location) string {
+func locString(l meta.Location) string {
 	if l.IsZero() {
 		return ""
 	}
@@ -163,42 +165,42 @@ func locString(l Location) string {
 
 // parseFileValue parses a files hash value: refs*8+flags, then the location
 // if any.
-func parseFileValue(v string) (n int64, loc Location, err error) {
+func parseFileValue(v string) (n int64, loc meta.Location, err error) {
 	num, rest, located := strings.Cut(v, ":")
 	if n, err = strconv.ParseInt(num, 10, 64); err != nil || !located {
-		return n, Location{}, err
+		return n, meta.Location{}, err
 	}
 	off, rest, ok1 := strings.Cut(rest, ":")
 	length, pack, ok2 := strings.Cut(rest, ":")
-	loc = Location{Pack: pack}
+	loc = meta.Location{Pack: pack}
 	var err1, err2 error
 	loc.Offset, err1 = strconv.ParseInt(off, 10, 64)
 	loc.Length, err2 = strconv.ParseInt(length, 10, 64)
 	if !ok1 || !ok2 || err1 != nil || err2 != nil || pack == "" {
-		return n, Location{}, fmt.Errorf("meta: corrupt location %q", v)
+		return n, meta.Location{}, fmt.Errorf("meta: corrupt location %q", v)
 	}
 	return n, loc, nil
 }
 
 // parsePackRecord parses a packs hash value.
-func parsePackRecord(id, v string) (PackInfo, error) {
+func parsePackRecord(id, v string) (meta.PackInfo, error) {
 	f := strings.Split(v, ":")
 	if len(f) != 4 {
-		return PackInfo{}, fmt.Errorf("meta: corrupt pack record %s: %q", id, v)
+		return meta.PackInfo{}, fmt.Errorf("meta: corrupt pack record %s: %q", id, v)
 	}
 	var n [3]int64
 	for i := range n {
 		var err error
 		if n[i], err = strconv.ParseInt(f[i], 10, 64); err != nil {
-			return PackInfo{}, fmt.Errorf("meta: corrupt pack record %s: %w", id, err)
+			return meta.PackInfo{}, fmt.Errorf("meta: corrupt pack record %s: %w", id, err)
 		}
 	}
-	return PackInfo{ID: id, Size: n[0], Live: n[1], Changed: time.UnixMicro(n[2]), Tombstoned: f[3] == "1"}, nil
+	return meta.PackInfo{ID: id, Size: n[0], Live: n[1], Changed: time.UnixMicro(n[2]), Tombstoned: f[3] == "1"}, nil
 }
 
 // BeginPack implements Packs.
-func (s *Redis) BeginPack(ctx context.Context, id string) error {
-	if err := checkPackID(id); err != nil {
+func (s *Store) BeginPack(ctx context.Context, id string) error {
+	if err := meta.CheckPackID(id); err != nil {
 		return err
 	}
 	if _, err := s.run(ctx, scriptBeginPack, s.k.std, id); err != nil {
@@ -209,20 +211,20 @@ func (s *Redis) BeginPack(ctx context.Context, id string) error {
 
 // PlaceFiles implements Packs: the whole call is one script, as the contract
 // makes it one atomic step.
-func (s *Redis) PlaceFiles(ctx context.Context, id string, size int64, files []Placement) ([]bool, error) {
-	keys, err := checkPlacements(id, size, files)
+func (s *Store) PlaceFiles(ctx context.Context, id string, size int64, files []meta.Placement) ([]bool, error) {
+	keys, err := meta.CheckPlacements(id, size, files)
 	if err != nil {
 		return nil, err
 	}
 	args := make([]any, 0, 2+3*len(files))
 	args = append(args, id, size)
 	for i, f := range files {
-		to := Location{Pack: id, Offset: f.Offset, Length: f.Length}
+		to := meta.Location{Pack: id, Offset: f.Offset, Length: f.Length}
 		args = append(args, keys[i], locString(to), locString(f.From))
 	}
 	v, err := s.run(ctx, scriptPlaceFiles, s.k.std, args...)
 	if err == nil && v == int64(-1) {
-		err = ErrPackGone
+		err = meta.ErrPackGone
 	}
 	var codes []int64
 	if err == nil {
@@ -242,7 +244,7 @@ func (s *Redis) PlaceFiles(ctx context.Context, id string, size int64, files []P
 }
 
 // ListPacks implements Packs.
-func (s *Redis) ListPacks(ctx context.Context, after string, limit int) ([]PackInfo, error) {
+func (s *Store) ListPacks(ctx context.Context, after string, limit int) ([]meta.PackInfo, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
@@ -258,7 +260,7 @@ func (s *Redis) ListPacks(ctx context.Context, after string, limit int) ([]PackI
 	if !ok || len(arr)%2 != 0 {
 		return nil, fmt.Errorf("meta: list packs: unexpected reply %T", v)
 	}
-	var out []PackInfo
+	var out []meta.PackInfo
 	for i := 0; i < len(arr); i += 2 {
 		id, ok1 := arr[i].(string)
 		rec, ok2 := arr[i+1].(string)
@@ -275,11 +277,11 @@ func (s *Redis) ListPacks(ctx context.Context, after string, limit int) ([]PackI
 }
 
 // TombstonePack implements Packs.
-func (s *Redis) TombstonePack(ctx context.Context, id string, olderThan time.Duration) (bool, error) {
-	if err := checkPackID(id); err != nil {
+func (s *Store) TombstonePack(ctx context.Context, id string, olderThan time.Duration) (bool, error) {
+	if err := meta.CheckPackID(id); err != nil {
 		return false, err
 	}
-	v, err := s.run(ctx, scriptTombstonePack, s.k.std, id, olderThanMicros(olderThan))
+	v, err := s.run(ctx, scriptTombstonePack, s.k.std, id, meta.OlderThanMicros(olderThan))
 	if err != nil {
 		return false, fmt.Errorf("meta: tombstone pack %s: %w", id, err)
 	}
@@ -287,8 +289,8 @@ func (s *Redis) TombstonePack(ctx context.Context, id string, olderThan time.Dur
 }
 
 // DeletePack implements Packs.
-func (s *Redis) DeletePack(ctx context.Context, id string) (bool, error) {
-	if err := checkPackID(id); err != nil {
+func (s *Store) DeletePack(ctx context.Context, id string) (bool, error) {
+	if err := meta.CheckPackID(id); err != nil {
 		return false, err
 	}
 	v, err := s.run(ctx, scriptDeletePack, s.k.std, id)

@@ -1,17 +1,19 @@
-package meta
+package bolt
 
 import (
 	"encoding/binary"
 
 	"github.com/opencontainers/go-digest"
-	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/bbolt"
+
+	"github.com/cairn-registry/cairn/internal/meta"
 )
 
 // DropFileEntry deletes d's file entry behind the store's back, to make
 // its index inconsistent in tests.
-func DropFileEntry(s *Bolt, d digest.Digest) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
-		k, err := keyOf(d)
+func DropFileEntry(s *Store, d digest.Digest) error {
+	return s.db.Update(func(tx *bbolt.Tx) error {
+		k, err := meta.KeyOf(d)
 		if err != nil {
 			return err
 		}
@@ -21,9 +23,9 @@ func DropFileEntry(s *Bolt, d digest.Digest) error {
 
 // PutOldFileEntry writes d's file entry as stores before packs did: refs
 // and flags, no location.
-func PutOldFileEntry(s *Bolt, d digest.Digest, refs int64) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
-		k, err := keyOf(d)
+func PutOldFileEntry(s *Store, d digest.Digest, refs int64) error {
+	return s.db.Update(func(tx *bbolt.Tx) error {
+		k, err := meta.KeyOf(d)
 		if err != nil {
 			return err
 		}

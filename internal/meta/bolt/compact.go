@@ -1,4 +1,4 @@
-package meta
+package bolt
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/bbolt"
 )
 
 // bbolt never gives disk space back: pages freed by deletes and by its
@@ -15,7 +15,7 @@ import (
 // and pages split by random inserts stay half full. A store that released
 // most of what it once held (GC), or grew by many small commits, is copied
 // into a new file of full pages (bbolt's Compact), which replaces it: at
-// open, and while it runs (Bolt.Compact), both by compactWorth's test and
+// open, and while it runs (Store.Compact), both by compactWorth's test and
 // compactCopy's copy. Copying a few MiB takes milliseconds, so small
 // stores are compacted too.
 const (
@@ -32,11 +32,11 @@ const (
 // usedBytes is what the keys and values of db take in its pages: about
 // what a compact copy needs. Free pages, half-empty pages and the tail
 // bbolt allocated ahead are the rest of the file.
-func usedBytes(db *bolt.DB, path string) (int64, error) {
+func usedBytes(db *bbolt.DB, path string) (int64, error) {
 	var used int64
 	err := guard(path, func() error {
-		return db.View(func(tx *bolt.Tx) error {
-			return tx.ForEach(func(_ []byte, b *bolt.Bucket) error {
+		return db.View(func(tx *bbolt.Tx) error {
+			return tx.ForEach(func(_ []byte, b *bbolt.Bucket) error {
 				st := b.Stats()
 				used += int64(st.BranchInuse + st.LeafInuse)
 				return nil
@@ -49,7 +49,7 @@ func usedBytes(db *bolt.DB, path string) (int64, error) {
 // compactWorth reports the size of the file at path, where db is open,
 // and whether a compact copy of it is worth making: the file is at least
 // compactMinSize and a copy would save compactFree of it.
-func compactWorth(db *bolt.DB, path string) (size int64, worth bool, err error) {
+func compactWorth(db *bbolt.DB, path string) (size int64, worth bool, err error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return 0, false, fmt.Errorf("meta: compact %s: %w", path, err)
@@ -66,7 +66,7 @@ func compactWorth(db *bolt.DB, path string) (size int64, worth bool, err error) 
 
 // compactCopy copies db, open at path, into path.compact, opens the copy
 // and renames it over path. Nobody may write db meanwhile (the caller
-// holds its lock: at open, or Bolt.mu). It returns the copy, open, and the
+// holds its lock: at open, or Store.mu). It returns the copy, open, and the
 // file's size before and after; the caller closes db then. The copy is
 // nil when it did not replace the file: db is intact and still the store,
 // and the error says why.
@@ -76,7 +76,7 @@ func compactWorth(db *bolt.DB, path string) (size int64, worth bool, err error) 
 // could fail but the directory's sync, and the copy goes on being used
 // then. It also keeps the file at path locked throughout (the lock
 // follows the inode), so another process can never open it in between.
-func compactCopy(db *bolt.DB, path string, lockTimeout time.Duration) (c *bolt.DB, before, after int64, err error) {
+func compactCopy(db *bbolt.DB, path string, lockTimeout time.Duration) (c *bbolt.DB, before, after int64, err error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("meta: compact %s: %w", path, err)
@@ -84,17 +84,17 @@ func compactCopy(db *bolt.DB, path string, lockTimeout time.Duration) (c *bolt.D
 	before = fi.Size()
 	tmp := path + ".compact"
 	os.Remove(tmp) // a copy a crash left
-	dst, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: lockTimeout, NoSync: true})
+	dst, err := bbolt.Open(tmp, 0o600, &bbolt.Options{Timeout: lockTimeout, NoSync: true})
 	if err != nil {
 		return nil, before, before, fmt.Errorf("meta: compact %s: %w", path, err)
 	}
 	// bbolt's Compact fills every page (FillPercent 1.0).
 	dst.AllocSize = allocSize
-	err = guard(path, func() error { return bolt.Compact(dst, db, compactTxSize) })
+	err = guard(path, func() error { return bbolt.Compact(dst, db, compactTxSize) })
 	if err == nil {
 		// The file ends at the copy's last page, not at what bbolt
 		// allocated ahead; it grows again when a commit needs more.
-		err = dst.View(func(tx *bolt.Tx) error { after = tx.Size(); return nil })
+		err = dst.View(func(tx *bbolt.Tx) error { after = tx.Size(); return nil })
 	}
 	if cerr := dst.Close(); err == nil {
 		err = cerr
@@ -124,7 +124,7 @@ func compactCopy(db *bolt.DB, path string, lockTimeout time.Duration) (c *bolt.D
 
 // maybeCompact is compaction at open: db when nothing was done or the
 // copy failed (the error then says why), else the copy, open, db closed.
-func maybeCompact(db *bolt.DB, path string, lockTimeout time.Duration) (*bolt.DB, error) {
+func maybeCompact(db *bbolt.DB, path string, lockTimeout time.Duration) (*bbolt.DB, error) {
 	_, worth, err := compactWorth(db, path)
 	if err != nil || !worth {
 		return db, err
@@ -143,7 +143,7 @@ func maybeCompact(db *bolt.DB, path string, lockTimeout time.Duration) (*bolt.DB
 // after are the file's sizes on disk, equal when nothing was done. When
 // the copy fails, the store goes on with its file as it was. ctx is heeded
 // until the copy starts: stopping one half-way would only waste it.
-func (s *Bolt) Compact(ctx context.Context) (before, after int64, err error) {
+func (s *Store) Compact(ctx context.Context) (before, after int64, err error) {
 	if err := ctx.Err(); err != nil {
 		return 0, 0, err
 	}

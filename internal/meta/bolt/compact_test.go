@@ -1,4 +1,4 @@
-package meta
+package bolt
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+
+	"github.com/cairn-registry/cairn/internal/meta"
 )
 
 func compactLayer(l int) digest.Digest { return digest.FromString(fmt.Sprint("layer ", l)) }
@@ -27,7 +29,7 @@ func compactFiles(l, n int) []digest.Digest {
 
 // bloat fills s with layers of 500 packed files, then releases nine
 // layers in ten, as GC would, and returns the files left.
-func bloat(t *testing.T, s *Bolt, layers int) (kept []digest.Digest) {
+func bloat(t *testing.T, s *Store, layers int) (kept []digest.Digest) {
 	t.Helper()
 	ctx := context.Background()
 	// No fsync per commit while the test fills it: seconds less.
@@ -43,9 +45,9 @@ func bloat(t *testing.T, s *Bolt, layers int) (kept []digest.Digest) {
 		if err := s.BeginPack(ctx, id); err != nil {
 			t.Fatal(err)
 		}
-		var pl []Placement
+		var pl []meta.Placement
 		for i, f := range files {
-			pl = append(pl, Placement{Digest: f, Offset: int64(8 + i*1000), Length: 1000})
+			pl = append(pl, meta.Placement{Digest: f, Offset: int64(8 + i*1000), Length: 1000})
 		}
 		if _, err := s.PlaceFiles(ctx, id, int64(8+perLayer*1000), pl); err != nil {
 			t.Fatal(err)
@@ -74,7 +76,7 @@ func bloat(t *testing.T, s *Bolt, layers int) (kept []digest.Digest) {
 }
 
 // checkKept fails unless every file in kept has one reference and a place.
-func checkKept(t *testing.T, s *Bolt, kept []digest.Digest) {
+func checkKept(t *testing.T, s *Store, kept []digest.Digest) {
 	t.Helper()
 	infos, err := s.Files(context.Background(), kept)
 	if err != nil {

@@ -1,4 +1,4 @@
-package meta
+package bolt
 
 import (
 	"errors"
@@ -9,8 +9,10 @@ import (
 	"strings"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/cairn-registry/cairn/internal/meta"
 )
 
 // bbolt trusts its file: a damaged page makes its cursor panic (slice
@@ -23,7 +25,7 @@ import (
 func guard(path string, fn func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: %s: panic reading it: %v", ErrCorrupt, path, p)
+			err = fmt.Errorf("%w: %s: panic reading it: %v", meta.ErrCorrupt, path, p)
 		}
 	}()
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
@@ -33,8 +35,8 @@ func guard(path string, fn func() error) (err error) {
 // guardTx is fn with memory faults turned into panics, for bbolt's batch,
 // which may run fn on its own goroutine: bbolt recovers a panic there and
 // reruns fn on the caller's, under guard.
-func guardTx(fn func(*bolt.Tx) error) func(*bolt.Tx) error {
-	return func(tx *bolt.Tx) error {
+func guardTx(fn func(*bbolt.Tx) error) func(*bbolt.Tx) error {
+	return func(tx *bbolt.Tx) error {
 		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 		return fn(tx)
 	}
@@ -47,7 +49,7 @@ func guardTx(fn func(*bolt.Tx) error) func(*bolt.Tx) error {
 // while the old one's lock is held. An open that waited for that lock
 // gets it on the old file, now nameless, once its holder closes it:
 // whatever it wrote there would be lost, so it opens path again.
-func openBolt(path string, lockTimeout time.Duration) (*bolt.DB, error) {
+func openBolt(path string, lockTimeout time.Duration) (*bbolt.DB, error) {
 	for range 3 {
 		db, f, err := openBoltOnce(path, lockTimeout)
 		if err != nil {
@@ -63,22 +65,22 @@ func openBolt(path string, lockTimeout time.Duration) (*bolt.DB, error) {
 		}
 		db.Close()
 	}
-	return nil, fmt.Errorf("%w: %s: replaced while waiting for its lock, again and again", ErrLocked, path)
+	return nil, fmt.Errorf("%w: %s: replaced while waiting for its lock, again and again", meta.ErrLocked, path)
 }
 
-// openBoltOnce is bolt.Open under guard, and the file it opened. A panic
+// openBoltOnce is bbolt.Open under guard, and the file it opened. A panic
 // inside Open leaves the file open and locked, so it is closed then.
-func openBoltOnce(path string, lockTimeout time.Duration) (*bolt.DB, *os.File, error) {
+func openBoltOnce(path string, lockTimeout time.Duration) (*bbolt.DB, *os.File, error) {
 	// Shorter than bbolt's two meta pages: bbolt says only "file size too
 	// small"; every file it writes has at least four pages.
 	if fi, err := os.Stat(path); err == nil && fi.Size() > 0 && fi.Size() < 2*4096 {
-		return nil, nil, fmt.Errorf("%w: %s: %d bytes, shorter than its meta pages", ErrCorrupt, path, fi.Size())
+		return nil, nil, fmt.Errorf("%w: %s: %d bytes, shorter than its meta pages", meta.ErrCorrupt, path, fi.Size())
 	}
 	var f *os.File
-	var db *bolt.DB
+	var db *bbolt.DB
 	err := guard(path, func() error {
 		var err error
-		db, err = bolt.Open(path, 0o600, &bolt.Options{
+		db, err = bbolt.Open(path, 0o600, &bbolt.Options{
 			Timeout: lockTimeout,
 			OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
 				var err error
@@ -89,16 +91,16 @@ func openBoltOnce(path string, lockTimeout time.Duration) (*bolt.DB, *os.File, e
 		return err
 	})
 	switch {
-	case errors.Is(err, ErrCorrupt):
+	case errors.Is(err, meta.ErrCorrupt):
 		if f != nil {
 			f.Close()
 		}
 		return nil, nil, err
 	case errors.Is(err, berrors.ErrTimeout):
-		return nil, nil, fmt.Errorf("%w: %s", ErrLocked, path)
+		return nil, nil, fmt.Errorf("%w: %s", meta.ErrLocked, path)
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrVersionMismatch):
 		// Both meta pages are damaged (or not bbolt's).
-		return nil, nil, fmt.Errorf("%w: %s: %w", ErrCorrupt, path, err)
+		return nil, nil, fmt.Errorf("%w: %s: %w", meta.ErrCorrupt, path, err)
 	case err != nil:
 		return nil, nil, fmt.Errorf("meta: open %s: %w", path, err)
 	}
@@ -115,18 +117,18 @@ const allocSize = 1 << 20
 // guard. The walk comes first because tx.Check runs on a goroutine of its
 // own, where a panic could not be recovered: once every reachable page
 // read cleanly, the check only compares them.
-func checkBolt(db *bolt.DB, path string) error {
+func checkBolt(db *bbolt.DB, path string) error {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return fmt.Errorf("meta: check %s: %w", path, err)
 	}
 	return guard(path, func() error {
-		return db.View(func(tx *bolt.Tx) error {
+		return db.View(func(tx *bbolt.Tx) error {
 			// A truncated file: pages past its end would fault when read.
 			if tx.Size() > fi.Size() {
-				return fmt.Errorf("%w: %s: %d bytes, its pages need %d (truncated?)", ErrCorrupt, path, fi.Size(), tx.Size())
+				return fmt.Errorf("%w: %s: %d bytes, its pages need %d (truncated?)", meta.ErrCorrupt, path, fi.Size(), tx.Size())
 			}
-			if err := tx.ForEach(func(_ []byte, b *bolt.Bucket) error { return walkBucket(b) }); err != nil {
+			if err := tx.ForEach(func(_ []byte, b *bbolt.Bucket) error { return walkBucket(b) }); err != nil {
 				return err
 			}
 			var problems []string
@@ -137,7 +139,7 @@ func checkBolt(db *bolt.DB, path string) error {
 				}
 			}
 			if len(problems) > 0 {
-				return fmt.Errorf("%w: %s: %s", ErrCorrupt, path, strings.Join(problems, "; "))
+				return fmt.Errorf("%w: %s: %s", meta.ErrCorrupt, path, strings.Join(problems, "; "))
 			}
 			return nil
 		})
@@ -147,7 +149,7 @@ func checkBolt(db *bolt.DB, path string) error {
 // walkBucket reads every key and value under b, nested buckets included.
 // Touching the last byte of each is enough to fault on a page the mapping
 // does not back.
-func walkBucket(b *bolt.Bucket) error {
+func walkBucket(b *bbolt.Bucket) error {
 	var sink byte
 	c := b.Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
@@ -168,15 +170,15 @@ func walkBucket(b *bolt.Bucket) error {
 	return nil
 }
 
-// OpenBoltRecovering is OpenWith for a server's own metadata file: a file
+// OpenRecovering is OpenWith for a server's own metadata file: a file
 // that is corrupt (ErrCorrupt) is renamed to path.corrupt-<UTC time>, kept
 // for inspection, and a fresh, empty store is opened in its place. Its
 // StoreID is "", which tells the caller to rebuild the metadata from
 // storage. movedAside is where the file went ("" when it was sound); the
 // caller logs it.
-func OpenBoltRecovering(path string, opts Options) (s *Bolt, movedAside string, err error) {
+func OpenRecovering(path string, opts Options) (s *Store, movedAside string, err error) {
 	s, err = OpenWith(path, opts)
-	if !errors.Is(err, ErrCorrupt) {
+	if !errors.Is(err, meta.ErrCorrupt) {
 		return s, "", err
 	}
 	aside, merr := moveAside(path, "corrupt")

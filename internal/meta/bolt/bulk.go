@@ -1,4 +1,4 @@
-package meta
+package bolt
 
 import (
 	"context"
@@ -6,7 +6,9 @@ import (
 	"fmt"
 
 	"github.com/opencontainers/go-digest"
-	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/bbolt"
+
+	"github.com/cairn-registry/cairn/internal/meta"
 )
 
 // maxTxWork bounds the entries one bulk transaction changes: bolt keeps a
@@ -18,11 +20,11 @@ const maxTxWork = 1 << 16
 // maxTxWork (a step reports the entries it changed) and returns how many steps
 // committed. A step writes its outcome to slot i of the caller's results, so a
 // transaction that fails, or runs again, leaves nothing stale behind.
-func (s *Bolt) bulk(ctx context.Context, n int, step func(tx *bolt.Tx, i int) (work int, err error)) (int, error) {
+func (s *Store) bulk(ctx context.Context, n int, step func(tx *bbolt.Tx, i int) (work int, err error)) (int, error) {
 	done := 0
 	for done < n {
 		end := done
-		err := s.update(ctx, func(tx *bolt.Tx) error {
+		err := s.update(ctx, func(tx *bbolt.Tx) error {
 			end = done
 			for work := 0; end < n && work < maxTxWork; end++ {
 				w, err := step(tx, end)
@@ -42,17 +44,17 @@ func (s *Bolt) bulk(ctx context.Context, n int, step func(tx *bolt.Tx, i int) (w
 }
 
 // ReleaseLayers implements Bulk.
-func (s *Bolt) ReleaseLayers(ctx context.Context, layers []digest.Digest) ([]digest.Digest, error) {
-	keys, err := keysOf(layers)
+func (s *Store) ReleaseLayers(ctx context.Context, layers []digest.Digest) ([]digest.Digest, error) {
+	keys, err := meta.KeysOf(layers)
 	if err != nil {
 		return nil, err
 	}
 	zeroed := make([][]digest.Digest, len(keys))
 	bad := make([]error, len(keys))
-	done, err := s.bulk(ctx, len(keys), func(tx *bolt.Tx, i int) (int, error) {
+	done, err := s.bulk(ctx, len(keys), func(tx *bbolt.Tx, i int) (int, error) {
 		z, n, err := releaseTx(tx, keys[i])
 		zeroed[i], bad[i] = z, nil
-		if errors.Is(err, ErrInvalidRelease) {
+		if errors.Is(err, meta.ErrInvalidRelease) {
 			// releaseTx changed nothing: the other layers go on.
 			bad[i] = fmt.Errorf("%s: %w", layers[i], err)
 			return 1, nil
@@ -77,23 +79,18 @@ func (s *Bolt) ReleaseLayers(ctx context.Context, layers []digest.Digest) ([]dig
 }
 
 // TombstoneFiles implements Bulk.
-func (s *Bolt) TombstoneFiles(ctx context.Context, files []digest.Digest) ([]digest.Digest, error) {
-	keys, err := keysOf(files)
+func (s *Store) TombstoneFiles(ctx context.Context, files []digest.Digest) ([]digest.Digest, error) {
+	keys, err := meta.KeysOf(files)
 	if err != nil {
 		return nil, err
 	}
 	ok := make([]bool, len(keys))
-	done, err := s.bulk(ctx, len(keys), func(tx *bolt.Tx, i int) (int, error) {
+	done, err := s.bulk(ctx, len(keys), func(tx *bbolt.Tx, i int) (int, error) {
 		var err error
 		ok[i], err = tombstoneTx(tx.Bucket(bktFiles), keys[i])
 		return 1, err
 	})
-	var out []digest.Digest
-	for i, d := range files[:done] {
-		if ok[i] {
-			out = append(out, d)
-		}
-	}
+	out := meta.Pick(files[:done], func(i int) bool { return ok[i] })
 	if err != nil {
 		return out, fmt.Errorf("meta: tombstone files: %w", err)
 	}
@@ -101,23 +98,18 @@ func (s *Bolt) TombstoneFiles(ctx context.Context, files []digest.Digest) ([]dig
 }
 
 // DropFileEntries implements Bulk.
-func (s *Bolt) DropFileEntries(ctx context.Context, files []digest.Digest) ([]digest.Digest, error) {
-	keys, err := keysOf(files)
+func (s *Store) DropFileEntries(ctx context.Context, files []digest.Digest) ([]digest.Digest, error) {
+	keys, err := meta.KeysOf(files)
 	if err != nil {
 		return nil, err
 	}
 	revived := make([]bool, len(keys))
-	done, err := s.bulk(ctx, len(keys), func(tx *bolt.Tx, i int) (int, error) {
+	done, err := s.bulk(ctx, len(keys), func(tx *bbolt.Tx, i int) (int, error) {
 		var err error
 		revived[i], err = deleteFileTx(tx, keys[i], true)
 		return 1, err
 	})
-	var out []digest.Digest
-	for i, d := range files[:done] {
-		if revived[i] {
-			out = append(out, d)
-		}
-	}
+	out := meta.Pick(files[:done], func(i int) bool { return revived[i] })
 	if err != nil {
 		return out, fmt.Errorf("meta: delete files: %w", err)
 	}

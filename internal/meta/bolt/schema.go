@@ -1,4 +1,4 @@
-package meta
+package bolt
 
 import (
 	"bytes"
@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"slices"
 
-	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/bbolt"
+
+	"github.com/cairn-registry/cairn/internal/meta"
 )
 
 // File ordinals and the schema they came with.
@@ -21,8 +23,8 @@ import (
 // gets a new ordinal.
 //
 // Stores written before ordinals (no keySchema in bktIdentity) hold the
-// old entry format (bolt_files.go) and layer lists of keys
-// (fileSet.encode). Open converts them (migrate) in transactions of a
+// old entry format (files.go) and layer lists of keys
+// (FileSet.Encode). Open converts them (migrate) in transactions of a
 // bounded size, then writes keySchema. The conversion is not atomic, and
 // need not be: both formats read everywhere (the first byte of an entry
 // or list tells which), so a crash half-way leaves a store that works and
@@ -48,7 +50,7 @@ func ordinalKey(ord uint64) []byte { return binary.BigEndian.AppendUint64(nil, o
 
 // ensureOrdinal gives e, the entry of file key k, an ordinal if it has none,
 // and maps it to k. The caller writes e.
-func ensureOrdinal(files, ords *bolt.Bucket, k []byte, e *fileEntry) error {
+func ensureOrdinal(files, ords *bbolt.Bucket, k []byte, e *fileEntry) error {
 	if e.ord != 0 {
 		return nil
 	}
@@ -64,7 +66,7 @@ func ensureOrdinal(files, ords *bolt.Bucket, k []byte, e *fileEntry) error {
 }
 
 // dropOrdinal removes ordinal ord of file key k from the map, if it is k's.
-func dropOrdinal(ords *bolt.Bucket, k []byte, ord uint64) error {
+func dropOrdinal(ords *bbolt.Bucket, k []byte, ord uint64) error {
 	if ord == 0 {
 		return nil
 	}
@@ -90,7 +92,7 @@ func encodeOrdinals(list []uint64) []byte {
 // layerKeys returns the file keys of layer list v, in either format, copied
 // out of the mmap (they are used as keys of writes that rewrite pages). A
 // list of ordinals gives them in ordinal order, a list of keys in key order.
-func layerKeys(ords *bolt.Bucket, v []byte) ([][]byte, error) {
+func layerKeys(ords *bbolt.Bucket, v []byte) ([][]byte, error) {
 	var buf []byte
 	var ends []int
 	if len(v) > 0 && v[0] == layerListV2 {
@@ -98,19 +100,19 @@ func layerKeys(ords *bolt.Bucket, v []byte) ([][]byte, error) {
 		for rest := v[1:]; len(rest) > 0; {
 			d, n := binary.Uvarint(rest)
 			if n <= 0 || d == 0 {
-				return nil, fmt.Errorf("%w: a layer file list is damaged", ErrCorrupt)
+				return nil, fmt.Errorf("%w: a layer file list is damaged", meta.ErrCorrupt)
 			}
 			rest = rest[n:]
 			ord += d
 			k := ords.Get(ordinalKey(ord))
 			if k == nil {
-				return nil, fmt.Errorf("%w: a layer file list names file ordinal %d, which has no file", ErrCorrupt, ord)
+				return nil, fmt.Errorf("%w: a layer file list names file ordinal %d, which has no file", meta.ErrCorrupt, ord)
 			}
 			buf = append(buf, k...)
 			ends = append(ends, len(buf))
 		}
 	} else {
-		err := eachKey(v, func(k []byte) error {
+		err := meta.EachKey(v, func(k []byte) error {
 			buf = append(buf, k...)
 			ends = append(ends, len(buf))
 			return nil
@@ -131,9 +133,9 @@ func layerKeys(ords *bolt.Bucket, v []byte) ([][]byte, error) {
 // migrate converts a store written before ordinals (see the top of this
 // file), unless keySchema says it is converted. It stops, reporting false,
 // after maxTx transactions (0: no limit), which is how a test interrupts it.
-func migrate(db *bolt.DB, batch, maxTx int) (done bool, err error) {
+func migrate(db *bbolt.DB, batch, maxTx int) (done bool, err error) {
 	var converted bool
-	if err := db.View(func(tx *bolt.Tx) error {
+	if err := db.View(func(tx *bbolt.Tx) error {
 		v := tx.Bucket(bktIdentity).Get(keySchema)
 		converted = len(v) == 1 && v[0] >= schemaOrdinals
 		return nil
@@ -141,13 +143,13 @@ func migrate(db *bolt.DB, batch, maxTx int) (done bool, err error) {
 		return converted, err
 	}
 	txs := 0
-	run := func(step func(tx *bolt.Tx) (more bool, err error)) (bool, error) {
+	run := func(step func(tx *bbolt.Tx) (more bool, err error)) (bool, error) {
 		for more := true; more; {
 			if maxTx > 0 && txs >= maxTx {
 				return false, nil
 			}
 			txs++
-			err := db.Update(func(tx *bolt.Tx) error {
+			err := db.Update(func(tx *bbolt.Tx) error {
 				var err error
 				more, err = step(tx)
 				return err
@@ -160,7 +162,7 @@ func migrate(db *bolt.DB, batch, maxTx int) (done bool, err error) {
 	}
 	// Entries first: a list converts only once its files have ordinals.
 	var after []byte
-	ok, err := run(func(tx *bolt.Tx) (bool, error) {
+	ok, err := run(func(tx *bbolt.Tx) (bool, error) {
 		var more bool
 		more, after, err = migrateFiles(tx, after, batch)
 		return more, err
@@ -169,7 +171,7 @@ func migrate(db *bolt.DB, batch, maxTx int) (done bool, err error) {
 		return false, err
 	}
 	after = nil
-	ok, err = run(func(tx *bolt.Tx) (bool, error) {
+	ok, err = run(func(tx *bbolt.Tx) (bool, error) {
 		var more bool
 		more, after, err = migrateLayers(tx, after, batch)
 		return more, err
@@ -177,14 +179,14 @@ func migrate(db *bolt.DB, batch, maxTx int) (done bool, err error) {
 	if err != nil || !ok {
 		return false, err
 	}
-	ok, err = run(func(tx *bolt.Tx) (bool, error) {
+	ok, err = run(func(tx *bbolt.Tx) (bool, error) {
 		return false, tx.Bucket(bktIdentity).Put(keySchema, []byte{schemaOrdinals})
 	})
 	return ok, err
 }
 
 // seekAfter positions c at the first key after `after` (nil: the first).
-func seekAfter(c *bolt.Cursor, after []byte) (k, v []byte) {
+func seekAfter(c *bbolt.Cursor, after []byte) (k, v []byte) {
 	if after == nil {
 		return c.First()
 	}
@@ -199,7 +201,7 @@ func seekAfter(c *bolt.Cursor, after []byte) (k, v []byte) {
 // are in the old format or have no ordinal, and reports whether any may be
 // left and the last key it looked at. An entry too damaged to read is left
 // as it is: it reads as no entry in either format.
-func migrateFiles(tx *bolt.Tx, after []byte, batch int) (more bool, last []byte, err error) {
+func migrateFiles(tx *bbolt.Tx, after []byte, batch int) (more bool, last []byte, err error) {
 	files, ords := tx.Bucket(bktFiles), tx.Bucket(bktOrdinals)
 	type todo struct {
 		k []byte
@@ -231,7 +233,7 @@ func migrateFiles(tx *bolt.Tx, after []byte, batch int) (more bool, last []byte,
 // migrateLayers rewrites layer lists of keys after key `after` as lists of
 // ordinals, up to about batch files' worth, and reports whether any may be
 // left and the last key it looked at.
-func migrateLayers(tx *bolt.Tx, after []byte, batch int) (more bool, last []byte, err error) {
+func migrateLayers(tx *bbolt.Tx, after []byte, batch int) (more bool, last []byte, err error) {
 	layers, files := tx.Bucket(bktLayerFiles), tx.Bucket(bktFiles)
 	type todo struct{ k, v []byte }
 	var work []todo
@@ -245,7 +247,7 @@ func migrateLayers(tx *bolt.Tx, after []byte, batch int) (more bool, last []byte
 		}
 		var list []uint64
 		whole := true
-		err := eachKey(v, func(fk []byte) error {
+		err := meta.EachKey(v, func(fk []byte) error {
 			e, ok := getFile(files, fk)
 			whole = whole && ok && e.ord != 0
 			list = append(list, e.ord)

@@ -1,4 +1,4 @@
-package meta
+package redis
 
 import "github.com/redis/go-redis/v9"
 
@@ -7,12 +7,12 @@ import "github.com/redis/go-redis/v9"
 //
 // The file, recipe and pack scripts share one KEYS layout (redisKeys.std):
 //
-//	KEYS[1] files       hash: file key -> refs*8 + flags (flagTombstoned 1,
-//	                    flagRevived 2, flagMissing 4, as in bolt_files.go), then,
+//	KEYS[1] files       hash: file key -> refs*8 + flags (meta.FlagTombstoned 1,
+//	                    FlagRevived 2, FlagMissing 4), then,
 //	                    for a file in a pack, ":offset:length:pack id" (luaFiles)
 //	KEYS[2] zero        sorted set (all scores 0, so ordered by key bytes): files
 //	                    with no references
-//	KEYS[3] layerfiles  hash: layer key -> its file keys, fileSet.encode
+//	KEYS[3] layerfiles  hash: layer key -> its file keys, FileSet.Encode
 //	KEYS[4] recipes     hash: layer key -> state byte, recipe
 //	KEYS[5..8]          sorted sets (scores 0) of the layers in states 1..4
 //	KEYS[9]  packs      hash: pack id -> "size:live:changed:tombstoned" (luaPacks)
@@ -72,7 +72,7 @@ end
 // scriptAddLayerRefs: ARGV[1] layer key, ARGV[2] the encoded file set. It returns
 // -1 when the layer holds another set, else one code per file of the set:
 // refs*4 + write*2 + revived, where revived is tombstoned or revived-pending
-// (refOf in bolt_files.go) and write adds unknown and Missing.
+// (refOf in the bolt store) and write adds unknown and Missing.
 var scriptAddLayerRefs = redis.NewScript(luaFiles + luaKeysOf + `
 local held = redis.call('HGET', KEYS[3], ARGV[1])
 if held and held ~= ARGV[2] then return -1 end

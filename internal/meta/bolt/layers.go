@@ -1,19 +1,21 @@
-package meta
+package bolt
 
 import (
 	"context"
 	"fmt"
 
 	"github.com/opencontainers/go-digest"
-	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/bbolt"
+
+	"github.com/cairn-registry/cairn/internal/meta"
 )
 
-func stateKey(st LayerState, k []byte) []byte {
+func stateKey(st meta.LayerState, k []byte) []byte {
 	return append([]byte{byte(st)}, k...)
 }
 
 // setState moves layer key k from state old (0: none) to st in the state index.
-func setState(tx *bolt.Tx, k []byte, old, st LayerState) error {
+func setState(tx *bbolt.Tx, k []byte, old, st meta.LayerState) error {
 	idx, cnt := tx.Bucket(bktByState), tx.Bucket(bktLayerCount)
 	if old == st {
 		return nil
@@ -37,24 +39,24 @@ func setState(tx *bolt.Tx, k []byte, old, st LayerState) error {
 	return nil
 }
 
-func oldState(b *bolt.Bucket, k []byte) (LayerState, []byte) {
+func oldState(b *bbolt.Bucket, k []byte) (meta.LayerState, []byte) {
 	v := b.Get(k)
 	if len(v) == 0 {
 		return 0, nil
 	}
-	return LayerState(v[0]), v[1:]
+	return meta.LayerState(v[0]), v[1:]
 }
 
 // PutLayer implements Layers.
-func (s *Bolt) PutLayer(ctx context.Context, layer digest.Digest, summary []byte, state LayerState) error {
-	k, err := checkedLayerKey(layer, state)
+func (s *Store) PutLayer(ctx context.Context, layer digest.Digest, summary []byte, state meta.LayerState) error {
+	k, err := meta.CheckedLayerKey(layer, state)
 	if err != nil {
 		return err
 	}
-	err = s.update(ctx, func(tx *bolt.Tx) error {
+	err = s.update(ctx, func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bktRecipes)
 		old, _ := oldState(b, k)
-		if err := b.Put(k, layerValue(state, summary)); err != nil {
+		if err := b.Put(k, meta.LayerValue(state, summary)); err != nil {
 			return err
 		}
 		return setState(tx, k, old, state)
@@ -66,18 +68,18 @@ func (s *Bolt) PutLayer(ctx context.Context, layer digest.Digest, summary []byte
 }
 
 // SetLayerState implements Layers.
-func (s *Bolt) SetLayerState(ctx context.Context, layer digest.Digest, state LayerState) error {
-	k, err := checkedLayerKey(layer, state)
+func (s *Store) SetLayerState(ctx context.Context, layer digest.Digest, state meta.LayerState) error {
+	k, err := meta.CheckedLayerKey(layer, state)
 	if err != nil {
 		return err
 	}
-	err = s.update(ctx, func(tx *bolt.Tx) error {
+	err = s.update(ctx, func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bktRecipes)
 		old, recipe := oldState(b, k)
 		if old == 0 {
-			return ErrNotFound
+			return meta.ErrNotFound
 		}
-		if err := b.Put(k, layerValue(state, recipe)); err != nil {
+		if err := b.Put(k, meta.LayerValue(state, recipe)); err != nil {
 			return err
 		}
 		return setState(tx, k, old, state)
@@ -89,19 +91,19 @@ func (s *Bolt) SetLayerState(ctx context.Context, layer digest.Digest, state Lay
 }
 
 // GetLayer implements Layers.
-func (s *Bolt) GetLayer(ctx context.Context, layer digest.Digest) ([]byte, LayerState, error) {
-	k, err := keyOf(layer)
+func (s *Store) GetLayer(ctx context.Context, layer digest.Digest) ([]byte, meta.LayerState, error) {
+	k, err := meta.KeyOf(layer)
 	if err != nil {
 		return nil, 0, err
 	}
 	var (
 		recipe []byte
-		state  LayerState
+		state  meta.LayerState
 	)
-	err = s.view(ctx, func(tx *bolt.Tx) error {
+	err = s.view(ctx, func(tx *bbolt.Tx) error {
 		st, r := oldState(tx.Bucket(bktRecipes), k)
 		if st == 0 {
-			return ErrNotFound
+			return meta.ErrNotFound
 		}
 		state, recipe = st, append([]byte(nil), r...) // r is only valid inside the tx
 		return nil
@@ -113,12 +115,12 @@ func (s *Bolt) GetLayer(ctx context.Context, layer digest.Digest) ([]byte, Layer
 }
 
 // DeleteLayer implements Layers.
-func (s *Bolt) DeleteLayer(ctx context.Context, layer digest.Digest) error {
-	k, err := keyOf(layer)
+func (s *Store) DeleteLayer(ctx context.Context, layer digest.Digest) error {
+	k, err := meta.KeyOf(layer)
 	if err != nil {
 		return err
 	}
-	err = s.update(ctx, func(tx *bolt.Tx) error { return deleteRecipeTx(tx, k) })
+	err = s.update(ctx, func(tx *bbolt.Tx) error { return deleteRecipeTx(tx, k) })
 	if err != nil {
 		return fmt.Errorf("meta: delete layer %s: %w", layer, err)
 	}
@@ -126,7 +128,7 @@ func (s *Bolt) DeleteLayer(ctx context.Context, layer digest.Digest) error {
 }
 
 // deleteRecipeTx is DeleteLayer of layer key k.
-func deleteRecipeTx(tx *bolt.Tx, k []byte) error {
+func deleteRecipeTx(tx *bbolt.Tx, k []byte) error {
 	b := tx.Bucket(bktRecipes)
 	old, _ := oldState(b, k)
 	if old == 0 {
@@ -139,12 +141,12 @@ func deleteRecipeTx(tx *bolt.Tx, k []byte) error {
 }
 
 // ListLayers implements Layers.
-func (s *Bolt) ListLayers(ctx context.Context, state LayerState, after digest.Digest, limit int) ([]digest.Digest, error) {
-	if !state.Valid() {
-		return nil, fmt.Errorf("%w: %d", ErrInvalidState, state)
+func (s *Store) ListLayers(ctx context.Context, state meta.LayerState, after digest.Digest, limit int) ([]digest.Digest, error) {
+	if err := meta.CheckState(state); err != nil {
+		return nil, err
 	}
 	var out []digest.Digest
-	err := s.view(ctx, func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx *bbolt.Tx) error {
 		var err error
 		out, err = page(tx.Bucket(bktByState).Cursor(), []byte{byte(state)}, after, limit)
 		return err
@@ -156,11 +158,11 @@ func (s *Bolt) ListLayers(ctx context.Context, state LayerState, after digest.Di
 }
 
 // LayerCounts implements Layers.
-func (s *Bolt) LayerCounts(ctx context.Context) (map[LayerState]int64, error) {
-	out := make(map[LayerState]int64, len(States))
-	err := s.view(ctx, func(tx *bolt.Tx) error {
+func (s *Store) LayerCounts(ctx context.Context) (map[meta.LayerState]int64, error) {
+	out := make(map[meta.LayerState]int64, len(meta.States))
+	err := s.view(ctx, func(tx *bbolt.Tx) error {
 		cnt := tx.Bucket(bktLayerCount)
-		for _, st := range States {
+		for _, st := range meta.States {
 			out[st] = getInt(cnt, []byte{byte(st)})
 		}
 		return nil
@@ -172,16 +174,12 @@ func (s *Bolt) LayerCounts(ctx context.Context) (map[LayerState]int64, error) {
 }
 
 // SetImageLayers implements ImageMap.
-func (s *Bolt) SetImageLayers(ctx context.Context, manifest digest.Digest, layers []digest.Digest) error {
-	k, err := keyOf(manifest)
+func (s *Store) SetImageLayers(ctx context.Context, manifest digest.Digest, layers []digest.Digest) error {
+	k, v, err := meta.ImageRecord(manifest, layers)
 	if err != nil {
 		return err
 	}
-	v, err := encodeImageLayers(layers)
-	if err != nil {
-		return err
-	}
-	err = s.update(ctx, func(tx *bolt.Tx) error {
+	err = s.update(ctx, func(tx *bbolt.Tx) error {
 		return tx.Bucket(bktImages).Put(k, []byte(v))
 	})
 	if err != nil {
@@ -191,18 +189,18 @@ func (s *Bolt) SetImageLayers(ctx context.Context, manifest digest.Digest, layer
 }
 
 // ImageLayers implements ImageMap.
-func (s *Bolt) ImageLayers(ctx context.Context, manifest digest.Digest) ([]digest.Digest, error) {
-	k, err := keyOf(manifest)
+func (s *Store) ImageLayers(ctx context.Context, manifest digest.Digest) ([]digest.Digest, error) {
+	k, err := meta.KeyOf(manifest)
 	if err != nil {
 		return nil, err
 	}
 	var out []digest.Digest
-	err = s.view(ctx, func(tx *bolt.Tx) error {
+	err = s.view(ctx, func(tx *bbolt.Tx) error {
 		v := tx.Bucket(bktImages).Get(k)
 		if v == nil {
-			return ErrNotFound
+			return meta.ErrNotFound
 		}
-		out = decodeImageLayers(string(v))
+		out = meta.DecodeImageLayers(string(v))
 		return nil
 	})
 	if err != nil {
@@ -212,12 +210,12 @@ func (s *Bolt) ImageLayers(ctx context.Context, manifest digest.Digest) ([]diges
 }
 
 // DeleteImage implements ImageMap.
-func (s *Bolt) DeleteImage(ctx context.Context, manifest digest.Digest) error {
-	k, err := keyOf(manifest)
+func (s *Store) DeleteImage(ctx context.Context, manifest digest.Digest) error {
+	k, err := meta.KeyOf(manifest)
 	if err != nil {
 		return err
 	}
-	err = s.update(ctx, func(tx *bolt.Tx) error { return tx.Bucket(bktImages).Delete(k) })
+	err = s.update(ctx, func(tx *bbolt.Tx) error { return tx.Bucket(bktImages).Delete(k) })
 	if err != nil {
 		return fmt.Errorf("meta: delete image %s: %w", manifest, err)
 	}
@@ -225,11 +223,11 @@ func (s *Bolt) DeleteImage(ctx context.Context, manifest digest.Digest) error {
 }
 
 // AddStat implements Stats.
-func (s *Bolt) AddStat(ctx context.Context, name string, delta int64) error {
-	if name == "" {
-		return fmt.Errorf("meta: add stat: empty name")
+func (s *Store) AddStat(ctx context.Context, name string, delta int64) error {
+	if err := meta.CheckStatName(name); err != nil {
+		return err
 	}
-	err := s.update(ctx, func(tx *bolt.Tx) error {
+	err := s.update(ctx, func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bktStats)
 		return putInt(b, []byte(name), getInt(b, []byte(name))+delta)
 	})
@@ -240,9 +238,9 @@ func (s *Bolt) AddStat(ctx context.Context, name string, delta int64) error {
 }
 
 // Stats implements Stats.
-func (s *Bolt) Stats(ctx context.Context) (map[string]int64, error) {
+func (s *Store) Stats(ctx context.Context) (map[string]int64, error) {
 	out := map[string]int64{}
-	err := s.view(ctx, func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bktStats)
 		return b.ForEach(func(k, _ []byte) error {
 			out[string(k)] = getInt(b, k)
@@ -253,12 +251,4 @@ func (s *Bolt) Stats(ctx context.Context) (map[string]int64, error) {
 		return nil, fmt.Errorf("meta: stats: %w", err)
 	}
 	return out, nil
-}
-
-// layerValue is a recipe record: the layer state byte, then the recipe.
-func layerValue(state LayerState, recipe []byte) []byte {
-	v := make([]byte, 1+len(recipe))
-	v[0] = byte(state)
-	copy(v[1:], recipe)
-	return v
 }

@@ -1,4 +1,4 @@
-package meta_test
+package bolt_test
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/meta/bolt"
 	"github.com/cairn-registry/cairn/internal/meta/metatest"
 	"github.com/cairn-registry/cairn/internal/testutil/faults"
 	"github.com/opencontainers/go-digest"
@@ -21,7 +22,7 @@ const corruptLayers = 40
 
 // fillStore writes enough records that the file spans many pages: layers
 // with files and recipes, pulls (nested buckets), a pack.
-func fillStore(t *testing.T, s *meta.Bolt) {
+func fillStore(t *testing.T, s *bolt.Store) {
 	t.Helper()
 	ctx := context.Background()
 	now := time.Unix(1_700_000_000, 0)
@@ -49,7 +50,7 @@ func fillStore(t *testing.T, s *meta.Bolt) {
 func filledFile(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "cairn-meta.db")
-	s, err := meta.OpenWith(path, testOpts)
+	s, err := bolt.OpenWith(path, testOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,10 +135,10 @@ func TestBoltCorruptFileNeverPanics(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			path := filledFile(t)
 			c.damage(t, path)
-			s, err := meta.OpenWith(path, testOpts)
+			s, err := bolt.OpenWith(path, testOpts)
 			if err != nil {
 				if !errors.Is(err, meta.ErrCorrupt) {
-					t.Fatalf("OpenWith = %v, want ErrCorrupt", err)
+					t.Fatalf("OpenWith = %v, want meta.ErrCorrupt", err)
 				}
 				t.Logf("OpenWith: %v", err)
 				return
@@ -162,7 +163,7 @@ func TestBoltCorruptWhileOpen(t *testing.T) {
 	ctx := context.Background()
 	t.Run("overwritten", func(t *testing.T) {
 		path := filledFile(t)
-		s, err := meta.OpenWith(path, testOpts)
+		s, err := bolt.OpenWith(path, testOpts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -171,13 +172,13 @@ func TestBoltCorruptWhileOpen(t *testing.T) {
 		faults.Overwrite(t, path, everyPage(t, path)...)
 		_, err = readAll(ctx, s)
 		if !errors.Is(err, meta.ErrCorrupt) {
-			t.Fatalf("reading the damaged store: %v, want ErrCorrupt", err)
+			t.Fatalf("reading the damaged store: %v, want meta.ErrCorrupt", err)
 		}
 		t.Log(err)
 	})
 	t.Run("truncated", func(t *testing.T) {
 		path := filledFile(t)
-		s, err := meta.OpenWith(path, testOpts)
+		s, err := bolt.OpenWith(path, testOpts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -188,7 +189,7 @@ func TestBoltCorruptWhileOpen(t *testing.T) {
 		}
 		_, err = readAll(ctx, s)
 		if !errors.Is(err, meta.ErrCorrupt) {
-			t.Fatalf("reading the truncated store: %v, want ErrCorrupt", err)
+			t.Fatalf("reading the truncated store: %v, want meta.ErrCorrupt", err)
 		}
 		t.Log(err)
 	})
@@ -201,9 +202,9 @@ func TestOpenBoltRecovering(t *testing.T) {
 	ctx := context.Background()
 	path := filledFile(t)
 
-	s, aside, err := meta.OpenBoltRecovering(path, testOpts)
+	s, aside, err := bolt.OpenRecovering(path, testOpts)
 	if err != nil || aside != "" {
-		t.Fatalf("OpenBoltRecovering of a sound file = %q, %v", aside, err)
+		t.Fatalf("OpenRecovering of a sound file = %q, %v", aside, err)
 	}
 	if id, err := s.StoreID(ctx); err != nil || id != "storage-1" {
 		t.Fatalf("StoreID of the sound file = %q, %v", id, err)
@@ -218,7 +219,7 @@ func TestOpenBoltRecovering(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, aside, err = meta.OpenBoltRecovering(path, testOpts)
+	s, aside, err = bolt.OpenRecovering(path, testOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +249,7 @@ func TestOpenBoltRecoveringKeepsEarlierCopies(t *testing.T) {
 	var asides []string
 	for range 2 {
 		faults.Overwrite(t, path, 16, 4096+16)
-		s, aside, err := meta.OpenBoltRecovering(path, testOpts)
+		s, aside, err := bolt.OpenRecovering(path, testOpts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -269,18 +270,18 @@ func TestOpenBoltRecoveringKeepsEarlierCopies(t *testing.T) {
 // corrupt: ErrLocked, nothing moved.
 func TestOpenBoltRecoveringLocked(t *testing.T) {
 	path := filledFile(t)
-	held, err := meta.OpenWith(path, testOpts)
+	held, err := bolt.OpenWith(path, testOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer held.Close()
 	opts := testOpts
 	opts.LockTimeout = 50 * time.Millisecond
-	s, aside, err := meta.OpenBoltRecovering(path, opts)
+	s, aside, err := bolt.OpenRecovering(path, opts)
 	if err == nil {
 		s.Close()
 	}
 	if !errors.Is(err, meta.ErrLocked) || aside != "" {
-		t.Fatalf("OpenBoltRecovering of a held file = %q, %v; want ErrLocked, nothing moved", aside, err)
+		t.Fatalf("OpenRecovering of a held file = %q, %v; want meta.ErrLocked, nothing moved", aside, err)
 	}
 }

@@ -1,4 +1,4 @@
-package meta_test
+package redis_test
 
 import (
 	"bytes"
@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cairn-registry/cairn/internal/meta"
+	metaredis "github.com/cairn-registry/cairn/internal/meta/redis"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -42,10 +42,10 @@ func TestOpenRedisRefusesAnyEviction(t *testing.T) {
 	for _, policy := range []string{"volatile-lru", "allkeys-lru", "volatile-ttl"} {
 		t.Run(policy, func(t *testing.T) {
 			setRedisConfig(t, c, "maxmemory-policy", policy)
-			s, err := meta.OpenRedis(ctx, meta.RedisOptions{Addr: addr, Prefix: testPrefix(t, addr)})
+			s, err := metaredis.Open(ctx, metaredis.Options{Addr: addr, Prefix: testPrefix(t, addr)})
 			if err == nil {
 				s.Close()
-				t.Fatalf("OpenRedis of a server with maxmemory-policy %s succeeded", policy)
+				t.Fatalf("Open of a server with maxmemory-policy %s succeeded", policy)
 			}
 			if !strings.Contains(err.Error(), policy) || !strings.Contains(err.Error(), "noeviction") {
 				t.Fatalf("error %q does not name the policy and noeviction", err)
@@ -66,7 +66,7 @@ func TestOpenRedisWarnsWithoutPersistence(t *testing.T) {
 	open := func(t *testing.T) string {
 		t.Helper()
 		var logs bytes.Buffer
-		s, err := meta.OpenRedis(ctx, meta.RedisOptions{
+		s, err := metaredis.Open(ctx, metaredis.Options{
 			Addr: addr, Prefix: testPrefix(t, addr),
 			Log: slog.New(slog.NewTextHandler(&logs, nil)),
 		})
@@ -110,7 +110,7 @@ func TestOpenRedisTrustsHiddenConfig(t *testing.T) {
 		}
 	})
 	var logs bytes.Buffer
-	s, err := meta.OpenRedis(ctx, meta.RedisOptions{
+	s, err := metaredis.Open(ctx, metaredis.Options{
 		Addr: addr, Username: user, Password: "pw", Prefix: testPrefix(t, addr),
 		Log: slog.New(slog.NewTextHandler(&logs, nil)),
 	})

@@ -1,4 +1,4 @@
-package meta
+package bolt
 
 import (
 	"context"
@@ -11,7 +11,9 @@ import (
 	"testing"
 
 	"github.com/opencontainers/go-digest"
-	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/bbolt"
+
+	"github.com/cairn-registry/cairn/internal/meta"
 )
 
 // Sizes of the dedup workload TestBoltSizePerFile models: a real dataset of
@@ -68,7 +70,7 @@ func buildSizeStore(t testing.TB, path string) int {
 		packID  string
 		packs   int
 		offset  int64
-		pending []Placement
+		pending []meta.Placement
 		unique  = map[digest.Digest]bool{}
 	)
 	flush := func() {
@@ -113,7 +115,7 @@ func buildSizeStore(t testing.TB, path string) int {
 				}
 			}
 			length := 200 + rng.Int64N(200_000)
-			pending = append(pending, Placement{Digest: r.Digest, Offset: offset, Length: length})
+			pending = append(pending, meta.Placement{Digest: r.Digest, Offset: offset, Length: length})
 			offset += length
 			if len(pending) >= perPack {
 				flush()
@@ -148,8 +150,8 @@ func TestBoltSizePerFile(t *testing.T) {
 	perFile := fi.Size() / int64(unique)
 	pageSize := int64(s.db.Info().PageSize)
 	var inUse, allocated int64
-	err = s.db.View(func(tx *bolt.Tx) error {
-		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+	err = s.db.View(func(tx *bbolt.Tx) error {
+		return tx.ForEach(func(name []byte, b *bbolt.Bucket) error {
 			bs := b.Stats()
 			used := int64(bs.LeafInuse + bs.BranchInuse)
 			alloc := int64(bs.LeafAlloc + bs.BranchAlloc)

@@ -1,4 +1,4 @@
-package meta_test
+package bolt_test
 
 import (
 	"path/filepath"
@@ -6,31 +6,31 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/meta/bolt"
 	"github.com/cairn-registry/cairn/internal/meta/metatest"
 )
 
 func TestBoltReleaseLayersInconsistent(t *testing.T) {
-	s, err := meta.Open(filepath.Join(t.TempDir(), "meta.db"))
+	s, err := bolt.Open(filepath.Join(t.TempDir(), "meta.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	metatest.ReleaseLayersInconsistent(t, s, func(t *testing.T, d digest.Digest) {
-		if err := meta.DropFileEntry(s, d); err != nil {
+		if err := bolt.DropFileEntry(s, d); err != nil {
 			t.Fatal(err)
 		}
 	})
 }
 
 func TestBoltOldFileEntries(t *testing.T) {
-	s, err := meta.Open(filepath.Join(t.TempDir(), "meta.db"))
+	s, err := bolt.Open(filepath.Join(t.TempDir(), "meta.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	metatest.OldFileEntries(t, s, func(t *testing.T, d digest.Digest, refs int64) {
-		if err := meta.PutOldFileEntry(s, d, refs); err != nil {
+		if err := bolt.PutOldFileEntry(s, d, refs); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -1,4 +1,4 @@
-package meta_test
+package bolt_test
 
 import (
 	"context"
@@ -7,11 +7,12 @@ import (
 	"time"
 
 	"github.com/cairn-registry/cairn/internal/meta"
+	"github.com/cairn-registry/cairn/internal/meta/bolt"
 	"github.com/cairn-registry/cairn/internal/meta/metatest"
 	"github.com/opencontainers/go-digest"
 )
 
-var testOpts = meta.Options{
+var testOpts = bolt.Options{
 	MaxLayersPerClient: metatest.MaxLayersPerClient,
 	PopularityBucket:   metatest.PopularityBucket,
 	PopularityBuckets:  metatest.PopularityBuckets,
@@ -19,7 +20,7 @@ var testOpts = meta.Options{
 
 func TestBoltConformance(t *testing.T) {
 	metatest.Run(t, func(t *testing.T) meta.Store {
-		s, err := meta.OpenWith(filepath.Join(t.TempDir(), "meta.db"), testOpts)
+		s, err := bolt.OpenWith(filepath.Join(t.TempDir(), "meta.db"), testOpts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -31,7 +32,7 @@ func TestBoltConformance(t *testing.T) {
 func TestBoltPersistence(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "meta.db")
-	s, err := meta.OpenWith(path, testOpts)
+	s, err := bolt.OpenWith(path, testOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func TestBoltPersistence(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s, err = meta.OpenWith(path, testOpts)
+	s, err = bolt.OpenWith(path, testOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func TestBoltPersistence(t *testing.T) {
 
 // BenchmarkBoltAddLayerRefs: see metatest.BenchAddLayerRefs.
 func BenchmarkBoltAddLayerRefs(b *testing.B) {
-	s, err := meta.OpenWith(filepath.Join(b.TempDir(), "meta.db"), testOpts)
+	s, err := bolt.OpenWith(filepath.Join(b.TempDir(), "meta.db"), testOpts)
 	if err != nil {
 		b.Fatal(err)
 	}

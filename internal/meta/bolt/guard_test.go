@@ -1,4 +1,4 @@
-package meta
+package bolt
 
 import (
 	"context"
@@ -6,7 +6,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/bbolt"
+
+	"github.com/cairn-registry/cairn/internal/meta"
 )
 
 // TestBoltPanicBecomesError: a panic inside a transaction (what bbolt does
@@ -20,12 +22,12 @@ func TestBoltPanicBecomesError(t *testing.T) {
 	}
 	defer s.Close()
 	var none []byte
-	boom := func(*bolt.Tx) error { _ = none[3]; return nil }
-	for name, run := range map[string]func(context.Context, func(*bolt.Tx) error) error{
+	boom := func(*bbolt.Tx) error { _ = none[3]; return nil }
+	for name, run := range map[string]func(context.Context, func(*bbolt.Tx) error) error{
 		"view": s.view, "update": s.update, "batch": s.batch,
 	} {
-		if err := run(ctx, boom); !errors.Is(err, ErrCorrupt) {
-			t.Errorf("%s of a panicking fn = %v, want ErrCorrupt", name, err)
+		if err := run(ctx, boom); !errors.Is(err, meta.ErrCorrupt) {
+			t.Errorf("%s of a panicking fn = %v, want meta.ErrCorrupt", name, err)
 		} else {
 			t.Logf("%s: %v", name, err)
 		}
