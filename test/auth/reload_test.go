@@ -11,19 +11,14 @@ import (
 	"time"
 
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/poll"
 )
 
 // until polls cond (each poll a real request) until it holds; the test's
 // deadline is the only time limit.
 func until(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline, ok := t.Deadline()
-	for !cond() {
-		if ok && time.Until(deadline) < 10*time.Second {
-			t.Fatalf("still waiting for %s as the test binary's -timeout nears", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	poll.Until(t, 50*time.Millisecond, poll.Unless(cond, what))
 }
 
 func status(t *testing.T, hc *http.Client, method, url, user, pass string) int {

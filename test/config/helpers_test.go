@@ -11,13 +11,17 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/logbuf"
+	"github.com/cairn-registry/cairn/internal/testutil/poll"
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
@@ -93,17 +97,12 @@ func pushImage(t *testing.T, api, repo, tag string) regtest.Response {
 // guards against a hang.
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, state := cond()
-		if ok {
-			return
+	poll.Within(t, time.Minute, 100*time.Millisecond, func() string {
+		if ok, state := cond(); !ok {
+			return what + " (last: " + state + ")"
 		}
-		last = state
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s did not happen; last: %s", what, last)
+		return ""
+	})
 }
 
 // logLines returns the lines of s's log that hold want.
@@ -118,3 +117,35 @@ func logLines(s *cairnproc.Server, want string) []string {
 }
 
 func status(r regtest.Response) string { return fmt.Sprintf("%d %s", r.Status, r.ErrorCode()) }
+
+// serveRaw starts `cairn serve` with args for a listener cairnproc cannot
+// wait on (a Unix socket, TLS from ACME with no certificate to give), and
+// stops it (SIGTERM) when the test ends. alive fails the test, with the
+// log, once the process has exited; logs is what it wrote.
+func serveRaw(t *testing.T, args ...string) (logs *logbuf.Buffer, alive func()) {
+	t.Helper()
+	cmd := exec.Command(cairnproc.Binary(t), append([]string{"serve"}, args...)...)
+	logs = new(logbuf.Buffer)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	gone := false // done was taken: nothing is left to wait for
+	t.Cleanup(func() {
+		if !gone {
+			cmd.Process.Signal(syscall.SIGTERM)
+			<-done
+		}
+	})
+	return logs, func() {
+		t.Helper()
+		select {
+		case err := <-done:
+			gone = true
+			t.Fatalf("cairn exited: %v\n%s", err, logs.String())
+		default:
+		}
+	}
+}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -328,28 +327,13 @@ func TestUnixSocket(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "cairn.sock")
 	cfg := cairnproc.WriteConfig(t, "http:\n  net: unix\n  addr: "+sock+"\n")
-	cmd := exec.Command(cairnproc.Binary(t), "serve", "--root", filepath.Join(dir, "root"), "--config", cfg)
-	var logs strings.Builder
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	defer func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		<-done
-	}()
+	_, alive := serveRaw(t, "--root", filepath.Join(dir, "root"), "--config", cfg)
 	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", sock)
 	}}}
 	eventually(t, "an answer on the socket", func() (bool, string) {
-		select {
-		case err := <-done:
-			t.Fatalf("cairn exited: %v\n%s", err, logs.String())
-		default:
-		}
+		alive()
 		resp, err := c.Get("http://cairn/v2/")
 		if err != nil {
 			return false, err.Error()

@@ -5,11 +5,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,7 +23,7 @@ func TestLetsEncryptAsksTheDirectory(t *testing.T) {
 		asked.Add(1)
 		http.Error(w, "no", http.StatusNotFound)
 	}))
-	defer acme.Close()
+	t.Cleanup(acme.Close) // after cairn stops: cleanups run last first
 	dir := t.TempDir()
 	addr := cairnproc.FreeAddr(t)
 	cfg := cairnproc.WriteConfig(t, `http:
@@ -37,18 +34,7 @@ func TestLetsEncryptAsksTheDirectory(t *testing.T) {
       hosts: [registry.example]
       directoryurl: `+acme.URL+`/directory
 `)
-	cmd := exec.Command(cairnproc.Binary(t), "serve", "--addr", addr, "--root", filepath.Join(dir, "root"), "--config", cfg)
-	var logs strings.Builder
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	defer func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		<-done
-	}()
+	logs, alive := serveRaw(t, "--addr", addr, "--root", filepath.Join(dir, "root"), "--config", cfg)
 	handshake := func(name string) error {
 		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", addr, &tls.Config{ServerName: name, InsecureSkipVerify: true})
 		if err == nil {
@@ -57,11 +43,7 @@ func TestLetsEncryptAsksTheDirectory(t *testing.T) {
 		return err
 	}
 	eventually(t, "the listener", func() (bool, string) {
-		select {
-		case err := <-done:
-			t.Fatalf("cairn exited: %v\n%s", err, logs.String())
-		default:
-		}
+		alive()
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			return false, err.Error()

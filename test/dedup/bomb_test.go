@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/cairn-registry/cairn/internal/testutil/poll"
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 // zerosLayer is a gzip (BestSpeed, cheap to make) tar of one file of n
@@ -50,9 +53,9 @@ func TestDecompressionBombStaysIntact(t *testing.T) {
 	layers := []testLayer{{name: "zeros", mediaType: mtGzip, blob: blob, intact: true}}
 	srv, cfg, debug := startDedup(t, "full", "")
 	push(t, srv, "bomb/img", layers)
-	waitFor(t, 200*time.Millisecond, func() string {
-		done := metric(t, debug, `cairn_dedup_layers_total{outcome="irreproducible"}`) +
-			metric(t, debug, `cairn_dedup_layers_total{outcome="deduplicated"}`)
+	poll.Until(t, 200*time.Millisecond, func() string {
+		done := regtest.Metric(t, debug, `cairn_dedup_layers_total{outcome="irreproducible"}`) +
+			regtest.Metric(t, debug, `cairn_dedup_layers_total{outcome="deduplicated"}`)
 		if done == 0 {
 			return "the dedup worker to finish with the layer"
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cairn-registry/cairn/internal/testutil/layertest"
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 // Issue 23: the preconstruct cache serves or steps aside, it never cuts a
@@ -122,10 +123,10 @@ func TestCacheFullVolumeStepsAside(t *testing.T) {
 	url, debug, l, _ := startWithCache(t, dir)
 	getWhole(t, url, l, 2)
 	series := `cairn_dedup_cache_write_failures_total{cache="preconstruct",reason="declined"}`
-	if got := metric(t, debug, series); got < 1 {
+	if got := regtest.Metric(t, debug, series); got < 1 {
 		t.Fatalf("%s = %v, want at least 1", series, got)
 	}
-	if got := metric(t, debug, `cairn_dedup_rebuild_failures_total{reason="other"}`); got != 0 {
+	if got := regtest.Metric(t, debug, `cairn_dedup_rebuild_failures_total{reason="other"}`); got != 0 {
 		t.Fatalf("a cache that stepped aside counted as a failed rebuild: %v", got)
 	}
 	ents, err := os.ReadDir(dir)
@@ -148,7 +149,7 @@ func TestCacheReadOnlyVolumeStepsAside(t *testing.T) {
 	remountReadOnly(t, dir)
 	getWhole(t, url, l, 2)
 	series := `cairn_dedup_cache_write_failures_total{cache="preconstruct",reason="read_only"}`
-	if got := metric(t, debug, series); got != 2 {
+	if got := regtest.Metric(t, debug, series); got != 2 {
 		t.Fatalf("%s = %v, want 2 (one per GET)", series, got)
 	}
 	if n := strings.Count(logs(), "read-only file system"); n != 2 {

@@ -29,6 +29,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/poll"
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
@@ -123,32 +124,12 @@ func pendingLayers(root string, layers []testLayer, keepData bool) []string {
 // (pendingLayers).
 func waitState(t *testing.T, root string, layers []testLayer, keepData bool) {
 	t.Helper()
-	waitFor(t, 200*time.Millisecond, func() string {
+	poll.Until(t, 200*time.Millisecond, func() string {
 		if p := pendingLayers(root, layers, keepData); len(p) > 0 {
 			return fmt.Sprintf("layers to be processed: %v", p)
 		}
 		return ""
 	})
-}
-
-// waitFor calls pending every interval until it returns "" (done); what it
-// returns otherwise says what is awaited. There is no deadline of its own:
-// a busy machine is slow, not wrong. A wait that never ends is stopped by
-// the test binary's -timeout; shortly before that, this fails saying what
-// it was still waiting for.
-func waitFor(t *testing.T, interval time.Duration, pending func() string) {
-	t.Helper()
-	deadline, ok := t.Deadline()
-	for {
-		what := pending()
-		if what == "" {
-			return
-		}
-		if ok && time.Until(deadline) < 10*time.Second {
-			t.Fatalf("still waiting for %s as the test binary's -timeout nears", what)
-		}
-		time.Sleep(interval)
-	}
 }
 
 // pullAll pulls repo:v1 with ggcr and checks every layer's bytes.
@@ -257,7 +238,7 @@ func TestHeadAndRange(t *testing.T) {
 	l := layers[1]
 	dg := digestOf(l.blob)
 	url := srv.URL + "/v2/ranges/img/blobs/" + dg
-	before := metric(t, debug, `cairn_cache_requests_total{cache="preconstruct",result="miss"}`)
+	before := regtest.Metric(t, debug, `cairn_cache_requests_total{cache="preconstruct",result="miss"}`)
 	resp, err := http.Head(url)
 	if err != nil {
 		t.Fatal(err)
@@ -266,25 +247,17 @@ func TestHeadAndRange(t *testing.T) {
 	if resp.StatusCode != 200 || resp.ContentLength != int64(len(l.blob)) || resp.Header.Get("Docker-Content-Digest") != dg {
 		t.Fatalf("HEAD: %d, length %d, digest %q", resp.StatusCode, resp.ContentLength, resp.Header.Get("Docker-Content-Digest"))
 	}
-	if after := metric(t, debug, `cairn_cache_requests_total{cache="preconstruct",result="miss"}`); after != before {
+	if after := regtest.Metric(t, debug, `cairn_cache_requests_total{cache="preconstruct",result="miss"}`); after != before {
 		t.Fatalf("HEAD started a restore (preconstruct misses %v -> %v)", before, after)
 	}
 
 	get := func(rng string) (int, []byte) {
-		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		var hdr []string
 		if rng != "" {
-			req.Header.Set("Range", rng)
+			hdr = []string{"Range", rng}
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, b
+		r := regtest.Do(t, http.DefaultClient, http.MethodGet, url, nil, hdr...)
+		return r.Status, r.Body
 	}
 	// A Range from the middle before anything is cached, then after.
 	for _, round := range []string{"cold", "cached"} {
@@ -303,8 +276,8 @@ func TestHeadAndRange(t *testing.T) {
 	}
 	// One rebuild served all six GETs: the first started it, the others
 	// joined it or read the cached copy.
-	misses := metric(t, debug, `cairn_cache_requests_total{cache="preconstruct",result="miss"}`) - before
-	hits := metric(t, debug, `cairn_cache_requests_total{cache="preconstruct",result="hit"}`)
+	misses := regtest.Metric(t, debug, `cairn_cache_requests_total{cache="preconstruct",result="miss"}`) - before
+	hits := regtest.Metric(t, debug, `cairn_cache_requests_total{cache="preconstruct",result="hit"}`)
 	if misses != 1 || hits != 5 {
 		t.Fatalf("six GETs of one layer: %v rebuilds started (want 1), %v served by one already started (want 5)", misses, hits)
 	}
@@ -366,26 +339,6 @@ func TestDedupRunCLI(t *testing.T) {
 	if !errors.As(err, &ee) || ee.ExitCode() != 2 || strings.Count(strings.TrimSpace(string(out)), "\n") != 0 {
 		t.Fatalf("bad --mode: err %v, output %q", err, out)
 	}
-}
-
-// metric reads one sample from the debug listener's /metrics (0 if absent).
-func metric(t *testing.T, debugAddr, series string) float64 {
-	t.Helper()
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+debugAddr+"/metrics", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, series+" "); ok {
-			var f float64
-			fmt.Sscan(v, &f)
-			return f
-		}
-	}
-	return 0
 }
 
 // TestSelectivePromotesHotLayer: in selective mode a cold layer loses its

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/poll"
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
@@ -74,15 +75,15 @@ func TestGCDuringDedup(t *testing.T) {
 	}
 	live[v] = false
 	deletes++
-	waitFor(t, 200*time.Millisecond, func() string {
-		if metric(t, debug, `cairn_gc_deleted_total{kind="dedup_files"}`) == 0 {
+	poll.Until(t, 200*time.Millisecond, func() string {
+		if regtest.Metric(t, debug, `cairn_gc_deleted_total{kind="dedup_files"}`) == 0 {
 			return "GC to delete the unique files of deleted images"
 		}
 		return ""
 	})
-	gcRuns := metric(t, debug, `cairn_gc_runs_total{result="ok"}`)
-	freed := metric(t, debug, `cairn_gc_deleted_total{kind="dedup_files"}`)
-	deferred := metric(t, debug, `cairn_dedup_layers_total{outcome="deferred"}`)
+	gcRuns := regtest.Metric(t, debug, `cairn_gc_runs_total{result="ok"}`)
+	freed := regtest.Metric(t, debug, `cairn_gc_deleted_total{kind="dedup_files"}`)
+	deferred := regtest.Metric(t, debug, `cairn_dedup_layers_total{outcome="deferred"}`)
 	t.Logf("%d pushes (%d retries), %d deletes; %v GC runs deleted %v unique files; %v dedups deferred behind a GC run",
 		pushes, retries, deletes, gcRuns, freed, deferred)
 
@@ -103,9 +104,9 @@ func TestGCDuringDedup(t *testing.T) {
 	waitState(t, srv.Root, liveLayers, false)
 	check(srv)
 	// Let GC run a few more times over the settled state, then restart.
-	runs := metric(t, debug, `cairn_gc_runs_total{result="ok"}`)
-	waitFor(t, 200*time.Millisecond, func() string {
-		if metric(t, debug, `cairn_gc_runs_total{result="ok"}`) < runs+3 {
+	runs := regtest.Metric(t, debug, `cairn_gc_runs_total{result="ok"}`)
+	poll.Until(t, 200*time.Millisecond, func() string {
+		if regtest.Metric(t, debug, `cairn_gc_runs_total{result="ok"}`) < runs+3 {
 			return "three more GC runs"
 		}
 		return ""

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 	"github.com/cairn-registry/cairn/internal/testutil/objstore"
+	"github.com/cairn-registry/cairn/internal/testutil/poll"
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
@@ -155,7 +156,7 @@ func TestLostMetadataDedupOff(t *testing.T) {
 // served wrong. The test binary's -timeout ends a wait that never ends.
 func pullAfterRebuild(t *testing.T, srv *cairnproc.Server, repo string, layers []testLayer) {
 	t.Helper()
-	waitFor(t, 200*time.Millisecond, func() string {
+	poll.Until(t, 200*time.Millisecond, func() string {
 		if err := pullErr(srv, repo, layers); err != nil {
 			return "a pull after the rebuild: " + err.Error()
 		}

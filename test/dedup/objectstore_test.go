@@ -17,6 +17,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 	"github.com/cairn-registry/cairn/internal/testutil/drivertest"
 	"github.com/cairn-registry/cairn/internal/testutil/objstore"
+	"github.com/cairn-registry/cairn/internal/testutil/poll"
 	"github.com/cairn-registry/cairn/test/internal/s3proxy"
 )
 
@@ -91,7 +92,7 @@ storage:
 func waitDriverState(t *testing.T, d driver.Driver, layers []testLayer) {
 	t.Helper()
 	has := func(p string) bool { return drivertest.Exists(t, d, p) }
-	waitFor(t, 300*time.Millisecond, func() string {
+	poll.Until(t, 300*time.Millisecond, func() string {
 		for _, l := range layers {
 			dg := digest.Digest(digestOf(l.blob))
 			if l.intact {

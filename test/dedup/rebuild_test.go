@@ -16,6 +16,8 @@ import (
 	"github.com/cairn-registry/cairn/internal/dedup/pack"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
+	"github.com/cairn-registry/cairn/internal/testutil/poll"
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 // packsUnder lists the pack objects under root by id, with their sizes.
@@ -119,12 +121,12 @@ func TestRebuildFailureReported(t *testing.T) {
 		}
 		// Counted before the response is cut short: no wait.
 		series := `cairn_dedup_rebuild_failures_total{reason="` + tc.reason + `"}`
-		if got := metric(t, debug, series); got != 1 {
+		if got := regtest.Metric(t, debug, series); got != 1 {
 			t.Fatalf("%s: %s = %v, want 1", tc.layer.name, series, got)
 		}
 		// The log reaches us through a pipe: wait for it.
 		want := []string{"level=ERROR", "layer=" + dg, "file=" + tc.file, "reason=" + tc.reason}
-		waitFor(t, 100*time.Millisecond, func() string {
+		poll.Until(t, 100*time.Millisecond, func() string {
 			for _, line := range strings.Split(srv.Logs(), "\n") {
 				if containsAll(line, want) {
 					return ""

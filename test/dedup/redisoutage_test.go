@@ -12,6 +12,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/poll"
 )
 
 // redisProc is a redis-server of the test's own, on addr, without
@@ -39,7 +40,7 @@ func startRedis(t *testing.T, addr string) *redisProc {
 	}
 	r := &redisProc{t: t, addr: addr, cmd: cmd}
 	t.Cleanup(r.stop)
-	waitFor(t, 50*time.Millisecond, func() string {
+	poll.Until(t, 50*time.Millisecond, func() string {
 		if out, err := exec.Command("redis-cli", "-p", port, "ping").Output(); err != nil || strings.TrimSpace(string(out)) != "PONG" {
 			return "redis-server on " + addr
 		}
@@ -93,7 +94,7 @@ storage:
 	}
 	push(t, srv, "outage/during", during)
 	intake := filepath.Join(root, layout.DedupIntakeDir)
-	waitFor(t, 100*time.Millisecond, func() string {
+	poll.Until(t, 100*time.Millisecond, func() string {
 		if es, _ := os.ReadDir(intake); len(es) == 0 {
 			return "the deferred intake record"
 		}
@@ -105,7 +106,7 @@ storage:
 		t.Fatalf("/readyz = %d with Redis back", code)
 	}
 	waitState(t, root, append(append([]testLayer{}, before...), during...), false)
-	waitFor(t, 200*time.Millisecond, func() string {
+	poll.Until(t, 200*time.Millisecond, func() string {
 		if es, _ := os.ReadDir(intake); len(es) > 0 {
 			return fmt.Sprintf("%d deferred intake records to be drained", len(es))
 		}

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cairn-registry/cairn/internal/testutil/poll"
 )
 
 // The storage refuses writes: a full disk answers 507 and a read-only one
@@ -182,9 +184,5 @@ func TestCutChunkLeavesNothing(t *testing.T) {
 // waitFor polls cond; the minute is a hang guard, not a measurement.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s after a minute", what)
-		}
-	}
+	poll.Within(t, time.Minute, 10*time.Millisecond, poll.Unless(cond, what))
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/notify"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 // TestDeliveryAfterFailureAndRestart: while the receiver fails, events
@@ -47,7 +48,7 @@ notifications:
 	}
 
 	srv = startCairn(t, root, cfg, debug)
-	if n := metric(t, debug, `cairn_notifications_pending{endpoint="e"}`); n != float64(len(first.blobs())+1) {
+	if n := regtest.Metric(t, debug, `cairn_notifications_pending{endpoint="e"}`); n != float64(len(first.blobs())+1) {
 		t.Errorf("after restart %v events pending, want %d", n, len(first.blobs())+1)
 	}
 	c.run(t, "push", second.dir, srv.Addr+"/retry/two:v1")
@@ -96,7 +97,7 @@ notifications:
 		t.Errorf("%d distinct events, want %d:\n%s", len(order), len(first.blobs())+len(second.blobs())+2, dump(evs))
 	}
 	waitMetric(t, srv, debug, `cairn_notifications_sent_total{endpoint="e"}`, float64(len(second.blobs())+1))
-	if n := metric(t, debug, `cairn_notifications_pending{endpoint="e"}`); n != 0 {
+	if n := regtest.Metric(t, debug, `cairn_notifications_pending{endpoint="e"}`); n != 0 {
 		t.Errorf("%v events pending after recovery", n)
 	}
 }

@@ -3,7 +3,6 @@
 package notify
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"mime"
@@ -11,7 +10,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +24,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/notify"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 	"github.com/cairn-registry/cairn/internal/testutil/clitool"
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(cairnproc.Main(m)) }
@@ -126,29 +125,6 @@ func startCairn(t *testing.T, root, yml, debugAddr string) *cairnproc.Server {
 	return cairnproc.Start(t, root, "--config", cfg)
 }
 
-// metric returns the value of the sample named series (name{labels}) from
-// the debug listener, 0 when absent.
-func metric(t *testing.T, debugAddr, series string) float64 {
-	t.Helper()
-	resp, err := http.Get("http://" + debugAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), " ")
-		if ok && name == series {
-			f, err := strconv.ParseFloat(strings.Fields(val)[0], 64)
-			if err != nil {
-				t.Fatalf("metric %s: %v", series, err)
-			}
-			return f
-		}
-	}
-	return 0
-}
-
 // image is a random image written as an OCI layout that crane can push.
 type image struct {
 	dir      string
@@ -224,7 +200,7 @@ func metricUntil(t *testing.T, debugAddr, series string, ok func(float64) bool) 
 	t.Helper()
 	deadline := time.Now().Add(hangGuard)
 	for {
-		n := metric(t, debugAddr, series)
+		n := regtest.Metric(t, debugAddr, series)
 		if ok(n) || time.Now().After(deadline) {
 			return n
 		}

@@ -5,18 +5,12 @@ package objectstore
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"testing"
 
-	gcstorage "cloud.google.com/go/storage"
-	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/opencontainers/go-digest"
-	"google.golang.org/api/iterator"
-	"google.golang.org/api/option"
 
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
@@ -33,71 +27,21 @@ func TestS3(t *testing.T) {
 }
 
 func TestGCS(t *testing.T) {
-	ep := objstore.Need(t, "CAIRN_TEST_GCS_ENDPOINT")[0]
-	ctx := context.Background()
-	c, err := gcstorage.NewClient(ctx, option.WithoutAuthentication(), option.WithEndpoint(ep+"/storage/v1/"))
+	p, section := objstore.GCSBucket(t, "cairn-e2e-")
+	d, err := gcs.New(context.Background(), p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	bucket := objstore.RandomName("cairn-e2e-")
-	b := c.Bucket(bucket)
-	if err := b.Create(ctx, "cairn-e2e", nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		it := b.Objects(ctx, nil)
-		for {
-			o, err := it.Next()
-			if err == iterator.Done {
-				break
-			}
-			if err != nil {
-				t.Errorf("list: %v", err)
-				return
-			}
-			b.Object(o.Name).Delete(ctx)
-		}
-		if err := b.Delete(ctx); err != nil {
-			t.Errorf("delete bucket: %v", err)
-		}
-	})
-	d, err := gcs.New(ctx, gcs.Parameters{Bucket: bucket, Endpoint: ep, RootDirectory: "registry"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	yml := fmt.Sprintf("version: 0.1\nstorage:\n  gcs:\n    bucket: %s\n    endpoint: %s\n    rootdirectory: registry\n", bucket, ep)
-	roundTrip(t, yml, d)
+	roundTrip(t, "version: 0.1\nstorage:\n"+section, d)
 }
 
 func TestAzure(t *testing.T) {
-	env := objstore.Need(t, "CAIRN_TEST_AZURE_ENDPOINT", "CAIRN_TEST_AZURE_ACCOUNT", "CAIRN_TEST_AZURE_KEY")
-	ctx := context.Background()
-	name := objstore.RandomName("cairn-e2e-")
-	cred, err := container.NewSharedKeyCredential(env[1], env[2])
+	p, section := objstore.AzureContainer(t, "cairn-e2e-")
+	d, err := azure.New(context.Background(), p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := container.NewClientWithSharedKeyCredential(strings.TrimRight(env[0], "/")+"/"+name, cred, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Create(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := c.Delete(context.Background(), nil); err != nil {
-			t.Errorf("delete container: %v", err)
-		}
-	})
-	p := azure.Parameters{AccountName: env[1], AccountKey: env[2], Container: name, ServiceURL: env[0], RootDirectory: "registry"}
-	d, err := azure.New(ctx, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	yml := fmt.Sprintf("version: 0.1\nstorage:\n  azure:\n    accountname: %s\n    accountkey: %s\n    container: %s\n    serviceurl: %s\n    rootdirectory: registry\n",
-		env[1], env[2], name, env[0])
-	roundTrip(t, yml, d)
+	roundTrip(t, "version: 0.1\nstorage:\n"+section, d)
 }
 
 // roundTrip serves the store configured by yml, pushes a multi-layer image

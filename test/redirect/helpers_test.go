@@ -1,10 +1,8 @@
 package redirect
 
 import (
-	"bufio"
 	"bytes"
 	"compress/gzip"
-	"context"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
@@ -23,8 +21,6 @@ import (
 	"testing"
 	"time"
 
-	gcstorage "cloud.google.com/go/storage"
-	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 	"github.com/google/go-containerregistry/pkg/authn"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -32,8 +28,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/opencontainers/go-digest"
 	"golang.org/x/crypto/bcrypt"
-	"google.golang.org/api/iterator"
-	"google.golang.org/api/option"
 
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 	"github.com/cairn-registry/cairn/internal/testutil/clitool"
@@ -61,41 +55,11 @@ func s3Store(t *testing.T) store {
 // tokenServer; fake-gcs-server checks neither tokens nor URL signatures), so
 // it can sign URLs; without, it has no key and serves blobs itself.
 func gcsStore(t *testing.T, sign bool) store {
-	ep := objstore.Need(t, "CAIRN_TEST_GCS_ENDPOINT")[0]
-	ctx := context.Background()
-	c, err := gcstorage.NewClient(ctx, option.WithoutAuthentication(), option.WithEndpoint(ep+"/storage/v1/"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	bucket := objstore.RandomName("cairn-redirect-")
-	b := c.Bucket(bucket)
-	if err := b.Create(ctx, "cairn-redirect", nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		it := b.Objects(ctx, nil)
-		for {
-			o, err := it.Next()
-			if err == iterator.Done {
-				break
-			}
-			if err != nil {
-				t.Errorf("list: %v", err)
-				return
-			}
-			b.Object(o.Name).Delete(ctx)
-		}
-		if err := b.Delete(ctx); err != nil {
-			t.Errorf("delete bucket: %v", err)
-		}
-	})
-	section := fmt.Sprintf("  gcs:\n    bucket: %s\n    endpoint: %s\n    rootdirectory: registry\n", bucket, ep)
+	p, section := objstore.GCSBucket(t, "cairn-redirect-")
 	if sign {
 		section += fmt.Sprintf("    keyfile: %s\n", serviceAccountKey(t))
 	}
-	return store{section: section, host: hostOf(t, ep)}
+	return store{section: section, host: hostOf(t, p.Endpoint)}
 }
 
 // tokenServer is an OAuth token endpoint that grants any JWT assertion, for
@@ -145,28 +109,8 @@ func serviceAccountKey(t *testing.T) string {
 }
 
 func azureStore(t *testing.T) store {
-	env := objstore.Need(t, "CAIRN_TEST_AZURE_ENDPOINT", "CAIRN_TEST_AZURE_ACCOUNT", "CAIRN_TEST_AZURE_KEY")
-	ctx := context.Background()
-	name := objstore.RandomName("cairn-redirect-")
-	cred, err := container.NewSharedKeyCredential(env[1], env[2])
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := container.NewClientWithSharedKeyCredential(strings.TrimRight(env[0], "/")+"/"+name, cred, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Create(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := c.Delete(context.Background(), nil); err != nil {
-			t.Errorf("delete container: %v", err)
-		}
-	})
-	section := fmt.Sprintf("  azure:\n    accountname: %s\n    accountkey: %s\n    container: %s\n    serviceurl: %s\n    rootdirectory: registry\n",
-		env[1], env[2], name, env[0])
-	return store{section: section, host: hostOf(t, env[0])}
+	p, section := objstore.AzureContainer(t, "cairn-redirect-")
+	return store{section: section, host: hostOf(t, p.ServiceURL)}
 }
 
 func hostOf(t *testing.T, rawURL string) string {
@@ -197,23 +141,7 @@ func start(t *testing.T, yml string) *server {
 // (name and labels as exported), 0 when absent.
 func (s *server) counter(t *testing.T, series string) float64 {
 	t.Helper()
-	resp, err := http.Get(s.debug + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			v, err := strconv.ParseFloat(strings.Fields(rest)[0], 64)
-			if err != nil {
-				t.Fatalf("metric %s: %v", series, err)
-			}
-			return v
-		}
-	}
-	return 0
+	return regtest.Metric(t, strings.TrimPrefix(s.debug, "http://"), series)
 }
 
 const redirectsOK = `cairn_blob_redirects_total{result="ok"}`
@@ -488,21 +416,4 @@ func htpasswd(t *testing.T, userPass ...string) string {
 // basicAuth is the remote option that sends user and password.
 func basicAuth(user, pass string) remote.Option {
 	return remote.WithAuth(&authn.Basic{Username: user, Password: pass})
-}
-
-// waitFor polls cond until it returns "" (done) or what it still waits
-// for; a generous bound only guards against a hang.
-func waitFor(t *testing.T, cond func() string) {
-	t.Helper()
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		what := cond()
-		if what == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still waiting for %s", what)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }

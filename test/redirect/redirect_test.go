@@ -13,11 +13,13 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/testutil/clitool"
 	"github.com/cairn-registry/cairn/internal/testutil/drivertest"
 	"github.com/cairn-registry/cairn/internal/testutil/objstore"
+	"github.com/cairn-registry/cairn/internal/testutil/poll"
 )
 
 const repo = "redirect/img"
@@ -174,7 +176,7 @@ func TestDedupNotRedirected(t *testing.T) {
 	srv := start(t, "version: 0.1\nstorage:\n"+section+"  dedup:\n    mode: full\n    predictor: {enabled: false}\n"+objstore.DedupLocal(t))
 	im := newImage(t, 5, 2)
 	im.push(t, srv.Addr, repo+":v1")
-	waitFor(t, func() string {
+	poll.Within(t, 3*time.Minute, 200*time.Millisecond, func() string {
 		for _, l := range im.order {
 			if drivertest.Exists(t, d, layout.BlobData(l)) || !drivertest.Exists(t, d, layout.BlobRecipe(l)) {
 				return "layer " + l.String() + " to be deduplicated"

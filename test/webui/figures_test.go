@@ -16,6 +16,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/poll"
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
@@ -63,7 +64,7 @@ func pushDeduplicated(t *testing.T, srv *cairnproc.Server, repo string) []v1.Has
 		}
 		digests = append(digests, d)
 	}
-	waitFor(t, func() string {
+	poll.Until(t, 200*time.Millisecond, func() string {
 		for _, d := range digests {
 			dir := filepath.Join(srv.Root, layout.BlobDir(digest.Digest(d.String())))
 			if _, err := os.Stat(filepath.Join(dir, layout.BlobRecipeLeaf)); err != nil {
@@ -81,24 +82,6 @@ func pushDeduplicated(t *testing.T, srv *cairnproc.Server, repo string) []v1.Has
 	return digests
 }
 
-// waitFor calls pending every 200 ms until it returns "" (done); what it
-// returns otherwise says what is awaited. The only deadline is the test
-// binary's -timeout, shortly before which it fails saying so.
-func waitFor(t *testing.T, pending func() string) {
-	t.Helper()
-	deadline, ok := t.Deadline()
-	for {
-		what := pending()
-		if what == "" {
-			return
-		}
-		if ok && time.Until(deadline) < 15*time.Second {
-			t.Fatalf("still waiting for %s as the test binary's -timeout nears", what)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 // overview fetches the page until its figures are measured and show every
 // change serve was told of before the request (a page that says
 // "measuring…" or "refreshing…" is fetched again).
@@ -107,7 +90,7 @@ func overview(t *testing.T, srv *cairnproc.Server) string {
 	hc := &http.Client{Timeout: time.Minute} // a hang guard
 	defer hc.CloseIdleConnections()
 	var page string
-	waitFor(t, func() string {
+	poll.Until(t, 200*time.Millisecond, func() string {
 		r := regtest.Do(t, hc, http.MethodGet, srv.URL+"/ui/", nil)
 		if r.Status != http.StatusOK {
 			t.Fatalf("GET /ui/: %v", r)
@@ -174,7 +157,7 @@ func TestHistorySurvivesRestart(t *testing.T) {
 	srv := cairnproc.Start(t, root, "--config", cfg)
 	pushDeduplicated(t, srv, "team/app")
 	var page string
-	waitFor(t, func() string {
+	poll.Until(t, 200*time.Millisecond, func() string {
 		page = overview(t, srv)
 		if s := figure(page, "stored"); s == "" || strings.HasPrefix(s, "0 ") || !strings.Contains(chart(page, "Bytes freed per GC run"), `class="bar"`) {
 			return "the deduplicated figures and a GC run on the page"

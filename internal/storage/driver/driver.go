@@ -314,3 +314,24 @@ func (s *WriterState) Close(finish func() error) error {
 	*s = WriterClosed
 	return finish()
 }
+
+// CloseStaged is Close for a writer that may come from a Stager's
+// StageWriter: an open staged writer is cancelled instead of finished, as
+// what it staged must never show at its path without Commit.
+func (s *WriterState) CloseStaged(staged bool, cancel, finish func() error) error {
+	if staged && *s == WriterOpen {
+		return cancel()
+	}
+	return s.Close(finish)
+}
+
+// Commit is a FileWriter's Commit: an open writer becomes committed and
+// finish makes what was written the file; a writer no longer open gets
+// misuse's error.
+func (s *WriterState) Commit(misuse func() error, finish func() error) error {
+	if *s != WriterOpen {
+		return misuse()
+	}
+	*s = WriterCommitted
+	return finish()
+}

@@ -11,6 +11,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -182,4 +184,23 @@ func CheckPull(ctx context.Context, ref name.Reference, want string, opts ...rem
 		}
 	}
 	return nil
+}
+
+// Metric returns the value of the sample named series (name{labels}, as
+// exported) from the /metrics of the debug listener at debugAddr
+// (host:port), 0 when absent: a counter not yet incremented is not
+// exported.
+func Metric(t testing.TB, debugAddr, series string) float64 {
+	t.Helper()
+	r := Do(t, http.DefaultClient, http.MethodGet, "http://"+debugAddr+"/metrics", nil)
+	for _, line := range strings.Split(string(r.Body), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(strings.Fields(v)[0], 64)
+			if err != nil {
+				t.Fatalf("metric %s: %v", series, err)
+			}
+			return f
+		}
+	}
+	return 0
 }

@@ -178,19 +178,14 @@ func (w *writer) Size() int64 { return w.size }
 // Close commits what was written, for a later appending writer. Closing
 // again, or after Commit or Cancel, does nothing.
 func (w *writer) Close() error {
-	if w.staged && w.state == driver.WriterOpen {
-		return w.Cancel(w.ctx)
-	}
-	return w.state.Close(func() error { return w.commit(w.ctx) })
+	return w.state.CloseStaged(w.staged,
+		func() error { return w.Cancel(w.ctx) },
+		func() error { return w.commit(w.ctx) })
 }
 
 // Commit commits everything written as the blob's content.
 func (w *writer) Commit(ctx context.Context) error {
-	if w.state != driver.WriterOpen {
-		return w.stateError()
-	}
-	w.state = driver.WriterCommitted
-	return w.commit(ctx)
+	return w.state.Commit(w.stateError, func() error { return w.commit(ctx) })
 }
 
 // Cancel deletes the blob, including what earlier writers wrote to it. It

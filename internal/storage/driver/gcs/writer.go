@@ -131,19 +131,14 @@ func (w *writer) Size() int64 { return w.size }
 // Close finalises what was written so that a later appending writer can
 // continue it. Closing again, or after Commit or Cancel, does nothing.
 func (w *writer) Close() error {
-	if w.staged && w.state == driver.WriterOpen {
-		return w.Cancel(w.ctx)
-	}
-	return w.state.Close(func() error { return w.finish(w.ctx) })
+	return w.state.CloseStaged(w.staged,
+		func() error { return w.Cancel(w.ctx) },
+		func() error { return w.finish(w.ctx) })
 }
 
 // Commit implements driver.FileWriter.
 func (w *writer) Commit(ctx context.Context) error {
-	if err := w.mustBeOpen("commit"); err != nil {
-		return err
-	}
-	w.state = driver.WriterCommitted
-	return w.finish(ctx)
+	return w.state.Commit(func() error { return w.mustBeOpen("commit") }, func() error { return w.finish(ctx) })
 }
 
 // finish finalises the upload and, when appending, composes the part into

@@ -103,3 +103,27 @@ func randomBytes(seed uint64, n int) []byte {
 	_, _ = rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8), 0xca}).Read(b)
 	return b
 }
+
+// capability returns d's optional interface T, skipping the test (saying
+// the driver does not do what) when d has none: the optional-interface
+// tests check only drivers that claim the feature.
+func capability[T any](t *testing.T, d driver.Driver, what string) T {
+	t.Helper()
+	c, ok := driver.As[T](d)
+	if !ok {
+		t.Skip(d.Name() + " does not " + what)
+	}
+	return c
+}
+
+// refusesBadPaths checks that op refuses with an InvalidPathError each of
+// a few paths that are not a driver path (root, relative, climbing out of
+// base); name says which call, for messages.
+func refusesBadPaths(t *testing.T, base, name string, op func(bad string) error) {
+	t.Helper()
+	for _, bad := range []string{"/", "relative", base + "/../x"} {
+		if err := op(bad); !errors.As(err, new(driver.InvalidPathError)) {
+			t.Errorf("%s %q = %v, want an InvalidPathError", name, bad, err)
+		}
+	}
+}

@@ -23,10 +23,7 @@ type urlSigner interface {
 // path is refused. A driver without the interface, or whose credentials
 // cannot sign, skips.
 func testSignedURL(t *testing.T, d driver.Driver, base string) {
-	s, ok := driver.As[urlSigner](d)
-	if !ok {
-		t.Skip(d.Name() + " does not sign URLs")
-	}
+	s := capability[urlSigner](t, d, "sign URLs")
 	ctx := context.Background()
 	p := base + "/blobs/data"
 	want := randomBytes(7, 100<<10)
@@ -44,11 +41,10 @@ func testSignedURL(t *testing.T, d driver.Driver, base string) {
 	if got, status := httpGet(t, u, "bytes=1000-1999"); status != http.StatusPartialContent || !bytes.Equal(got, want[1000:2000]) {
 		t.Errorf("GET %s Range bytes=1000-1999: status %d, %d bytes; want 206 and those bytes", u, status, len(got))
 	}
-	for _, bad := range []string{"/", "relative", base + "/../x"} {
-		if _, err := s.SignedURL(ctx, bad, time.Minute); !errors.As(err, new(driver.InvalidPathError)) {
-			t.Errorf("SignedURL(%q) = %v, want an InvalidPathError", bad, err)
-		}
-	}
+	refusesBadPaths(t, base, "SignedURL", func(bad string) error {
+		_, err := s.SignedURL(ctx, bad, time.Minute)
+		return err
+	})
 }
 
 func httpGet(t *testing.T, u, rng string) ([]byte, int) {
