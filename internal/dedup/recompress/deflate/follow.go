@@ -32,6 +32,9 @@ type follower struct {
 	tokens []Token // what is left of it
 	in     bool    // the encoder is inside it
 	done   bool    // no stretch left
+	// lastEnd is where the last stretch ended; hashedTo is the offset
+	// before which every position a search may still reach is hashed.
+	lastEnd, hashedTo int64
 }
 
 // next loads the following stretch.
@@ -62,7 +65,7 @@ func CompressFollowing(w io.Writer, level int, in []byte, src TokenSource) error
 	if err := d.init(w, level); err != nil {
 		return err
 	}
-	d.follow = &follower{src: src}
+	d.follow = &follower{src: src, lastEnd: -1}
 	d.follow.next()
 	if _, err := d.write(in); err != nil {
 		return err
@@ -102,6 +105,9 @@ func (d *compressor) followStep() (bool, error) {
 			}
 		}
 		f.in = true
+		if pos != f.lastEnd {
+			f.hashedTo = pos // the search hashed all it passed
+		}
 	}
 	t := token(f.tokens[0])
 	n := t.size()
@@ -109,9 +115,6 @@ func (d *compressor) followStep() (bool, error) {
 		return false, fmt.Errorf("%w: a stretch's token at %d runs past the input", ErrDiverged, pos)
 	}
 	end := d.index + n
-	for i := d.index; i < end && i < d.maxInsertIndex; i++ {
-		d.insertHash(i)
-	}
 	d.index = end
 	d.tokens = append(d.tokens, t)
 	if err := d.endToken(end); err != nil {
@@ -119,9 +122,19 @@ func (d *compressor) followStep() (bool, error) {
 	}
 	f.tokens = f.tokens[1:]
 	if len(f.tokens) == 0 {
-		// The search resumes here with a fresh lazy state.
+		// The search resumes here, unless the next stretch starts here
+		// too, with a fresh lazy state and the chains of the 32 KiB
+		// before.
 		d.length, d.offset, d.byteAvailable = minMatchLength-1, 0, false
+		f.lastEnd = pos + int64(n)
 		f.next()
+		if f.done || f.off != f.lastEnd {
+			from := max(f.hashedTo, f.lastEnd-windowSize, d.base) - d.base
+			for i := int(from); i < d.index && i < d.maxInsertIndex; i++ {
+				d.insertHash(i)
+			}
+			f.hashedTo = f.lastEnd
+		}
 	}
 	return true, nil
 }
