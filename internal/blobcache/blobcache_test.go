@@ -2,12 +2,13 @@ package blobcache
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/opencontainers/go-digest"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/cairn-registry/cairn/internal/testutil/testenv"
 )
 
 var ctx = context.Background()
@@ -81,13 +82,7 @@ func TestMemoryBoundAndExpiry(t *testing.T) {
 }
 
 func TestRedis(t *testing.T) {
-	addr := os.Getenv("CAIRN_TEST_REDIS_ADDR")
-	if addr == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CAIRN_TEST_REDIS_ADDR is not set (scripts/test.sh starts redis)")
-		}
-		t.Skip("CAIRN_TEST_REDIS_ADDR is not set")
-	}
+	addr := testenv.RedisAddr(t)
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
 	prefix := "blobcache-test-" + time.Now().Format("150405.000000000") + ":"

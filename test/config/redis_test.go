@@ -14,6 +14,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 	"github.com/cairn-registry/cairn/internal/testutil/objstore"
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
+	"github.com/cairn-registry/cairn/internal/testutil/testenv"
 )
 
 // metric sums the samples of the metric family name whose labels hold
@@ -48,7 +49,7 @@ lines:
 // other's HEAD without a storage call, and a DELETE through one node is
 // forgotten by both.
 func TestRedisDescriptorCacheSharedByTwoNodes(t *testing.T) {
-	addr := objstore.Need(t, "CAIRN_TEST_REDIS_ADDR")[0]
+	addr := testenv.RedisAddr(t)
 	prefix := objstore.RandomName("cairn-test-") + ":"
 	root := t.TempDir()
 	node := func() (*cairnproc.Server, string) {
@@ -131,7 +132,7 @@ http:
 // storage.dedup.metadata.redis naming only a prefix, deduplicated layers'
 // metadata lands on that server.
 func TestDedupMetadataOnRedisSection(t *testing.T) {
-	addr := objstore.Need(t, "CAIRN_TEST_REDIS_ADDR")[0]
+	addr := testenv.RedisAddr(t)
 	prefix := objstore.RandomName("cairn-test-") + ":"
 	s := serve(t, fmt.Sprintf(`redis:
   addrs: [%s]

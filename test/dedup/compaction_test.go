@@ -16,6 +16,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/testutil/layertest"
 	"github.com/cairn-registry/cairn/internal/testutil/objstore"
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
+	"github.com/cairn-registry/cairn/internal/testutil/testenv"
 )
 
 // redisConfig writes a config for nodes sharing one root: mode full,
@@ -23,7 +24,7 @@ import (
 // storage.dedup (lines after the first indented by four spaces).
 func redisConfig(t *testing.T, extra string) string {
 	t.Helper()
-	addr := objstore.Need(t, "CAIRN_TEST_REDIS_ADDR")[0]
+	addr := testenv.RedisAddr(t)
 	prefix := objstore.RandomName("cairn-test-") + ":"
 	return cairnproc.WriteConfig(t, fmt.Sprintf(`version: 0.1
 log: {level: debug}

@@ -13,9 +13,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
-	"github.com/cairn-registry/cairn/internal/testutil/objstore"
 	"github.com/cairn-registry/cairn/internal/testutil/poll"
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
+	"github.com/cairn-registry/cairn/internal/testutil/testenv"
 )
 
 // TestLostMetadataKeepsImages loses the bolt metadata store of deduplicated
@@ -99,7 +99,7 @@ func TestFlushedRedisKeepsImages(t *testing.T) {
 	waitState(t, root, all[:6], false)
 	before := storedFileBytes(t, root)
 
-	rc := redis.NewClient(&redis.Options{Addr: objstore.Need(t, "CAIRN_TEST_REDIS_ADDR")[0]})
+	rc := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
 	defer rc.Close()
 	ctx := context.Background()
 	keys, err := rc.Keys(ctx, prefix+"*").Result()

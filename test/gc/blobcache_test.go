@@ -13,6 +13,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 	"github.com/cairn-registry/cairn/internal/testutil/objstore"
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
+	"github.com/cairn-registry/cairn/internal/testutil/testenv"
 )
 
 // Issue 23: a blob GC deleted must not go on answering HEAD 200 from
@@ -38,7 +39,7 @@ func TestRePushAfterGCWithDescriptorCache(t *testing.T) {
 			cache := "inmemory"
 			var redisSection string
 			if tc.redis {
-				addr := objstore.Need(t, "CAIRN_TEST_REDIS_ADDR")[0]
+				addr := testenv.RedisAddr(t)
 				cache = "redis"
 				redisSection = fmt.Sprintf("redis:\n  addrs: [%s]\n  prefix: %q\n", addr, objstore.RandomName("cairn-test-")+":")
 			}

@@ -20,6 +20,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/testutil/drivertest"
 	"github.com/cairn-registry/cairn/internal/testutil/objstore"
 	"github.com/cairn-registry/cairn/internal/testutil/poll"
+	"github.com/cairn-registry/cairn/internal/testutil/testenv"
 )
 
 const repo = "redirect/img"
@@ -172,7 +173,7 @@ func TestAuth(t *testing.T) {
 func TestDedupNotRedirected(t *testing.T) {
 	t.Parallel()
 	d, section := objstore.S3Store(t, "cairn-redirect-")
-	host := hostOf(t, objstore.Need(t, "CAIRN_TEST_S3_ENDPOINT")[0])
+	host := hostOf(t, testenv.Need(t, "CAIRN_TEST_S3_ENDPOINT")[0])
 	srv := start(t, "version: 0.1\nstorage:\n"+section+"  dedup:\n    mode: full\n    predictor: {enabled: false}\n"+objstore.DedupLocal(t))
 	im := newImage(t, 5, 2)
 	im.push(t, srv.Addr, repo+":v1")

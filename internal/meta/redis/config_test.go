@@ -10,6 +10,8 @@ import (
 
 	metaredis "github.com/cairn-registry/cairn/internal/meta/redis"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/cairn-registry/cairn/internal/testutil/testenv"
 )
 
 // setRedisConfig sets a server parameter for the test and restores its old
@@ -36,7 +38,7 @@ func setRedisConfig(t *testing.T, c *redis.Client, name, value string) {
 // TTL could be evicted with the reference counts it holds.
 func TestOpenRedisRefusesAnyEviction(t *testing.T) {
 	ctx := context.Background()
-	addr := redisAddr(t)
+	addr := testenv.RedisAddr(t)
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { c.Close() }) // after setRedisConfig's restores
 	for _, policy := range []string{"volatile-lru", "allkeys-lru", "volatile-ttl"} {
@@ -59,7 +61,7 @@ func TestOpenRedisRefusesAnyEviction(t *testing.T) {
 // warned about.
 func TestOpenRedisWarnsWithoutPersistence(t *testing.T) {
 	ctx := context.Background()
-	addr := redisAddr(t)
+	addr := testenv.RedisAddr(t)
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { c.Close() }) // after setRedisConfig's restores
 	setRedisConfig(t, c, "maxmemory-policy", "noeviction")
@@ -97,7 +99,7 @@ func TestOpenRedisWarnsWithoutPersistence(t *testing.T) {
 // service, an ACL) is used, with a warning that nothing could be checked.
 func TestOpenRedisTrustsHiddenConfig(t *testing.T) {
 	ctx := context.Background()
-	addr := redisAddr(t)
+	addr := testenv.RedisAddr(t)
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { c.Close() })
 	user := "cairn-noconfig-" + rand.Text()[:8]

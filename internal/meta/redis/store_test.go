@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -16,23 +15,10 @@ import (
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/meta/metatest"
 	metaredis "github.com/cairn-registry/cairn/internal/meta/redis"
+	"github.com/cairn-registry/cairn/internal/testutil/testenv"
 	"github.com/opencontainers/go-digest"
 	"github.com/redis/go-redis/v9"
 )
-
-// redisAddr is the test server's address ($CAIRN_TEST_REDIS_ADDR, which
-// scripts/services/redis.sh exports). Without it the test skips, or fails in CI.
-func redisAddr(tb testing.TB) string {
-	tb.Helper()
-	addr := os.Getenv("CAIRN_TEST_REDIS_ADDR")
-	if addr == "" {
-		if os.Getenv("CI") == "true" {
-			tb.Fatal("CAIRN_TEST_REDIS_ADDR is not set (scripts/test.sh starts redis)")
-		}
-		tb.Skip("CAIRN_TEST_REDIS_ADDR is not set")
-	}
-	return addr
-}
 
 // testPrefix returns a fresh key prefix and deletes every key under it when tb
 // ends.
@@ -79,7 +65,7 @@ func openRedis(tb testing.TB, addr, prefix string) *metaredis.Store {
 }
 
 func TestRedisConformance(t *testing.T) {
-	addr := redisAddr(t)
+	addr := testenv.RedisAddr(t)
 	metatest.Run(t, func(t *testing.T) meta.Store {
 		return openRedis(t, addr, testPrefix(t, addr))
 	})
@@ -89,7 +75,7 @@ func TestRedisConformance(t *testing.T) {
 // index and count each layer once however the adds race between them.
 func TestRedisSharedNodes(t *testing.T) {
 	ctx := context.Background()
-	addr := redisAddr(t)
+	addr := testenv.RedisAddr(t)
 	prefix := testPrefix(t, addr)
 	a, b := openRedis(t, addr, prefix), openRedis(t, addr, prefix)
 	defer a.Close()
@@ -145,7 +131,7 @@ func TestRedisSharedNodes(t *testing.T) {
 // lease; a store on another prefix (another registry) has its own.
 func TestRedisSharedLease(t *testing.T) {
 	ctx := context.Background()
-	addr := redisAddr(t)
+	addr := testenv.RedisAddr(t)
 	prefix := testPrefix(t, addr)
 	a, b := openRedis(t, addr, prefix), openRedis(t, addr, prefix)
 	defer a.Close()
@@ -181,7 +167,7 @@ func TestRedisSharedLease(t *testing.T) {
 // is sent them again, by single steps and by pipelined bulk steps.
 func TestRedisScriptsReloaded(t *testing.T) {
 	ctx := context.Background()
-	addr := redisAddr(t)
+	addr := testenv.RedisAddr(t)
 	s := openRedis(t, addr, testPrefix(t, addr))
 	defer s.Close()
 	c := redis.NewClient(&redis.Options{Addr: addr})
@@ -213,7 +199,7 @@ func TestRedisScriptsReloaded(t *testing.T) {
 
 func TestRedisReleaseLayersInconsistent(t *testing.T) {
 	ctx := context.Background()
-	addr := redisAddr(t)
+	addr := testenv.RedisAddr(t)
 	prefix := testPrefix(t, addr)
 	s := openRedis(t, addr, prefix)
 	defer s.Close()
@@ -233,7 +219,7 @@ func TestRedisReleaseLayersInconsistent(t *testing.T) {
 
 func TestRedisOldFileEntries(t *testing.T) {
 	ctx := context.Background()
-	addr := redisAddr(t)
+	addr := testenv.RedisAddr(t)
 	prefix := testPrefix(t, addr)
 	s := openRedis(t, addr, prefix)
 	defer s.Close()
@@ -255,7 +241,7 @@ func TestRedisOldFileEntries(t *testing.T) {
 // reference counts, so the store refuses it.
 func TestOpenRedisRefusesEviction(t *testing.T) {
 	ctx := context.Background()
-	addr := redisAddr(t)
+	addr := testenv.RedisAddr(t)
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
 	old, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
@@ -301,7 +287,7 @@ func TestOpenRedisUnreachable(t *testing.T) {
 
 // BenchmarkRedisAddLayerRefs: see metatest.BenchAddLayerRefs.
 func BenchmarkRedisAddLayerRefs(b *testing.B) {
-	addr := redisAddr(b)
+	addr := testenv.RedisAddr(b)
 	s := openRedis(b, addr, testPrefix(b, addr))
 	defer s.Close()
 	metatest.BenchAddLayerRefs(b, s)

@@ -22,25 +22,8 @@ import (
 	"github.com/cairn-registry/cairn/internal/storage/driver/azure"
 	"github.com/cairn-registry/cairn/internal/storage/driver/gcs"
 	"github.com/cairn-registry/cairn/internal/storage/driver/s3"
+	"github.com/cairn-registry/cairn/internal/testutil/testenv"
 )
-
-// Need returns the variables' values, skipping the test when one is unset
-// (failing it under CI, where the test script starts every server).
-func Need(t testing.TB, vars ...string) []string {
-	t.Helper()
-	vals := make([]string, len(vars))
-	for i, v := range vars {
-		vals[i] = os.Getenv(v)
-		if vals[i] == "" {
-			msg := v + " is not set (scripts/test.sh starts the object-store servers)"
-			if os.Getenv("CI") == "true" {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
-		}
-	}
-	return vals
-}
 
 // RandomName is prefix plus 12 random hex digits.
 func RandomName(prefix string) string {
@@ -54,7 +37,7 @@ func RandomName(prefix string) string {
 // directory /registry) and the matching storage.s3 YAML section.
 func S3Bucket(t testing.TB, prefix string) (s3.Parameters, string) {
 	t.Helper()
-	env := Need(t, "CAIRN_TEST_S3_ENDPOINT", "CAIRN_TEST_S3_ACCESS_KEY", "CAIRN_TEST_S3_SECRET_KEY")
+	env := testenv.Need(t, "CAIRN_TEST_S3_ENDPOINT", "CAIRN_TEST_S3_ACCESS_KEY", "CAIRN_TEST_S3_SECRET_KEY")
 	region := os.Getenv("CAIRN_TEST_S3_REGION")
 	if region == "" {
 		region = "us-east-1"
@@ -113,7 +96,7 @@ func DedupLocal(t testing.TB) string {
 // the matching storage.gcs YAML section.
 func GCSBucket(t testing.TB, prefix string) (gcs.Parameters, string) {
 	t.Helper()
-	ep := Need(t, "CAIRN_TEST_GCS_ENDPOINT")[0]
+	ep := testenv.Need(t, "CAIRN_TEST_GCS_ENDPOINT")[0]
 	ctx := context.Background()
 	c, err := gcstorage.NewClient(ctx, option.WithoutAuthentication(), option.WithEndpoint(ep+"/storage/v1/"))
 	if err != nil {
@@ -152,7 +135,7 @@ func GCSBucket(t testing.TB, prefix string) (gcs.Parameters, string) {
 // it (root directory registry) and the matching storage.azure YAML section.
 func AzureContainer(t testing.TB, prefix string) (azure.Parameters, string) {
 	t.Helper()
-	env := Need(t, "CAIRN_TEST_AZURE_ENDPOINT", "CAIRN_TEST_AZURE_ACCOUNT", "CAIRN_TEST_AZURE_KEY")
+	env := testenv.Need(t, "CAIRN_TEST_AZURE_ENDPOINT", "CAIRN_TEST_AZURE_ACCOUNT", "CAIRN_TEST_AZURE_KEY")
 	p := azure.Parameters{AccountName: env[1], AccountKey: env[2], Container: RandomName(prefix), ServiceURL: env[0], RootDirectory: "registry"}
 	cred, err := container.NewSharedKeyCredential(p.AccountName, p.AccountKey)
 	if err != nil {
