@@ -9,12 +9,19 @@
 CRANE_SRC="github.com/google/go-containerregistry@v0.20.6 ./cmd/crane"
 REGCTL_SRC="github.com/regclient/regclient@v0.11.7 ./cmd/regctl"
 ORAS_SRC="oras.land/oras@v1.2.3 ./cmd/oras"
+# helm lints and renders deploy/helm/cairn (test/deploy).
+HELM_SRC="helm.sh/helm/v3@v3.22.0 ./cmd/helm"
+# distribution's registry is the other side of replication (test/replicate).
+# Its module zip has a vendor directory without the vendored code: built with
+# -mod=mod (a third field: extra go build flags).
+DISTRIBUTION_SRC="github.com/distribution/distribution/v3@v3.0.0 ./cmd/registry -mod=mod"
 
 # Debian packages: skopeo and podman; uidmap for podman's user namespace setup;
 # golang-github-containers-common (a podman/skopeo dependency) ships
 # /etc/containers/policy.json and registries.conf; chromium renders the web
-# page in test/webui (headless).
-DEBIAN_PACKAGES=(skopeo podman uidmap golang-github-containers-common chromium)
+# page in test/webui (headless); test/deploy checks deploy/cairn.service with
+# systemd-analyze (systemd) and puts ca-certificates in cairn's image.
+DEBIAN_PACKAGES=(skopeo podman uidmap golang-github-containers-common chromium systemd ca-certificates)
 
 _as_root() {
 	if [[ $(id -u) == 0 ]]; then
@@ -44,7 +51,7 @@ install_debian_packages() {
 	_as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
-# install_go_tool NAME "MODULE@VERSION ./PKGDIR" — build a tool into .cache/bin
+# install_go_tool NAME "MODULE@VERSION ./PKGDIR [GOFLAGS...]" — build a tool into .cache/bin
 # unless that exact version is already built there.
 #
 # It builds inside the downloaded module (not `go install pkg@version`): go
@@ -52,18 +59,18 @@ install_debian_packages() {
 # deprecation notice, and the proxy refuses that list for some modules
 # (oras.land/oras answers 403), which makes go install fail.
 install_go_tool() {
-	local name=$1 src=$2 bindir=${TOOLBIN:?} stamp mod pkgdir dir
+	local name=$1 src=$2 bindir=${TOOLBIN:?} stamp mod pkgdir flags dir
 	stamp=$bindir/.$name.version
 	if [[ -x $bindir/$name && -f $stamp && $(<"$stamp") == "$src" ]]; then
 		return 0
 	fi
-	read -r mod pkgdir <<<"$src"
+	read -r mod pkgdir flags <<<"$src"
 	echo "==> build $name from $mod $pkgdir" >&2
 	# GOFLAGS from the environment (e.g. -mod=vendor) must not leak into
 	# building a foreign module.
 	dir=$(cd / && GOFLAGS= go mod download -json "$mod" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
 	[[ -n $dir && -d $dir ]] || { echo "go mod download $mod: no module directory" >&2; return 1; }
-	(cd "$dir" && GOFLAGS=-trimpath CGO_ENABLED=0 go build -o "$bindir/$name" "$pkgdir")
+	(cd "$dir" && GOFLAGS="-trimpath $flags" CGO_ENABLED=0 go build -o "$bindir/$name" "$pkgdir")
 	printf '%s' "$src" >"$stamp"
 }
 
@@ -71,12 +78,14 @@ install_go_tools() {
 	install_go_tool crane "$CRANE_SRC"
 	install_go_tool regctl "$REGCTL_SRC"
 	install_go_tool oras "$ORAS_SRC"
+	install_go_tool helm "$HELM_SRC"
+	install_go_tool distribution-registry "$DISTRIBUTION_SRC"
 }
 
 # tool_versions prints one line naming the client tool versions in use.
 tool_versions() {
 	local out=() n
-	for n in crane regctl oras; do
+	for n in crane regctl oras helm distribution-registry; do
 		if [[ -f ${TOOLBIN:?}/.$n.version ]]; then
 			out+=("$n $(<"$TOOLBIN/.$n.version")")
 		fi
@@ -84,6 +93,7 @@ tool_versions() {
 	command -v skopeo >/dev/null && out+=("$(skopeo --version)")
 	command -v podman >/dev/null && out+=("$(podman --version)")
 	command -v chromium >/dev/null && out+=("$(chromium --version 2>/dev/null)")
+	command -v systemd-analyze >/dev/null && out+=("$(systemd-analyze --version | sed -n 1p)")
 	local IFS=';'
 	printf '%s\n' "${out[*]}"
 }

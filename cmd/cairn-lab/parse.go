@@ -42,6 +42,7 @@ func runParse(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	plan := fs.Bool("plan", false, "instead, plan each compress/flate level-6 layer's rebuild from its files' own parses and searched stretches, prove it and time it")
 	cross := fs.Bool("cross", false, "with --plan, also copy the tokens an earlier layer had for the same tar entry or file")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measurement to `FILE`")
+	storage := fs.Bool("storage", false, "instead, price keeping each unique file of the level-6 layers as its own raw DEFLATE against its zstd frame")
 	minCopy := fs.Int64("min-copy", 4<<10, "with --plan, the least `BYTES` a copied stretch covers")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -95,6 +96,15 @@ func runParse(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if *storage {
+		r, err := parsebench.MeasureStorage(ctx, level6(layers), stderr)
+		if err != nil {
+			return fmt.Errorf("parse: %w", err)
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
 	if *plan {
 		return runPlan(ctx, layers, parsebench.PlanOptions{Log: stderr, MinCopy: *minCopy, CrossLayer: *cross}, stdout)
 	}
@@ -110,19 +120,24 @@ func runParse(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 // runPlan measures rebuild plans of the level-6 layers (parsebench.MeasurePlan).
 func runPlan(ctx context.Context, layers []parsebench.Layer, opts parsebench.PlanOptions, stdout io.Writer) error {
-	var l6 []parsebench.Layer
-	for _, l := range layers {
-		if l.Group == groupStdlib6 {
-			l6 = append(l6, l)
-		}
-	}
-	r, err := parsebench.MeasurePlan(ctx, l6, opts)
+	r, err := parsebench.MeasurePlan(ctx, level6(layers), opts)
 	if err != nil {
 		return fmt.Errorf("parse: %w", err)
 	}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
+}
+
+// level6 returns the layers compress/flate wrote at level 6.
+func level6(layers []parsebench.Layer) []parsebench.Layer {
+	var out []parsebench.Layer
+	for _, l := range layers {
+		if l.Group == groupStdlib6 {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // groupStdlib6 is the group of layers compress/flate wrote at level 6.

@@ -1,27 +1,28 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"strings"
 
 	"github.com/cairn-registry/cairn/internal/auth"
 	"github.com/cairn-registry/cairn/internal/config"
+	"github.com/cairn-registry/cairn/internal/notify"
 )
 
 // newAuthorizer builds the authorizer auth configures; nil when none is.
+// With htpasswd, logins go through auth.Accounts (htpasswd users and robot
+// keys, failed logins limited per address) under one access policy, served
+// as Basic or, with tokenservice, through cairn's own token service.
 func newAuthorizer(c config.Auth) (auth.Authorizer, error) {
 	var a auth.Authorizer
 	switch {
 	case c.Htpasswd != nil:
-		h, err := auth.LoadHtpasswd(c.Htpasswd.Realm, c.Htpasswd.Path)
-		if err != nil {
-			return nil, fmt.Errorf("config: auth.htpasswd.path: %w", err)
-		}
-		a = h
-		if c.AccessControl != nil {
-			if a, err = auth.WithAccessControl(h, accessControl(*c.AccessControl)); err != nil {
-				return nil, fmt.Errorf("config: auth.accesscontrol: %w", err)
-			}
-		}
+		return newAccountsAuthorizer(c)
 	case c.Silly != nil:
 		a = auth.NewSilly(c.Silly.Realm, c.Silly.Service)
 	case c.Token != nil:
@@ -48,6 +49,151 @@ func newAuthorizer(c config.Auth) (auth.Authorizer, error) {
 	return a, nil
 }
 
+// newAccountsAuthorizer is newAuthorizer for htpasswd: Basic, or the token
+// service. Anonymous pulls and access control are part of their policy.
+func newAccountsAuthorizer(c config.Auth) (auth.Authorizer, error) {
+	h, err := auth.LoadHtpasswd(c.Htpasswd.Realm, c.Htpasswd.Path)
+	if err != nil {
+		return nil, fmt.Errorf("config: auth.htpasswd.path: %w", err)
+	}
+	var robots *auth.Robots
+	if c.Robots.Path != "" {
+		robots = auth.NewRobots(c.Robots.Path)
+		// A file that does not read would refuse every key: say so now.
+		if _, err := auth.ReadRobots(c.Robots.Path); err != nil {
+			return nil, fmt.Errorf("config: auth.robots.path: %w", err)
+		}
+	}
+	accounts := auth.NewAccounts(h, robots, auth.NewLoginLimiter(c.FailedLogins.Limits()))
+	var ac *auth.AccessControl
+	if c.AccessControl != nil {
+		x := accessControl(*c.AccessControl)
+		ac = &x
+	}
+	if c.TokenService == nil {
+		b, err := auth.NewBasic(c.Htpasswd.Realm, accounts, ac, c.Anonymous.Pull)
+		if err != nil {
+			return nil, fmt.Errorf("config: auth.accesscontrol: %w", err)
+		}
+		return b, nil
+	}
+	t := c.TokenService.TokenDefaults()
+	if t.Key == "" {
+		return nil, errors.New("config: auth.tokenservice.key: required with an object-store driver (every node must sign with the same key)")
+	}
+	key, _, err := auth.LoadSigningKey(t.Key, true)
+	if err != nil {
+		return nil, fmt.Errorf("config: auth.tokenservice.key: %w", err)
+	}
+	s, err := auth.NewTokenService(auth.TokenServiceOptions{
+		Realm: t.Realm, Service: t.Service, Issuer: t.Issuer,
+		Expiration: t.Expiration, RefreshExpiration: t.RefreshExpiration,
+		Key: key, Accounts: accounts, BasicRealm: c.Htpasswd.Realm, AccessControl: ac, AnonymousPull: c.Anonymous.Pull,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("config: auth.tokenservice: %w", err)
+	}
+	return s, nil
+}
+
+// authDefaults fills the default paths of the identity files, beside the
+// registry's files with the filesystem driver: the robot file, and the
+// token service's signing key.
+// The token service's other defaults are filled too, so that config check
+// shows the values in force.
+func authDefaults(cfg *config.Config) {
+	a := &cfg.Auth
+	if t := a.TokenService; t != nil {
+		*t = t.TokenDefaults()
+	}
+	fs := cfg.Storage.Filesystem
+	if a.Htpasswd == nil || fs == nil {
+		return
+	}
+	if a.Robots.Path == "" {
+		a.Robots.Path = filepath.Join(fs.RootDirectory, "cairn-robots.json")
+	}
+	if t := a.TokenService; t != nil && t.Key == "" {
+		t.Key = filepath.Join(fs.RootDirectory, "cairn-token-key.pem")
+	}
+}
+
+// withIdentity serves the token endpoint beside next when the current
+// authorizer is cairn's token service, gives every request the audit
+// trail its logins are reported to, and has the web page's refusals
+// challenge Basic.
+func withIdentity(next http.Handler, authz auth.Authorizer, log *slog.Logger, events interface{ Notify(notify.Event) }) http.Handler {
+	if authz == nil {
+		return next
+	}
+	trail := auditTrail{log: log, events: events}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := auth.WithAuditor(r.Context(), trail)
+		if r.URL.Path == uiPrefix || strings.HasPrefix(r.URL.Path, uiPrefix+"/") {
+			// Browsers prompt for a password only on a Basic challenge.
+			ctx = auth.PreferBasic(ctx)
+		}
+		r = r.WithContext(ctx)
+		if r.URL.Path == auth.TokenPath {
+			// Asked per request: a reload may turn the service on or off.
+			if ts := tokenService(authz); ts != nil {
+				ts.ServeHTTP(w, r)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func tokenService(a auth.Authorizer) *auth.TokenService {
+	if s, ok := a.(*auth.Swappable); ok {
+		a = s.Current()
+	}
+	ts, _ := a.(*auth.TokenService)
+	return ts
+}
+
+// auditEvents is where audit events go besides the log: the notifier,
+// when auth.audit.events asks for it (nil otherwise, and never a nil
+// *Notifier in the interface).
+func auditEvents(cfg *config.Config, n *notify.Notifier) interface{ Notify(notify.Event) } {
+	if !cfg.Auth.Audit.Events || n == nil {
+		return nil
+	}
+	return n
+}
+
+// Audit actions of robot keys, besides auth's login actions.
+const (
+	auditRobotCreate = "robot.create"
+	auditRobotRevoke = "robot.revoke"
+)
+
+// auditTrail writes audit events as log lines and, with auth.audit.events,
+// as events on the notification queue (action login, login.failed,
+// login.held; actor the user name; request addr and user agent).
+type auditTrail struct {
+	log    *slog.Logger
+	events interface{ Notify(notify.Event) }
+}
+
+func (a auditTrail) Audit(ctx context.Context, e auth.AuditEvent) {
+	level := slog.LevelInfo
+	attrs := []any{"action", e.Action, "user", e.User, "robot", e.Robot, "addr", e.Addr, "via", e.Via, "useragent", e.UserAgent}
+	if e.Err != nil {
+		level = slog.LevelWarn
+		attrs = append(attrs, "err", e.Err)
+	}
+	a.log.Log(ctx, level, "audit", attrs...)
+	if a.events != nil {
+		a.events.Notify(notify.Event{
+			Action:  e.Action,
+			Actor:   notify.Actor{Name: e.User},
+			Request: notify.Request{Addr: e.Addr, UserAgent: e.UserAgent},
+		})
+	}
+}
+
 // accessControl is the auth package's form of the accesscontrol section.
 func accessControl(c config.AccessControl) auth.AccessControl {
 	policy := func(p config.ACLPolicy) auth.Policy {
@@ -70,12 +216,17 @@ func accessControl(c config.AccessControl) auth.AccessControl {
 func authName(c config.Auth) string {
 	name := "none"
 	switch {
+	case c.Htpasswd != nil && c.TokenService != nil:
+		name = "htpasswd+tokenservice"
 	case c.Htpasswd != nil:
 		name = "htpasswd"
 	case c.Token != nil:
 		name = "token"
 	case c.Silly != nil:
 		name = "silly"
+	}
+	if c.Htpasswd != nil && c.Robots.Path != "" {
+		name += "+robots"
 	}
 	if c.Anonymous.Pull {
 		name += "+anonymous-pull"

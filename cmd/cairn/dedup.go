@@ -193,85 +193,26 @@ func openMeta(ctx context.Context, cfg *config.Config, lockTimeout time.Duration
 }
 
 func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return fmt.Errorf("%w: dedup: missing subcommand (want: run, stats, repack, reindex)", errUsage)
-	}
-	if args[0] == "rebuild" {
-		args = append([]string{"reindex"}, args[1:]...)
-	}
-	switch args[0] {
-	case "run", "stats", "repack", "reindex":
-	case "-h", "-help", "--help", "help":
-		fmt.Fprintln(stdout, dedupUsage)
-		return nil
-	default:
-		return fmt.Errorf("%w: dedup: unknown subcommand %q (want: run, stats, repack, reindex)", errUsage, args[0])
-	}
-	sub := args[0]
-	fs := flag.NewFlagSet("cairn dedup "+sub, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	configPath := fs.String("config", "", "configuration `file` (distribution's config.yml keys)")
-	root := fs.String("root", "", "filesystem storage root `directory` (overrides the storage section)")
-	asJSON := fs.Bool("json", false, "print one JSON object")
-	var mode *string
-	quiet := new(bool)
-	force := new(bool)
-	switch sub {
-	case "run":
-		mode = fs.String("mode", "", "process every repository in this `mode` (index, full, selective)")
-		quiet = fs.Bool("quiet", false, "print no progress")
-	case "reindex":
-		quiet = fs.Bool("quiet", false, "print no progress")
-		force = fs.Bool("force", false, "take over a bolt metadata store that indexes another storage")
-	}
-	if done, err := parseFlags(fs, args[1:], "dedup "+sub, dedupUsage, stdout); done || err != nil {
+	f, done, err := parseDedupFlags(args, stdout)
+	if done || err != nil {
 		return err
 	}
-	var forceMode dedup.Mode
-	if mode != nil && *mode != "" {
-		m, err := dedup.ParseMode(*mode)
-		if err != nil || m == dedup.ModeOff {
-			return fmt.Errorf("%w: dedup run: --mode %q is not index, full or selective", errUsage, *mode)
-		}
-		forceMode = m
-	}
-	cfg, _, err := loadConfig(*configPath, *root, func(c *config.Config) {
-		if forceMode != "" {
-			c.Storage.Dedup.Mode = string(forceMode)
-		}
-		if sub == "reindex" && !c.Storage.Dedup.Active() {
-			// Layers deduplicated earlier stay served with dedup off:
-			// their metadata is rebuilt all the same (the mode only
-			// decides that a missing bolt file is created).
-			c.Storage.Dedup.Mode = string(dedup.ModeIndex)
-		}
-	})
+	cfg, err := f.load()
 	if err != nil {
 		return err
 	}
-	if cfg.Storage.InMemory != nil {
-		return fmt.Errorf("dedup %s: the inmemory driver keeps nothing between processes", sub)
-	}
-	if sub == "run" && !cfg.Storage.Dedup.Active() {
-		return fmt.Errorf("%w: dedup run: storage.dedup.mode is off; set it or pass --mode", errUsage)
-	}
-	if fsc := cfg.Storage.Filesystem; fsc != nil {
-		if _, err := os.Stat(fsc.RootDirectory); err != nil {
-			return fmt.Errorf("dedup %s: storage root: %w", sub, err)
-		}
-	}
 	store, err := openMeta(ctx, cfg, time.Second, newLogger(stderr, cfg.Log))
 	if errors.Is(err, meta.ErrLocked) {
-		if sub == "stats" && cfg.HTTP.Debug.Addr != "" {
-			return remoteStats(ctx, cfg.HTTP.Debug.Addr, *asJSON, stdout)
+		if f.sub == "stats" && cfg.HTTP.Debug.Addr != "" {
+			return remoteStats(ctx, cfg.HTTP.Debug.Addr, f.asJSON, stdout)
 		}
-		return fmt.Errorf("dedup %s: the metadata store is in use by a running cairn serve (stop it, or set http.debug.addr to query it)", sub)
+		return fmt.Errorf("dedup %s: the metadata store is in use by a running cairn serve (stop it, or set http.debug.addr to query it)", f.sub)
 	}
 	if err != nil {
 		return err
 	}
 	if store == nil {
-		return fmt.Errorf("dedup %s: dedup has never run on this storage (no metadata store)", sub)
+		return fmt.Errorf("dedup %s: dedup has never run on this storage (no metadata store)", f.sub)
 	}
 	defer store.Close()
 	d, err := newDriver(ctx, cfg)
@@ -280,32 +221,118 @@ func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	opts := dedupOptions(cfg)
 	opts.PreconstructDir = "" // the CLI serves nothing
-	log := newLogger(stderr, cfg.Log)
-	e, err := dedup.New(d, store, opts, log, nil)
+	e, err := dedup.New(d, store, opts, newLogger(stderr, cfg.Log), nil)
 	if err != nil {
 		return err
 	}
 	defer e.Close()
-	if sub == "stats" {
+	switch f.sub {
+	case "stats":
 		st, err := e.Stats(ctx)
 		if err != nil {
 			return fmt.Errorf("dedup stats: %w", err)
 		}
-		return printStats(stdout, st, *asJSON)
-	}
-	if sub == "repack" {
-		return repack(ctx, e, *asJSON, stdout)
-	}
-	if sub == "reindex" {
+		return printStats(stdout, st, f.asJSON)
+	case "repack":
+		return repack(ctx, e, f.asJSON, stdout)
+	case "reindex":
 		metaFile := ""
 		if cfg.Storage.Dedup.Metadata.Redis == nil {
 			metaFile, _ = metaPath(cfg)
 		}
-		return reindex(ctx, d, store, metaFile, *force, *asJSON, *quiet, stdout, stderr)
+		return reindex(ctx, d, store, metaFile, f.force, f.asJSON, f.quiet, stdout, stderr)
 	}
+	return f.runAll(ctx, e, stdout, stderr)
+}
+
+// dedupFlags is what a `cairn dedup` command line says: the subcommand
+// (sub) and its flags.
+type dedupFlags struct {
+	sub, configPath, root string
+	asJSON, quiet, force  bool
+	forceMode             dedup.Mode // run --mode; "" : each repository's
+}
+
+// parseDedupFlags parses a `cairn dedup` command line; done after help.
+func parseDedupFlags(args []string, stdout io.Writer) (f dedupFlags, done bool, err error) {
+	if len(args) == 0 {
+		return f, true, fmt.Errorf("%w: dedup: missing subcommand (want: run, stats, repack, reindex)", errUsage)
+	}
+	if args[0] == "rebuild" {
+		args = append([]string{"reindex"}, args[1:]...)
+	}
+	switch args[0] {
+	case "run", "stats", "repack", "reindex":
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintln(stdout, dedupUsage)
+		return f, true, nil
+	default:
+		return f, true, fmt.Errorf("%w: dedup: unknown subcommand %q (want: run, stats, repack, reindex)", errUsage, args[0])
+	}
+	f.sub = args[0]
+	fs := flag.NewFlagSet("cairn dedup "+f.sub, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&f.configPath, "config", "", "configuration `file` (distribution's config.yml keys)")
+	fs.StringVar(&f.root, "root", "", "filesystem storage root `directory` (overrides the storage section)")
+	fs.BoolVar(&f.asJSON, "json", false, "print one JSON object")
+	var mode string
+	switch f.sub {
+	case "run":
+		fs.StringVar(&mode, "mode", "", "process every repository in this `mode` (index, full, selective)")
+		fs.BoolVar(&f.quiet, "quiet", false, "print no progress")
+	case "reindex":
+		fs.BoolVar(&f.quiet, "quiet", false, "print no progress")
+		fs.BoolVar(&f.force, "force", false, "take over a bolt metadata store that indexes another storage")
+	}
+	if done, err := parseFlags(fs, args[1:], "dedup "+f.sub, dedupUsage, stdout); done || err != nil {
+		return f, true, err
+	}
+	if mode != "" {
+		m, err := dedup.ParseMode(mode)
+		if err != nil || m == dedup.ModeOff {
+			return f, true, fmt.Errorf("%w: dedup run: --mode %q is not index, full or selective", errUsage, mode)
+		}
+		f.forceMode = m
+	}
+	return f, false, nil
+}
+
+// load reads and checks the configuration, with --mode applied, and
+// refuses what the subcommand cannot work on.
+func (f dedupFlags) load() (*config.Config, error) {
+	cfg, _, err := loadConfig(f.configPath, f.root, func(c *config.Config) {
+		if f.forceMode != "" {
+			c.Storage.Dedup.Mode = string(f.forceMode)
+		}
+		if f.sub == "reindex" && !c.Storage.Dedup.Active() {
+			// Layers deduplicated earlier stay served with dedup off:
+			// their metadata is rebuilt all the same (the mode only
+			// decides that a missing bolt file is created).
+			c.Storage.Dedup.Mode = string(dedup.ModeIndex)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Storage.InMemory != nil {
+		return nil, fmt.Errorf("dedup %s: the inmemory driver keeps nothing between processes", f.sub)
+	}
+	if f.sub == "run" && !cfg.Storage.Dedup.Active() {
+		return nil, fmt.Errorf("%w: dedup run: storage.dedup.mode is off; set it or pass --mode", errUsage)
+	}
+	if fsc := cfg.Storage.Filesystem; fsc != nil {
+		if _, err := os.Stat(fsc.RootDirectory); err != nil {
+			return nil, fmt.Errorf("dedup %s: storage root: %w", f.sub, err)
+		}
+	}
+	return cfg, nil
+}
+
+// runAll runs `cairn dedup run` and prints what it did.
+func (f dedupFlags) runAll(ctx context.Context, e *dedup.Engine, stdout, stderr io.Writer) error {
 	start := time.Now()
-	ro := dedup.RunOptions{Force: forceMode}
-	if !*quiet {
+	ro := dedup.RunOptions{Force: f.forceMode}
+	if !f.quiet {
 		p := &dedupProgress{newProgressLine(stderr)}
 		ro.Progress, ro.ProgressInterval = p.print, p.interval
 		defer p.finish()
@@ -314,7 +341,7 @@ func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("dedup run: %w", err)
 	}
-	if *asJSON {
+	if f.asJSON {
 		return json.NewEncoder(stdout).Encode(rs)
 	}
 	fmt.Fprintf(stdout, "dedup run: %d manifests, %d layers in %s\n", rs.Manifests, rs.Layers, time.Since(start).Round(time.Millisecond))
@@ -341,14 +368,8 @@ func (p *dedupProgress) print(pr dedup.RunProgress) {
 			pr.Manifests, pr.Done, pr.Layers, pr.Errors, pr.Elapsed.Round(time.Second))
 		return
 	}
-	const width = 30
-	bar := strings.Repeat(" ", width)
-	if pr.Layers > 0 {
-		n := min(pr.Done, pr.Layers) * width / pr.Layers
-		bar = strings.Repeat("#", n) + strings.Repeat("-", width-n)
-	}
 	p.draw("dedup run [%s] %d/%d layers  %d manifests  %d failed  %s",
-		bar, pr.Done, pr.Layers, pr.Manifests, pr.Errors, pr.Elapsed.Round(100*time.Millisecond))
+		bar(pr.Done, pr.Layers), pr.Done, pr.Layers, pr.Manifests, pr.Errors, pr.Elapsed.Round(100*time.Millisecond))
 }
 
 // repack runs `cairn dedup repack`.
@@ -486,9 +507,16 @@ func openDedup(ctx context.Context, cfg *config.Config, d driver.Driver, log *sl
 	return e, store, nil
 }
 
+// reindexTarget is what `cairn dedup reindex` needs of the metadata store:
+// what a reindex writes, and Close to move a foreign bolt file aside.
+type reindexTarget interface {
+	dedup.ReindexStore
+	io.Closer
+}
+
 // reindex runs `cairn dedup reindex`.
 // metaFile is the bolt store's path ("" with Redis).
-func reindex(ctx context.Context, d driver.Driver, store meta.Store, metaFile string, force, asJSON, quiet bool, stdout, stderr io.Writer) error {
+func reindex(ctx context.Context, d driver.Driver, store reindexTarget, metaFile string, force, asJSON, quiet bool, stdout, stderr io.Writer) error {
 	st, err := dedup.CheckIndex(ctx, d, store)
 	if err != nil {
 		return fmt.Errorf("dedup reindex: %s", oneLine(err.Error()))

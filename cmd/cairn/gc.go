@@ -50,106 +50,157 @@ there), retention.*, log.*.`
 // stderr. It fails with a one-line reason when the run could not complete
 // or some deletions failed.
 func runGC(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("cairn gc", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	configPath := fs.String("config", "", "configuration `file` (distribution's config.yml keys)")
-	root := fs.String("root", "", "filesystem storage root `directory` (overrides the storage section)")
-	dryRun := fs.Bool("dry-run", false, "report what would be deleted; delete nothing")
-	deleteUntagged := fs.Bool("delete-untagged", false, "also delete manifests no tag reaches")
-	delay := fs.Duration("delay", 0, "keep what was modified within this `duration` before the run (default storage.gc.delay, 1h)")
-	batch := fs.Int("batch-size", 0, "paths per bulk delete (default storage.gc.batchsize, 1000)")
-	conc := fs.Int("concurrency", 0, "manifest reads and bulk deletes in flight (default storage.gc.concurrency, 8)")
-	asJSON := fs.Bool("json", false, "print the report as one JSON object")
-	quiet := fs.Bool("quiet", false, "print no progress, and no summary unless --json")
-	if done, err := parseFlags(fs, args, "gc", gcUsage, stdout); done || err != nil {
+	f, done, err := parseGCFlags(args, stdout)
+	if done || err != nil {
 		return err
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if (set["delay"] && *delay < 0) || (set["batch-size"] && *batch < 1) || (set["concurrency"] && *conc < 1) {
-		return fmt.Errorf("%w: gc: --delay must be >= 0, --batch-size and --concurrency >= 1", errUsage)
-	}
-
-	cfg, _, err := loadConfig(*configPath, *root, nil)
+	cfg, _, err := loadConfig(f.configPath, f.root, nil)
 	if err != nil {
 		return err
 	}
-	if cfg.Storage.InMemory != nil {
-		return errors.New("gc: the inmemory driver keeps nothing between processes; nothing to collect")
-	}
-	if fs := cfg.Storage.Filesystem; fs != nil {
-		if _, err := os.Stat(fs.RootDirectory); err != nil {
-			return fmt.Errorf("gc: storage root: %w", err)
-		}
+	if err := checkStored(cfg, "gc", "; nothing to collect"); err != nil {
+		return err
 	}
 	d, err := newDriver(ctx, cfg)
 	if err != nil {
 		return err
 	}
-
-	// Deleting a deduplicated layer must release its files, which needs
-	// the metadata store: refuse rather than leak them.
-	store, err := openMeta(ctx, cfg, time.Second, newLogger(stderr, cfg.Log))
-	if errors.Is(err, meta.ErrLocked) {
-		return errors.New("gc: the dedup metadata store is in use by a running cairn serve; enable storage.gc in serve, or stop it")
-	}
+	store, err := f.openMeta(ctx, cfg, d, stderr)
 	if err != nil {
 		return err
 	}
 	if store != nil {
 		defer store.Close()
 	}
-	if store != nil && !*dryRun {
-		// This process owns a bolt store (serve is stopped), so nobody
-		// else rebuilds it: an incomplete index is rebuilt before the run,
-		// which then collects packs and files too.
-		if err := ensureIndexed(ctx, "gc", d, store, *quiet, stderr); err != nil {
-			return err
-		}
-	}
-	opts := gcOptions(cfg.Storage.GC)
-	if err := withDedup(&opts, d, store, cfg); err != nil {
+	opts, closeOpts, err := f.options(ctx, cfg, d, store, stderr)
+	if err != nil {
 		return err
 	}
-	opts.DryRun = *dryRun
-	opts.DeleteUntagged = opts.DeleteUntagged || *deleteUntagged
-	if set["delay"] {
-		opts.Delay = *delay
+	defer closeOpts()
+	gcd, events, err := f.retention(ctx, cfg, d, stdout, stderr)
+	if err != nil {
+		return err
 	}
-	if set["batch-size"] {
-		opts.BatchSize = *batch
+	if !f.quiet {
+		p := newGCProgress(stderr)
+		opts.Progress, opts.ProgressInterval = p.print, p.interval
+		defer p.finish()
 	}
-	if set["concurrency"] {
-		opts.Concurrency = *conc
+	rep, runErr := gc.Run(ctx, gcd, opts)
+	if !f.dryRun {
+		events = append(events, gcEvent(rep, runErr))
+		deliverEvents(ctx, cfg, newLogger(stderr, cfg.Log), events)
 	}
-	if cfg.Storage.Cache.DescriptorCache() == "redis" && !*dryRun {
-		// The servers' shared cache must not keep answering HEADs for
-		// what this run deletes. An inmemory cache lives in serve's
-		// process, out of reach: see README (storage.cache.ttl).
-		dc, closeDC, err := newDescriptorCache(ctx, cfg, nil)
-		if err != nil {
-			newLogger(stderr, cfg.Log).Warn("gc: the blob descriptor cache is out of reach; its entries of what this run deletes expire on their own", "err", err)
-		} else {
-			defer closeDC()
-			opts.Forget, _ = dc.(gc.BlobForgetter)
-		}
+	return f.report(rep, runErr, stdout)
+}
+
+// gcFlags is what `cairn gc`'s command line says; set names the flags
+// given, which override the configuration.
+type gcFlags struct {
+	configPath, root                      string
+	dryRun, deleteUntagged, asJSON, quiet bool
+	delay                                 time.Duration
+	batch, conc                           int
+	set                                   map[string]bool
+}
+
+// parseGCFlags parses `cairn gc`'s command line; done after -h.
+func parseGCFlags(args []string, stdout io.Writer) (f gcFlags, done bool, err error) {
+	fs := flag.NewFlagSet("cairn gc", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&f.configPath, "config", "", "configuration `file` (distribution's config.yml keys)")
+	fs.StringVar(&f.root, "root", "", "filesystem storage root `directory` (overrides the storage section)")
+	fs.BoolVar(&f.dryRun, "dry-run", false, "report what would be deleted; delete nothing")
+	fs.BoolVar(&f.deleteUntagged, "delete-untagged", false, "also delete manifests no tag reaches")
+	fs.DurationVar(&f.delay, "delay", 0, "keep what was modified within this `duration` before the run (default storage.gc.delay, 1h)")
+	fs.IntVar(&f.batch, "batch-size", 0, "paths per bulk delete (default storage.gc.batchsize, 1000)")
+	fs.IntVar(&f.conc, "concurrency", 0, "manifest reads and bulk deletes in flight (default storage.gc.concurrency, 8)")
+	fs.BoolVar(&f.asJSON, "json", false, "print the report as one JSON object")
+	fs.BoolVar(&f.quiet, "quiet", false, "print no progress, and no summary unless --json")
+	if done, err := parseFlags(fs, args, "gc", gcUsage, stdout); done || err != nil {
+		return f, true, err
 	}
-	// Retention policies first: what they delete is collected in this run
-	// (a dry run reports both). A dry run reads the store through a
-	// preview, into which retention evicts (unless retention.dryrun keeps
-	// the real run from evicting too): the GC's counts are then those of
-	// the real run, blobs only the evicted manifests held included.
+	f.set = map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	if (f.set["delay"] && f.delay < 0) || (f.set["batch-size"] && f.batch < 1) || (f.set["concurrency"] && f.conc < 1) {
+		return f, true, fmt.Errorf("%w: gc: --delay must be >= 0, --batch-size and --concurrency >= 1", errUsage)
+	}
+	return f, false, nil
+}
+
+// openMeta opens the dedup metadata store (nil: none). Deleting a
+// deduplicated layer must release its files, which needs it: a store in
+// use is refused rather than its files leaked.
+func (f gcFlags) openMeta(ctx context.Context, cfg *config.Config, d driver.Driver, stderr io.Writer) (meta.Store, error) {
+	store, err := openMeta(ctx, cfg, time.Second, newLogger(stderr, cfg.Log))
+	if errors.Is(err, meta.ErrLocked) {
+		return nil, errors.New("gc: the dedup metadata store is in use by a running cairn serve; enable storage.gc in serve, or stop it")
+	}
+	if err != nil || store == nil || f.dryRun {
+		return store, err
+	}
+	// This process owns a bolt store (serve is stopped), so nobody else
+	// rebuilds it: an incomplete index is rebuilt before the run, which
+	// then collects packs and files too.
+	if err := ensureIndexed(ctx, "gc", d, store, f.quiet, stderr); err != nil {
+		store.Close()
+		return nil, err
+	}
+	return store, nil
+}
+
+// options are the run's options: storage.gc overridden by the flags, the
+// dedup metadata, and the shared blob descriptor cache to forget what the
+// run deletes in (closed by the func returned).
+func (f gcFlags) options(ctx context.Context, cfg *config.Config, d driver.Driver, store gcIndex, stderr io.Writer) (gc.Options, func(), error) {
+	opts := gcOptions(cfg.Storage.GC)
+	if err := withDedup(&opts, d, store, cfg); err != nil {
+		return opts, nil, err
+	}
+	opts.DryRun = f.dryRun
+	opts.DeleteUntagged = opts.DeleteUntagged || f.deleteUntagged
+	if f.set["delay"] {
+		opts.Delay = f.delay
+	}
+	if f.set["batch-size"] {
+		opts.BatchSize = f.batch
+	}
+	if f.set["concurrency"] {
+		opts.Concurrency = f.conc
+	}
+	if cfg.Storage.Cache.DescriptorCache() != "redis" || f.dryRun {
+		return opts, func() {}, nil
+	}
+	// The servers' shared cache must not keep answering HEADs for what
+	// this run deletes. An inmemory cache lives in serve's process, out of
+	// reach: see README (storage.cache.ttl).
+	dc, closeDC, err := newDescriptorCache(ctx, cfg, nil)
+	if err != nil {
+		newLogger(stderr, cfg.Log).Warn("gc: the blob descriptor cache is out of reach; its entries of what this run deletes expire on their own", "err", err)
+		return opts, func() {}, nil
+	}
+	opts.Forget, _ = dc.(gc.BlobForgetter)
+	return opts, closeDC, nil
+}
+
+// retention applies the retention policies before the run: what they
+// delete is collected in this run (a dry run reports both). A dry run
+// reads the store through a preview, into which retention evicts (unless
+// retention.dryrun keeps the real run from evicting too): the GC's counts
+// are then those of the real run, blobs only the evicted manifests held
+// included. It returns the driver the run reads and retention's events.
+func (f gcFlags) retention(ctx context.Context, cfg *config.Config, d driver.Driver, stdout, stderr io.Writer) (driver.Driver, []notify.Event, error) {
 	gcd, retd := d, d
-	if *dryRun {
+	if f.dryRun {
 		pv := retention.NewPreview(d)
 		gcd = pv
 		if !cfg.Retention.DryRun {
 			retd = pv
 		}
 	}
-	ret, err := newRetention(cfg, registry.New(retd, registryOptions(cfg)), *dryRun)
+	ret, err := newRetention(cfg, registry.New(retd, registryOptions(cfg)), f.dryRun)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	rrep, err := applyRetention(ctx, newLogger(stderr, cfg.Log), ret)
 	// Retention's deletes are events as they are inside serve; what it
@@ -160,35 +211,30 @@ func runGC(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if err != nil {
 		deliverEvents(ctx, cfg, newLogger(stderr, cfg.Log), events)
-		return fmt.Errorf("gc: retention: %s", oneLine(err.Error()))
+		return nil, nil, fmt.Errorf("gc: retention: %s", oneLine(err.Error()))
 	}
-	if rrep != nil && !*quiet && !*asJSON {
+	if rrep != nil && !f.quiet && !f.asJSON {
 		verb := "deleted"
 		if rrep.DryRun {
 			verb = "would delete"
 		}
 		fmt.Fprintf(stdout, "retention: %d repositories governed; %s %d tags and %d untagged manifests\n", rrep.Repositories, verb, len(rrep.Tags), len(rrep.Manifests))
 	}
-	if !*quiet {
-		p := newGCProgress(stderr)
-		opts.Progress, opts.ProgressInterval = p.print, p.interval
-		defer p.finish()
-	}
+	return gcd, events, nil
+}
 
-	rep, runErr := gc.Run(ctx, gcd, opts)
-	if !*dryRun {
-		events = append(events, gcEvent(rep, runErr))
-		deliverEvents(ctx, cfg, newLogger(stderr, cfg.Log), events)
-	}
+// report prints the run's report (a summary, or JSON) and fails with a
+// one-line reason when the run could not complete or deletions failed.
+func (f gcFlags) report(rep *gc.Report, runErr error, stdout io.Writer) error {
 	if rep != nil {
 		switch {
-		case *asJSON:
+		case f.asJSON:
 			enc := json.NewEncoder(stdout)
 			enc.SetIndent("", "  ")
 			if err := enc.Encode(rep); err != nil {
 				return err
 			}
-		case !*quiet:
+		case !f.quiet:
 			writeGCSummary(stdout, rep, runErr == nil)
 		}
 	}
@@ -238,9 +284,18 @@ func deliverEvents(ctx context.Context, cfg *config.Config, log *slog.Logger, ev
 	}
 }
 
+// gcIndex is what a GC run needs of the dedup metadata store: the files'
+// references, the pack records (compaction places files too), and the
+// identity that tells whether the index is complete.
+type gcIndex interface {
+	gc.DedupIndex
+	gc.PackIndex
+	meta.Identity
+}
+
 // withDedup gives a run the dedup metadata store (nil: none): layers'
 // file references, pack records and compaction.
-func withDedup(opts *gc.Options, d driver.Driver, store meta.Store, cfg *config.Config) error {
+func withDedup(opts *gc.Options, d driver.Driver, store gcIndex, cfg *config.Config) error {
 	if store == nil {
 		return nil
 	}
@@ -265,7 +320,7 @@ func withDedup(opts *gc.Options, d driver.Driver, store meta.Store, cfg *config.
 // complete index of it, before a command (cmd, in messages) that trusts
 // it; one of another storage is left for the operator (GC then keeps every
 // pack and file).
-func ensureIndexed(ctx context.Context, cmd string, d driver.Driver, store meta.Store, quiet bool, stderr io.Writer) error {
+func ensureIndexed(ctx context.Context, cmd string, d driver.Driver, store dedup.ReindexStore, quiet bool, stderr io.Writer) error {
 	st, err := dedup.CheckIndex(ctx, d, store)
 	if err != nil {
 		return fmt.Errorf("%s: dedup metadata: %s", cmd, oneLine(err.Error()))
@@ -284,6 +339,30 @@ func ensureIndexed(ctx context.Context, cmd string, d driver.Driver, store meta.
 		fmt.Fprintf(stderr, "%s: dedup metadata rebuilt: %d recipes, %d packs, %d files located in %.2fs (complete: %v)\n", cmd, rs.Recipes, rs.Packs, rs.Placed, rs.Seconds, rs.Complete)
 	}
 	return nil
+}
+
+// checkStored refuses storage a one-off command (cmd, in messages) has
+// nothing to work on in: the inmemory driver's (nothing, the rest of its
+// message), or a filesystem root that is not there.
+func checkStored(cfg *config.Config, cmd, nothing string) error {
+	if cfg.Storage.InMemory != nil {
+		return fmt.Errorf("%s: the inmemory driver keeps nothing between processes%s", cmd, nothing)
+	}
+	if fs := cfg.Storage.Filesystem; fs != nil {
+		if _, err := os.Stat(fs.RootDirectory); err != nil {
+			return fmt.Errorf("%s: storage root: %w", cmd, err)
+		}
+	}
+	return nil
+}
+
+// counts lists a report's counts as "key n, key n", keys in order.
+func counts[K ~string](m map[K]int64) string {
+	parts := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func gcOptions(g config.GC) gc.Options {
@@ -335,12 +414,7 @@ func writeGCSummary(w io.Writer, r *gc.Report, completed bool) {
 	for _, k := range r.ProblemKinds() {
 		fmt.Fprintf(w, "  problem: %s: %d (e.g. %s)\n", k, r.Problems[k], strings.Join(r.Examples[k], ", "))
 	}
-	kinds := slices.Sorted(maps.Keys(r.Requests))
-	parts := make([]string, len(kinds))
-	for i, k := range kinds {
-		parts[i] = fmt.Sprintf("%s %d", k, r.Requests[k])
-	}
-	fmt.Fprintf(w, "  storage: %s\n", strings.Join(parts, ", "))
+	fmt.Fprintf(w, "  storage: %s\n", counts(r.Requests))
 }
 
 // gcProgress draws a progress bar on a terminal and prints a line
@@ -360,14 +434,8 @@ func (p *gcProgress) print(pr gc.Progress) {
 			pr.Phase, pr.Repositories, pr.Manifests, pr.Blobs, pr.Deleted, pr.Planned, pr.Elapsed.Round(time.Second))
 		return
 	}
-	const width = 30
-	bar := strings.Repeat(" ", width)
-	if pr.Planned > 0 {
-		n := int(min(pr.Deleted, pr.Planned) * width / pr.Planned)
-		bar = strings.Repeat("#", n) + strings.Repeat("-", width-n)
-	}
 	p.draw("gc %-5s [%s] %d/%d paths  %d repos  %d manifests  %d blobs  %s",
-		pr.Phase, bar, pr.Deleted, pr.Planned, pr.Repositories, pr.Manifests, pr.Blobs, pr.Elapsed.Round(100*time.Millisecond))
+		pr.Phase, bar(pr.Deleted, pr.Planned), pr.Deleted, pr.Planned, pr.Repositories, pr.Manifests, pr.Blobs, pr.Elapsed.Round(100*time.Millisecond))
 }
 
 // gcEvents receives the event of each scheduled run (notify.Notifier).
@@ -375,9 +443,6 @@ type gcEvents interface {
 	Notify(notify.Event)
 }
 
-// scheduledGC is the task of a scheduled garbage collection (the Runner
-// adds jitter, so that nodes sharing a store do not start together). A turn
-// is skipped while another node's or process's run is active.
 // gcHooks is what a scheduled GC run reports to, and retention to run
 // first; nil fields are skipped.
 type gcHooks struct {
@@ -394,7 +459,10 @@ type gcHooks struct {
 	descriptors registry.DescriptorCache
 }
 
-func scheduledGC(log *slog.Logger, d driver.Driver, cfg *config.Config, m *metrics.Metrics, store meta.Store, hooks gcHooks) task.Func {
+// scheduledGC is the task of a scheduled garbage collection (the Runner
+// adds jitter, so that nodes sharing a store do not start together). A turn
+// is skipped while another node's or process's run is active.
+func scheduledGC(log *slog.Logger, d driver.Driver, cfg *config.Config, m *metrics.Metrics, store gcIndex, hooks gcHooks) task.Func {
 	g := cfg.Storage.GC
 	opts := gcOptions(g)
 	if err := withDedup(&opts, d, store, cfg); err != nil {
@@ -447,23 +515,29 @@ func scheduledGC(log *slog.Logger, d driver.Driver, cfg *config.Config, m *metri
 		if err != nil {
 			return fmt.Errorf("gc: %w", err)
 		}
-		m.GCDeleted("manifests", int(rep.Deleted.Manifests))
-		m.GCDeleted("tag_index_entries", int(rep.Deleted.TagIndexEntries))
-		m.GCDeleted("layer_links", int(rep.Deleted.LayerLinks))
-		m.GCDeleted("blobs", int(rep.Deleted.Blobs))
-		m.GCDeleted("dedup_files", int(rep.Deleted.DedupFiles))
-		var problems int64
-		for _, n := range rep.Problems {
-			problems += n
-		}
-		lvl := slog.LevelInfo
-		if rep.DeleteFailures > 0 || problems > 0 || rep.BlobSweep != "done" || (rep.Dedup != nil && rep.Dedup.Left > 0) {
-			lvl = slog.LevelWarn
-		}
-		log.Log(ctx, lvl, "gc", "run", rep.RunID, "seconds", rep.Seconds,
-			"manifests", rep.Deleted.Manifests, "tag_index_entries", rep.Deleted.TagIndexEntries,
-			"layer_links", rep.Deleted.LayerLinks, "blobs", rep.Deleted.Blobs, "dedup_files", rep.Deleted.DedupFiles, "bytes_freed", rep.Deleted.BytesFreed,
-			"problems", problems, "delete_failures", rep.DeleteFailures, "blob_sweep", rep.BlobSweep)
+		logGCRun(ctx, log, m, rep)
 		return nil
 	}
+}
+
+// logGCRun counts a scheduled run's deletions in the metrics and logs
+// them: a warning when anything was left or went wrong.
+func logGCRun(ctx context.Context, log *slog.Logger, m *metrics.Metrics, rep *gc.Report) {
+	m.GCDeleted("manifests", int(rep.Deleted.Manifests))
+	m.GCDeleted("tag_index_entries", int(rep.Deleted.TagIndexEntries))
+	m.GCDeleted("layer_links", int(rep.Deleted.LayerLinks))
+	m.GCDeleted("blobs", int(rep.Deleted.Blobs))
+	m.GCDeleted("dedup_files", int(rep.Deleted.DedupFiles))
+	var problems int64
+	for _, n := range rep.Problems {
+		problems += n
+	}
+	lvl := slog.LevelInfo
+	if rep.DeleteFailures > 0 || problems > 0 || rep.BlobSweep != "done" || (rep.Dedup != nil && rep.Dedup.Left > 0) {
+		lvl = slog.LevelWarn
+	}
+	log.Log(ctx, lvl, "gc", "run", rep.RunID, "seconds", rep.Seconds,
+		"manifests", rep.Deleted.Manifests, "tag_index_entries", rep.Deleted.TagIndexEntries,
+		"layer_links", rep.Deleted.LayerLinks, "blobs", rep.Deleted.Blobs, "dedup_files", rep.Deleted.DedupFiles, "bytes_freed", rep.Deleted.BytesFreed,
+		"problems", problems, "delete_failures", rep.DeleteFailures, "blob_sweep", rep.BlobSweep)
 }

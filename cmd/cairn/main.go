@@ -11,8 +11,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime"
-	"runtime/debug"
 	"syscall"
 )
 
@@ -24,17 +22,14 @@ commands:
   gc        delete what no manifest references (cairn gc -h)
   dedup     deduplicate stored layers, or show what dedup saves (cairn dedup -h)
   scrub     check every blob, dedup file, recipe and link; repair (cairn scrub -h)
+  robot     create, list and revoke robot accounts (API keys) (cairn robot -h)
+  replicate run one pass of the replication targets (cairn replicate -h)
   bench     run a benchmark (cairn bench registry -h)
   version   print the version (cairn version -h)
 
 Every command that takes --config reads distribution's config.yml keys, then
 the REGISTRY_* environment variables; an unknown key stops it.
 `
-
-const versionUsage = `usage: cairn version
-
-Prints cairn's version, VCS revision, Go toolchain and platform (dedup's
-byte-exact rebuilds depend on the toolchain). Reads no configuration.`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -75,13 +70,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runDedup(ctx, args[1:], stdout, stderr)
 	case "scrub":
 		err = runScrub(ctx, args[1:], stdout, stderr)
+	case "robot":
+		err = runRobot(ctx, args[1:], stdout, stderr)
+	case "replicate":
+		err = runReplicate(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-v":
-		fs := flag.NewFlagSet("cairn version", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		var done bool
-		if done, err = parseFlags(fs, args[1:], "version", versionUsage, stdout); !done && err == nil {
-			fmt.Fprintln(stdout, versionString())
-		}
+		err = runVersion(args[1:], stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 	default:
@@ -101,24 +95,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "cairn: %v\n", err)
 		return 1
 	}
-}
-
-// versionString names the build: module version and VCS revision when the
-// binary carries them, and the Go toolchain (dedup's byte-exact rebuilds
-// depend on it).
-func versionString() string {
-	version, rev := "devel", ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-			version = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				rev = " " + s.Value[:12]
-			}
-		}
-	}
-	return fmt.Sprintf("cairn %s%s %s %s/%s", version, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 // parseFlags parses a command's flags. -h prints usage and the flags'

@@ -84,7 +84,6 @@ func sourceAddr(addr string) string {
 	return host
 }
 
-// gcEvent is the event of a finished GC run.
 // retentionEvents are distribution's delete events for what retention
 // deleted: a tag, or a manifest by digest; the actor is "retention".
 func retentionEvents(rep *retention.Report) []notify.Event {
@@ -98,6 +97,7 @@ func retentionEvents(rep *retention.Report) []notify.Event {
 	return out
 }
 
+// gcEvent is the event of a finished GC run.
 func gcEvent(rep *gc.Report, err error) notify.Event {
 	run := &notify.GCRun{}
 	if err != nil {

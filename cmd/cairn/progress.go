@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -38,4 +39,15 @@ func (p *progressLine) finish() {
 	if p.tty && p.drawn {
 		fmt.Fprintln(p.w)
 	}
+}
+
+// bar draws done of total as a bar of 30 cells (blank while total is
+// unknown).
+func bar[N int | int64](done, total N) string {
+	const width = 30
+	if total <= 0 {
+		return strings.Repeat(" ", width)
+	}
+	n := int(min(done, total) * width / total)
+	return strings.Repeat("#", n) + strings.Repeat("-", width-n)
 }

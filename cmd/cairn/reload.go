@@ -71,6 +71,8 @@ func stamp(files []string) map[string]fileStamp {
 }
 
 // run reloads on SIGHUP and when a watched file changes, until ctx ends.
+// Its own loop, not a task: a reload must not wait behind a GC or dedup
+// queue, and a SIGHUP is a signal to wait on, not a period.
 func (r *reloader) run(ctx context.Context, path string) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)

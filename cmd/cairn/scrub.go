@@ -9,9 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"os"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/cairn-registry/cairn/internal/meta"
@@ -68,45 +65,16 @@ validation.manifests (what a manifest's push required to be linked), log.*.`
 // runScrub runs `cairn scrub`: findings and the summary (or one JSON
 // report) on stdout, progress on stderr.
 func runScrub(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("cairn scrub", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	configPath := fs.String("config", "", "configuration `file` (distribution's config.yml keys)")
-	root := fs.String("root", "", "filesystem storage root `directory` (overrides the storage section)")
-	repair := fs.Bool("repair", false, "repair what can be repaired from intact copies; never deletes")
-	asJSON := fs.Bool("json", false, "print the report as one JSON object")
-	recipes := fs.String("recipes", string(scrub.RecipesSample), "recipes to rebuild: all, sample or none (every recipe's files are checked in all three)")
-	sample := fs.Int("sample", scrub.DefaultSample, "how many recipes --recipes sample rebuilds")
-	seed := fs.Uint64("seed", 0, "seed choosing the sample (default random; the report prints it)")
-	workers := fs.Int("workers", scrub.DefaultWorkers, "objects verified in parallel (tags and manifests: four times as many small reads)")
-	readLinks := fs.Bool("read-links", false, "also read every link's content (one GET per link)")
-	quiet := fs.Bool("quiet", false, "print no progress")
-	if done, err := parseFlags(fs, args, "scrub", scrubUsage, stdout); done || err != nil {
+	f, done, err := parseScrubFlags(args, stdout)
+	if done || err != nil {
 		return err
 	}
-	mode, err := scrub.ParseRecipeMode(*recipes)
-	if err != nil {
-		return fmt.Errorf("%w: scrub: --recipes %q is not all, sample or none", errUsage, *recipes)
-	}
-	if *sample < 1 || *workers < 1 {
-		return fmt.Errorf("%w: scrub: --sample and --workers must be >= 1", errUsage)
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if !set["seed"] {
-		*seed = rand.Uint64()
-	}
-
-	cfg, _, err := loadConfig(*configPath, *root, nil)
+	cfg, _, err := loadConfig(f.configPath, f.root, nil)
 	if err != nil {
 		return exitError{2, err}
 	}
-	if cfg.Storage.InMemory != nil {
-		return exitError{2, errors.New("scrub: the inmemory driver keeps nothing between processes; nothing to check")}
-	}
-	if fsc := cfg.Storage.Filesystem; fsc != nil {
-		if _, err := os.Stat(fsc.RootDirectory); err != nil {
-			return exitError{2, fmt.Errorf("scrub: storage root: %w", err)}
-		}
+	if err := checkStored(cfg, "scrub", "; nothing to check"); err != nil {
+		return exitError{2, err}
 	}
 	d, err := newDriver(ctx, cfg)
 	if err != nil {
@@ -122,23 +90,21 @@ func runScrub(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return exitError{2, fmt.Errorf("scrub: %w", err)}
 	}
 	log := newLogger(stderr, cfg.Log)
+	opts := f.opts
 	v := cfg.Validation.Manifests
-	opts := scrub.Options{
-		Recipes: mode, Sample: *sample, Seed: *seed, Workers: *workers,
-		ReadLinks: *readLinks, Repair: *repair, Log: log, Packs: packOptions(cfg),
-		Sparse:                v.Sparse,
-		IndexChildrenOptional: v.Indexes.Platforms != "" && v.Indexes.Platforms != "all",
-	}
+	opts.Log, opts.Packs = log, packOptions(cfg)
+	opts.Sparse = v.Sparse
+	opts.IndexChildrenOptional = v.Indexes.Platforms != "" && v.Indexes.Platforms != "all"
 	if store != nil {
 		defer store.Close()
 		// Locations an incomplete index lacks would read as missing files.
-		if err := ensureIndexed(ctx, "scrub", d, store, *quiet, stderr); err != nil {
+		if err := ensureIndexed(ctx, "scrub", d, store, f.quiet, stderr); err != nil {
 			return exitError{2, err}
 		}
 		opts.Meta = store
 	}
 	finish := func() {}
-	if !*quiet {
+	if !f.quiet {
 		p := newScrubProgress(stderr, log)
 		opts.Progress, opts.ProgressInterval, finish = p.print, p.interval, p.finish
 	}
@@ -147,7 +113,53 @@ func runScrub(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return exitError{2, errors.New(oneLine(err.Error()))}
 	}
-	if *asJSON {
+	return f.report(rep, stdout)
+}
+
+// scrubFlags is what `cairn scrub`'s command line says; opts holds the
+// run's options the flags set.
+type scrubFlags struct {
+	configPath, root string
+	asJSON, quiet    bool
+	opts             scrub.Options
+}
+
+// parseScrubFlags parses `cairn scrub`'s command line; done after -h. The
+// sample's seed is random unless --seed is given.
+func parseScrubFlags(args []string, stdout io.Writer) (f scrubFlags, done bool, err error) {
+	fs := flag.NewFlagSet("cairn scrub", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&f.configPath, "config", "", "configuration `file` (distribution's config.yml keys)")
+	fs.StringVar(&f.root, "root", "", "filesystem storage root `directory` (overrides the storage section)")
+	fs.BoolVar(&f.opts.Repair, "repair", false, "repair what can be repaired from intact copies; never deletes")
+	fs.BoolVar(&f.asJSON, "json", false, "print the report as one JSON object")
+	recipes := fs.String("recipes", string(scrub.RecipesSample), "recipes to rebuild: all, sample or none (every recipe's files are checked in all three)")
+	fs.IntVar(&f.opts.Sample, "sample", scrub.DefaultSample, "how many recipes --recipes sample rebuilds")
+	fs.Uint64Var(&f.opts.Seed, "seed", 0, "seed choosing the sample (default random; the report prints it)")
+	fs.IntVar(&f.opts.Workers, "workers", scrub.DefaultWorkers, "objects verified in parallel (tags and manifests: four times as many small reads)")
+	fs.BoolVar(&f.opts.ReadLinks, "read-links", false, "also read every link's content (one GET per link)")
+	fs.BoolVar(&f.quiet, "quiet", false, "print no progress")
+	if done, err := parseFlags(fs, args, "scrub", scrubUsage, stdout); done || err != nil {
+		return f, true, err
+	}
+	if f.opts.Recipes, err = scrub.ParseRecipeMode(*recipes); err != nil {
+		return f, true, fmt.Errorf("%w: scrub: --recipes %q is not all, sample or none", errUsage, *recipes)
+	}
+	if f.opts.Sample < 1 || f.opts.Workers < 1 {
+		return f, true, fmt.Errorf("%w: scrub: --sample and --workers must be >= 1", errUsage)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if !set["seed"] {
+		f.opts.Seed = rand.Uint64()
+	}
+	return f, false, nil
+}
+
+// report prints the report (findings and a summary, or JSON); findings
+// that remain are exit status 1.
+func (f scrubFlags) report(rep *scrub.Report, stdout io.Writer) error {
+	if f.asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {
@@ -211,19 +223,9 @@ func writeScrubReport(w io.Writer, r *scrub.Report) {
 		fmt.Fprintf(w, "  vanished: %d objects deleted between listing and reading (not findings)\n", c.Vanished)
 	}
 	if total > 0 {
-		kinds := make([]string, 0, len(r.ByKind))
-		for k, n := range r.ByKind {
-			kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
-		}
-		slices.Sort(kinds)
-		fmt.Fprintf(w, "  findings: %s\n", strings.Join(kinds, ", "))
+		fmt.Fprintf(w, "  findings: %s\n", counts(r.ByKind))
 	}
-	reqs := make([]string, 0, len(r.Requests))
-	for k, n := range r.Requests {
-		reqs = append(reqs, fmt.Sprintf("%s %d", k, n))
-	}
-	slices.Sort(reqs)
-	fmt.Fprintf(w, "  storage:  %s\n", strings.Join(reqs, ", "))
+	fmt.Fprintf(w, "  storage:  %s\n", counts(r.Requests))
 }
 
 // scrubProgress draws a live line on a terminal and logs counts every 10

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,19 +14,16 @@ import (
 	"os"
 	"regexp"
 	"sync/atomic"
-	"time"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
-	"golang.org/x/crypto/acme"
-	"golang.org/x/crypto/acme/autocert"
 
 	"github.com/cairn-registry/cairn/internal/auth"
 	"github.com/cairn-registry/cairn/internal/config"
 	"github.com/cairn-registry/cairn/internal/dedup"
 	"github.com/cairn-registry/cairn/internal/health"
-	"github.com/cairn-registry/cairn/internal/meta/bolt"
+	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/metrics"
+	"github.com/cairn-registry/cairn/internal/notify"
 	"github.com/cairn-registry/cairn/internal/proxy"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/retention"
@@ -38,20 +34,8 @@ import (
 	"github.com/cairn-registry/cairn/internal/storage/driver/gcs"
 	"github.com/cairn-registry/cairn/internal/storage/driver/inmemory"
 	"github.com/cairn-registry/cairn/internal/storage/driver/s3"
-	"github.com/cairn-registry/cairn/internal/task"
 	"github.com/cairn-registry/cairn/internal/tracing"
 	"github.com/cairn-registry/cairn/internal/webui"
-)
-
-// Connection timeouts. Whole-request read and write timeouts would cut off
-// multi-gigabyte layer transfers, so slow clients are bounded instead by
-// the time to send headers (which also bounds the TLS handshake), by how
-// long a request body may stall, and by how long an idle connection stays.
-const (
-	readHeaderTimeout = 30 * time.Second
-	bodyIdleTimeout   = 2 * time.Minute
-	idleTimeout       = 2 * time.Minute
-	readyTimeout      = 5 * time.Second
 )
 
 const serveUsage = `usage: cairn serve [--config FILE] [--addr ADDRESS] [--root DIR] [--check]
@@ -78,7 +62,70 @@ Keys it reads (README, Configuration): every section.
 SIGHUP, or a change of the file, the htpasswd file or the TLS certificate,
 reloads authentication and the certificate; other changes need a restart.`
 
+// runServe is `cairn serve`: each section below builds one part from the
+// configuration and what earlier sections built, and registers on stack
+// what to undo at exit (reverse order: what started later stops sooner).
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	flags, done, err := parseServeFlags(args, stdout, stderr)
+	if done || err != nil {
+		return err
+	}
+	s, err := newServing(ctx, flags, stderr)
+	if err != nil {
+		return err
+	}
+	var stack cleanups
+	defer stack.run()
+	if err := s.startTracing(ctx, &stack); err != nil {
+		return err
+	}
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	stack.add(stopBG)
+	layerEvents, err := s.startEvents(ctx, &stack)
+	if err != nil {
+		return err
+	}
+	if err := s.startDedup(bg, layerEvents, &stack); err != nil {
+		return err
+	}
+	if err := s.openRegistry(ctx, &stack); err != nil {
+		return err
+	}
+	srvOpts, err := s.serverOptions(ctx, &stack)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen(s.cfg.HTTP.Net, s.cfg.HTTP.Addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	httpSrv := s.httpServer(s.handler(srvOpts))
+	serveErr := make(chan error, 2)
+	debugSrv, err := s.startDebug(serveErr)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	s.logServing(ln)
+	s.startBackground(bg, stopBG, &stack)
+	return s.serve(ctx, ln, httpSrv, debugSrv, serveErr, stopBG)
+}
+
+// serveFlags is what cairn serve's command line says.
+type serveFlags struct {
+	configPath, root string
+	overrides        func(*config.Config)
+}
+
+// load reads and checks the configuration the flags name, overrides
+// applied; a reload calls it again.
+func (f serveFlags) load() (*config.Config, []string, error) {
+	return loadConfig(f.configPath, f.root, f.overrides)
+}
+
+// parseServeFlags parses cairn serve's command line; done when nothing is
+// left to run (-h, or --check, which it runs).
+func parseServeFlags(args []string, stdout, stderr io.Writer) (f serveFlags, done bool, err error) {
 	fs := flag.NewFlagSet("cairn serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	configPath := fs.String("config", "", "configuration `file` (distribution's config.yml keys)")
@@ -86,40 +133,88 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	root := fs.String("root", "", "filesystem storage root `directory` (overrides the storage section)")
 	check := fs.Bool("check", false, "load and check the configuration, print it with secrets masked, and exit (cairn config check)")
 	if done, err := parseFlags(fs, args, "serve", serveUsage, stdout); done || err != nil {
-		return err
+		return f, true, err
 	}
-	overrides := func(c *config.Config) {
+	f = serveFlags{configPath: *configPath, root: *root, overrides: func(c *config.Config) {
 		if *addr != "" {
 			c.HTTP.Addr = *addr
 		}
-	}
+	}}
 	if *check {
-		return checkConfig(*configPath, *root, overrides, stdout, stderr)
+		return f, true, checkConfig(f.configPath, f.root, f.overrides, stdout, stderr)
 	}
-	cfg, warnings, err := loadConfig(*configPath, *root, overrides)
-	if err != nil {
-		return err
-	}
-	log := newLogger(stderr, cfg.Log)
-	for _, w := range warnings {
-		log.Warn("config: " + w)
-	}
+	return f, false, nil
+}
 
-	d, err := newDriver(ctx, cfg)
+// serving is what cairn serve builds, section by section (runServe's
+// order); the sections read what earlier ones built.
+type serving struct {
+	cfg        *config.Config
+	log        *slog.Logger
+	configPath string // watched by the reloader
+
+	// storage and access
+	d, id     driver.Driver // id: d instrumented (metrics, spans)
+	authz     auth.Authorizer
+	tlsConfig *tls.Config
+	rl        *reloader
+
+	tr       *tracing.Tracing
+	m        *metrics.Metrics
+	notifier *notify.Notifier // nil: no endpoints
+	history  *webui.History
+	figures  *webui.Figures // nil: no web page
+
+	engine *dedup.Engine
+	store  meta.Store // nil: dedup never ran on this storage
+
+	redirector   registry.Redirector // nil: blob redirects off
+	redirectDesc string
+	descriptors  registry.DescriptorCache
+	reg          *registry.Registry
+	mirror       *proxy.Cache // nil: no pull-through cache
+	checker      *health.Checker
+	ret          *retention.Retention // nil: no retention policies
+	pulls        *retention.Pulls     // with ret
+	ui           http.Handler         // nil: no web page
+
+	// stopping turns readiness off once shutdown starts.
+	stopping atomic.Bool
+}
+
+// newServing loads the configuration and builds the logger, the storage
+// driver and access (authorizer, TLS, reloader).
+func newServing(ctx context.Context, flags serveFlags, stderr io.Writer) (*serving, error) {
+	cfg, warnings, err := flags.load()
+	if err != nil {
+		return nil, err
+	}
+	s := &serving{cfg: cfg, log: newLogger(stderr, cfg.Log), configPath: flags.configPath}
+	for _, w := range warnings {
+		s.log.Warn("config: " + w)
+	}
+	if s.d, err = newDriver(ctx, cfg); err != nil {
+		return nil, err
+	}
+	if err := s.wireAccess(flags); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// wireAccess builds the authorizer and the TLS configuration, and the
+// reloader that may replace both while serving (reload.go).
+func (s *serving) wireAccess(flags serveFlags) error {
+	authz, err := newAuthorizer(s.cfg.Auth)
 	if err != nil {
 		return err
 	}
-	authz, err := newAuthorizer(cfg.Auth)
+	tlsConfig, err := newTLSConfig(s.cfg.HTTP.TLS)
 	if err != nil {
 		return err
 	}
-	tlsConfig, err := newTLSConfig(cfg.HTTP.TLS)
-	if err != nil {
-		return err
-	}
-	// What a reload may replace while serving (reload.go).
-	rl := &reloader{log: log, cfg: cfg, load: func() (*config.Config, error) {
-		c, _, err := loadConfig(*configPath, *root, overrides)
+	rl := &reloader{log: s.log, cfg: s.cfg, load: func() (*config.Config, error) {
+		c, _, err := flags.load()
 		return c, err
 	}}
 	if authz != nil {
@@ -132,97 +227,131 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		tlsConfig.Certificates = nil
 		tlsConfig.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return rl.cert.Load(), nil }
 	}
+	s.authz, s.tlsConfig, s.rl = authz, tlsConfig, rl
+	return nil
+}
+
+// startTracing sets up tracing (OTEL_* environment; spans flushed at exit)
+// and the metrics, and instruments the driver with both.
+func (s *serving) startTracing(ctx context.Context, stack *cleanups) error {
 	tr, err := tracing.Setup(ctx, versionString(), os.Getenv)
 	if err != nil {
 		return err
 	}
-	defer func() {
+	stack.add(func() {
 		if err := tr.Shutdown(context.WithoutCancel(ctx)); err != nil {
-			log.Warn("tracing: flushing spans", "err", err)
+			s.log.Warn("tracing: flushing spans", "err", err)
 		}
-	}()
-	m := metrics.New()
-	id := metrics.InstrumentDriver(d, m, tr.Tracer("storage"))
-	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopBG()
-	notifier, err := newNotifier(cfg, m, log)
+	})
+	s.tr, s.m = tr, metrics.New()
+	s.id = metrics.InstrumentDriver(s.d, s.m, tr.Tracer("storage"))
+	return nil
+}
+
+// startEvents starts delivering notifications (when endpoints are
+// configured) and builds the web page's storage figures; it returns who
+// hears of deduplicated layers.
+func (s *serving) startEvents(ctx context.Context, stack *cleanups) (dedup.LayerEvents, error) {
+	notifier, err := newNotifier(s.cfg, s.m, s.log)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var layerEvents dedup.LayerEvents
 	if notifier != nil {
-		// Stopped last (deferred first): requests, GC and dedup still
+		// Stopped last (registered first): requests, GC and dedup still
 		// emit events while they finish, and Run writes them to the
 		// queue before it returns.
-		defer notifier.Close()
+		stack.add(func() { notifier.Close() })
 		notifyCtx, stopNotify := context.WithCancel(context.WithoutCancel(ctx))
-		notifyDone := make(chan struct{})
-		go func() { notifier.Run(notifyCtx); close(notifyDone) }()
-		defer func() { stopNotify(); <-notifyDone }()
+		stack.spawn(stopNotify, func() { notifier.Run(notifyCtx) })
 		layerEvents = dedupEvents{notifier}
+		s.notifier = notifier
 	}
 	// The web page's storage figures are measured again when dedup
 	// replaces a layer and when a GC run ends (History.AddGCRun); its
 	// history is kept in storage.
-	history := &webui.History{}
-	var figures *webui.Figures
-	if cfg.UI.Enabled {
-		figures = webui.NewFigures(webui.FiguresOptions{History: history, Store: id, ReadOnly: cfg.Storage.Maintenance.ReadOnly.Enabled, Log: log})
-		layerEvents = layerEventsTee{figures, layerEvents}
+	s.history = &webui.History{}
+	if s.cfg.UI.Enabled {
+		s.figures = webui.NewFigures(webui.FiguresOptions{History: s.history, Store: s.id, ReadOnly: s.cfg.Storage.Maintenance.ReadOnly.Enabled, Log: s.log})
+		layerEvents = layerEventsTee{s.figures, layerEvents}
 	}
-	engine, store, err := openDedup(bg, cfg, id, log, m, tr.Tracer("dedup"), layerEvents)
+	return layerEvents, nil
+}
+
+// startDedup opens the dedup engine and its metadata store (openDedup);
+// both are closed at exit.
+func (s *serving) startDedup(bg context.Context, events dedup.LayerEvents, stack *cleanups) error {
+	engine, store, err := openDedup(bg, s.cfg, s.id, s.log, s.m, s.tr.Tracer("dedup"), events)
 	if err != nil {
 		return err
 	}
-	defer func() {
+	stack.add(func() {
 		engine.Close()
 		if store != nil {
 			store.Close()
 		}
-	}()
-	redirector, redirectDesc, rw, err := newRedirector(ctx, cfg, d)
+	})
+	s.engine, s.store = engine, store
+	return nil
+}
+
+// openRegistry builds the registry over the instrumented driver: blob
+// redirects, the blob descriptor cache, dedup's restores and observer.
+func (s *serving) openRegistry(ctx context.Context, stack *cleanups) error {
+	redirector, redirectDesc, rw, err := newRedirector(ctx, s.cfg, s.d)
 	if err != nil {
 		return err
 	}
 	for _, w := range rw {
-		log.Warn("config: " + w)
+		s.log.Warn("config: " + w)
 	}
-	regOpts := registryOptions(cfg)
+	s.redirector, s.redirectDesc = redirector, redirectDesc
+	regOpts := registryOptions(s.cfg)
 	regOpts.Redirector = redirector
-	regOpts.Dedup = engine.Source
-	descriptors, closeDescriptors, err := newDescriptorCache(ctx, cfg, m.CacheLookup)
+	regOpts.Dedup = s.engine.Source
+	descriptors, closeDescriptors, err := newDescriptorCache(ctx, s.cfg, s.m.CacheLookup)
 	if err != nil {
 		return err
 	}
-	defer closeDescriptors()
-	regOpts.Descriptors = descriptors
-	if store != nil {
-		regOpts.Observer = engine
+	stack.add(closeDescriptors)
+	regOpts.Descriptors, s.descriptors = descriptors, descriptors
+	if s.store != nil {
+		regOpts.Observer = s.engine
 	}
-	var mirror *proxy.Cache
-	if cfg.Proxy.Enabled() {
-		regOpts.Mirrored = func(repo string) bool { return mirror.Mirrors(repo) }
+	if s.cfg.Proxy.Enabled() {
+		regOpts.Mirrored = func(repo string) bool { return s.mirror.Mirrors(repo) }
 	}
-	reg := registry.New(id, regOpts)
-	// Before serving: a blob a crash tore must not be served (see
-	// registry's seal.go); at exit, what is not durable yet becomes so.
-	if rec, err := reg.Recover(ctx); err != nil {
-		log.Error("recovering blobs stored without a sync", "err", err)
+	s.reg = registry.New(s.id, regOpts)
+	s.recoverBlobs(ctx, stack)
+	return nil
+}
+
+// recoverBlobs runs before serving: a blob a crash tore must not be served
+// (see registry's seal.go); at exit, what is not durable yet becomes so.
+func (s *serving) recoverBlobs(ctx context.Context, stack *cleanups) {
+	if rec, err := s.reg.Recover(ctx); err != nil {
+		s.log.Error("recovering blobs stored without a sync", "err", err)
 	} else if rec != (registry.Recovered{}) {
-		log.Warn("recovered blobs stored without a sync before a restart",
+		s.log.Warn("recovered blobs stored without a sync before a restart",
 			"sealed", rec.Sealed, "verified", rec.Verified, "lost", rec.Lost)
 	}
-	defer func() {
-		if err := reg.SealAll(context.WithoutCancel(ctx)); err != nil {
-			log.Error("syncing blobs at exit", "err", err)
+	stack.add(func() {
+		if err := s.reg.SealAll(context.WithoutCancel(ctx)); err != nil {
+			s.log.Error("syncing blobs at exit", "err", err)
 		}
-	}()
-	checker := health.New(healthChecks(cfg.Health, d))
-	srvOpts := server.Options{
+	})
+}
+
+// serverOptions builds the API server's options, with the health checks,
+// the pull-through cache, retention's pull records and the events.
+func (s *serving) serverOptions(ctx context.Context, stack *cleanups) (server.Options, error) {
+	cfg := s.cfg
+	s.checker = health.New(healthChecks(cfg.Health, s.d))
+	opts := server.Options{
 		ReadOnly:          cfg.Storage.Maintenance.ReadOnly.Enabled,
-		Logger:            log,
-		Auth:              authz,
-		Metrics:           m,
+		Logger:            s.log,
+		Auth:              s.authz,
+		Metrics:           s.m,
 		BodyIdleTimeout:   bodyIdleTimeout,
 		Headers:           http.Header(cfg.HTTP.Headers),
 		Prefix:            cfg.HTTP.Prefix,
@@ -230,234 +359,47 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		NoAccessLog:       cfg.Log.AccessLog.Disabled,
 		MaxCatalogEntries: cfg.Catalog.MaxEntries,
 		MaxTags:           cfg.Tags.MaxTags,
-		Healthy:           checker.Err,
+		Healthy:           s.checker.Err,
 	}
 	if cfg.Proxy.Enabled() {
-		if mirror, err = newMirror(cfg.Proxy, reg, log); err != nil {
-			return err
+		mirror, err := newMirror(cfg.Proxy, s.reg, s.log)
+		if err != nil {
+			return opts, err
 		}
-		srvOpts.Mirror = mirror
+		s.mirror, opts.Mirror = mirror, mirror
 	}
-	ret, err := newRetention(cfg, reg, false)
-	if err != nil {
-		return err
-	}
-	var pulls *retention.Pulls
-	if ret != nil {
-		pulls = retention.NewPulls(id)
-		srvOpts.Pulls = pulls
-		defer func() {
-			// What was pulled since the last flush.
-			if err := pulls.Flush(context.WithoutCancel(ctx)); err != nil {
-				log.Warn("retention: recording pulls", "err", err)
-			}
-		}()
+	if err := s.startRetention(ctx, &opts, stack); err != nil {
+		return opts, err
 	}
 	if cfg.HTTP.Host != "" {
 		// Validated: an http or https URL with a host.
-		srvOpts.Host, _ = url.Parse(cfg.HTTP.Host)
+		opts.Host, _ = url.Parse(cfg.HTTP.Host)
 	}
-	if notifier != nil {
-		srvOpts.Events = notifier
-		srvOpts.EventReferences = cfg.Notifications.Events.IncludeReferences
+	if s.notifier != nil {
+		opts.Events = s.notifier
+		opts.EventReferences = cfg.Notifications.Events.IncludeReferences
 	}
-	ln, err := net.Listen(cfg.HTTP.Net, cfg.HTTP.Addr)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+	if err := s.startReplication(ctx, &opts, stack); err != nil { // replicate.go
+		return opts, err
 	}
-	srv := server.New(reg, srvOpts)
-	var handler http.Handler = srv
-	var ui http.Handler
-	if cfg.UI.Enabled {
-		uiAuth := authz
-		if cfg.UI.Listener == "debug" {
-			uiAuth = nil // the operators' listener has no authentication
-		}
-		ui = newUI(reg, uiAuth, figures, m)
-		if cfg.UI.Listener != "debug" {
-			handler = withUI(handler, ui)
-		}
-	}
-	if tr.Enabled {
-		// A span per request, named by method and route; the propagated
-		// context of a caller's trace is its parent.
-		handler = otelhttp.NewHandler(handler, "cairn", otelhttp.WithTracerProvider(tr.Provider), otelhttp.WithPropagators(tr.Propagator),
-			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " " + server.RouteName(r.URL.Path) }))
-		log.Info("tracing on: spans exported over OTLP (OTEL_* environment)")
-	}
-	httpSrv := &http.Server{
-		Handler:           handler,
-		TLSConfig:         tlsConfig,
-		ReadHeaderTimeout: readHeaderTimeout,
-		IdleTimeout:       idleTimeout,
-		MaxHeaderBytes:    1 << 20,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	if cfg.HTTP.HTTP2.Disabled {
-		// A non-nil empty map keeps net/http from configuring HTTP/2.
-		httpSrv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
-	}
-	if cfg.HTTP.H2C.Enabled {
-		httpSrv.Protocols = new(http.Protocols)
-		httpSrv.Protocols.SetHTTP1(true)
-		httpSrv.Protocols.SetUnencryptedHTTP2(true)
-		httpSrv.Protocols.SetHTTP2(!cfg.HTTP.HTTP2.Disabled)
-	}
-	serveErr := make(chan error, 2)
+	return opts, nil
+}
 
-	// The debug listener reports unready from the moment shutdown starts,
-	// so that load balancers stop sending new requests while in-flight ones
-	// finish.
-	var stopping atomic.Bool
-	var debugSrv *http.Server
-	if dc := cfg.HTTP.Debug; dc.Addr != "" {
-		dln, err := net.Listen("tcp", dc.Addr)
-		if err != nil {
-			ln.Close()
-			return fmt.Errorf("listen (http.debug.addr): %w", err)
-		}
-		storageReady := metrics.StorageReady(d)
-		// A listing passes on a read-only or full store: readiness also
-		// proves a write (rate-limited), unless writes are refused on
-		// purpose (storage.maintenance.readonly).
-		var storageWritable func(context.Context) error
-		if !cfg.Storage.Maintenance.ReadOnly.Enabled {
-			storageWritable = metrics.StorageWritable(d, 0)
-		}
-		opts := metrics.DebugOptions{
-			MetricsPath:  dc.Prometheus.Path,
-			ReadyTimeout: readyTimeout,
-			Ready: func(ctx context.Context) error {
-				if stopping.Load() {
-					return errors.New("shutting down")
-				}
-				if err := checker.Err(); err != nil {
-					return fmt.Errorf("health: %w", err)
-				}
-				if store != nil {
-					// Pulls of deduplicated layers and every GC need it.
-					if _, err := store.StoreID(ctx); err != nil {
-						return fmt.Errorf("dedup metadata store: %w", err)
-					}
-				}
-				if err := storageReady(ctx); err != nil || storageWritable == nil {
-					return err
-				}
-				return storageWritable(ctx)
-			},
-			Handlers: map[string]http.Handler{"/debug/health": checker.Handler()},
-		}
-		if dc.Prometheus.Enabled {
-			opts.Metrics = m
-		}
-		if store != nil {
-			opts.Handlers["/dedup/stats"] = statsHandler(engine)
-		}
-		if ui != nil && cfg.UI.Listener == "debug" {
-			opts.Handlers[uiPrefix+"/"] = ui
-		}
-		debugSrv = &http.Server{
-			Handler:           metrics.DebugHandler(opts),
-			ReadHeaderTimeout: readHeaderTimeout,
-			IdleTimeout:       idleTimeout,
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		}
-		log.Info("debug listener: /metrics, /healthz, /readyz, /debug/health, /debug/pprof/", "addr", dln.Addr().String())
-		go func() { serveErr <- fmt.Errorf("debug listener: %w", debugSrv.Serve(dln)) }()
+// startRetention builds the retention policies (run before each scheduled
+// GC) and, with any, the pull records they read, flushed at exit.
+func (s *serving) startRetention(ctx context.Context, opts *server.Options, stack *cleanups) error {
+	ret, err := newRetention(s.cfg, s.reg, false)
+	if err != nil || ret == nil {
+		return err
 	}
-	log.Info("cairn serving", "addr", ln.Addr().String(), "tls", tlsConfig != nil, "auth", authName(cfg.Auth),
-		"driver", d.Name(), "root", rootOf(cfg),
-		"delete", cfg.Storage.Delete.Enabled, "dedup", cfg.Storage.Dedup.Mode, "readonly", cfg.Storage.Maintenance.ReadOnly.Enabled, "version", versionString())
-	if redirector != nil {
-		log.Info("blob GETs are redirected", "to", redirectDesc)
-		if n, _ := config.ParseBytes(cfg.Storage.Dedup.Cache.Prefetch.Size); n > 0 {
-			log.Warn("storage.dedup.cache.prefetch holds intact layers that redirected GETs never read; set storage.redirect.disable or a prefetch size of 0")
+	s.ret, s.pulls = ret, retention.NewPulls(s.id)
+	opts.Pulls = s.pulls
+	stack.add(func() {
+		// What was pulled since the last flush.
+		if err := s.pulls.Flush(context.WithoutCancel(ctx)); err != nil {
+			s.log.Warn("retention: recording pulls", "err", err)
 		}
-	} else {
-		log.Info("blob redirects off", "reason", redirectDesc)
-	}
-
-	// Background work runs on one Runner: dedup's jobs, scheduled GC and
-	// upload purging.
-	runner := task.New(engine.Workers()+2, backgroundQueue, log)
-	if !cfg.Storage.Maintenance.ReadOnly.Enabled {
-		engine.Schedule(runner)
-		if p := cfg.Storage.Maintenance.UploadPurging; p.Enabled {
-			runner.Every("upload purge", time.Minute, p.Interval, task.High, purgeUploads(log, reg, p.Age, p.DryRun))
-			runner.Every("failed upload purge", time.Minute, time.Minute, task.High, purgeFailedUploads(log, reg, p.Age, p.DryRun))
-		}
-		if every := expiryInterval(cfg.Proxy); mirror != nil && every > 0 {
-			runner.Every("proxy expiry", every, every, task.High, expireCache(log, mirror))
-		}
-		if pulls != nil {
-			runner.Every("pull records", time.Minute, time.Minute, task.Normal, func(ctx context.Context) error {
-				if err := pulls.Flush(ctx); err != nil && ctx.Err() == nil {
-					log.Warn("retention: recording pulls", "err", err)
-				}
-				return nil
-			})
-		}
-		if g := cfg.Storage.GC; g.Enabled {
-			hooks := gcHooks{retention: ret, tracer: tr.Tracer("gc"), history: history, forget: reg.ForgetLinks, descriptors: descriptors}
-			if notifier != nil {
-				hooks.events = notifier // not a nil *Notifier in the interface
-			}
-			runner.Every("gc", g.Interval, g.Interval, task.High, scheduledGC(log, reg.Driver(), cfg, m, store, hooks))
-			log.Info("gc scheduled", "interval", g.Interval, "delay", g.Delay, "delete_untagged", g.DeleteUntagged, "retention", ret != nil)
-		} else if ret != nil {
-			log.Warn("retention policies run with the scheduled GC, which is off (storage.gc.enabled): run cairn gc to apply them")
-		}
-		if b, ok := store.(*bolt.Store); ok {
-			// Low: it runs once dedup's queue is empty, not amid a bulk
-			// run whose writes would soon spread the file out again.
-			runner.Every("metadata compaction", metaCompactInterval, metaCompactInterval, task.Low, compactMeta(log, b))
-		}
-	}
-	go rl.run(bg, *configPath)
-	if figures != nil {
-		// Its own loop, not the Runner's: it waits on changes and spaces
-		// its measurements, which a periodic task cannot express.
-		figuresDone := make(chan struct{})
-		go func() { figures.Run(bg, uiMeasure(engine, store != nil)); close(figuresDone) }()
-		defer func() { stopBG(); <-figuresDone }()
-	}
-	runnerDone := make(chan struct{})
-	go func() { runner.Run(bg); close(runnerDone) }()
-	defer func() { stopBG(); <-runnerDone }()
-	healthDone := make(chan struct{})
-	go func() { checker.Run(bg); close(healthDone) }()
-	defer func() { stopBG(); <-healthDone }()
-
-	go func() {
-		if tlsConfig != nil {
-			// Certificates come from TLSConfig; ServeTLS adds HTTP/2.
-			serveErr <- httpSrv.ServeTLS(ln, "", "")
-		} else {
-			serveErr <- httpSrv.Serve(ln)
-		}
-	}()
-	select {
-	case err := <-serveErr:
-		httpSrv.Close()
-		if debugSrv != nil {
-			debugSrv.Close()
-		}
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
-	}
-	log.Info("shutting down: finishing in-flight requests", "timeout", cfg.HTTP.DrainTimeout)
-	stopping.Store(true)
-	stopBG()
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.HTTP.DrainTimeout)
-	defer cancel()
-	err = httpSrv.Shutdown(sctx)
-	if debugSrv != nil {
-		debugSrv.Close()
-	}
-	if err != nil {
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	log.Info("stopped")
+	})
 	return nil
 }
 
@@ -480,6 +422,7 @@ func loadConfig(path, root string, edit func(*config.Config)) (*config.Config, [
 	if edit != nil {
 		edit(cfg)
 	}
+	authDefaults(cfg) // identity files beside the registry's (auth.go)
 	if err := cfg.Validate(); err != nil {
 		return nil, warnings, err
 	}
@@ -550,95 +493,6 @@ func rootOf(cfg *config.Config) string {
 	return ""
 }
 
-// backgroundQueue bounds the background tasks waiting per priority.
-const backgroundQueue = 4096
-
-// metaCompactInterval is how often the bolt metadata file is checked for
-// space a compact copy would give back (bbolt's file never shrinks).
-const metaCompactInterval = 10 * time.Minute
-
-// compactMeta is the task that compacts the bolt metadata store when at
-// least half of its file would be saved (bolt.Store.Compact).
-func compactMeta(log *slog.Logger, s *bolt.Store) task.Func {
-	return func(ctx context.Context) error {
-		start := time.Now()
-		before, after, err := s.Compact(ctx)
-		if err != nil && ctx.Err() == nil {
-			log.Warn("metadata compaction", "err", err)
-		}
-		if after < before {
-			log.Info("metadata compaction", "bytes_before", before, "bytes_after", after, "saved", before-after, "duration", time.Since(start))
-		}
-		return nil
-	}
-}
-
-// failedUploadAge is how long a session whose newest chunk failed waits
-// for a further chunk before it is purged: registry.FailedUploadAge, or
-// uploadpurging.age when that is shorter.
-func failedUploadAge(age time.Duration) time.Duration { return min(age, registry.FailedUploadAge) }
-
-// purgeUploads is the task that deletes upload sessions older than age,
-// and those whose newest chunk failed longer ago than failedUploadAge.
-func purgeUploads(log *slog.Logger, reg *registry.Registry, age time.Duration, dryRun bool) task.Func {
-	return func(ctx context.Context) error {
-		start := time.Now()
-		n, err := reg.PurgeUploads(ctx, start.Add(-age), start.Add(-failedUploadAge(age)), dryRun)
-		if err != nil && ctx.Err() == nil {
-			log.Warn("upload purge finished with errors", "purged", n, "err", err)
-		} else {
-			log.Info("upload purge", "purged", n, "dry_run", dryRun, "duration", time.Since(start))
-		}
-		return nil
-	}
-}
-
-// purgeFailedUploads is the task, run every minute, that deletes the
-// sessions this process saw fail and that no chunk joined since, once
-// failedUploadAge has passed: it looks at those sessions only, not at the
-// store, so a killed push's session goes within minutes of its age.
-func purgeFailedUploads(log *slog.Logger, reg *registry.Registry, age time.Duration, dryRun bool) task.Func {
-	return func(ctx context.Context) error {
-		n, err := reg.PurgeFailedUploads(ctx, time.Now().Add(-failedUploadAge(age)), dryRun)
-		if err != nil && ctx.Err() == nil {
-			log.Warn("failed upload purge finished with errors", "purged", n, "err", err)
-		} else if n > 0 {
-			log.Info("failed upload purge", "purged", n, "dry_run", dryRun)
-		}
-		return nil
-	}
-}
-
-// expiryInterval is how often cached content is expired: a quarter of the
-// shortest TTL, between a minute and an hour; 0 when nothing expires.
-func expiryInterval(c config.Proxy) time.Duration {
-	var shortest time.Duration
-	for _, u := range c.All() {
-		if ttl := *u.TTL; ttl > 0 && (shortest == 0 || ttl < shortest) {
-			shortest = ttl
-		}
-	}
-	if shortest == 0 {
-		return 0
-	}
-	return min(max(shortest/4, time.Minute), time.Hour)
-}
-
-// expireCache removes cached content nobody pulled within its TTL; the
-// scheduled GC frees the blobs that leaves unreferenced.
-func expireCache(log *slog.Logger, mirror *proxy.Cache) task.Func {
-	return func(ctx context.Context) error {
-		start := time.Now()
-		rep, err := mirror.Expire(ctx, start)
-		if err != nil && ctx.Err() == nil {
-			log.Warn("proxy expiry finished with errors", "tags", rep.Tags, "manifests", rep.Manifests, "err", err)
-		} else {
-			log.Info("proxy expiry", "repositories", rep.Repositories, "tags", rep.Tags, "manifests", rep.Manifests, "duration", time.Since(start))
-		}
-		return nil
-	}
-}
-
 // newMirror builds the pull-through cache the proxy section configures.
 func newMirror(c config.Proxy, reg *registry.Registry, log *slog.Logger) (*proxy.Cache, error) {
 	var ups []proxy.Upstream
@@ -661,76 +515,4 @@ func newMirror(c config.Proxy, reg *registry.Registry, log *slog.Logger) (*proxy
 		return nil, fmt.Errorf("config: proxy: %w", err)
 	}
 	return cache, nil
-}
-
-// newTLSConfig builds the listener's TLS configuration; nil without TLS.
-// TLS 1.2 is the floor whatever the configuration says.
-func newTLSConfig(c *config.TLS) (*tls.Config, error) {
-	if c == nil {
-		return nil, nil
-	}
-	tc := &tls.Config{MinVersion: tls.VersionTLS12}
-	if le := c.LetsEncrypt; le != nil {
-		m := &autocert.Manager{
-			Cache:  autocert.DirCache(le.CacheFile),
-			Email:  le.Email,
-			Prompt: autocert.AcceptTOS,
-		}
-		if len(le.Hosts) > 0 {
-			m.HostPolicy = autocert.HostWhitelist(le.Hosts...)
-		}
-		if le.DirectoryURL != "" {
-			m.Client = &acme.Client{DirectoryURL: le.DirectoryURL}
-		}
-		tc.GetCertificate = m.GetCertificate
-		// TLS-ALPN-01: the ACME server proves the name on this listener.
-		tc.NextProtos = []string{acme.ALPNProto}
-	} else {
-		cert, err := tls.LoadX509KeyPair(c.Certificate, c.Key)
-		if err != nil {
-			return nil, fmt.Errorf("config: http.tls: certificate and key: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{cert}
-	}
-	if c.MinimumTLS == "tls1.3" {
-		tc.MinVersion = tls.VersionTLS13
-	}
-	if len(c.CipherSuites) > 0 {
-		// tls.CipherSuites lists only the suites Go considers secure.
-		ids := make(map[string]uint16)
-		for _, cs := range tls.CipherSuites() {
-			ids[cs.Name] = cs.ID
-		}
-		for _, name := range c.CipherSuites {
-			id, ok := ids[name]
-			if !ok {
-				return nil, fmt.Errorf("config: http.tls.ciphersuites: %q is not a secure cipher suite", name)
-			}
-			tc.CipherSuites = append(tc.CipherSuites, id)
-		}
-	}
-	if len(c.ClientCAs) > 0 {
-		pool := x509.NewCertPool()
-		for _, p := range c.ClientCAs {
-			pem, err := os.ReadFile(p)
-			if err != nil {
-				return nil, fmt.Errorf("config: http.tls.clientcas: %w", err)
-			}
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("config: http.tls.clientcas: %s holds no PEM certificate", p)
-			}
-		}
-		tc.ClientCAs = pool
-		switch c.ClientAuth {
-		case config.ClientAuthIfGiven:
-			tc.ClientAuth = tls.VerifyClientCertIfGiven
-		case config.ClientAuthRequest:
-			tc.ClientAuth = tls.RequestClientCert
-		case config.ClientAuthAny:
-			tc.ClientAuth = tls.RequireAnyClientCert
-		default:
-			tc.ClientAuth = tls.RequireAndVerifyClientCert
-		}
-	}
-	return tc, nil
 }

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"net/http"
 	"regexp"
 	"slices"
 	"strings"
@@ -13,7 +12,12 @@ import (
 )
 
 // AccessControl is per-repository access control for htpasswd users, in
-// the spirit of zot's accessControl. Each repository is governed by the
+// the spirit of zot's accessControl, applied by Basic and TokenService (see
+// grants in identity.go). A caller without credentials gets the anonymous
+// policies, and the challenge to authenticate when they do not cover the
+// request (so clients send credentials for a push); a known caller lacking
+// an action is refused with 403, the same for repositories that exist and
+// those that do not. Each repository is governed by the
 // most specific pattern that matches its name (the longest; "*" matches
 // within one path segment, "**" across segments): the actions its
 // policies give the caller's user name or groups, plus its default
@@ -56,14 +60,8 @@ type aclPattern struct {
 	policy  RepositoryPolicy
 }
 
-// WithAccessControl wraps next, which authenticates callers (an Htpasswd),
-// so that what they may do comes from ac. Wrong credentials are refused as
-// next refuses them; a caller without credentials gets the anonymous
-// policies, and the challenge to authenticate when they do not cover the
-// request (so clients send credentials for a push). A known caller lacking
-// an action is refused with 403, the same for repositories that exist and
-// those that do not.
-func WithAccessControl(next Authorizer, ac AccessControl) (Authorizer, error) {
+// compileACL checks ac and compiles it for lookups.
+func compileACL(ac AccessControl) (*acl, error) {
 	a := &acl{groups: ac.Groups, admin: ac.Admin}
 	if err := checkActions("admin policy", ac.Admin.Actions); err != nil {
 		return nil, err
@@ -97,7 +95,7 @@ func WithAccessControl(next Authorizer, ac AccessControl) (Authorizer, error) {
 	slices.SortFunc(a.patterns, func(x, y aclPattern) int {
 		return cmp.Or(cmp.Compare(len(y.pattern), len(x.pattern)), strings.Compare(x.pattern, y.pattern))
 	})
-	return &aclAuthorizer{next: next, acl: a}, nil
+	return a, nil
 }
 
 func checkActions(what string, actions []string) error {
@@ -107,31 +105,6 @@ func checkActions(what string, actions []string) error {
 		}
 	}
 	return nil
-}
-
-type aclAuthorizer struct {
-	next Authorizer
-	acl  *acl
-}
-
-func (a *aclAuthorizer) Authorize(r *http.Request, need []Access) (Grant, error) {
-	g, err := a.next.Authorize(r, need)
-	anonymous := errors.Is(err, ErrNoCredentials)
-	if err != nil && !anonymous {
-		return Grant{}, err
-	}
-	caller := &aclCaller{acl: a.acl, user: g.Subject, authenticated: !anonymous}
-	grant := Grant{Subject: g.Subject, acl: caller}
-	missing := grant.missing(need)
-	switch {
-	case anonymous && (len(need) == 0 || len(missing) > 0):
-		// GET /v2/ and what the anonymous policies do not cover ask for
-		// credentials: next's challenge.
-		return grant, err
-	case len(missing) > 0:
-		return grant, &Challenge{err: fmt.Errorf("%w: user %q", ErrInsufficientScope, g.Subject), need: missing}
-	}
-	return grant, nil
 }
 
 // aclCaller is one caller's view of the rules.

@@ -16,7 +16,7 @@ func testACL(t *testing.T) Authorizer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := WithAccessControl(h, AccessControl{
+	a, err := NewBasic("cairn", NewAccounts(h, nil, nil), &AccessControl{
 		Groups: map[string][]string{"devs": {"bob", "carol"}, "ops": {"alice"}},
 		Admin:  Policy{Groups: []string{"ops"}, Actions: []string{"*"}},
 		Repositories: map[string]RepositoryPolicy{
@@ -25,7 +25,7 @@ func testACL(t *testing.T) Authorizer {
 			"team/secret*": {Policies: []Policy{{Users: []string{"carol"}, Actions: []string{"pull", "push", "delete"}}}},
 			"team/*/cache": {Default: []string{"pull", "push"}},
 		},
-	})
+	}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestAccessControlRejectsBadRules(t *testing.T) {
 		"undefined group": {Repositories: map[string]RepositoryPolicy{"**": {Policies: []Policy{{Groups: []string{"devs"}, Actions: []string{"pull"}}}}}},
 		"admin action":    {Admin: Policy{Users: []string{"a"}, Actions: []string{"all"}}},
 	} {
-		if _, err := WithAccessControl(h, ac); err == nil {
+		if _, err := NewBasic("cairn", NewAccounts(h, nil, nil), &ac, false); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}

@@ -1,7 +1,13 @@
 // Package auth decides who may do what on the registry API, configured as
 // distribution configures it: HTTP Basic against a bcrypt htpasswd file, or
 // Bearer tokens issued by a token server (the Docker token authentication
-// spec), optionally with anonymous pull.
+// spec), optionally with anonymous pull; and cairn's own identity layer:
+// one access policy whatever proves the identity (identity.go), htpasswd
+// users and robot keys (robots.go) checked by Accounts at the same cost for
+// unknown names, failed logins limited per address (limit.go), logins
+// audited (audit.go), served as Basic or through cairn's own token service
+// (tokenservice.go), whose tokens the registry verifies with Token. dev.go
+// is distribution's "silly" development authorizer.
 //
 // The server asks one question per request: Authorize(r, need), where need
 // is the list of accesses the route and method require (see Needed). The
@@ -55,6 +61,9 @@ var (
 	ErrInvalidCredentials = errors.New("invalid credentials")
 	// ErrInsufficientScope: the caller is known but lacks an access.
 	ErrInsufficientScope = errors.New("requested access to the resource is denied")
+	// ErrTooManyAttempts: the caller's address failed to log in too often
+	// lately; its credentials were not checked (see LoginLimiter).
+	ErrTooManyAttempts = errors.New("too many failed logins from this address; retry later")
 )
 
 // Grant is what an authenticated (or anonymous) caller may do.
@@ -67,6 +76,8 @@ type Grant struct {
 	access        map[resource][]string // token access claims
 	anonymousPull bool                  // anyone may pull
 	acl           *aclCaller            // per-repository rules decide
+	robot         *Robot                // a robot key's own scopes
+	robotID       string                // the robot key a token was issued for
 }
 
 type resource struct{ typ, name string }
@@ -77,6 +88,9 @@ func (g Grant) Allows(a Access) bool {
 		return true
 	}
 	if g.anonymousPull && a.Type == TypeRepository && a.Action == ActionPull {
+		return true
+	}
+	if g.robot != nil && g.robot.allows(a) {
 		return true
 	}
 	if g.acl != nil {
@@ -90,7 +104,7 @@ func (g Grant) Allows(a Access) bool {
 // or the named ones. A mount without a source repository searches only
 // these, so a caller can neither take nor probe content it may not pull.
 func (g Grant) PullableRepositories() (all bool, names []string) {
-	if g.all || g.anonymousPull || g.acl != nil && g.acl.pullsEverywhere() {
+	if g.all || g.anonymousPull || g.acl != nil && g.acl.pullsEverywhere() || g.robot != nil && g.robot.pullsEverywhere() {
 		return true, nil
 	}
 	for res, actions := range g.access {
@@ -125,18 +139,25 @@ func (c *Challenge) Error() string { return c.err.Error() }
 
 func (c *Challenge) Unwrap() error { return c.err }
 
-// Status is 403 for a known caller lacking access, 401 otherwise.
+// Status is 403 for a known caller lacking access, 429 for an address
+// whose logins are held back, 401 otherwise.
 func (c *Challenge) Status() int {
-	if errors.Is(c.err, ErrInsufficientScope) {
+	switch {
+	case errors.Is(c.err, ErrInsufficientScope):
 		return http.StatusForbidden
+	case errors.Is(c.err, ErrTooManyAttempts):
+		return http.StatusTooManyRequests
 	}
 	return http.StatusUnauthorized
 }
 
-// Code is the OCI error code: DENIED or UNAUTHORIZED.
+// Code is the OCI error code: DENIED, TOOMANYREQUESTS or UNAUTHORIZED.
 func (c *Challenge) Code() string {
-	if errors.Is(c.err, ErrInsufficientScope) {
+	switch {
+	case errors.Is(c.err, ErrInsufficientScope):
 		return "DENIED"
+	case errors.Is(c.err, ErrTooManyAttempts):
+		return "TOOMANYREQUESTS"
 	}
 	return "UNAUTHORIZED"
 }
@@ -147,6 +168,8 @@ func (c *Challenge) Message() string {
 	switch {
 	case errors.Is(c.err, ErrInsufficientScope):
 		return ErrInsufficientScope.Error()
+	case errors.Is(c.err, ErrTooManyAttempts):
+		return ErrTooManyAttempts.Error()
 	case errors.Is(c.err, ErrInvalidCredentials):
 		return "authentication required: invalid credentials"
 	}

@@ -26,3 +26,7 @@ func (s *Swappable) Swap(a Authorizer) { s.cur.Store(&a) }
 func (s *Swappable) Authorize(r *http.Request, need []Access) (Grant, error) {
 	return (*s.cur.Load()).Authorize(r, need)
 }
+
+// Current is the authorizer serving requests now (the token endpoint asks
+// it whether it issues tokens).
+func (s *Swappable) Current() Authorizer { return *s.cur.Load() }

@@ -46,6 +46,13 @@ type TokenOptions struct {
 	// AutoRedirectPath (default /auth/token) instead of Realm.
 	AutoRedirect     bool
 	AutoRedirectPath string
+	// PublicKeys are trusted signing keys given in memory (cairn's own
+	// token service), beside those of RootCertBundle and JWKS.
+	PublicKeys []crypto.PublicKey
+	// Valid, when set, is asked about every verified token's grant,
+	// cached or not, before it is used: cairn's token service refuses the
+	// tokens of a revoked robot key at once, whatever their expiry.
+	Valid func(Grant) error
 	// Now returns the current time; nil means time.Now (tests set it).
 	Now func() time.Time
 }
@@ -103,6 +110,11 @@ func NewToken(opts TokenOptions) (*Token, error) {
 	if opts.JWKS != "" {
 		if err := t.loadJWKS(opts.JWKS); err != nil {
 			return nil, fmt.Errorf("jwks: %w", err)
+		}
+	}
+	for _, pub := range opts.PublicKeys {
+		for _, id := range keyIDs(pub) {
+			t.keys[id] = pub
 		}
 	}
 	if len(t.keys) == 0 {
@@ -221,6 +233,9 @@ type tokenClaims struct {
 		Name    string   `json:"name"`
 		Actions []string `json:"actions"`
 	} `json:"access"`
+	// Robot names the robot key a token of cairn's own token service was
+	// issued for (its ID), so that revoking the key ends the token too.
+	Robot string `json:"cairn_robot,omitempty"`
 }
 
 // verifyCached is verify, remembering tokens that passed: a client sends
@@ -311,7 +326,7 @@ func (t *Token) verify(raw string) (Grant, time.Time, error) {
 	}, tokenLeeway); err != nil {
 		return Grant{}, time.Time{}, err
 	}
-	g := Grant{Subject: c.Subject, access: make(map[resource][]string, len(c.Access))}
+	g := Grant{Subject: c.Subject, access: make(map[resource][]string, len(c.Access)), robotID: c.Robot}
 	for _, a := range c.Access {
 		r := resource{a.Type, a.Name}
 		g.access[r] = append(g.access[r], a.Actions...)
@@ -364,6 +379,9 @@ func (t *Token) Authorize(r *http.Request, need []Access) (Grant, error) {
 		return Grant{}, t.challenge(r, ErrNoCredentials, need, "")
 	}
 	g, err := t.verifyCached(strings.TrimSpace(raw))
+	if err == nil && t.opts.Valid != nil {
+		err = t.opts.Valid(g)
+	}
 	if err != nil {
 		return Grant{}, t.challenge(r, fmt.Errorf("%w: %w", ErrInvalidCredentials, err), need, "invalid_token")
 	}

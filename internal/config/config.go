@@ -47,6 +47,8 @@ type Config struct {
 	Proxy Proxy `yaml:"proxy"`
 	// Retention deletes tags and untagged manifests by rules (cairn).
 	Retention Retention `yaml:"retention"`
+	// Replication copies images to and from other registries (cairn).
+	Replication Replication `yaml:"replication"`
 	// UI is the built-in web page (cairn).
 	UI UI `yaml:"ui"`
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 )
 
 // Auth configures authentication, with distribution's keys. At most one of
@@ -21,6 +22,105 @@ type Auth struct {
 	// AccessControl (cairn) gives htpasswd users and groups actions per
 	// repository pattern.
 	AccessControl *AccessControl `yaml:"accesscontrol"`
+	// TokenService (cairn) serves distribution's token protocol from cairn
+	// itself at /auth/token, for the identities of htpasswd and robot
+	// keys; the registry then challenges with Bearer and verifies its own
+	// tokens.
+	TokenService *TokenService `yaml:"tokenservice"`
+	// Robots (cairn) are API keys (cairn robot create), usable as
+	// passwords of robot$<name>; on with htpasswd.
+	Robots Robots `yaml:"robots"`
+	// FailedLogins (cairn) limits failed logins per source address.
+	FailedLogins FailedLogins `yaml:"failedlogins"`
+	// Audit (cairn) configures where audit events go besides the log.
+	Audit Audit `yaml:"audit"`
+}
+
+// Audit configures audit events (logins, failed logins, robot keys created
+// and revoked), which are always logged.
+type Audit struct {
+	// Events sends them to the notification endpoints too, as events of
+	// actions login, login.failed, login.held, robot.create and
+	// robot.revoke. Off by default: receivers written for distribution's
+	// events see none they do not know.
+	Events bool `yaml:"events"`
+}
+
+// TokenService configures cairn's own token service.
+type TokenService struct {
+	// Realm is the token endpoint's URL in challenges; empty means
+	// /auth/token on the host the client addressed.
+	Realm string `yaml:"realm"`
+	// Service names this registry (tokens' audience); required.
+	Service string `yaml:"service"`
+	// Issuer is tokens' iss (default "cairn").
+	Issuer string `yaml:"issuer"`
+	// Expiration is a token's lifetime (default 5m).
+	Expiration time.Duration `yaml:"expiration"`
+	// RefreshExpiration is a refresh token's lifetime (default 720h).
+	RefreshExpiration time.Duration `yaml:"refreshexpiration"`
+	// Key is the PEM private key that signs tokens (ECDSA, RSA or
+	// Ed25519). Default: cairn-token-key.pem under the filesystem root,
+	// made at first start; with an object-store driver, required (every
+	// node must sign with the same key).
+	Key string `yaml:"key"`
+}
+
+// Robots configures robot accounts.
+type Robots struct {
+	// Path is the robot file (default cairn-robots.json under the
+	// filesystem root; with an object-store driver robots are off unless
+	// it is given).
+	Path string `yaml:"path"`
+}
+
+// FailedLogins limits password guessing per source address.
+type FailedLogins struct {
+	// Burst is how many failed logins an address may make in a row
+	// (default 100); -1 turns the limit off.
+	Burst int `yaml:"burst"`
+	// PerMinute is how many more it may make each minute once the burst
+	// is spent (default 10).
+	PerMinute float64 `yaml:"perminute"`
+}
+
+// Defaults of the token service and the login limit.
+const (
+	DefaultTokenIssuer       = "cairn"
+	DefaultTokenExpiration   = 5 * time.Minute
+	DefaultRefreshExpiration = 720 * time.Hour
+	DefaultFailedBurst       = 100
+	DefaultFailedPerMinute   = 10
+)
+
+// Limits returns the failed-login burst and rate, defaults applied; a
+// burst of 0 means no limit.
+func (f FailedLogins) Limits() (burst int, perMinute float64) {
+	burst, perMinute = f.Burst, f.PerMinute
+	if burst == 0 {
+		burst = DefaultFailedBurst
+	}
+	if burst < 0 {
+		burst = 0
+	}
+	if perMinute == 0 {
+		perMinute = DefaultFailedPerMinute
+	}
+	return burst, perMinute
+}
+
+// TokenDefaults returns t with the defaults of unset keys.
+func (t TokenService) TokenDefaults() TokenService {
+	if t.Issuer == "" {
+		t.Issuer = DefaultTokenIssuer
+	}
+	if t.Expiration == 0 {
+		t.Expiration = DefaultTokenExpiration
+	}
+	if t.RefreshExpiration == 0 {
+		t.RefreshExpiration = DefaultRefreshExpiration
+	}
+	return t
 }
 
 // Silly configures the silly backend's challenge.
@@ -212,6 +312,29 @@ func (a *Auth) validate() error {
 		case a.Anonymous.Pull:
 			return errors.New("config: auth.anonymous.pull: give anonymous pulls per repository in auth.accesscontrol's anonymouspolicy instead")
 		}
+	}
+	if t := a.TokenService; t != nil {
+		switch {
+		case a.Htpasswd == nil:
+			return errors.New("config: auth.tokenservice: needs auth.htpasswd, which proves who logs in")
+		case t.Service == "":
+			return errors.New("config: auth.tokenservice.service: required (the name clients ask tokens for, e.g. the registry's host name)")
+		case t.Expiration < 0 || t.RefreshExpiration < 0:
+			return errors.New("config: auth.tokenservice: expiration and refreshexpiration must be positive")
+		case t.Expiration > 0 && t.Expiration < time.Minute:
+			return fmt.Errorf("config: auth.tokenservice.expiration: %s is under a minute: clients take tokens for at least 60s", t.Expiration)
+		}
+		if t.Realm != "" {
+			if u, err := url.Parse(t.Realm); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return fmt.Errorf("config: auth.tokenservice.realm: %q is not an http or https URL", t.Realm)
+			}
+		}
+	}
+	if a.Robots.Path != "" && a.Htpasswd == nil {
+		return errors.New("config: auth.robots: needs auth.htpasswd (robot keys log in as Basic users)")
+	}
+	if f := a.FailedLogins; f.Burst < -1 || f.PerMinute < 0 {
+		return errors.New("config: auth.failedlogins: burst must be -1 (off) or more, perminute 0 or more")
 	}
 	if a.Anonymous.Pull && !a.Enabled() {
 		return errors.New("config: auth.anonymous.pull: needs auth.htpasswd, auth.token or auth.silly, or nobody could push; for a registry nobody writes to, use storage.maintenance.readonly")

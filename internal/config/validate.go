@@ -66,6 +66,9 @@ func (c *Config) Validate() error {
 	if err := c.Retention.validate(); err != nil {
 		return err
 	}
+	if err := c.Replication.validate(); err != nil {
+		return err
+	}
 	if err := c.UI.validate(c.HTTP.Debug.Addr); err != nil {
 		return err
 	}

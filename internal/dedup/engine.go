@@ -24,6 +24,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/manifest"
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/parallel"
+	"github.com/cairn-registry/cairn/internal/repeat"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/task"
 )
@@ -127,7 +128,7 @@ type Source struct {
 
 // Metadata is what an Engine uses of the metadata store (a meta.Store has
 // it): the interfaces of its parts together, workerStore, predictorStore,
-// packLister (Statistics), reindexStore (EnsureIndexed) and pack.Index (the
+// packLister (Statistics), ReindexStore (EnsureIndexed) and pack.Index (the
 // pack store). GC's side of the store (Bulk, tombstones, pack deletion),
 // the counters and Close are not in it: they stay with whoever opened the
 // store.
@@ -135,7 +136,7 @@ type Metadata interface {
 	workerStore
 	predictorStore
 	packLister
-	reindexStore
+	ReindexStore
 	pack.Index
 }
 
@@ -442,6 +443,10 @@ type intakeJob struct {
 	manifest digest.Digest
 	layers   []digest.Digest
 	mode     Mode
+	// sizes are the layers' sizes as the manifest gives them, so that
+	// stats count a pending layer's intact bytes before it is processed
+	// (a deferred intake does not keep them).
+	sizes map[digest.Digest]int64
 }
 
 // ManifestPushed implements registry.Observer: it records the image's
@@ -454,7 +459,7 @@ func (w *Worker) ManifestPushed(_ context.Context, repo string, m *manifest.Mani
 	if !ok {
 		return
 	}
-	j := intakeJob{manifest: m.Digest, layers: layers, mode: w.opts.ModeFor(repo)}
+	j := newIntakeJob(m, layers, w.opts.ModeFor(repo))
 	ok = w.runner.Submit("dedup intake", task.Normal, func(ctx context.Context) error {
 		if err := w.admit(ctx, j); err != nil && ctx.Err() == nil {
 			w.deferIntake(ctx, j, err)
@@ -464,6 +469,15 @@ func (w *Worker) ManifestPushed(_ context.Context, repo string, m *manifest.Mani
 	if !ok {
 		go w.deferIntake(context.Background(), j, errors.New("the intake queue is full"))
 	}
+}
+
+// newIntakeJob is the intake of image m's layers in mode.
+func newIntakeJob(m *manifest.Manifest, layers []digest.Digest, mode Mode) intakeJob {
+	j := intakeJob{manifest: m.Digest, layers: layers, mode: mode, sizes: make(map[digest.Digest]int64, len(layers))}
+	for _, l := range m.Layers {
+		j.sizes[l.Digest] = l.Size
+	}
+	return j
 }
 
 // admit records an image's layers and marks new ones pending before
@@ -484,7 +498,7 @@ func (w *Worker) admit(ctx context.Context, j intakeJob) error {
 			continue
 		}
 		if state == 0 {
-			sum.Mode = j.mode
+			sum.Mode, sum.Size = j.mode, max(j.sizes[l], 0)
 			if err := w.putState(ctx, l, sum, meta.StatePending); err != nil {
 				return err
 			}
@@ -629,7 +643,7 @@ func (w *Worker) RunAll(ctx context.Context, opts RunOptions) (*RunStats, error)
 			mu.Unlock()
 			opts.Progress(p)
 		}
-		stop := parallel.Every(cmp.Or(opts.ProgressInterval, 10*time.Second), func() { report(false) })
+		stop := repeat.Every(cmp.Or(opts.ProgressInterval, 10*time.Second), func() { report(false) })
 		defer func() { stop(); report(true) }()
 	}
 	err := w.d.Walk(ctx, layout.RepositoriesDir, func(fi driver.FileInfo) error {
@@ -685,39 +699,26 @@ func (w *Worker) RunAll(ctx context.Context, opts RunOptions) (*RunStats, error)
 	if err != nil && !errors.Is(err, driver.ErrNotFound) {
 		return st, err
 	}
-	work := make(chan digest.Digest)
-	var wg sync.WaitGroup
-	for range w.opts.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for l := range work {
-				out, err := w.leased(ctx, l, func(ctx context.Context) (outcome, error) {
-					return w.process(ctx, l, modes[l], true)
-				})
-				mu.Lock()
-				st.Layers++
-				if err != nil {
-					st.Errors++
-					w.log.Warn("dedup: layer failed", "layer", l, "err", err)
-				} else {
-					st.Outcomes[string(out)]++
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	for _, l := range order {
+	// A one-shot bulk run, not tasks: the task Runner serves until its
+	// context ends, while this ends when the list does.
+	parallel.For(ctx, len(order), w.opts.Workers, func(i int) {
+		l := order[i]
 		if modes[l] == ModeOff {
-			continue
+			return
 		}
-		select {
-		case work <- l:
-		case <-ctx.Done():
+		out, err := w.leased(ctx, l, func(ctx context.Context) (outcome, error) {
+			return w.process(ctx, l, modes[l], true)
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		st.Layers++
+		if err != nil {
+			st.Errors++
+			w.log.Warn("dedup: layer failed", "layer", l, "err", err)
+		} else {
+			st.Outcomes[string(out)]++
 		}
-	}
-	close(work)
-	wg.Wait()
+	})
 	return st, ctx.Err()
 }
 
@@ -754,7 +755,7 @@ func (w *Worker) withLease(ctx context.Context, name string, fn func(context.Con
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stop := parallel.Every(leaseTTL/3, func() {
+	stop := repeat.Every(leaseTTL/3, func() {
 		if ok, err := w.meta.TryLease(ctx, name, w.holder, leaseTTL); err == nil && !ok {
 			cancel()
 		}

@@ -278,3 +278,26 @@ func TestRunAllProgress(t *testing.T) {
 		}
 	}
 }
+
+// TestAdmitCountsPendingBytes: an image's layers admitted for dedup are
+// pending with the sizes the manifest gives, so stats count their intact
+// bytes before they are processed.
+func TestAdmitCountsPendingBytes(t *testing.T) {
+	v := newEnv(t, nil, Options{Mode: ModeFull})
+	ls := sharedLayers(t)[:2]
+	cfg := v.put([]byte(`{"architecture":"amd64","os":"linux"}`))
+	m := imageManifest(t, false, cfg, ls)
+	pm := parsed(t, digest.FromBytes(m), m)
+	layers, _ := imageLayers(pm)
+	if err := v.eng.Worker.admit(t.Context(), newIntakeJob(pm, layers, ModeFull)); err != nil {
+		t.Fatal(err)
+	}
+	st, err := v.eng.Stats(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := int64(len(ls[0].blob) + len(ls[1].blob))
+	if got := st.IntactWhy["pending"]; got.Layers != 2 || got.Bytes != want {
+		t.Fatalf("pending %+v, want 2 layers of %d bytes", got, want)
+	}
+}

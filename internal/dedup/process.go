@@ -208,7 +208,7 @@ func (w *Worker) disassemble(ctx context.Context, l digest.Digest, sum summary) 
 			sum.Revived = true
 		}
 	}
-	if err := w.writeFiles(ctx, open, need); err != nil {
+	if err := w.writeFiles(ctx, open, need, comp.ParseLevel()); err != nil {
 		return "", err
 	}
 	sum.Size, sum.TarSize, sum.Files = size, tr.TarSize, len(files)
@@ -269,7 +269,7 @@ func (w *Worker) verify(ctx context.Context, rec *Recipe, open func() io.Reader,
 	if err != nil {
 		return err
 	}
-	if err := w.writeFiles(ctx, open, need); err != nil {
+	if err := w.writeFiles(ctx, open, need, rec.Compression.ParseLevel()); err != nil {
 		return err
 	}
 	err = w.rebuildChecked(ctx, rec, original)
@@ -302,7 +302,7 @@ func (w *Worker) verify(ctx context.Context, rec *Recipe, open func() io.Reader,
 			need[fi.Digest] = true
 		}
 	}
-	if err := w.writeFiles(ctx, open, need); err != nil {
+	if err := w.writeFiles(ctx, open, need, rec.Compression.ParseLevel()); err != nil {
 		return err
 	}
 	return w.rebuildChecked(ctx, rec, original)
@@ -640,11 +640,14 @@ func disassembleWith(ctx context.Context, open func() io.Reader, fs layer.Sink) 
 
 // writeFiles stores the files in need from a second pass over the layer,
 // into packs in the layer's order; they are readable once it returns.
-func (w *Worker) writeFiles(ctx context.Context, open func() io.Reader, need map[digest.Digest]bool) error {
+// With parseLevel set, the files large enough are stored as their parses
+// at that deflate level (pack.Writer.KeepParses).
+func (w *Worker) writeFiles(ctx context.Context, open func() io.Reader, need map[digest.Digest]bool, parseLevel int) error {
 	if len(need) == 0 {
 		return nil
 	}
 	pw := w.files.NewWriter(0)
+	pw.KeepParses(parseLevel)
 	_, err := disassembleWith(ctx, open, &needSink{need: need, Sink: pw})
 	if err == nil {
 		err = pw.Flush(ctx)

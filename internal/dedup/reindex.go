@@ -19,6 +19,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/parallel"
 	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/cairn-registry/cairn/internal/repeat"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 	"github.com/cairn-registry/cairn/internal/task"
 )
@@ -101,8 +102,10 @@ func CheckIndex(ctx context.Context, d driver.Driver, id meta.Identity) (IndexSt
 	return IndexState{StoreID: sid, MetaID: mid}, nil
 }
 
-// reindexStore is what Reindex needs of the metadata store.
-type reindexStore interface {
+// ReindexStore is what Reindex needs of the metadata store (a meta.Store
+// has it): its identity, the layers' references and states, and the pack
+// locations it adopts from packs' own indexes.
+type ReindexStore interface {
 	meta.Identity
 	pack.AdoptIndex
 	AddLayerRefs(ctx context.Context, layer digest.Digest, files []digest.Digest) ([]meta.FileRef, error)
@@ -154,7 +157,7 @@ type ReindexStats struct {
 // reindexer is one Reindex run.
 type reindexer struct {
 	d     driver.Driver
-	store reindexStore
+	store ReindexStore
 	opts  ReindexOptions
 
 	recipes, dedupd, intact, known       atomic.Int64
@@ -169,7 +172,7 @@ type reindexer struct {
 // locations from the storage's recipes and pack indexes (the comment above
 // tells how and why). It clears the metadata's identity first and records
 // the storage's at the end, only if every recipe and pack was read.
-func Reindex(ctx context.Context, d driver.Driver, store reindexStore, opts ReindexOptions) (*ReindexStats, error) {
+func Reindex(ctx context.Context, d driver.Driver, store ReindexStore, opts ReindexOptions) (*ReindexStats, error) {
 	if opts.Workers <= 0 {
 		opts.Workers = 16
 	}
@@ -180,7 +183,7 @@ func Reindex(ctx context.Context, d driver.Driver, store reindexStore, opts Rein
 	r := &reindexer{d: d, store: store, opts: opts}
 	r.phase.Store("recipes")
 	if opts.Progress != nil {
-		stop := parallel.Report(opts.ProgressInterval, opts.Progress, func() ReindexStats { return r.stats(start) })
+		stop := repeat.Report(opts.ProgressInterval, opts.Progress, func() ReindexStats { return r.stats(start) })
 		defer stop()
 	}
 	id, err := StoreID(ctx, d, true)

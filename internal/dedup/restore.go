@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/cairn-registry/cairn/internal/arc"
-	"github.com/cairn-registry/cairn/internal/iocount"
+	"github.com/cairn-registry/cairn/internal/iowatch"
 	"github.com/cairn-registry/cairn/internal/layout"
 
 	"context"
@@ -158,19 +158,32 @@ func (s *Source) rebuildChecking(ctx context.Context, r *Recipe, w io.Writer, or
 	var wg sync.WaitGroup
 	wg.Add(1)
 	var asmErr error
+	// The files stored as parses hand their tokens to the recompression
+	// (recompress, "Copies"): a check finds where they agree with the
+	// blob's, a restore follows them there.
+	var parses *recompress.Parses
+	var seen layer.PayloadFunc
+	if r.Compression.ParseLevel() > 0 && r.Compression.HasRestarts() {
+		parses = &recompress.Parses{}
+		seen = func(i int, off int64, rc io.Reader) {
+			if p, ok := rc.(*pack.Parsed); ok && len(p.Tokens) > 0 {
+				parses.Add(i, off, p.Level, p.Tokens)
+			}
+		}
+	}
 	go func() {
 		defer wg.Done()
-		asmErr = layer.Assemble(ctx, pw, &r.Tar, storeErrs{s.files})
+		asmErr = layer.AssembleWith(ctx, pw, &r.Tar, storeErrs{s.files, parses != nil}, seen)
 		pw.CloseWithError(asmErr)
 	}()
 	v := r.Digest.Verifier()
-	cw := &iocount.Writer{W: io.MultiWriter(&sizeCap{w: w, left: r.Size}, v)}
+	cw := &iowatch.Writer{W: io.MultiWriter(&sizeCap{w: w, left: r.Size}, v)}
 	kept := r.Compression
 	var err error
 	if original != nil {
-		kept, err = recompress.Check(cw, r.Compression, pr, original)
+		kept, err = recompress.CheckFollowing(cw, r.Compression, pr, original, parses)
 	} else {
-		err = recompress.Rebuild(cw, r.Compression, pr, procs)
+		err = recompress.RebuildFollowing(cw, r.Compression, pr, procs, parses)
 	}
 	if err == nil {
 		// The tar must end exactly where the recipe's members do.
@@ -309,7 +322,10 @@ func (h *holdLast) flush() error {
 // whose files cannot be read right now is retried rather than given up. A
 // corrupt file is no passing failure: it is left unmarked, as when its
 // corruption shows while it is read.
-type storeErrs struct{ *pack.Store }
+type storeErrs struct {
+	*pack.Store
+	parses bool // stream parse frames with their tokens
+}
 
 func (s storeErrs) Open(ctx context.Context, d digest.Digest) (io.ReadCloser, error) {
 	rc, err := s.Store.Open(ctx, d)
@@ -317,7 +333,11 @@ func (s storeErrs) Open(ctx context.Context, d digest.Digest) (io.ReadCloser, er
 }
 
 func (s storeErrs) Stream(ctx context.Context, files []layer.File) (layer.Payloads, error) {
-	ps, err := s.Store.Stream(ctx, files)
+	stream := s.Store.Stream
+	if s.parses {
+		stream = s.Store.StreamParses
+	}
+	ps, err := stream(ctx, files)
 	if err != nil {
 		return nil, markStorage(err)
 	}

@@ -70,7 +70,7 @@ func intactWhy(state meta.LayerState, sum summary) string {
 // StoredBytes splits what dedup-managed layers occupy in storage.
 type StoredBytes struct {
 	Intact  int64 `json:"intact"`  // intact copies still kept
-	Files   int64 `json:"files"`   // unique files, zstd-compressed
+	Files   int64 `json:"files"`   // unique files as stored (zstd or parse frames)
 	Recipes int64 `json:"recipes"` // recipe files
 	Total   int64 `json:"total"`
 }

@@ -44,7 +44,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/layout"
-	"github.com/cairn-registry/cairn/internal/parallel"
+	"github.com/cairn-registry/cairn/internal/repeat"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -260,7 +260,7 @@ func Begin(ctx context.Context, d driver.Driver, m Marker) (*Run, error) {
 	if r.t0.IsZero() {
 		r.t0 = time.Now()
 	}
-	r.stop = parallel.Every(Heartbeat, func() { _ = d.PutContent(ctx, r.marker, body) })
+	r.stop = repeat.Every(Heartbeat, func() { _ = d.PutContent(ctx, r.marker, body) })
 	return r, nil
 }
 

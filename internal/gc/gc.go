@@ -117,7 +117,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/digestkey"
 	"github.com/cairn-registry/cairn/internal/layout"
-	"github.com/cairn-registry/cairn/internal/parallel"
+	"github.com/cairn-registry/cairn/internal/repeat"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -367,7 +367,7 @@ func newCollector(d driver.Driver, opts Options) *collector {
 func (c *collector) run(ctx context.Context) (rep *Report, err error) {
 	c.start = time.Now()
 	c.rep.Started = c.start.UTC()
-	stopProgress := parallel.Report(c.opts.ProgressInterval, c.opts.Progress, c.progress)
+	stopProgress := repeat.Report(c.opts.ProgressInterval, c.opts.Progress, c.progress)
 	defer func() {
 		c.phase.Store("done")
 		stopProgress()

@@ -13,6 +13,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/manifest"
 	"github.com/cairn-registry/cairn/internal/parallel"
+	"github.com/cairn-registry/cairn/internal/repeat"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -493,7 +494,7 @@ func (c *collector) readConcurrency() int { return 4 * c.opts.Concurrency }
 // getContent reads a small file, trying again after transient failures.
 func (c *collector) getContent(ctx context.Context, p string) ([]byte, error) {
 	var b []byte
-	err := parallel.Retry(ctx, 3, func(err error) bool { return errors.Is(err, driver.ErrNotFound) }, func() error {
+	err := repeat.Retry(ctx, 3, func(err error) bool { return errors.Is(err, driver.ErrNotFound) }, func() error {
 		var err error
 		b, err = c.d.GetContent(ctx, p)
 		return err

@@ -26,6 +26,7 @@
 //	    tmp/ready/<id>                                         ReadyProbe: readiness's write probe (a crash's leftover is swept)
 //	    unsynced/<epoch>/<alg>-<hex>/<nonce>                   UnsyncedMarker: a blob not yet synced (package registry)
 //	    ui/history.json                                        UIHistory: the web page's storage story over time (package webui)
+//	    replication/<target>/<repo>/_record.json               ReplicationRecord: what travelled to or from a peer (package replicate)
 //
 // A repository's directories are named by constants (LayersSubdir,
 // ManifestsSubdir, ReferrersSubdir, UploadsSubdir, RepoCairnSubdir), each
@@ -287,6 +288,17 @@ const StoreID = CairnDir + "/store-id"
 // stored figures, GC runs), small and bounded, so that a restart continues
 // it.
 const UIHistory = CairnDir + "/ui/history.json"
+
+// ReplicationDir holds, per replication target, the record of what was
+// replicated to or from its peer, one file per repository.
+const ReplicationDir = CairnDir + "/replication"
+
+// ReplicationRecord is target's record for repository repo. Its leaf
+// starts with '_', which no repository name component may, so the record
+// of a/b never collides with a directory of repository a/b/c.
+func ReplicationRecord(target, repo string) string {
+	return ReplicationDir + "/" + target + "/" + repo + "/_record.json"
+}
 
 // DedupIntakeDir holds the pushed images whose layers dedup could not
 // record (its metadata store was down): retried until recorded.

@@ -236,6 +236,7 @@ func TestContainsPiece(t *testing.T) {
 		{"/v2/a/blobs/uploads/", "blobs/sha256", false},
 		{"/blobs/sha256/ab", "blobs/sha256", true},
 		{"a/repositories/b", "repositories/", true},
+		{"write cairn/replication/x: %w", "cairn/replication", true},
 		{"myrepositories/b", "repositories/", false},
 	} {
 		if got := containsPiece(c.s, c.piece); got != c.want {

@@ -184,7 +184,9 @@ func (n *Notifier) Notify(ev Event) {
 }
 
 // Run writes and delivers events until ctx is done, then writes what
-// Notify handed over and returns. Call it once; Close after.
+// Notify handed over and returns. Call it once; Close after. Each endpoint
+// has a loop of its own, not tasks: it sends in queue order, waits on new
+// events and backs off on failures, which would hold a task worker idle.
 func (n *Notifier) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, e := range n.eps {

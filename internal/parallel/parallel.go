@@ -1,15 +1,14 @@
 // Package parallel runs a long operation's work on several goroutines with
-// bounded concurrency, and beside it the periodic calls it needs (progress
-// reports, heartbeats, lease renewals) and the retries of its transient
-// failures; the garbage collector, scrub, dedup, the GC protocol and the
-// filesystem driver's bulk delete share it.
+// bounded concurrency: over an index range (For) or fed as it is found
+// (Pool). The garbage collector, scrub, dedup, the registry, the web page
+// and the filesystem driver's bulk delete share it; the calls beside such
+// an operation (heartbeats, progress, retries) are package repeat's.
 package parallel
 
 import (
 	"context"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // For calls fn(0..n-1) from up to conc goroutines (the caller's among them)
@@ -37,68 +36,6 @@ func For(ctx context.Context, n, conc int, fn func(i int)) int {
 	work()
 	wg.Wait()
 	return min(int(next.Load()), n)
-}
-
-// Every calls fn every interval until stop is called; stop returns once a
-// call under way has ended.
-func Every(interval time.Duration, fn func()) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				fn()
-			}
-		}
-	})
-	return func() {
-		close(done)
-		wg.Wait()
-	}
-}
-
-// Report is Every for a progress report: it hands progress() to report,
-// and once more at stop, so that the last report has the final counts. A
-// nil report (the caller wants none) costs nothing.
-func Report[P any](interval time.Duration, report func(P), progress func() P) (stop func()) {
-	if report == nil {
-		return func() {}
-	}
-	send := func() { report(progress()) }
-	stopEvery := Every(interval, send)
-	return func() {
-		stopEvery()
-		send()
-	}
-}
-
-// Retry calls fn up to attempts times, waiting longer after each failure
-// (100 ms, 400 ms, 900 ms, ...), until it succeeds, fails with an error
-// final accepts (one a second try cannot change, such as not-found), or
-// ctx ends. It returns fn's last error, or ctx's.
-func Retry(ctx context.Context, attempts int, final func(error) bool, fn func() error) error {
-	var err error
-	for attempt := range attempts {
-		if attempt > 0 {
-			t := time.NewTimer(time.Duration(attempt*attempt) * 100 * time.Millisecond)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return ctx.Err()
-			case <-t.C:
-			}
-		}
-		err = fn()
-		if err == nil || final(err) || ctx.Err() != nil {
-			return err
-		}
-	}
-	return err
 }
 
 // Pool runs fn for every job sent to it from a fixed number of goroutines:

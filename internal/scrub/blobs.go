@@ -11,7 +11,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/cairn-registry/cairn/internal/iocount"
+	"github.com/cairn-registry/cairn/internal/iowatch"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/parallel"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
@@ -114,7 +114,7 @@ func (s *scrubber) hashObject(ctx context.Context, p string, alg digest.Algorith
 			return err
 		}
 		defer rc.Close()
-		src := &iocount.ErrReader{R: rc}
+		src := &iowatch.ErrReader{R: rc}
 		var r io.Reader = src
 		if decode != nil {
 			dr, done, err := decode(src)

@@ -124,8 +124,8 @@ import (
 	"github.com/cairn-registry/cairn/internal/dedup/pack"
 	"github.com/cairn-registry/cairn/internal/digestkey"
 	"github.com/cairn-registry/cairn/internal/meta"
-	"github.com/cairn-registry/cairn/internal/parallel"
 	"github.com/cairn-registry/cairn/internal/registry"
+	"github.com/cairn-registry/cairn/internal/repeat"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -434,7 +434,7 @@ func newScrubber(d driver.Driver, opts Options) (*scrubber, error) {
 
 func (s *scrubber) run(ctx context.Context) (rep *Report, err error) {
 	s.start = time.Now()
-	stop := parallel.Report(s.opts.ProgressInterval, s.opts.Progress, s.progress)
+	stop := repeat.Report(s.opts.ProgressInterval, s.opts.Progress, s.progress)
 	defer func() {
 		s.phase.Store("done")
 		stop()
@@ -610,7 +610,7 @@ func (s *scrubber) readListed(ctx context.Context, p string, d digest.Digest) (b
 // retry runs fn up to three times while it fails with anything but
 // not-found or the end of ctx.
 func retry(ctx context.Context, fn func() error) error {
-	return parallel.Retry(ctx, 3, func(err error) bool {
+	return repeat.Retry(ctx, 3, func(err error) bool {
 		// A file that does not decompress will not on a second read,
 		// nor will a damaged pack.
 		return errors.Is(err, driver.ErrNotFound) || errors.Is(err, errCorruptFile) || errors.Is(err, pack.ErrFormat)

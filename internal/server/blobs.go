@@ -80,9 +80,13 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request, rt route) {
 	}
 	if err != nil {
 		// The error body is not the blob: its length and range must not
-		// be announced (a client would read the error as a cut blob).
-		h.Del("Content-Length")
-		h.Del("Content-Range")
+		// be announced (a client would read the error as a cut blob), nor
+		// its validators and year-long freshness (a shared cache would
+		// keep the error, or confirm it on revalidation).
+		for _, k := range []string{"Content-Length", "Content-Range", "Content-Type", "ETag", "Cache-Control", "Accept-Ranges", "Docker-Content-Digest"} {
+			h.Del(k)
+		}
+		h.Set("Cache-Control", "no-store")
 		s.writeError(w, r, err)
 		return
 	}

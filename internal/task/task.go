@@ -46,8 +46,9 @@ type Runner struct {
 	mu        sync.Mutex
 	cond      *sync.Cond // signalled when a task is queued or Run ends
 	queues    [nPriorities][]*item
-	schedules []schedule // Every calls made before Run
-	ctx       context.Context
+	schedules []schedule      // Every calls made before Run
+	started   bool            // Run was called
+	done      <-chan struct{} // Run's ctx.Done(), which ends the schedules
 	stopped   bool
 	wg        sync.WaitGroup // periodic schedules
 }
@@ -101,7 +102,7 @@ func (r *Runner) Every(name string, first, period time.Duration, prio Priority, 
 	s := schedule{name: name, first: first, period: period, prio: prio, fn: fn}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.ctx == nil {
+	if !r.started {
 		r.schedules = append(r.schedules, s)
 		return
 	}
@@ -110,14 +111,14 @@ func (r *Runner) Every(name string, first, period time.Duration, prio Priority, 
 
 // startSchedule runs s's timer; r.mu is held and Run has started.
 func (r *Runner) startSchedule(s schedule) {
-	ctx := r.ctx
+	done := r.done
 	r.wg.Go(func() {
 		busy := make(chan struct{}, 1)
 		wait := s.first
 		for {
 			t := time.NewTimer(wait)
 			select {
-			case <-ctx.Done():
+			case <-done:
 				t.Stop()
 				return
 			case <-t.C:
@@ -131,7 +132,9 @@ func (r *Runner) startSchedule(s schedule) {
 			}
 			if !r.submit(&item{name: s.name, fn: s.fn, done: func() { <-busy }}, s.prio) {
 				<-busy
-				if ctx.Err() == nil {
+				select {
+				case <-done:
+				default:
 					r.log.Warn("task skipped: queue full", "task", s.name)
 				}
 			}
@@ -143,11 +146,11 @@ func (r *Runner) startSchedule(s schedule) {
 // and the periodic schedules to end. Tasks still queued are dropped.
 func (r *Runner) Run(ctx context.Context) {
 	r.mu.Lock()
-	if r.ctx != nil {
+	if r.started {
 		r.mu.Unlock()
 		panic("task: Run called twice")
 	}
-	r.ctx = ctx
+	r.started, r.done = true, ctx.Done()
 	for _, s := range r.schedules {
 		r.startSchedule(s)
 	}

@@ -117,6 +117,10 @@ func TestFlushedRedisKeepsImages(t *testing.T) {
 	if layer.Status != http.StatusServiceUnavailable && !(layer.Status == http.StatusOK && digestOf(layer.Body) == digestOf(a[0].blob)) {
 		t.Fatalf("GET of a layer after the flush: %d with %d bytes; want 503 or the whole layer", layer.Status, len(layer.Body))
 	}
+	// A shared cache in front must not keep the 503 as the blob.
+	if h := layer.Header; layer.Status == http.StatusServiceUnavailable && (h.Get("Cache-Control") != "no-store" || h.Get("ETag") != "" || h.Get("Retry-After") == "") {
+		t.Fatalf("503 of a layer: Cache-Control %q, ETag %q, Retry-After %q; want no-store, none, set", h.Get("Cache-Control"), h.Get("ETag"), h.Get("Retry-After"))
+	}
 	pullAfterRebuild(t, srv, "flushed/b", b)
 
 	rep := runGC(t, "--config", cfg, "--root", root, "--delay", "0s")

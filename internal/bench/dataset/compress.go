@@ -1,7 +1,7 @@
 package dataset
 
 import (
-	"github.com/cairn-registry/cairn/internal/iocount"
+	"github.com/cairn-registry/cairn/internal/iowatch"
 
 	"bytes"
 	"compress/gzip"
@@ -54,7 +54,7 @@ func (b *builder) compress(ctx context.Context, t *tarResult, c Compression) (*L
 	}
 	defer os.Remove(f.Name())
 	h := sha256.New()
-	cw := &iocount.Writer{W: io.MultiWriter(f, h)}
+	cw := &iowatch.Writer{W: io.MultiWriter(f, h)}
 	err = compressTo(ctx, cw, src, c)
 	if cerr := f.Close(); err == nil {
 		err = cerr

@@ -1,7 +1,7 @@
 package dataset
 
 import (
-	"github.com/cairn-registry/cairn/internal/iocount"
+	"github.com/cairn-registry/cairn/internal/iowatch"
 
 	"archive/tar"
 	"bytes"
@@ -85,7 +85,7 @@ func (b *builder) buildTar(ctx context.Context, lp *layerPlan) (*tarResult, erro
 	}
 	defer os.Remove(f.Name())
 	h := sha256.New()
-	cw := &iocount.Writer{W: io.MultiWriter(f, h)}
+	cw := &iowatch.Writer{W: io.MultiWriter(f, h)}
 	n, err := writeTar(ctx, cw, entries)
 	if cerr := f.Close(); err == nil {
 		err = cerr

@@ -1,7 +1,7 @@
 package dedupbench
 
 import (
-	"github.com/cairn-registry/cairn/internal/iocount"
+	"github.com/cairn-registry/cairn/internal/iowatch"
 
 	"bufio"
 	"context"
@@ -425,7 +425,7 @@ func timeRestore(ctx context.Context, l *dataset.Layer, rec recompress.Recipe, t
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(layer.Assemble(ctx, pw, tarRec, store)) }()
 	h := sha256.New()
-	cw := &iocount.Writer{W: h}
+	cw := &iowatch.Writer{W: h}
 	err := recompress.Rebuild(cw, rec, bufio.NewReaderSize(pr, 1<<20), 0)
 	pr.CloseWithError(errors.New("restore stopped"))
 	d := time.Since(start)
@@ -447,7 +447,7 @@ func timeCompressor(l *dataset.Layer, rec recompress.Recipe) (time.Duration, err
 	}
 	defer f.Close()
 	start := time.Now()
-	cw := &iocount.Writer{W: sha256.New()}
+	cw := &iowatch.Writer{W: sha256.New()}
 	if err := recompress.Rebuild(cw, rec, bufio.NewReaderSize(f, 1<<20), 0); err != nil {
 		return 0, fmt.Errorf("dedupbench: compress %q: %w", l.Description, err)
 	}
@@ -462,7 +462,7 @@ func timeIntact(ctx context.Context, d driver.Driver, l *dataset.Layer) (time.Du
 	if err != nil {
 		return 0, fmt.Errorf("dedupbench: read %q intact: %w", l.Description, err)
 	}
-	cw := &iocount.Writer{W: io.Discard}
+	cw := &iowatch.Writer{W: io.Discard}
 	_, err = io.Copy(cw, rc)
 	rc.Close()
 	d2 := time.Since(start)

@@ -511,16 +511,7 @@ func sameToks(planned, orig []tok, r *PlanReport) bool {
 // decodeAll inflates a raw DEFLATE stream into buf, token by token.
 func decodeAll(d *deflate.Decoder, stream, buf []byte) ([]byte, error) {
 	d.Reset(stream)
-	for {
-		_, out, err := d.Next(buf)
-		buf = out
-		if errors.Is(err, io.EOF) {
-			return buf, nil
-		}
-		if err != nil {
-			return buf, err
-		}
-	}
+	return d.DecodeAll(buf, nil)
 }
 
 // reencodeTime is how long writing every block of stream again takes,

@@ -181,7 +181,8 @@ type Disk struct {
 	// Prefills: queue holds the waiting ones, oldest first (*prefill),
 	// queued indexes it by key. wanted counts the running fills an Open
 	// waits for, ahead the running ones none does; at most prefillLimit
-	// of those.
+	// of those. A queue of its own, not task's: an Open takes a queued
+	// prefill out of it, and a running one pauses for an Open's fill.
 	queue        *list.List
 	queued       map[string]*list.Element
 	wanted       int

@@ -1,7 +1,7 @@
 package layer
 
 import (
-	"github.com/cairn-registry/cairn/internal/iocount"
+	"github.com/cairn-registry/cairn/internal/iowatch"
 
 	"bytes"
 	"context"
@@ -35,6 +35,18 @@ const (
 // it; metadata that disagrees with the payloads, with ErrMismatch. It does
 // not check the result's digest: Verify does.
 func Assemble(ctx context.Context, w io.Writer, recipe *Recipe, fs FileStore) error {
+	return AssembleWith(ctx, w, recipe, fs, nil)
+}
+
+// PayloadFunc sees each payload as assembly reaches it, before any of its
+// bytes is read: its index in the recipe's Files, the tar offset of its
+// first byte, and the reader the store handed out (a store may hand out
+// more than bytes: see pack.Parsed). It must not read rc.
+type PayloadFunc func(i int, off int64, rc io.Reader)
+
+// AssembleWith is Assemble calling seen, when not nil, with each payload a
+// Streamer hands out.
+func AssembleWith(ctx context.Context, w io.Writer, recipe *Recipe, fs FileStore, seen PayloadFunc) error {
 	zr, err := zstd.NewReader(bytes.NewReader(recipe.Meta), zstd.WithDecoderConcurrency(1))
 	if err != nil {
 		return fmt.Errorf("layer: assemble: %w", err)
@@ -43,13 +55,14 @@ func Assemble(ctx context.Context, w io.Writer, recipe *Recipe, fs FileStore) er
 
 	ctx, cancel := context.WithCancel(ctx)
 	var pf getter
+	var written int64 // tar bytes so far
 	if st, ok := fs.(Streamer); ok {
 		ps, err := st.Stream(ctx, recipe.Files)
 		if err != nil {
 			cancel()
 			return fmt.Errorf("layer: assemble: %w", err)
 		}
-		pf = &streamed{ps: ps, files: recipe.Files}
+		pf = &streamed{ps: ps, files: recipe.Files, seen: seen, at: &written}
 	} else {
 		pf = startPrefetch(ctx, fs, recipe.Files)
 	}
@@ -62,6 +75,7 @@ func Assemble(ctx context.Context, w io.Writer, recipe *Recipe, fs FileStore) er
 			return 0, werr
 		}
 		n, err := w.Write(b)
+		written += int64(n)
 		werr = err
 		return n, err
 	})
@@ -84,7 +98,7 @@ func Assemble(ctx context.Context, w io.Writer, recipe *Recipe, fs FileStore) er
 // digest and size. Only a verified recipe may stand in for the tar.
 func Verify(ctx context.Context, recipe *Recipe, fs FileStore) error {
 	h := sha256.New()
-	cw := &iocount.Writer{W: h}
+	cw := &iowatch.Writer{W: h}
 	if err := Assemble(ctx, cw, recipe, fs); err != nil {
 		return err
 	}
@@ -238,6 +252,8 @@ type streamed struct {
 	ps    Payloads
 	files []File
 	next  int
+	seen  PayloadFunc
+	at    *int64 // the tar bytes written so far: where a payload starts
 }
 
 func (s *streamed) Get(string) (io.ReadCloser, error) {
@@ -251,6 +267,9 @@ func (s *streamed) Get(string) (io.ReadCloser, error) {
 	rc, err := s.ps.Next()
 	if err != nil {
 		return nil, &FileError{Digest: f.Digest, Err: err}
+	}
+	if s.seen != nil {
+		s.seen(s.next, *s.at, rc)
 	}
 	r := checked(rc, f)
 	if r.err != nil {

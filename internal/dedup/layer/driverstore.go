@@ -12,7 +12,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/cairn-registry/cairn/internal/iocount"
+	"github.com/cairn-registry/cairn/internal/iowatch"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -160,7 +160,7 @@ func (ds *Decoders) Open(rc io.ReadCloser) (io.ReadCloser, error) {
 			return nil, err
 		}
 	}
-	src := &srcReader{iocount.ErrReader{R: rc}}
+	src := &srcReader{iowatch.ErrReader{R: rc}}
 	if err := dec.Reset(src); err != nil {
 		rc.Close()
 		ds.pool.Put(dec)
@@ -172,7 +172,7 @@ func (ds *Decoders) Open(rc io.ReadCloser) (io.ReadCloser, error) {
 // srcReader remembers the driver's read error, so that a decoding failure
 // can be told apart: a failed read is the storage's, anything else means
 // the stored bytes are corrupt.
-type srcReader struct{ iocount.ErrReader }
+type srcReader struct{ iowatch.ErrReader }
 
 // classify marks a decoder error as corruption unless the driver failed.
 func (s *srcReader) classify(err error) error {

@@ -49,6 +49,8 @@ type env struct {
 	d     *countingDriver
 	meta  *bolt.Store
 	store *Store
+	// parseLevel, when set, makes ingest store parse frames.
+	parseLevel int
 }
 
 func newEnv(t *testing.T, opts Options) *env {
@@ -104,6 +106,7 @@ func (e *env) ingest(layerName string, payloads [][]byte, target int64) {
 		e.t.Fatal(err)
 	}
 	w := e.store.NewWriter(target)
+	w.KeepParses(e.parseLevel)
 	seen := map[digest.Digest]bool{}
 	for i, p := range payloads {
 		if seen[fs[i].Digest] {

@@ -1,6 +1,7 @@
 package pack
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -14,7 +15,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
-	"github.com/cairn-registry/cairn/internal/iocount"
+	"github.com/cairn-registry/cairn/internal/iowatch"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
@@ -240,24 +241,29 @@ func (s *Store) Open(ctx context.Context, d digest.Digest) (io.ReadCloser, error
 	if !ok {
 		return s.openLegacy(ctx, d)
 	}
-	return s.openAt(ctx, d, loc, -1)
+	return s.openAt(ctx, d, loc, -1, false)
 }
 
-// openAt reads one file at loc with a ranged read of its own; size < 0:
-// unknown, so streamed.
-func (s *Store) openAt(ctx context.Context, d digest.Digest, loc meta.Location, size int64) (io.ReadCloser, error) {
+// openAt reads one file of size bytes (< 0: unknown) at loc with a ranged
+// read of its own: a small one whole, a larger one streamed. With tokens,
+// a parse frame of a file of a known size up to maxParseFile is read whole and
+// handed out as a *Parsed.
+func (s *Store) openAt(ctx context.Context, d digest.Digest, loc meta.Location, size int64, tokens bool) (io.ReadCloser, error) {
 	if size >= 0 && size <= smallFile {
 		frame, err := s.readRange(ctx, loc.Pack, loc.Offset, loc.Length)
 		if err != nil {
 			return nil, err
 		}
-		return s.decodeSmall(d, frame, size)
+		return s.decodeSmall(d, frame, size, tokens)
 	}
 	rc, err := s.d.ReadRange(ctx, layout.Pack(loc.Pack), loc.Offset, loc.Length)
 	if err != nil {
 		return nil, fmt.Errorf("pack: read %s from %s: %w", d, loc.Pack, err)
 	}
-	return s.decodeStream(d, rc)
+	if !tokens || size < 0 || size > maxParseFile {
+		size = -1
+	}
+	return s.decodeStream(d, rc, size)
 }
 
 // readRange reads n bytes at off of pack id, all of them.
@@ -268,7 +274,7 @@ func (s *Store) readRange(ctx context.Context, id string, off, n int64) ([]byte,
 	}
 	defer rc.Close()
 	buf := make([]byte, n)
-	src := iocount.ErrReader{R: rc}
+	src := iowatch.ErrReader{R: rc}
 	if k, err := io.ReadFull(&src, buf); err != nil {
 		if src.Err == nil || errors.Is(err, io.ErrUnexpectedEOF) {
 			err = fmt.Errorf("%w: pack %s ends %d bytes into %d+%d", layer.ErrCorruptFile, id, k, off, n)
@@ -278,8 +284,12 @@ func (s *Store) readRange(ctx context.Context, id string, off, n int64) ([]byte,
 	return buf, nil
 }
 
-// decodeSmall decompresses one frame of a file of size bytes.
-func (s *Store) decodeSmall(d digest.Digest, frame []byte, size int64) (io.ReadCloser, error) {
+// decodeSmall decompresses one frame of a file of size bytes (a parse
+// frame with its tokens, if asked).
+func (s *Store) decodeSmall(d digest.Digest, frame []byte, size int64, tokens bool) (io.ReadCloser, error) {
+	if isParse(frame) {
+		return decodeParse(d, frame, size, tokens)
+	}
 	out, err := s.smallD.DecodeAll(frame, make([]byte, 0, size))
 	if err != nil {
 		return nil, fmt.Errorf("pack: file %s: %w: %w", d, layer.ErrCorruptFile, err)
@@ -287,9 +297,31 @@ func (s *Store) decodeSmall(d digest.Digest, frame []byte, size int64) (io.ReadC
 	return io.NopCloser(bytes.NewReader(out)), nil
 }
 
-// decodeStream decompresses a frame as it is read from rc.
-func (s *Store) decodeStream(d digest.Digest, rc io.ReadCloser) (io.ReadCloser, error) {
-	out, err := s.decs.Open(rc)
+// decodeStream decompresses a frame as it is read from rc; a parse frame
+// of a file of parseSize bytes (< 0: none wanted) is read whole and handed
+// out with its tokens.
+func (s *Store) decodeStream(d digest.Digest, rc io.ReadCloser, parseSize int64) (io.ReadCloser, error) {
+	src := &iowatch.ErrReader{R: rc}
+	br := bufio.NewReaderSize(src, 64<<10)
+	if head, err := br.Peek(len(parseMagic) + 1); isParse(head) {
+		if parseSize < 0 {
+			br.Discard(len(head))
+			return openParseStream(d, src, br, rc), nil
+		}
+		defer rc.Close()
+		frame, err := io.ReadAll(br)
+		if err != nil {
+			return nil, fmt.Errorf("pack: file %s: %w", d, err)
+		}
+		return decodeParse(d, frame, parseSize, true)
+	} else if err != nil && src.Err != nil {
+		rc.Close()
+		return nil, fmt.Errorf("pack: file %s: %w", d, src.Err)
+	}
+	out, err := s.decs.Open(struct {
+		io.Reader
+		io.Closer
+	}{br, rc})
 	if err != nil {
 		return nil, fmt.Errorf("pack: file %s: %w", d, err)
 	}

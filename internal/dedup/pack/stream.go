@@ -134,13 +134,24 @@ func distinct(files []layer.File) []digest.Digest {
 // then the spans are read ahead, at most Inflight at once, and the files
 // handed out in order.
 func (s *Store) Stream(ctx context.Context, files []layer.File) (layer.Payloads, error) {
+	return s.stream(ctx, files, false)
+}
+
+// StreamParses is Stream handing out each file stored as a parse frame
+// (of files up to maxParseFile) as a *Parsed, with its tokens: the payloads of a
+// rebuild that follows them.
+func (s *Store) StreamParses(ctx context.Context, files []layer.File) (layer.Payloads, error) {
+	return s.stream(ctx, files, true)
+}
+
+func (s *Store) stream(ctx context.Context, files []layer.File, tokens bool) (layer.Payloads, error) {
 	locs, err := s.locate(ctx, distinct(files))
 	if err != nil {
 		return nil, err
 	}
 	spans, of, keep := plan(files, locs, s.opts.MaxSpan, s.opts.MaxGap)
 	ctx, cancel := context.WithCancel(ctx)
-	st := &stream{s: s, ctx: ctx, cancel: cancel, files: files, locs: locs, spans: spans, of: of,
+	st := &stream{s: s, ctx: ctx, cancel: cancel, files: files, locs: locs, spans: spans, of: of, tokens: tokens,
 		keep: keep, kept: make(map[digest.Digest][]byte), slots: make(chan struct{}, s.opts.Inflight+openSpans)}
 	st.wg.Add(1)
 	go st.readAhead()
@@ -163,11 +174,12 @@ type stream struct {
 	of     []int // of[i] is the span of files[i], or reuse
 	// keep counts, per file listed again, the occurrences still to hand
 	// out from kept.
-	keep  map[digest.Digest]int
-	kept  map[digest.Digest][]byte
-	slots chan struct{}
-	wg    sync.WaitGroup
-	next  int // the next file to hand out
+	keep   map[digest.Digest]int
+	kept   map[digest.Digest][]byte
+	slots  chan struct{}
+	wg     sync.WaitGroup
+	next   int  // the next file to hand out
+	tokens bool // parse frames are handed out as *Parsed
 }
 
 // readAhead starts the reads of the spans in order, each when a slot is
@@ -257,13 +269,13 @@ func (st *stream) open(f layer.File, k int) (io.ReadCloser, error) {
 	)
 	switch {
 	case sp.large && located:
-		rc, err = st.s.openAt(st.ctx, f.Digest, loc, -1)
+		rc, err = st.s.openAt(st.ctx, f.Digest, loc, f.Size, st.tokens)
 	case sp.large:
 		rc, err = st.s.openLegacy(st.ctx, f.Digest)
 	case sp.err != nil:
 		err = sp.err
 	case located:
-		rc, err = st.s.decodeSmall(f.Digest, sp.buf[loc.Offset-sp.off:][:loc.Length], f.Size)
+		rc, err = st.s.decodeSmall(f.Digest, sp.buf[loc.Offset-sp.off:][:loc.Length], f.Size, st.tokens)
 	default:
 		rc = io.NopCloser(bytes.NewReader(sp.buf))
 	}
@@ -284,7 +296,7 @@ func (st *stream) relocate(f layer.File, loc meta.Location, cause error) (io.Rea
 	now, ok := locs[f.Digest]
 	switch {
 	case ok && now != loc:
-		return st.s.openAt(st.ctx, f.Digest, now, f.Size)
+		return st.s.openAt(st.ctx, f.Digest, now, f.Size, st.tokens)
 	case !ok && !loc.IsZero():
 		return st.s.openLegacy(st.ctx, f.Digest)
 	}

@@ -3,6 +3,7 @@ package pack
 import (
 	"bufio"
 	"cmp"
+	"compress/flate"
 	"context"
 	"errors"
 	"fmt"
@@ -13,7 +14,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
-	"github.com/cairn-registry/cairn/internal/iocount"
+	"github.com/cairn-registry/cairn/internal/iowatch"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -84,7 +85,7 @@ func verifyRun(ctx context.Context, d driver.Driver, dec *zstd.Decoder, id strin
 		return 0, fmt.Errorf("pack: read %s: %w", id, err)
 	}
 	defer rc.Close()
-	src := &iocount.ErrReader{R: rc}
+	src := &iowatch.ErrReader{R: rc}
 	br := bufio.NewReaderSize(src, 64<<10)
 	pos := start
 	for _, e := range es {
@@ -117,14 +118,23 @@ func verifyFrame(dec *zstd.Decoder, r io.Reader, e Entry) error {
 	if !e.Digest.Algorithm().Available() {
 		return fmt.Errorf("digest algorithm %s is not available", e.Digest.Algorithm())
 	}
-	if err := dec.Reset(r); err != nil {
-		return fmt.Errorf("does not decompress: %w", err)
+	br := bufio.NewReader(r)
+	var content io.Reader = dec
+	if head, _ := br.Peek(len(parseMagic) + 1); isParse(head) {
+		br.Discard(len(head))
+		fr := flate.NewReader(br)
+		defer fr.Close()
+		content = fr
+	} else {
+		if err := dec.Reset(br); err != nil {
+			return fmt.Errorf("does not decompress: %w", err)
+		}
+		defer dec.Reset(nil)
 	}
-	defer dec.Reset(nil)
 	h := e.Digest.Algorithm().Hash()
 	// One byte more than the entry says: a frame that decompresses to
 	// more is wrong, and is not read to its end.
-	n, err := io.Copy(h, io.LimitReader(dec, e.Size+1))
+	n, err := io.Copy(h, io.LimitReader(content, e.Size+1))
 	switch {
 	case err != nil:
 		return fmt.Errorf("does not decompress: %w", err)
@@ -142,7 +152,7 @@ func verifyFrame(dec *zstd.Decoder, r io.Reader, e Entry) error {
 
 // readErr is the error that ends a run at entry e: the storage's when
 // reading failed, or the object ending early.
-func readErr(id string, src *iocount.ErrReader, e Entry, err error) error {
+func readErr(id string, src *iowatch.ErrReader, e Entry, err error) error {
 	if src.Err != nil {
 		err = src.Err
 	} else if err == nil || errors.Is(err, io.EOF) {

@@ -53,8 +53,16 @@ func (e *env) verify(d driver.Driver, id string, entries []Entry) (map[int64]err
 	return got, read, err
 }
 
+// TestVerifyFrames checks packs of zstd frames, and of parse frames.
 func TestVerifyFrames(t *testing.T) {
+	for _, level := range []int{0, 6} {
+		t.Run(fmt.Sprintf("parses at %d", level), func(t *testing.T) { testVerifyFrames(t, level) })
+	}
+}
+
+func testVerifyFrames(t *testing.T, parseLevel int) {
 	e := newEnv(t, Options{})
+	e.parseLevel = parseLevel
 	payloads := files(11, 40, 6000)
 	// One large file (over smallFile, and 1 MiB or more stored), decoded
 	// as a stream, between small ones.

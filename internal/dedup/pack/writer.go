@@ -9,7 +9,8 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
-	"github.com/cairn-registry/cairn/internal/iocount"
+	"github.com/cairn-registry/cairn/internal/dedup/recompress/deflate"
+	"github.com/cairn-registry/cairn/internal/iowatch"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
@@ -30,11 +31,23 @@ type Writer struct {
 	target  int64
 	id      string
 	fw      driver.FileWriter
-	out     *iocount.Writer // counts the pack's bytes so far
+	out     *iowatch.Writer // counts the pack's bytes so far
 	entries []Entry
 	from    []meta.Location // per entry: the condition of a moving placement
 	// placed and placedBytes count the files Flush recorded, for reports.
 	placed, placedBytes int64
+	// parseLevel, when set, stores files of MinParseFile bytes and more
+	// as parse frames at that deflate level.
+	parseLevel int
+}
+
+// KeepParses makes w store each file of MinParseFile bytes or more as its
+// parse at a deflate level (4–9; see parse.go), for the layers whose
+// compression follows them. Other levels keep zstd frames.
+func (w *Writer) KeepParses(level int) {
+	if deflate.Searchable(level) && level > 0 {
+		w.parseLevel = level
+	}
 }
 
 // NewWriter returns a Writer filling packs of about target bytes (0: the
@@ -62,9 +75,12 @@ func (w *Writer) Put(ctx context.Context, d digest.Digest, size int64, r io.Read
 	}
 	off := w.out.N
 	var err error
-	if size <= smallFile {
+	switch {
+	case w.parseLevel > 0 && size >= MinParseFile:
+		err = streamParse(w.out, w.parseLevel, size, r)
+	case size <= smallFile:
 		err = w.putSmall(size, r)
-	} else {
+	default:
 		err = w.putStream(size, r)
 	}
 	if err != nil {
@@ -154,7 +170,7 @@ func (w *Writer) open(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("pack: begin %s: %w", id, err)
 	}
-	w.id, w.fw, w.out, w.entries, w.from = id, fw, &iocount.Writer{W: fw}, w.entries[:0], w.from[:0]
+	w.id, w.fw, w.out, w.entries, w.from = id, fw, &iowatch.Writer{W: fw}, w.entries[:0], w.from[:0]
 	if _, err := w.out.Write([]byte(header)); err != nil {
 		w.Abort(ctx)
 		return fmt.Errorf("pack: begin %s: %w", id, err)

@@ -16,7 +16,7 @@
 package recompress
 
 import (
-	"github.com/cairn-registry/cairn/internal/iocount"
+	"github.com/cairn-registry/cairn/internal/iowatch"
 
 	"bytes"
 	"context"
@@ -69,6 +69,9 @@ type Member struct {
 	// Restarts are points from which the member's deflate stream can be
 	// compressed in parallel segments (see segments.go).
 	Restarts []deflate.Boundary `json:"restarts,omitempty"`
+	// Copies are the stretches of the member whose tokens stored parses
+	// give (follow.go), in input order; a check finds them.
+	Copies []Copy `json:"copies,omitempty"`
 }
 
 // Tally adds one count per member encoder of r to counts, to learn which
@@ -354,7 +357,14 @@ func (c *compareWriter) done() bool {
 // from uncompressed, on at most procs cores (0: GOMAXPROCS) where the
 // encoder can use more than one.
 func Rebuild(w io.Writer, recipe Recipe, uncompressed io.Reader, procs int) error {
-	_, err := rebuild(w, recipe, uncompressed, nil, procs)
+	_, err := rebuild(w, recipe, uncompressed, nil, procs, nil)
+	return err
+}
+
+// RebuildFollowing is Rebuild taking the tokens of the recipe's copies
+// from parses wherever they check out, instead of searching.
+func RebuildFollowing(w io.Writer, recipe Recipe, uncompressed io.Reader, procs int, parses *Parses) error {
+	_, err := rebuild(w, recipe, uncompressed, nil, procs, parses)
 	return err
 }
 
@@ -365,10 +375,17 @@ func Rebuild(w io.Writer, recipe Recipe, uncompressed io.Reader, procs int) erro
 // returns the recipe without the points that did not hold. The output
 // still needs its digest checked, as Rebuild's does.
 func Check(w io.Writer, recipe Recipe, uncompressed io.Reader, original io.ReaderAt) (Recipe, error) {
-	return rebuild(w, recipe, uncompressed, original, 0)
+	return rebuild(w, recipe, uncompressed, original, 0, nil)
 }
 
-func rebuild(w io.Writer, recipe Recipe, uncompressed io.Reader, original io.ReaderAt, procs int) (Recipe, error) {
+// CheckFollowing is Check that also finds, in each segment, the stretches
+// whose tokens parses give, and returns them as the members' Copies, each
+// kept only once its segment reproduced the original with it.
+func CheckFollowing(w io.Writer, recipe Recipe, uncompressed io.Reader, original io.ReaderAt, parses *Parses) (Recipe, error) {
+	return rebuild(w, recipe, uncompressed, original, 0, parses)
+}
+
+func rebuild(w io.Writer, recipe Recipe, uncompressed io.Reader, original io.ReaderAt, procs int, parses *Parses) (Recipe, error) {
 	procs = cores(procs)
 	if recipe.Format == FormatNone {
 		n, err := io.Copy(w, uncompressed)
@@ -382,8 +399,9 @@ func rebuild(w io.Writer, recipe Recipe, uncompressed io.Reader, original io.Rea
 	}
 	out := recipe
 	out.Members = slices.Clone(recipe.Members)
-	cw := &iocount.Writer{W: w}
+	cw := &iowatch.Writer{W: w}
 	w = cw
+	var base int64 // the member's offset in the uncompressed stream
 	for i, m := range recipe.Members {
 		if _, err := w.Write(m.Header); err != nil {
 			return out, err
@@ -393,12 +411,19 @@ func rebuild(w io.Writer, recipe Recipe, uncompressed io.Reader, original io.Rea
 			if original != nil {
 				chk = &segmentCheck{original: original, bodyStart: cw.N}
 			}
-			if err := rebuildSegments(w, level, m, uncompressed, procs, chk); err != nil {
+			var fl *following
+			if parses != nil && deflate.Searchable(level) {
+				fl = &following{parses: parses, base: base, copies: m.Copies}
+			}
+			copies, err := rebuildSegments(w, level, m, uncompressed, procs, chk, fl)
+			if err != nil {
 				return out, fmt.Errorf("recompress: member %d: %w", i, err)
 			}
 			if chk != nil {
 				out.Members[i].Restarts = chk.held(m.Restarts)
+				out.Members[i].Copies = copies
 			}
+			base += m.Size
 			if _, err := w.Write(m.Trailer); err != nil {
 				return out, err
 			}
@@ -423,6 +448,7 @@ func rebuild(w io.Writer, recipe Recipe, uncompressed io.Reader, original io.Rea
 		if err := enc.Close(); err != nil {
 			return out, fmt.Errorf("recompress: member %d: %w", i, err)
 		}
+		base += m.Size
 		if _, err := w.Write(m.Trailer); err != nil {
 			return out, err
 		}
@@ -459,7 +485,7 @@ func Verify(recipe Recipe, uncompressed io.Reader, want digest.Digest, size int6
 		return fmt.Errorf("recompress: %w", err)
 	}
 	v := want.Verifier()
-	cw := &iocount.Writer{W: v}
+	cw := &iowatch.Writer{W: v}
 	if err := Rebuild(cw, recipe, uncompressed, 0); err != nil {
 		return err
 	}

@@ -75,7 +75,7 @@ func (r Recipe) WithoutRestarts() Recipe {
 	out := r
 	out.Members = make([]Member, len(r.Members))
 	for i, m := range r.Members {
-		m.Restarts = nil
+		m.Restarts, m.Copies = nil, nil
 		out.Members[i] = m
 	}
 	return out
@@ -109,7 +109,26 @@ func checkRestarts(m Member) error {
 	if m.Size-prev.In > maxSegment {
 		return fmt.Errorf("%w: last restart point at %d in a member of %d bytes", ErrMismatch, prev.In, m.Size)
 	}
+	end := int64(0)
+	for _, c := range m.Copies {
+		if c.In < end || c.Size <= 0 || c.In+c.Size > m.Size {
+			return fmt.Errorf("%w: copy of %d bytes at %d after %d in a member of %d bytes", ErrMismatch, c.Size, c.In, end, m.Size)
+		}
+		end = c.In + c.Size
+	}
 	return nil
+}
+
+// ParseLevel is the deflate level at which the files of a blob with
+// recipe r are worth storing as parses (pack's parse frames): that of its
+// compress/flate members whose tokens a rebuild can follow; 0 for none.
+func (r Recipe) ParseLevel() int {
+	for _, m := range r.Members {
+		if fam, level, _, err := parseID(m.Encoder); err == nil && fam == famStdlib && deflate.Searchable(level) && level > 0 {
+			return level
+		}
+	}
+	return 0
 }
 
 // segment is one unit of a parallel rebuild.
@@ -119,6 +138,60 @@ type segment struct {
 	hist []byte // input before from
 	in   []byte // input from from, lookahead included
 	done chan segmentResult
+	// parses are those of the files the segment holds; copies, the
+	// stretches it follows (a restore's from the recipe, a check's found).
+	parses []*Parse
+	copies []Copy
+}
+
+// end is the input offset the segment's output ends at.
+func (s *segment) end() int64 {
+	if s.to == nil {
+		return s.from.In + int64(len(s.in))
+	}
+	return s.to.In
+}
+
+// following is what a segmented rebuild follows: the parses at hand and,
+// in a restore, the member's copies.
+type following struct {
+	parses *Parses
+	base   int64  // the member's offset in the uncompressed stream
+	copies []Copy // the member's, for a restore
+}
+
+// compress compresses s, following its copies: in a restore those the
+// recipe lists that check out; in a check (chk set) those found by
+// comparing the original's tokens with the parses, kept only if the
+// output they give is the original's.
+func (s *segment) compress(level int, fl *following, chk *segmentCheck) segmentResult {
+	var src deflate.TokenSource
+	switch {
+	case fl == nil || len(s.parses) == 0:
+		s.copies = nil
+	case chk == nil:
+		src = follow(s.copies, s.parses, fl.base)
+	default:
+		s.copies = nil
+		if orig, err := originalTokens(chk.original, chk.bodyStart, s); err == nil {
+			s.copies = findCopies(orig, s.parses, fl.base, s.end())
+			src = follow(s.copies, s.parses, fl.base)
+		}
+	}
+	out, err := deflate.CompressSegmentFollowing(level, s.from, s.hist, s.in, s.to, src)
+	if chk != nil && src != nil {
+		ok := err == nil
+		if ok {
+			ok, err = chk.matches(out, s.from.Bit, s.toBit())
+		}
+		if err == nil && !ok {
+			// The copies, or the restart point: search, and let the
+			// check tell.
+			s.copies = nil
+			out, err = deflate.CompressSegment(level, s.from, s.hist, s.in, s.to)
+		}
+	}
+	return segmentResult{out: out, err: err}
 }
 
 // toBit is the stream bit the segment ends at, -1 at the stream's end.
@@ -139,9 +212,9 @@ type segmentResult struct {
 // workers goroutines and joining them in order. Memory stays bounded:
 // about 3×workers segments are in flight. With chk, each segment is
 // checked against the original before it is joined (segmentCheck).
-func rebuildSegments(w io.Writer, level int, m Member, r io.Reader, workers int, chk *segmentCheck) error {
+func rebuildSegments(w io.Writer, level int, m Member, r io.Reader, workers int, chk *segmentCheck, fl *following) ([]Copy, error) {
 	if err := checkRestarts(m); err != nil {
-		return err
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -154,8 +227,7 @@ func rebuildSegments(w io.Writer, level int, m Member, r io.Reader, workers int,
 					s.done <- segmentResult{err: ctx.Err()}
 					continue
 				}
-				out, err := deflate.CompressSegment(level, s.from, s.hist, s.in, s.to)
-				s.done <- segmentResult{out: out, err: err}
+				s.done <- s.compress(level, fl, chk)
 			}
 		}()
 	}
@@ -163,10 +235,11 @@ func rebuildSegments(w io.Writer, level int, m Member, r io.Reader, workers int,
 	go func() {
 		defer close(order)
 		defer close(jobs)
-		readErr <- feedSegments(ctx, level, m, r, jobs, order)
+		readErr <- feedSegments(ctx, level, m, r, jobs, order, fl, chk == nil)
 	}()
 	j := &deflate.Joiner{W: w}
 	var err error
+	var copies []Copy
 	for s := range order {
 		res := <-s.done
 		if err != nil {
@@ -174,7 +247,10 @@ func rebuildSegments(w io.Writer, level int, m Member, r io.Reader, workers int,
 		}
 		out := res.out
 		if chk != nil {
-			out, err = chk.segment(level, s, res)
+			if out, err = chk.segment(level, s, res); chk.dropped[s.from.In] {
+				s.copies = nil // merged into the segment before
+			}
+			copies = append(copies, s.copies...)
 		} else if res.err != nil {
 			err = fmt.Errorf("recompress: segment at %d: %w", s.from.In, res.err)
 			if errors.Is(res.err, deflate.ErrDiverged) {
@@ -193,7 +269,7 @@ func rebuildSegments(w io.Writer, level int, m Member, r io.Reader, workers int,
 	if rerr := <-readErr; err == nil {
 		err = rerr
 	}
-	return err
+	return copies, err
 }
 
 // Checking restart points. The dedup worker verifies a recipe with the
@@ -299,7 +375,7 @@ func (c *segmentCheck) held(rs []deflate.Boundary) []deflate.Boundary {
 // feedSegments reads the member's input and hands out its segments in
 // order. Each segment gets its own copy of the history and lookahead it
 // shares with its neighbours.
-func feedSegments(ctx context.Context, level int, m Member, r io.Reader, jobs, order chan<- *segment) error {
+func feedSegments(ctx context.Context, level int, m Member, r io.Reader, jobs, order chan<- *segment, fl *following, restore bool) error {
 	histLen := int64(deflate.HistoryLen(level))
 	var buf []byte // input from bufStart
 	var bufStart int64
@@ -340,6 +416,16 @@ func feedSegments(ctx context.Context, level int, m Member, r io.Reader, jobs, o
 			hist: append([]byte(nil), buf[lo-bufStart:from.In-bufStart]...),
 			in:   append([]byte(nil), buf[from.In-bufStart:end-bufStart]...),
 			done: make(chan segmentResult, 1),
+		}
+		if fl != nil {
+			s.parses = fl.parses.overlapping(level, fl.base+from.In, fl.base+s.end())
+			if restore {
+				toIn := int64(-1)
+				if to != nil {
+					toIn = to.In
+				}
+				s.copies = segmentCopies(fl.copies, from.In, toIn)
+			}
 		}
 		select {
 		case order <- s:

@@ -7,9 +7,13 @@ import (
 	"archive/tar"
 	"bytes"
 	stdgzip "compress/gzip"
+	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -165,4 +169,37 @@ func GNUGzip(t testing.TB, raw []byte) []byte {
 		t.Fatalf("gzip: %v", err)
 	}
 	return out
+}
+
+// GoSources returns real text as a layer's files: Go's own sources,
+// joined into files of about fileSize bytes (a source file each when 0),
+// about n bytes in all. It skips the test where GOROOT holds no sources.
+func GoSources(t testing.TB, n, fileSize int) []File {
+	t.Helper()
+	var files []File
+	var body []byte
+	total := 0
+	for _, dir := range []string{"net/http", "go/types", "runtime", "crypto/tls", "encoding/json"} {
+		names, err := filepath.Glob(filepath.Join(runtime.GOROOT(), "src", dir, "*.go"))
+		if err != nil || len(names) == 0 {
+			t.Skipf("no Go sources under GOROOT: %v", err)
+		}
+		for _, name := range names {
+			b, err := os.ReadFile(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body = append(body, b...)
+			if len(body) < fileSize {
+				continue
+			}
+			files = append(files, File{Name: fmt.Sprintf("src/%s/%d.go", dir, len(files)), Body: body})
+			total += len(body)
+			body = nil
+			if total >= n {
+				return files
+			}
+		}
+	}
+	return files
 }

@@ -123,6 +123,44 @@ func (d *Decoder) Reset(src []byte) {
 	d.feed, d.count = nil, false
 }
 
+// ResetAt makes d decode a stream from a block boundary inside it: src
+// holds the stream from the byte with the boundary's bit, skip (0–7) is
+// that bit's place in the byte, and out is the boundary's output offset.
+// The dst of each Next must end with the output before the boundary (its
+// last 32 KiB), which matches may copy from; Bits counts from src[0].
+func (d *Decoder) ResetAt(src []byte, skip uint, out int64) error {
+	d.Reset(src)
+	d.out = out
+	if skip > 7 {
+		return fmt.Errorf("deflate: skip %d bits", skip)
+	}
+	if _, err := d.take(skip); err != nil {
+		return fmt.Errorf("%w: %w", ErrCorrupt, io.ErrUnexpectedEOF)
+	}
+	return nil
+}
+
+// DecodeAll inflates the whole stream d was reset to, appending its bytes
+// to dst, and calls each, when set, with every block as it is decoded
+// (valid until each returns).
+func (d *Decoder) DecodeAll(dst []byte, each func(*Block) error) ([]byte, error) {
+	for {
+		b, out, err := d.Next(dst)
+		dst = out
+		if errors.Is(err, io.EOF) {
+			return dst, nil
+		}
+		if err != nil {
+			return dst, err
+		}
+		if each != nil {
+			if err := each(b); err != nil {
+				return dst, err
+			}
+		}
+	}
+}
+
 // Bits is the number of stream bits decoded so far; after the final block
 // the stream ends in byte (Bits()+7)/8.
 func (d *Decoder) Bits() int64 { return 8*(d.base+int64(d.p)) - int64(d.nb) }

@@ -109,24 +109,30 @@ func (d *compressor) followStep() (bool, error) {
 			f.hashedTo = pos // the search hashed all it passed
 		}
 	}
-	t := token(f.tokens[0])
-	n := t.size()
-	if d.index+n > d.windowEnd {
-		return false, fmt.Errorf("%w: a stretch's token at %d runs past the input", ErrDiverged, pos)
+	// Take the stretch's tokens in a row while the window holds what the
+	// deflate loop would want ahead of them; it refills and calls again.
+	for {
+		t := token(f.tokens[0])
+		n := t.size()
+		if d.index+n > d.windowEnd {
+			return false, fmt.Errorf("%w: a stretch's token at %d runs past the input", ErrDiverged, d.base+int64(d.index))
+		}
+		d.index += n
+		d.tokens = append(d.tokens, t)
+		if err := d.endToken(d.index); err != nil {
+			return true, err
+		}
+		f.tokens = f.tokens[1:]
+		if len(f.tokens) == 0 || d.windowEnd-d.index < minMatchLength+maxMatchLength {
+			break
+		}
 	}
-	end := d.index + n
-	d.index = end
-	d.tokens = append(d.tokens, t)
-	if err := d.endToken(end); err != nil {
-		return true, err
-	}
-	f.tokens = f.tokens[1:]
 	if len(f.tokens) == 0 {
 		// The search resumes here, unless the next stretch starts here
 		// too, with a fresh lazy state and the chains of the 32 KiB
 		// before.
 		d.length, d.offset, d.byteAvailable = minMatchLength-1, 0, false
-		f.lastEnd = pos + int64(n)
+		f.lastEnd = d.base + int64(d.index)
 		f.next()
 		if f.done || f.off != f.lastEnd {
 			from := max(f.hashedTo, f.lastEnd-windowSize, d.base) - d.base

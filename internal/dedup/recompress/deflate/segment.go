@@ -102,6 +102,17 @@ func (w *Writer) OnBlock(f func(Boundary)) { w.d.onBlock = f }
 // zero (the previous segment's), and with to set its last byte is partial
 // when to.Bit%8 != 0, its unused high bits zero.
 func CompressSegment(level int, from Boundary, hist, in []byte, to *Boundary) ([]byte, error) {
+	return CompressSegmentFollowing(level, from, hist, in, to, nil)
+}
+
+// CompressSegmentFollowing is CompressSegment taking, inside the stretches
+// src knows (input offsets of the whole stream, none before from.In), their
+// tokens in place of searching, as CompressFollowing does; src nil is
+// CompressSegment. Levels 4–9 only follow.
+func CompressSegmentFollowing(level int, from Boundary, hist, in []byte, to *Boundary, src TokenSource) ([]byte, error) {
+	if src != nil && !Searchable(level) {
+		return nil, fmt.Errorf("%w: %d", ErrNotSearchable, level)
+	}
 	if !Restartable(level) {
 		return nil, fmt.Errorf("deflate: level %d cannot restart", level)
 	}
@@ -134,6 +145,10 @@ func CompressSegment(level int, from Boundary, hist, in []byte, to *Boundary) ([
 		d.tokens = d.tokens[:0]
 	} else if err := d.restart(hist, int(from.Win)); err != nil {
 		return nil, err
+	}
+	if src != nil {
+		d.follow = &follower{src: src, lastEnd: -1}
+		d.follow.next()
 	}
 	_, err := d.write(in)
 	switch {

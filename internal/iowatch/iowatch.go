@@ -1,8 +1,8 @@
-// Package iocount observes io streams: the bytes written through a Writer,
+// Package iowatch watches io streams: the bytes written through a Writer,
 // for code that checks a stream's size alongside its digest, and the error
 // a Reader's source returned, so that a decoder's failure can be told from
 // the storage's (corrupt bytes, or a failed read worth a retry).
-package iocount
+package iowatch
 
 import "io"
 

@@ -1,0 +1,309 @@
+package recompress
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+
+	"github.com/cairn-registry/cairn/internal/dedup/recompress/deflate"
+)
+
+// Copies: rebuilding without searching. A compress/flate encoder at
+// levels 4–9 decides each token from the 32 KiB before it, the 258 bytes
+// after and the lazy matcher's state, so inside a file the tokens a layer
+// has are, almost everywhere, the tokens of the file compressed on its
+// own at the same level. When the files' stored forms are those parses
+// (pack's parse frames), a rebuild decodes them with the files' bytes and
+// takes their tokens in place of searching (deflate.CompressSegmentFollowing):
+// the encoder searches only the tar headers, the small files and the
+// heads and tails of files where the layer's tokens differ.
+//
+// Which stretches agree is learnt once, by the dedup worker's verifying
+// rebuild (Check): each segment's original tokens are decoded from the
+// blob and compared with the parses of the files the segment holds; runs
+// where they agree become the member's Copies, kept only once the segment
+// compressed with them reproduced the blob's bits. Copies are true
+// stretches of the stream's tokens starting at its token boundaries, so a
+// rebuild may follow any subset of them and still write the stream: a
+// restore skips a copy whose parse is not at hand (a file stored as zstd,
+// or stored again since) or does not check out, and searches there.
+
+// Copy is a stretch of a member's input whose tokens are a stored parse's:
+// the Count tokens from token First of the parse of recipe file Source
+// (its index in the tar recipe's files), covering Size input bytes from
+// In (an offset into the member's input).
+type Copy struct {
+	In     int64 `json:"i"`
+	Size   int64 `json:"b"`
+	Source int   `json:"s"`
+	First  int   `json:"f"`
+	Count  int   `json:"n"`
+}
+
+// minCopy is the least input a copy covers: the search that resumes after
+// it hashes up to 32 KiB again, so a shorter one saves little.
+const minCopy = 512
+
+// markEvery is how many tokens apart a Parse records input offsets, so a
+// segment finds its first token without walking the file from its start.
+const markEvery = 1024
+
+// Parse is a stored parse a rebuild may follow: the tokens of recipe file
+// Source, at deflate level Level, whose first byte is at offset Off of the
+// blob's uncompressed stream (across members).
+type Parse struct {
+	Source int
+	Off    int64
+	Level  int
+	Tokens []deflate.Token
+	size   int64
+	marks  []int64 // marks[k]: input offset, from Off, of token k*markEvery
+}
+
+func newParse(source int, off int64, level int, tokens []deflate.Token) *Parse {
+	p := &Parse{Source: source, Off: off, Level: level, Tokens: tokens}
+	p.marks = make([]int64, 0, len(tokens)/markEvery+1)
+	for i, t := range tokens {
+		if i%markEvery == 0 {
+			p.marks = append(p.marks, p.size)
+		}
+		p.size += int64(t.Size())
+	}
+	return p
+}
+
+// tokenAt returns the index of the first token starting at or after rel
+// (an offset from Off) and where it starts.
+func (p *Parse) tokenAt(rel int64) (int, int64) {
+	k := max(sort.Search(len(p.marks), func(k int) bool { return p.marks[k] > rel })-1, 0)
+	i, at := k*markEvery, int64(0)
+	if len(p.marks) > 0 {
+		at = p.marks[k]
+	}
+	for i < len(p.Tokens) && at < rel {
+		at += int64(p.Tokens[i].Size())
+		i++
+	}
+	return i, at
+}
+
+// Parses hands a rebuild the parses of its input's files as the input is
+// produced: Add each file's parse no later than its first byte. A rebuild
+// reading the input in order drops the parses it is past.
+type Parses struct {
+	mu   sync.Mutex
+	list []*Parse // by Off
+}
+
+// Add records the parse of file source, whose first byte is at offset
+// off of the uncompressed stream; tokens must not change afterwards.
+func (ps *Parses) Add(source int, off int64, level int, tokens []deflate.Token) {
+	p := newParse(source, off, level, tokens)
+	ps.mu.Lock()
+	ps.list = append(ps.list, p)
+	ps.mu.Unlock()
+}
+
+// overlapping returns the parses at the given level overlapping input
+// [from, to) of the stream and drops those ending at or before from.
+func (ps *Parses) overlapping(level int, from, to int64) []*Parse {
+	if ps == nil {
+		return nil
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	k := 0
+	for k < len(ps.list) && ps.list[k].Off+ps.list[k].size <= from {
+		k++
+	}
+	ps.list = ps.list[k:]
+	var out []*Parse
+	for _, p := range ps.list {
+		if p.Off >= to {
+			break
+		}
+		if p.Level == level && p.size > 0 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// copySource is a deflate.TokenSource over a segment's copies.
+type copySource struct {
+	copies []Copy
+	toks   [][]deflate.Token
+}
+
+func (s *copySource) Next() (int64, []deflate.Token, bool) {
+	if len(s.copies) == 0 {
+		return 0, nil, false
+	}
+	c, ts := s.copies[0], s.toks[0]
+	s.copies, s.toks = s.copies[1:], s.toks[1:]
+	return c.In, ts, true
+}
+
+// follow returns the source of the copies a restore can take, of those a
+// segment's recipe lists: each must name a parse at hand whose tokens
+// cover exactly the copy's bytes, from its place. base is the member's
+// offset in the stream. nil when none is left.
+func follow(copies []Copy, parses []*Parse, base int64) deflate.TokenSource {
+	if len(copies) == 0 || len(parses) == 0 {
+		return nil
+	}
+	bySource := make(map[int]*Parse, len(parses))
+	for _, p := range parses {
+		bySource[p.Source] = p
+	}
+	src := &copySource{}
+	for _, c := range copies {
+		p := bySource[c.Source]
+		if p == nil || c.First < 0 || c.Count <= 0 || c.First+c.Count > len(p.Tokens) {
+			continue
+		}
+		i, at := p.tokenAt(c.In + base - p.Off)
+		if i != c.First || p.Off+at != c.In+base {
+			continue
+		}
+		ts := p.Tokens[c.First : c.First+c.Count]
+		var n int64
+		for _, t := range ts {
+			n += int64(t.Size())
+		}
+		if n != c.Size {
+			continue
+		}
+		src.copies = append(src.copies, c)
+		src.toks = append(src.toks, ts)
+	}
+	if len(src.copies) == 0 {
+		return nil
+	}
+	return src
+}
+
+// segmentCopies returns the copies of a member's list that lie in the
+// segment starting at from and ending before to (-1: the member's end).
+func segmentCopies(copies []Copy, from, to int64) []Copy {
+	i := sort.Search(len(copies), func(i int) bool { return copies[i].In >= from })
+	j := len(copies)
+	if to >= 0 {
+		j = sort.Search(len(copies), func(j int) bool { return copies[j].In >= to })
+	}
+	return copies[i:j]
+}
+
+// origToken is one token of the original stream at its input offset; a
+// stored block's bytes are one token of dist -1.
+type origToken struct {
+	off    int64
+	tok    deflate.Token
+	n      int32
+	stored bool
+}
+
+// originalTokens decodes the tokens the original member has for the
+// segment s: its bits from s.from.Bit, read from original at bodyStart,
+// with s.hist as the output before.
+func originalTokens(original io.ReaderAt, bodyStart int64, s *segment) ([]origToken, error) {
+	end := s.from.In + int64(len(s.in))
+	if s.to != nil {
+		end = s.to.In
+	}
+	// DEFLATE never takes more than its input plus 5 bytes per stored
+	// block of 64 KiB, and a few bytes of block headers.
+	n := end - s.from.In
+	buf := make([]byte, n+n/1000+1024)
+	k, err := original.ReadAt(buf, bodyStart+s.from.Bit/8)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("recompress: read original: %w", err)
+	}
+	var dec deflate.Decoder
+	if err := dec.ResetAt(buf[:k], uint(s.from.Bit%8), s.from.In); err != nil {
+		return nil, err
+	}
+	dst := append(make([]byte, 0, len(s.hist)+int(n)+64<<10), s.hist...)
+	var out []origToken
+	for {
+		b, d, err := dec.Next(dst)
+		dst = d
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		at := b.In
+		if b.Type == deflate.BlockStored {
+			out = append(out, origToken{off: at, n: int32(b.Size), stored: true})
+			at += int64(b.Size)
+		} else {
+			for _, t := range b.Tokens {
+				out = append(out, origToken{off: at, tok: t, n: int32(t.Size())})
+				at += int64(t.Size())
+			}
+		}
+		if at >= end {
+			return out, nil
+		}
+	}
+}
+
+// findCopies returns the runs where the original's tokens (orig, in input
+// order) are those of the parses, as copies in input order. base is the
+// member's offset in the stream; end is the segment's.
+func findCopies(orig []origToken, parses []*Parse, base, end int64) []Copy {
+	var out []Copy
+	i := 0
+	for _, p := range parses {
+		lo, hi := max(p.Off-base, 0), min(p.Off-base+p.size, end)
+		for i < len(orig) && orig[i].off < lo {
+			i++
+		}
+		if i == len(orig) {
+			break
+		}
+		j, at := p.tokenAt(orig[i].off + base - p.Off)
+		at += p.Off - base // as a member offset
+		run := Copy{Source: p.Source, First: -1}
+		flush := func() {
+			if run.First >= 0 && run.Size >= minCopy {
+				out = append(out, run)
+			}
+			run = Copy{Source: p.Source, First: -1}
+		}
+		for i < len(orig) && j < len(p.Tokens) && orig[i].off < hi {
+			o := orig[i]
+			switch {
+			case o.off < at:
+				flush()
+				i++
+				continue
+			case at < o.off:
+				flush()
+				at += int64(p.Tokens[j].Size())
+				j++
+				continue
+			}
+			t := p.Tokens[j]
+			if o.stored || o.tok != t || o.off+int64(o.n) > hi {
+				flush() // a stored block's, or another token
+			} else {
+				if run.First < 0 {
+					run.In, run.First = o.off, j
+				}
+				run.Size += int64(o.n)
+				run.Count++
+			}
+			i++
+			at += int64(t.Size())
+			j++
+		}
+		flush()
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].In < out[b].In })
+	return out
+}

@@ -1,0 +1,204 @@
+package replicate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/cairn-registry/cairn/internal/manifest"
+	"github.com/cairn-registry/cairn/internal/proxy"
+	"github.com/cairn-registry/cairn/internal/registry"
+)
+
+// pull brings the peer's selected tags of the repository, and their
+// referrers, into this registry, as a client's push would: blobs are
+// checked against their digests as they are stored, manifests against
+// theirs, and a manifest is stored only once everything it names is.
+func (s *repoSync) pull(ctx context.Context) error {
+	tags, err := s.t.peer.tags(ctx, s.repo)
+	if err != nil {
+		return fmt.Errorf("listing tags: %w", err)
+	}
+	var errs []error
+	for _, tag := range tags {
+		if !s.t.Tags.Match(tag) || !registry.ValidTag(tag) || ctx.Err() != nil {
+			continue
+		}
+		d, err := s.t.peer.c.ManifestDigest(ctx, s.repo, tag)
+		if proxy.IsNotFound(err) {
+			continue // deleted since listed
+		}
+		if err != nil {
+			// Some registries answer a HEAD without the digest: fetch
+			// by tag and hash (a dead peer fails this too).
+			_, _, d, err = s.t.peer.c.Manifest(ctx, s.repo, tag, s.r.local.MaxManifestSize())
+			if proxy.IsNotFound(err) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+		}
+		s.tags = append(s.tags, tag)
+		if err := s.pullImage(ctx, tag, d); err != nil {
+			if unreachable(err) {
+				return err
+			}
+			errs = append(errs, fmt.Errorf("%s:%s: %w", s.repo, tag, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// pullImage stores tag (naming d) unless the record says it is here, then
+// the referrers of d and of its children.
+func (s *repoSync) pullImage(ctx context.Context, tag string, d digest.Digest) error {
+	if s.rec.Tags[tag] != d || !s.rec.done[d] {
+		if err := s.pullTree(ctx, d, tag); err != nil {
+			return err
+		}
+		s.sum.Tags++
+		if err := s.done(ctx, d, tag); err != nil {
+			return err
+		}
+	}
+	return s.pullReferrers(ctx, d, 0)
+}
+
+// pullTree stores manifest d as tag when not "", else by digest: its
+// child manifests and blobs first, unless the record or this registry
+// has d already.
+func (s *repoSync) pullTree(ctx context.Context, d digest.Digest, tag string) error {
+	s.seen[d] = true
+	local := s.r.local
+	if m, err := local.StatManifest(ctx, s.repo, d.String()); err == nil {
+		if tag != "" {
+			_, err = local.PutManifest(ctx, s.repo, tag, m.MediaType, m.Content, nil)
+		}
+		return err
+	} else if !errors.Is(err, registry.ErrManifestUnknown) && !errors.Is(err, registry.ErrNameUnknown) {
+		return err
+	}
+	content, mediaType, _, err := s.t.peer.c.Manifest(ctx, s.repo, d.String(), local.MaxManifestSize())
+	if err != nil {
+		return err
+	}
+	m, err := manifest.Parse(d, content)
+	if err != nil {
+		return fmt.Errorf("%w: manifest %s: %w", errRefused, d, err)
+	}
+	if !manifest.IsMediaType(mediaType) {
+		mediaType = "" // let the registry tell it from the content
+	}
+	refs, _ := m.Refs()
+	for _, child := range refs.Manifests {
+		if err := s.pullTree(ctx, child, ""); err != nil {
+			return fmt.Errorf("child %s: %w", child, err)
+		}
+		s.rec.done[child] = true
+	}
+	for _, b := range refs.Blobs {
+		if err := s.pullBlob(ctx, b); err != nil {
+			return fmt.Errorf("blob %s: %w", b, err)
+		}
+	}
+	ref := tag
+	if ref == "" {
+		ref = d.String()
+	}
+	if _, err := local.PutManifest(ctx, s.repo, ref, mediaType, content, nil); err != nil {
+		return fmt.Errorf("storing manifest %s: %w", d, err)
+	}
+	s.sum.Manifests++
+	return nil
+}
+
+// pullBlob stores blob d in the repository unless it is linked there:
+// linked from another repository of this registry that holds it, else
+// fetched from the peer and checked against d as it is stored.
+func (s *repoSync) pullBlob(ctx context.Context, d digest.Digest) error {
+	local := s.r.local
+	if _, err := local.StatBlob(ctx, s.repo, d); err == nil {
+		return nil
+	} else if !errors.Is(err, registry.ErrBlobUnknown) && !errors.Is(err, registry.ErrNameUnknown) {
+		return err
+	}
+	if ok, err := local.MountBlob(ctx, s.repo, d, ""); err != nil {
+		return err
+	} else if ok {
+		s.sum.Mounted++
+		return nil
+	}
+	body, _, err := s.t.peer.c.Blob(ctx, s.repo, d)
+	if proxy.IsNotFound(err) {
+		// Not on the peer (a foreign layer, a sparse manifest): storing
+		// the manifest tells whether it may go without.
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	id, err := local.StartUpload(ctx, s.repo)
+	if err != nil {
+		return err
+	}
+	n, err := local.FinishUpload(ctx, s.repo, id, d, body, 0)
+	if err != nil {
+		local.CancelUpload(context.WithoutCancel(ctx), s.repo, id)
+		if errors.Is(err, registry.ErrDigestInvalid) {
+			return fmt.Errorf("%w: blob %s from the peer does not match its digest", proxy.ErrUpstream, d)
+		}
+		return err
+	}
+	s.sum.Blobs++
+	s.sum.Bytes += n
+	return nil
+}
+
+// pullReferrers stores the peer's referrers of d not yet stored, and
+// theirs in turn; for an index, its children's too.
+func (s *repoSync) pullReferrers(ctx context.Context, d digest.Digest, depth int) error {
+	if depth > maxReferrerDepth {
+		return nil
+	}
+	subjects := []digest.Digest{d}
+	if m, err := s.r.local.StatManifest(ctx, s.repo, d.String()); err == nil && m.IsIndex() {
+		refs, _ := m.Refs()
+		subjects = append(subjects, refs.Manifests...)
+	}
+	for _, subject := range subjects {
+		s.seen[subject] = true
+		descs, err := s.t.peer.referrers(ctx, s.repo, subject)
+		if err != nil {
+			return fmt.Errorf("referrers of %s: %w", subject, err)
+		}
+		for _, desc := range descs {
+			if desc.Digest.Validate() != nil {
+				continue
+			}
+			if !s.rec.done[desc.Digest] {
+				if err := s.pullTree(ctx, desc.Digest, ""); err != nil {
+					if proxy.IsNotFound(err) {
+						continue // deleted since listed
+					}
+					return fmt.Errorf("referrer %s of %s: %w", desc.Digest, subject, err)
+				}
+				s.sum.Referrers++
+				if err := s.done(ctx, desc.Digest, ""); err != nil {
+					return err
+				}
+			}
+			s.seen[desc.Digest] = true
+			if err := s.pullReferrers(ctx, desc.Digest, depth+1); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,255 @@
+// Package identity tests cairn's own token service and robot keys through
+// a real `cairn serve`: go-containerregistry (the library crane is built
+// on) logs in with Bearer tokens from /auth/token as an htpasswd user and
+// as a robot key, under the access-control policy; raw HTTP checks what
+// the library does not show (statuses, challenges, forged and expired
+// tokens, the login limit).
+package identity
+
+import (
+	"crypto"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-jose/go-jose/v4"
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/cairn-registry/cairn/internal/auth"
+	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/regtest"
+)
+
+// TestMain builds cairn once for the package.
+func TestMain(m *testing.M) { os.Exit(cairnproc.Main(m)) }
+
+const (
+	service = "cairn-identity-test"
+	realm   = "cairn identity test"
+)
+
+// users of every test's htpasswd file: alice is admin, bob may pull
+// team/**, carol pull and push there.
+var users = []string{"alice", "wonderland", "bob", "builder", "carol", "singer"}
+
+const policy = `  accesscontrol:
+    repositories:
+      "team/**":
+        policies:
+          - users: [bob]
+            actions: [pull]
+          - users: [carol]
+            actions: [pull, push]
+    adminpolicy:
+      users: [alice]
+      actions: ["*"]
+`
+
+// registry is a running cairn with the token service.
+type registry struct {
+	*cairnproc.Server
+	config string // the configuration file, for cairn robot
+	hc     *http.Client
+}
+
+// start runs cairn with htpasswd (bcrypt cost 5, as htpasswd -B writes),
+// the token service, the policy, extra lines under auth, and top-level
+// sections top.
+func start(t *testing.T, extra string, top ...string) *registry {
+	t.Helper()
+	var b strings.Builder
+	for i := 0; i+1 < len(users); i += 2 {
+		h, err := bcrypt.GenerateFromPassword([]byte(users[i+1]), 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%s:%s\n", users[i], h)
+	}
+	hp := filepath.Join(t.TempDir(), "htpasswd")
+	if err := os.WriteFile(hp, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := cairnproc.WriteConfig(t, fmt.Sprintf("auth:\n  htpasswd:\n    realm: %s\n    path: %s\n  tokenservice:\n    service: %s\n%s%s%s", realm, hp, service, policy, extra, strings.Join(top, "")))
+	srv := cairnproc.Start(t, "", "--config", cfg)
+	hc := &http.Client{Timeout: 30 * time.Second}
+	t.Cleanup(hc.CloseIdleConnections)
+	return &registry{Server: srv, config: cfg, hc: hc}
+}
+
+// cairn runs the cairn binary with args against r's configuration and
+// root, and returns its stdout.
+func (r *registry) cairn(t *testing.T, args ...string) string {
+	t.Helper()
+	args = append(args, "--config", r.config, "--root", r.Root)
+	cmd := exec.CommandContext(t.Context(), cairnproc.Binary(t), args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("cairn %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
+	}
+	return string(out)
+}
+
+// createRobot makes robot name with scopes and returns its key.
+func (r *registry) createRobot(t *testing.T, name string, scopes ...string) string {
+	t.Helper()
+	args := []string{"robot", "create", name}
+	for _, s := range scopes {
+		args = append(args, "--scope", s)
+	}
+	out := r.cairn(t, args...)
+	for _, line := range strings.Split(out, "\n") {
+		if k, ok := strings.CutPrefix(line, "key:"); ok {
+			return strings.TrimSpace(k)
+		}
+	}
+	t.Fatalf("cairn robot create printed no key:\n%s", out)
+	return ""
+}
+
+// tokenReply is the token endpoint's answer.
+type tokenReply struct {
+	Token        string `json:"token"`
+	AccessToken  string `json:"access_token"`
+	RefreshToken string `json:"refresh_token"`
+	ExpiresIn    int    `json:"expires_in"`
+}
+
+// token asks the token endpoint (GET) for scopes as user ("" none) and
+// returns the status and the reply.
+func (r *registry) token(t *testing.T, user, pass, query string) (int, tokenReply) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, r.URL+auth.TokenPath+"?"+query, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if user != "" {
+		req.SetBasicAuth(user, pass)
+	}
+	resp := regtest.Send(t, r.hc, req)
+	var tr tokenReply
+	if resp.Status == http.StatusOK {
+		if err := json.Unmarshal(resp.Body, &tr); err != nil {
+			t.Fatalf("token reply %s: %v", resp.Body, err)
+		}
+	}
+	return resp.Status, tr
+}
+
+// scopeQuery is the query of a token request for scopes.
+func scopeQuery(scopes ...string) string {
+	v := url.Values{"service": {service}, "scope": scopes}
+	return v.Encode()
+}
+
+// bearer sends method path with the Bearer token raw.
+func (r *registry) bearer(t *testing.T, method, path, raw string) regtest.Response {
+	t.Helper()
+	return regtest.Do(t, r.hc, method, r.URL+path, nil, "Authorization", "Bearer "+raw, "Accept", regtest.ManifestAccept)
+}
+
+// basic sends method path with Basic credentials.
+func (r *registry) basic(t *testing.T, method, path, user, pass string) regtest.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, r.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", regtest.ManifestAccept)
+	req.SetBasicAuth(user, pass)
+	return regtest.Send(t, r.hc, req)
+}
+
+// schemes records the Authorization schemes go-containerregistry sends to
+// the registry's /v2/ API, to show it went through Bearer tokens.
+type schemes struct {
+	mu   sync.Mutex
+	seen map[string]int
+	next http.RoundTripper
+}
+
+func (s *schemes) RoundTrip(r *http.Request) (*http.Response, error) {
+	if strings.HasPrefix(r.URL.Path, "/v2/") {
+		scheme, _, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		s.mu.Lock()
+		s.seen[scheme]++
+		s.mu.Unlock()
+	}
+	return s.next.RoundTrip(r)
+}
+
+func newSchemes() *schemes {
+	return &schemes{seen: map[string]int{}, next: http.DefaultTransport}
+}
+
+// ref parses a reference on r.
+func (r *registry) ref(t *testing.T, repo string) name.Reference {
+	t.Helper()
+	return regtest.Ref(t, r.Addr, repo+":v1")
+}
+
+// push writes img to repo as a.
+func (r *registry) push(t *testing.T, repo string, img v1.Image, a authn.Authenticator, rt http.RoundTripper) error {
+	t.Helper()
+	opts := []remote.Option{remote.WithAuth(a), remote.WithContext(t.Context())}
+	if rt != nil {
+		opts = append(opts, remote.WithTransport(rt))
+	}
+	return remote.Write(r.ref(t, repo), img, opts...)
+}
+
+// pull reads repo's manifest as a.
+func (r *registry) pull(t *testing.T, repo string, a authn.Authenticator) error {
+	t.Helper()
+	_, err := remote.Get(r.ref(t, repo), remote.WithAuth(a), remote.WithContext(t.Context()))
+	return err
+}
+
+// status is the HTTP status of a go-containerregistry error (0 for nil,
+// -1 for an error without one).
+func status(err error) int {
+	if err == nil {
+		return 0
+	}
+	var te *transport.Error
+	if errors.As(err, &te) {
+		return te.StatusCode
+	}
+	return -1
+}
+
+// signingKey reads the key cairn made at first start under its root.
+func (r *registry) signingKey(t *testing.T) crypto.Signer {
+	t.Helper()
+	k, created, err := auth.LoadSigningKey(filepath.Join(r.Root, "cairn-token-key.pem"), false)
+	if err != nil || created {
+		t.Fatalf("cairn's signing key: %v", err)
+	}
+	return k
+}
+
+// kid is the key ID cairn names its key by (RFC 7638 thumbprint).
+func kid(t *testing.T, pub crypto.PublicKey) string {
+	t.Helper()
+	tp, err := (&jose.JSONWebKey{Key: pub}).Thumbprint(crypto.SHA256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return base64.RawURLEncoding.EncodeToString(tp)
+}
