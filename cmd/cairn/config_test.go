@@ -24,6 +24,8 @@ func TestEveryCommandHelp(t *testing.T) {
 		{[]string{"dedup", "run", "-h"}, []string{"usage: cairn dedup run", "-mode", "Keys it reads", "storage.dedup."}},
 		{[]string{"bench", "registry", "-h"}, []string{"usage: cairn bench registry", "-url", "Reads no configuration"}},
 		{[]string{"version", "-h"}, []string{"usage: cairn version", "Reads no configuration"}},
+		{[]string{"replicate", "-h"}, []string{"usage: cairn replicate", "-target"}},
+		{[]string{"robot", "-h"}, []string{"usage: cairn robot"}},
 		{[]string{"help"}, []string{"serve", "config", "gc", "dedup", "scrub", "bench", "version"}},
 	}
 	for _, tc := range cases {

@@ -56,8 +56,9 @@ Keys it reads (README, Configuration): every section.
   storage.*        the driver (filesystem.rootdirectory, s3, gcs, azure, inmemory),
                    delete, maintenance (uploadpurging, readonly), cache, redirect,
                    gc (scheduled GC), dedup, tag
-  auth.*           htpasswd, token, silly, anonymous, accesscontrol
-  log.*, redis.*, health.*, notifications.*, proxy.*, retention.*, ui.*,
+  auth.*           htpasswd, token, silly, anonymous, accesscontrol, tokenservice,
+                   robots, failedlogins, audit
+  log.*, redis.*, health.*, notifications.*, proxy.*, replication.*, retention.*, ui.*,
   middleware.storage, validation.*, policy.*, catalog.*, tags.*
 SIGHUP, or a change of the file, the htpasswd file or the TLS certificate,
 reloads authentication and the certificate; other changes need a restart.`

@@ -249,7 +249,17 @@ func (p peer) referrers(ctx context.Context, repo string, d digest.Digest) ([]oc
 		}
 	case http.StatusNotFound:
 		proxy.Drain(resp)
-		body, _, _, err = p.c.Manifest(ctx, repo, referrerTag(d), listLimit)
+		// A HEAD first: most subjects have no referrers, and registries
+		// that limit pulls count manifest GETs, not HEADs.
+		fd, err := p.c.ManifestDigest(ctx, repo, referrerTag(d))
+		if proxy.IsNotFound(err) {
+			return nil, nil
+		}
+		ref := referrerTag(d)
+		if err == nil {
+			ref = fd.String()
+		}
+		body, _, _, err = p.c.Manifest(ctx, repo, ref, listLimit)
 		if proxy.IsNotFound(err) {
 			return nil, nil
 		}

@@ -46,10 +46,10 @@ func (s *repoSync) pull(ctx context.Context) error {
 			if unreachable(err) {
 				return err
 			}
-			errs = append(errs, fmt.Errorf("%s:%s: %w", s.repo, tag, err))
+			errs = append(errs, fmt.Errorf("tag %s: %w", tag, err))
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err := joinSome(errs); err != nil {
 		return err
 	}
 	return ctx.Err()

@@ -30,6 +30,15 @@
 // only says where to look: what to copy comes from the record, so an
 // event lost in a crash is made up by the pass at start. A failing pass
 // is retried with backoff and logged; nothing in it blocks serving.
+//
+// Why not through the notification queue: its endpoints are webhooks fed
+// from a bbolt file one process holds, delivering each event at least
+// once; replication needs only the repository's name, and the record
+// already makes a lost event harmless, so a second durable queue would
+// only repeat the record (and need notifications configured).
+//
+// The peer is reached through the pull-through cache's client
+// (proxy.Client): the same Basic and Bearer token flows and credentials.
 package replicate
 
 import (
@@ -257,8 +266,17 @@ func (s *Summary) Err() error {
 	return err
 }
 
-// maxErrors bounds the errors a summary keeps.
+// maxErrors bounds the errors a summary keeps, and those of one
+// repository.
 const maxErrors = 5
+
+// joinSome joins the first maxErrors of errs and counts the others.
+func joinSome(errs []error) error {
+	if len(errs) <= maxErrors {
+		return errors.Join(errs...)
+	}
+	return fmt.Errorf("%w (and %d more)", errors.Join(errs[:maxErrors]...), len(errs)-maxErrors)
+}
 
 func (s *Summary) fail(err error) {
 	s.Failed++
