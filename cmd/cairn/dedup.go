@@ -123,6 +123,7 @@ func dedupOptions(cfg *config.Config) dedup.Options {
 		RepullRatio:      c.Predictor.RepullRatio,
 		PredictRebuilds:  c.Predictor.Rebuilds,
 		Packs:            packOptions(cfg),
+		Parses:           c.Packs.Parses,
 	}
 	for pattern, m := range c.Repositories {
 		opts.RepoModes = append(opts.RepoModes, dedup.RepoMode{Pattern: pattern, Mode: dedup.Mode(m)})

@@ -39,6 +39,10 @@ type DedupPacks struct {
 	// CompactBelow: GC moves the live files out of a pack whose live share
 	// fell below it (default 0.5; 0 < value <= 1).
 	CompactBelow float64 `yaml:"compactbelow"`
+	// Parses stores the files of compress/flate layers as their own raw
+	// DEFLATE, from which restores follow the layers' tokens instead of
+	// searching (issue 27; default off until it pays: see docs).
+	Parses bool `yaml:"parses"`
 }
 
 // DedupMetadata locates the metadata store: an embedded bolt file (one

@@ -17,7 +17,8 @@ import (
 // recipe lists the copies its verifying rebuild found, covering most of
 // the tar, and the layer restores byte-exact; a second layer holding most
 // of the same files in another order, beside files of its own, follows the
-// first one's stored parses too. A zstd layer's files stay zstd frames.
+// first one's stored parses too. A zstd layer's files stay zstd frames,
+// and so do every layer's without Options.Parses.
 func TestRebuildFollowsParses(t *testing.T) {
 	var src []tfile
 	for _, f := range layertest.GoSources(t, 3<<20, 96<<10) {
@@ -30,7 +31,7 @@ func TestRebuildFollowsParses(t *testing.T) {
 	blobA := gzipStd(t, buildTar(t, filesA))
 	blobB := gzipStd(t, buildTar(t, filesB))
 
-	v := newEnv(t, nil, Options{})
+	v := newEnv(t, nil, Options{Parses: true})
 	for _, blob := range [][]byte{blobA, blobB} {
 		l := v.put(blob)
 		v.process(l, ModeFull, outDeduplicated)
@@ -58,6 +59,14 @@ func TestRebuildFollowsParses(t *testing.T) {
 			t.Errorf("%s (%d bytes): stored as a parse %v, want %v", f.name, len(f.body), got, want)
 		}
 	}
+	off := newEnv(t, nil, Options{})
+	l := off.put(blobA)
+	off.process(l, ModeFull, outDeduplicated)
+	if pack.IsParseFrame(off.frame(src[0].body)) {
+		t.Error("without Options.Parses a file is stored as a parse")
+	}
+	off.wantBlob(blobA)
+
 	z := fileBody(12, 50_000)
 	zl := v.put(zstdKlaus(t, buildTar(t, []tfile{{"opt/z.bin", z}})))
 	v.process(zl, ModeFull, outDeduplicated)

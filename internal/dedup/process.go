@@ -208,7 +208,7 @@ func (w *Worker) disassemble(ctx context.Context, l digest.Digest, sum summary) 
 			sum.Revived = true
 		}
 	}
-	if err := w.writeFiles(ctx, open, need, comp.ParseLevel()); err != nil {
+	if err := w.writeFiles(ctx, open, need, w.parseLevel(comp)); err != nil {
 		return "", err
 	}
 	sum.Size, sum.TarSize, sum.Files = size, tr.TarSize, len(files)
@@ -269,7 +269,7 @@ func (w *Worker) verify(ctx context.Context, rec *Recipe, open func() io.Reader,
 	if err != nil {
 		return err
 	}
-	if err := w.writeFiles(ctx, open, need, rec.Compression.ParseLevel()); err != nil {
+	if err := w.writeFiles(ctx, open, need, w.parseLevel(rec.Compression)); err != nil {
 		return err
 	}
 	err = w.rebuildChecked(ctx, rec, original)
@@ -302,7 +302,7 @@ func (w *Worker) verify(ctx context.Context, rec *Recipe, open func() io.Reader,
 			need[fi.Digest] = true
 		}
 	}
-	if err := w.writeFiles(ctx, open, need, rec.Compression.ParseLevel()); err != nil {
+	if err := w.writeFiles(ctx, open, need, w.parseLevel(rec.Compression)); err != nil {
 		return err
 	}
 	return w.rebuildChecked(ctx, rec, original)
@@ -636,6 +636,15 @@ func disassembleWith(ctx context.Context, open func() io.Reader, fs layer.Sink) 
 		defer c.Close()
 	}
 	return layer.Disassemble(ctx, r, fs)
+}
+
+// parseLevel is the level at which files of a layer with compression
+// recipe r are stored as parses: none unless Options.Parses.
+func (w *Worker) parseLevel(r recompress.Recipe) int {
+	if !w.opts.Parses {
+		return 0
+	}
+	return r.ParseLevel()
 }
 
 // writeFiles stores the files in need from a second pass over the layer,
