@@ -74,7 +74,11 @@ func (c *Client) URL(path string, query url.Values) string {
 // bytes; it is called again for the resend after a challenge. Transport
 // failures wrap ErrUpstream; the caller reads the status.
 func (c *Client) Do(ctx context.Context, method, rawURL, scope string, hdr http.Header, body func() (io.ReadCloser, error), size int64) (*http.Response, error) {
-	u := c.up
+	return c.up.send(ctx, method, rawURL, scope, hdr, body, size)
+}
+
+// send is Client.Do, and upstream.do's request to its own base URL.
+func (u *upstream) send(ctx context.Context, method, rawURL, scope string, hdr http.Header, body func() (io.ReadCloser, error), size int64) (*http.Response, error) {
 	send := func() (*http.Response, error) {
 		req, err := http.NewRequestWithContext(ctx, method, rawURL, nil)
 		if err != nil {

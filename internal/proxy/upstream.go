@@ -62,43 +62,7 @@ func newUpstream(base *url.URL, user, pass string, hc *http.Client) *upstream {
 // do sends a request for path with the credentials scope needs,
 // authenticating once if the upstream challenges.
 func (u *upstream) do(ctx context.Context, method, path, scope string, hdr http.Header) (*http.Response, error) {
-	send := func() (*http.Response, error) {
-		req, err := http.NewRequestWithContext(ctx, method, u.base.JoinPath(path).String(), nil)
-		if err != nil {
-			return nil, err
-		}
-		for k, v := range hdr {
-			req.Header[k] = v
-		}
-		u.mu.Lock()
-		tok, basic := u.tokens[scope], u.basic
-		u.mu.Unlock()
-		switch {
-		case tok.token != "" && time.Now().Before(tok.expires):
-			req.Header.Set("Authorization", "Bearer "+tok.token)
-		case basic:
-			user, pass, err := u.credentials(ctx)
-			if err != nil {
-				return nil, err
-			}
-			req.SetBasicAuth(user, pass)
-		}
-		resp, err := u.hc.Do(req)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %s %s: %w", ErrUpstream, method, path, err)
-		}
-		return resp, nil
-	}
-	resp, err := send()
-	if err != nil || resp.StatusCode != http.StatusUnauthorized {
-		return resp, err
-	}
-	challenge := resp.Header.Get("WWW-Authenticate")
-	drain(resp)
-	if err := u.authenticate(ctx, challenge, scope); err != nil {
-		return nil, err
-	}
-	return send()
+	return u.send(ctx, method, u.base.JoinPath(path).String(), scope, hdr, nil, 0)
 }
 
 // authenticate answers a challenge: Basic from now on, or a token for
