@@ -21,53 +21,25 @@ func (s *repoSync) pull(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listing tags: %w", err)
 	}
-	var errs []error
-	for _, tag := range tags {
-		if !s.t.Tags.Match(tag) || !registry.ValidTag(tag) || ctx.Err() != nil {
-			continue
-		}
-		d, err := s.t.peer.c.ManifestDigest(ctx, s.repo, tag)
-		if proxy.IsNotFound(err) {
-			continue // deleted since listed
-		}
-		if err != nil {
-			// Some registries answer a HEAD without the digest: fetch
-			// by tag and hash (a dead peer fails this too).
-			_, _, d, err = s.t.peer.c.Manifest(ctx, s.repo, tag, s.r.local.MaxManifestSize())
+	return s.syncTags(ctx, tags, direction{tree: s.pullTree, referrers: s.pullReferrers,
+		resolve: func(ctx context.Context, tag string) (digest.Digest, bool, error) {
+			if !registry.ValidTag(tag) {
+				return "", false, nil
+			}
+			d, err := s.t.peer.c.ManifestDigest(ctx, s.repo, tag)
 			if proxy.IsNotFound(err) {
-				continue
+				return "", false, nil // deleted since listed
 			}
 			if err != nil {
-				return err
+				// Some registries answer a HEAD without the digest: fetch
+				// by tag and hash (a dead peer fails this too).
+				_, _, d, err = s.t.peer.c.Manifest(ctx, s.repo, tag, s.r.local.MaxManifestSize())
+				if proxy.IsNotFound(err) {
+					return "", false, nil
+				}
 			}
-		}
-		s.tags = append(s.tags, tag)
-		if err := s.pullImage(ctx, tag, d); err != nil {
-			if unreachable(err) {
-				return err
-			}
-			errs = append(errs, fmt.Errorf("tag %s: %w", tag, err))
-		}
-	}
-	if err := joinSome(errs); err != nil {
-		return err
-	}
-	return ctx.Err()
-}
-
-// pullImage stores tag (naming d) unless the record says it is here, then
-// the referrers of d and of its children.
-func (s *repoSync) pullImage(ctx context.Context, tag string, d digest.Digest) error {
-	if s.rec.Tags[tag] != d || !s.rec.done[d] {
-		if err := s.pullTree(ctx, d, tag); err != nil {
-			return err
-		}
-		s.sum.Tags++
-		if err := s.done(ctx, d, tag); err != nil {
-			return err
-		}
-	}
-	return s.pullReferrers(ctx, d, 0)
+			return d, err == nil, err
+		}})
 }
 
 // pullTree stores manifest d as tag when not "", else by digest: its

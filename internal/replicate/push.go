@@ -23,45 +23,14 @@ func (s *repoSync) push(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listing tags: %w", err)
 	}
-	var errs []error
-	for _, tag := range tags {
-		if !s.t.Tags.Match(tag) || ctx.Err() != nil {
-			continue
-		}
-		d, err := src.TagDigest(ctx, s.repo, tag)
-		if errors.Is(err, registry.ErrManifestUnknown) || errors.Is(err, registry.ErrNameUnknown) {
-			continue // deleted since listed
-		}
-		if err != nil {
-			return err
-		}
-		s.tags = append(s.tags, tag)
-		if err := s.pushImage(ctx, tag, d); err != nil {
-			if unreachable(err) {
-				return err
+	return s.syncTags(ctx, tags, direction{tree: s.pushTree, referrers: s.pushReferrers,
+		resolve: func(ctx context.Context, tag string) (digest.Digest, bool, error) {
+			d, err := src.TagDigest(ctx, s.repo, tag)
+			if errors.Is(err, registry.ErrManifestUnknown) || errors.Is(err, registry.ErrNameUnknown) {
+				return "", false, nil // deleted since listed
 			}
-			errs = append(errs, fmt.Errorf("tag %s: %w", tag, err))
-		}
-	}
-	if err := joinSome(errs); err != nil {
-		return err
-	}
-	return ctx.Err()
-}
-
-// pushImage sends tag (naming d) unless the record says it is there, then
-// the referrers of d and of its children.
-func (s *repoSync) pushImage(ctx context.Context, tag string, d digest.Digest) error {
-	if s.rec.Tags[tag] != d || !s.rec.done[d] {
-		if err := s.pushTree(ctx, d, tag); err != nil {
-			return err
-		}
-		s.sum.Tags++
-		if err := s.done(ctx, d, tag); err != nil {
-			return err
-		}
-	}
-	return s.pushReferrers(ctx, d, 0)
+			return d, err == nil, err
+		}})
 }
 
 // pushTree sends manifest d, as tag when not "", else by digest: its child

@@ -627,3 +627,57 @@ type nopMetrics struct{}
 func (nopMetrics) ReplicatedManifests(string, string, int) {}
 func (nopMetrics) ReplicatedBytes(string, string, int64)   {}
 func (nopMetrics) ReplicationPass(string, bool)            {}
+
+// direction is one way images travel: where a tag's digest is read
+// (resolve: ok false when the tag is gone since it was listed), and how a
+// manifest's tree and its referrers are copied.
+type direction struct {
+	resolve   func(ctx context.Context, tag string) (d digest.Digest, ok bool, err error)
+	tree      func(ctx context.Context, d digest.Digest, tag string) error
+	referrers func(ctx context.Context, d digest.Digest, depth int) error
+}
+
+// syncTags copies the selected tags of the repository, and their
+// referrers, in dir. One image's failure does not stop the others; an
+// unreachable peer does.
+func (s *repoSync) syncTags(ctx context.Context, tags []string, dir direction) error {
+	var errs []error
+	for _, tag := range tags {
+		if !s.t.Tags.Match(tag) || ctx.Err() != nil {
+			continue
+		}
+		d, ok, err := dir.resolve(ctx, tag)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		s.tags = append(s.tags, tag)
+		if err := s.syncImage(ctx, tag, d, dir); err != nil {
+			if unreachable(err) {
+				return err
+			}
+			errs = append(errs, fmt.Errorf("tag %s: %w", tag, err))
+		}
+	}
+	if err := joinSome(errs); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// syncImage copies tag (naming d) unless the record says it arrived, then
+// the referrers of d and of its children.
+func (s *repoSync) syncImage(ctx context.Context, tag string, d digest.Digest, dir direction) error {
+	if s.rec.Tags[tag] != d || !s.rec.done[d] {
+		if err := dir.tree(ctx, d, tag); err != nil {
+			return err
+		}
+		s.sum.Tags++
+		if err := s.done(ctx, d, tag); err != nil {
+			return err
+		}
+	}
+	return dir.referrers(ctx, d, 0)
+}
