@@ -77,7 +77,12 @@ func runGC(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer closeOpts()
-	gcd, events, err := f.retention(ctx, cfg, d, stdout, stderr)
+	links, closeLinks, err := newLinkVersions(cfg)
+	if err != nil {
+		return err
+	}
+	defer closeLinks()
+	gcd, events, err := f.retention(ctx, cfg, d, links, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -87,6 +92,12 @@ func runGC(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer p.finish()
 	}
 	rep, runErr := gc.Run(ctx, gcd, opts)
+	if !f.dryRun && links != nil {
+		// The nodes' cached links of what the run deleted are void.
+		if err := links.BumpAll(ctx); err != nil {
+			newLogger(stderr, cfg.Log).Warn("gc: the serving nodes see the links this run deleted within storage.cache.manifests.tagttl", "err", err)
+		}
+	}
 	if !f.dryRun {
 		events = append(events, gcEvent(rep, runErr))
 		deliverEvents(ctx, cfg, newLogger(stderr, cfg.Log), events)
@@ -189,7 +200,7 @@ func (f gcFlags) options(ctx context.Context, cfg *config.Config, d driver.Drive
 // retention.dryrun keeps the real run from evicting too): the GC's counts
 // are then those of the real run, blobs only the evicted manifests held
 // included. It returns the driver the run reads and retention's events.
-func (f gcFlags) retention(ctx context.Context, cfg *config.Config, d driver.Driver, stdout, stderr io.Writer) (driver.Driver, []notify.Event, error) {
+func (f gcFlags) retention(ctx context.Context, cfg *config.Config, d driver.Driver, links registry.LinkVersions, stdout, stderr io.Writer) (driver.Driver, []notify.Event, error) {
 	gcd, retd := d, d
 	if f.dryRun {
 		pv := retention.NewPreview(d)
@@ -198,7 +209,9 @@ func (f gcFlags) retention(ctx context.Context, cfg *config.Config, d driver.Dri
 			retd = pv
 		}
 	}
-	ret, err := newRetention(cfg, registry.New(retd, registryOptions(cfg)), f.dryRun)
+	regOpts := registryOptions(cfg)
+	regOpts.LinkVersions = links
+	ret, err := newRetention(cfg, registry.New(retd, regOpts), f.dryRun)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -450,9 +463,9 @@ type gcHooks struct {
 	tracer    trace.Tracer
 	history   *webui.History
 	events    gcEvents
-	// forget voids what the serving registry cached of the links a run
-	// may have deleted.
-	forget func()
+	// forget voids what the serving registry, and with shared link
+	// versions every node, cached of the links a run may have deleted.
+	forget func(context.Context)
 	// descriptors is the serving registry's blob descriptor cache, told
 	// what each run deletes (gc.Options.Forget); in memory too, as the
 	// run is in the same process.
@@ -496,7 +509,7 @@ func scheduledGC(log *slog.Logger, d driver.Driver, cfg *config.Config, m *metri
 		start := time.Now()
 		rep, err := gc.Run(ctx, d, opts)
 		if hooks.forget != nil {
-			hooks.forget()
+			hooks.forget(ctx)
 		}
 		if ctx.Err() != nil {
 			return nil

@@ -88,6 +88,12 @@ func runReplicate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}()
 		regOpts.Dedup = engine.Source
 	}
+	links, closeLinks, err := newLinkVersions(cfg)
+	if err != nil {
+		return exitError{2, err}
+	}
+	defer closeLinks()
+	regOpts.LinkVersions = links
 	reg := registry.New(d, regOpts)
 	r, err := newReplicator(cfg, reg, nil, log, cfg.Storage.Maintenance.ReadOnly.Enabled)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/blobcache"
 	"github.com/cairn-registry/cairn/internal/config"
 	"github.com/cairn-registry/cairn/internal/health"
+	"github.com/cairn-registry/cairn/internal/linkversion"
 	"github.com/cairn-registry/cairn/internal/logmail"
 	"github.com/cairn-registry/cairn/internal/metrics"
 	"github.com/cairn-registry/cairn/internal/redisconn"
@@ -115,6 +116,34 @@ func healthChecks(h config.Health, d driver.Driver) []health.Check {
 	return checks
 }
 
+// newLinkVersions builds the link versions every node shares when the
+// redis section is configured (nil when it is not): serve, `cairn gc`,
+// retention and replication bump them after their link writes, whether or
+// not they cache links themselves. Redis down at start is no error: until it answers, links
+// are read from storage on every request.
+func newLinkVersions(cfg *config.Config) (registry.LinkVersions, func(), error) {
+	if cfg.Redis == nil {
+		return nil, func() {}, nil
+	}
+	o := cfg.Redis.Options()
+	// A failure is reported at once (linkversion then stops asking for a
+	// while): retries would hold up every manifest request.
+	o.MaxRetries, o.ContextTimeoutEnabled = -1, true
+	client, err := redisconn.New(o)
+	if err != nil {
+		return nil, nil, fmt.Errorf("redis: %w", err)
+	}
+	return linkversion.New(client, redisPrefix(cfg)), func() { client.Close() }, nil
+}
+
+// redisPrefix starts every key cairn writes in the redis section's server.
+func redisPrefix(cfg *config.Config) string {
+	if cfg.Redis.Prefix == "" {
+		return "cairn:"
+	}
+	return cfg.Redis.Prefix
+}
+
 // newDescriptorCache builds storage.cache.blobdescriptor's cache: nil when
 // none is configured; the Redis one on the redis section's server. Lookups
 // are counted by observe (nil: not counted). serve and `cairn gc` both
@@ -129,11 +158,7 @@ func newDescriptorCache(ctx context.Context, cfg *config.Config, observe blobcac
 		if err != nil {
 			return nil, nil, fmt.Errorf("storage.cache.blobdescriptor: %w", err)
 		}
-		prefix := cfg.Redis.Prefix
-		if prefix == "" {
-			prefix = "cairn:"
-		}
-		return blobcache.NewRedis(client, prefix, c.TTL, observe), func() { client.Close() }, nil
+		return blobcache.NewRedis(client, redisPrefix(cfg), c.TTL, observe), func() { client.Close() }, nil
 	}
 	return nil, func() {}, nil
 }

@@ -316,6 +316,12 @@ func (s *serving) openRegistry(ctx context.Context, stack *cleanups) error {
 	}
 	stack.add(closeDescriptors)
 	regOpts.Descriptors, s.descriptors = descriptors, descriptors
+	links, closeLinks, err := newLinkVersions(s.cfg)
+	if err != nil {
+		return err
+	}
+	stack.add(closeLinks)
+	regOpts.LinkVersions, regOpts.Log = links, s.log
 	if s.store != nil {
 		regOpts.Observer = s.engine
 	}

@@ -30,6 +30,20 @@ type Options struct {
 
 // Open connects and checks that the server answers.
 func Open(ctx context.Context, o Options) (redis.UniversalClient, error) {
+	c, err := New(o)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Ping(ctx).Err(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("redis at %s: %w", strings.Join(o.Addrs, ","), err)
+	}
+	return c, nil
+}
+
+// New returns a client that connects on first use, for a user that works
+// on (more slowly) while the server is down.
+func New(o Options) (redis.UniversalClient, error) {
 	u := o.UniversalOptions
 	if len(u.Addrs) == 0 {
 		return nil, fmt.Errorf("redis: no address")
@@ -46,12 +60,7 @@ func Open(ctx context.Context, o Options) (redis.UniversalClient, error) {
 		// round trip.
 		u.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	}
-	c := redis.NewUniversalClient(&u)
-	if err := c.Ping(ctx).Err(); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("redis at %s: %w", strings.Join(u.Addrs, ","), err)
-	}
-	return c, nil
+	return redis.NewUniversalClient(&u), nil
 }
 
 func tlsConfig(o Options) (*tls.Config, error) {

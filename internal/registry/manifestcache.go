@@ -22,7 +22,9 @@ import (
 //     They change, so an entry is trusted for ttl after it was read from
 //     storage. Writes through this Registry (manifest PUT and DELETE) bump
 //     the repository's generation, which voids its entries at once; writes
-//     through another node sharing the storage are seen within ttl.
+//     through another node sharing the storage are seen at once when the
+//     nodes share LinkVersions (an entry keeps the version read before
+//     it), else within ttl.
 //
 // Both kinds share one byte budget in one ARC, so a scan of many tags
 // cannot push out the manifests pulled again and again. Not-found answers
@@ -43,6 +45,7 @@ type cacheEntry struct {
 	d   digest.Digest      // a link entry: the digest it names
 	at  time.Time          // when the link was read from storage
 	gen uint64             // the repository's generation before it was read
+	ver string             // the repository's shared LinkVersions version, likewise
 }
 
 // Costs in bytes counted against the budget beyond the content and key:
@@ -102,27 +105,28 @@ func (c *manifestCache) addManifest(m *manifest.Manifest) {
 	c.mu.Unlock()
 }
 
-// link returns the digest a fresh link entry names.
-func (c *manifestCache) link(repo, key string) (digest.Digest, bool) {
+// link returns the digest a fresh link entry names, if it was read at
+// shared version ver.
+func (c *manifestCache) link(repo, key, ver string) (digest.Digest, bool) {
 	if c.ttl <= 0 {
 		return "", false
 	}
 	c.mu.Lock()
 	e, ok := c.arc.Get(key)
 	c.mu.Unlock()
-	if !ok || e.gen != c.generation(repo) || time.Since(e.at) >= c.ttl {
+	if !ok || e.gen != c.generation(repo) || e.ver != ver || time.Since(e.at) >= c.ttl {
 		return "", false
 	}
 	return e.d, true
 }
 
 // addLink caches a link read from storage at time at, under generation gen
-// of repo as read before the storage read.
-func (c *manifestCache) addLink(key string, d digest.Digest, at time.Time, gen uint64) {
+// and shared version ver of repo as read before the storage read.
+func (c *manifestCache) addLink(key string, d digest.Digest, at time.Time, gen uint64, ver string) {
 	if c.ttl <= 0 {
 		return
 	}
 	c.mu.Lock()
-	c.arc.Add(key, cacheEntry{d: d, at: at, gen: gen}, int64(len(key)+linkEntryCost))
+	c.arc.Add(key, cacheEntry{d: d, at: at, gen: gen, ver: ver}, int64(len(key)+linkEntryCost))
 	c.mu.Unlock()
 }

@@ -80,7 +80,7 @@ func TestManifestCacheNodes(t *testing.T) {
 	time.Sleep(ttl - time.Since(moved))
 	wantManifest(t, b, "app", "v1", d2)
 	// What the GC in slow's process deleted or moved, slow is told of.
-	slow.ForgetLinks()
+	slow.ForgetLinks(ctx)
 	wantManifest(t, slow, "app", "v1", d2)
 
 	// A write through slow itself voids what it cached of the repository.

@@ -40,8 +40,9 @@ func (r *Registry) resolve(ctx context.Context, repo, ref string) (digest.Digest
 	if err != nil {
 		return "", err
 	}
+	ver, cached := r.linkVersion(ctx, repo)
 	if tag != "" {
-		d, err = r.cachedLink(repo, tagKey(repo, tag), func() (digest.Digest, error) {
+		d, err = r.cachedLink(repo, tagKey(repo, tag), ver, cached, func() (digest.Digest, error) {
 			return r.readLink(ctx, layout.TagCurrentLink(repo, tag))
 		})
 		if errors.Is(err, driver.ErrNotFound) {
@@ -51,7 +52,7 @@ func (r *Registry) resolve(ctx context.Context, repo, ref string) (digest.Digest
 			return "", err
 		}
 	}
-	_, err = r.cachedLink(repo, revisionKey(repo, d), func() (digest.Digest, error) {
+	_, err = r.cachedLink(repo, revisionKey(repo, d), ver, cached, func() (digest.Digest, error) {
 		ok, err := r.exists(ctx, layout.RevisionLink(repo, d))
 		if err == nil && !ok {
 			err = errNoRevision
@@ -70,39 +71,76 @@ func (r *Registry) resolve(ctx context.Context, repo, ref string) (digest.Digest
 // errNoRevision: the repository has no revision link for the digest.
 var errNoRevision = errors.New("no such revision")
 
+// linkVersion returns repo's shared link version ("" without
+// LinkVersions), read before any link, and whether cached links may be
+// used: not without a cache, nor when the version cannot be read.
+func (r *Registry) linkVersion(ctx context.Context, repo string) (string, bool) {
+	if r.manifests == nil {
+		return "", false
+	}
+	if r.opts.LinkVersions == nil {
+		return "", true
+	}
+	ver, err := r.opts.LinkVersions.Version(ctx, repo)
+	return ver, err == nil
+}
+
 // cachedLink returns the digest of the link entry key of repo from the
-// manifest cache while it is fresh, else from read, caching its answer.
-func (r *Registry) cachedLink(repo, key string, read func() (digest.Digest, error)) (digest.Digest, error) {
+// manifest cache while it is fresh at shared version ver, else from read,
+// caching its answer; with cached false it only reads.
+func (r *Registry) cachedLink(repo, key, ver string, cached bool, read func() (digest.Digest, error)) (digest.Digest, error) {
 	c := r.manifests
-	if c == nil {
+	if !cached {
 		return read()
 	}
-	if d, ok := c.link(repo, key); ok {
+	if d, ok := c.link(repo, key, ver); ok {
 		return d, nil
 	}
 	// Generation and time are taken before the read, so an entry is never
-	// fresher than what storage held when it was read.
+	// fresher than what storage held when it was read (ver was too).
 	gen, at := c.generation(repo), time.Now()
 	d, err := read()
 	if err == nil {
-		c.addLink(key, d, at, gen)
+		c.addLink(key, d, at, gen, ver)
 	}
 	return d, err
 }
 
-// ForgetLinks voids every cached tag and revision link, for a writer that
-// changed links beside the Registry (the garbage collector in the same
-// process). Cached manifests stay: a digest names its bytes forever.
-func (r *Registry) ForgetLinks() {
+// ForgetLinks voids every cached tag and revision link, here and, with
+// LinkVersions, on every node: for a writer that changed links beside the
+// Registry (a garbage collection). Cached manifests stay: a digest names
+// its bytes forever.
+func (r *Registry) ForgetLinks(ctx context.Context) {
 	if r.manifests != nil {
 		r.manifests.forgetLinks()
 	}
+	if v := r.opts.LinkVersions; v != nil {
+		ctx, cancel := bumpContext(ctx)
+		defer cancel()
+		if err := v.BumpAll(ctx); err != nil {
+			r.opts.Log.Warn("other nodes see the links this garbage collection deleted within storage.cache.manifests.tagttl", "err", err)
+		}
+	}
 }
 
-// manifestsChanged voids the cached links of repo after a write to them.
-func (r *Registry) manifestsChanged(repo string) {
+// bumpContext outlives ctx's cancellation: a client gone (or a GC stopped)
+// after a write must not keep the other nodes from seeing it.
+func bumpContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+}
+
+// manifestsChanged voids the cached links of repo after a write to them,
+// here and, with LinkVersions, on every node.
+func (r *Registry) manifestsChanged(ctx context.Context, repo string) {
 	if r.manifests != nil {
 		r.manifests.changed(repo)
+	}
+	if v := r.opts.LinkVersions; v != nil {
+		ctx, cancel := bumpContext(ctx)
+		defer cancel()
+		if err := v.Bump(ctx, repo); err != nil {
+			r.opts.Log.Warn("other nodes see this write to the repository's links within storage.cache.manifests.tagttl", "repo", repo, "err", err)
+		}
 	}
 }
 
@@ -232,7 +270,7 @@ func (r *Registry) PutManifest(ctx context.Context, repo, ref, contentType strin
 		return nil, err
 	}
 	// After the links are written (or a write failed half-way).
-	defer r.manifestsChanged(repo)
+	defer r.manifestsChanged(ctx, repo)
 	if err := r.storeManifest(ctx, repo, m, tags); err != nil {
 		return nil, err
 	}
@@ -537,7 +575,7 @@ func (r *Registry) Evict(ctx context.Context, repo, ref string) error {
 	if err != nil {
 		return err
 	}
-	defer r.manifestsChanged(repo) // after the links are deleted
+	defer r.manifestsChanged(ctx, repo) // after the links are deleted
 	if tag != "" {
 		err := r.d.Delete(ctx, layout.TagDir(repo, tag))
 		if errors.Is(err, driver.ErrNotFound) {

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"regexp"
 	"strings"
@@ -82,6 +83,13 @@ type Options struct {
 	// seen within it. 0 reads links on every request (manifests by digest
 	// are still cached).
 	TagTTL time.Duration
+	// LinkVersions, when set, tells this node of link writes through any
+	// node sharing the storage the moment they happen (see LinkVersions):
+	// TagTTL is then only an upper bound.
+	LinkVersions LinkVersions
+	// Log receives what a request cannot report to its client (a link
+	// version that could not be bumped); nil discards it.
+	Log *slog.Logger
 	// SyncBlobs makes every blob durable before its upload completes, as
 	// distribution does. Without it, on a filesystem, a blob is made
 	// durable in the background and at the latest before a manifest that
@@ -100,6 +108,20 @@ type DescriptorCache interface {
 	Lookup(ctx context.Context, repo string, d digest.Digest) (size int64, ok bool)
 	Remember(ctx context.Context, repo string, d digest.Digest, size int64)
 	Forget(ctx context.Context, repo string, d digest.Digest)
+}
+
+// LinkVersions counts the writes to each repository's links where every
+// node sharing the storage reads them (linkversion.Redis). A node trusts a
+// cached link only while the repository's version is the one it read
+// before reading the link, so a write through any node voids it at once.
+// When Version fails the cache is bypassed; when Bump fails the other
+// nodes see the write within TagTTL.
+type LinkVersions interface {
+	Version(ctx context.Context, repo string) (string, error)
+	// Bump follows a write to repo's links; BumpAll a write to the links
+	// of any repository (a garbage collection).
+	Bump(ctx context.Context, repo string) error
+	BumpAll(ctx context.Context) error
 }
 
 // URLRules is distribution's rule for the urls of layer descriptors: each
@@ -144,6 +166,9 @@ type Registry struct {
 func New(d driver.Driver, opts Options) *Registry {
 	if opts.MaxManifestSize <= 0 {
 		opts.MaxManifestSize = DefaultMaxManifestSize
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	if opts.MaxUploadChunks <= 0 {
 		opts.MaxUploadChunks = DefaultMaxUploadChunks

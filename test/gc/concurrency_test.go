@@ -17,7 +17,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/objstore"
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
+	"github.com/cairn-registry/cairn/internal/testutil/testenv"
 )
 
 // pushed is what a tag must name after the test: the last push to it that
@@ -44,8 +47,16 @@ func TestConcurrentPushesAndGC(t *testing.T) {
 		}
 		dur = time.Duration(n) * time.Second
 	}
+	// The nodes share link versions in Redis, as nodes behind a load
+	// balancer must: a tag one node moves is moved on the other at once.
+	// Without it a node trusts its cached links for tagttl (an hour here,
+	// to make it show), and a client whose HEAD it answers from them may
+	// skip a PUT it needed.
+	cfg := cairnproc.WriteConfig(t, fmt.Sprintf("redis:\n  addrs: [%s]\n  prefix: %q\n"+
+		"storage:\n  delete:\n    enabled: true\n  cache:\n    manifests:\n      tagttl: 1h\n",
+		testenv.RedisAddr(t), objstore.RandomName("cairn-test-")+":"))
 	root := t.TempDir()
-	nodes := []*node{startNode(t, root), startNode(t, root)}
+	nodes := []*node{startNode(t, root, "--config", cfg), startNode(t, root, "--config", cfg)}
 	ctx := t.Context()
 
 	shared, err := random.Layer(2048, types.OCILayer)
@@ -121,7 +132,7 @@ func TestConcurrentPushesAndGC(t *testing.T) {
 	var deleted, blobs int64
 	deadline := time.Now().Add(dur)
 	for time.Now().Before(deadline) {
-		rep, out, err := tryGC(root, "--delay", "0s", "--delete-untagged", "--concurrency", "4")
+		rep, out, err := tryGC(root, "--config", cfg, "--delay", "0s", "--delete-untagged", "--concurrency", "4")
 		if err != nil {
 			close(stop)
 			wg.Wait()
@@ -136,7 +147,7 @@ func TestConcurrentPushesAndGC(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	final := runGC(t, root, "--delay", "0s", "--delete-untagged")
+	final := runGC(t, root, "--config", cfg, "--delay", "0s", "--delete-untagged")
 	deleted += final.Deleted.Manifests
 
 	for key, p := range want {
