@@ -50,6 +50,9 @@ func (s *serving) handler(opts server.Options) http.Handler {
 		}
 	}
 	handler = withIdentity(handler, s.authz, s.log, auditEvents(s.cfg, s.notifier)) // /auth/token and the audit trail (auth.go)
+	// Outermost but for tracing: every route sees the client's address.
+	trusted, _ := s.cfg.HTTP.TrustedProxyPrefixes() // validated on load
+	handler = server.ClientAddr(handler, trusted)
 	if s.tr.Enabled {
 		// A span per request, named by method and route; the propagated
 		// context of a caller's trace is its parent.

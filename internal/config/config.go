@@ -17,6 +17,7 @@ package config
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"reflect"
 	"strings"
@@ -173,6 +174,30 @@ type HTTP struct {
 	DrainTimeout time.Duration `yaml:"draintimeout"`
 	// Headers are added to every response of the API listener.
 	Headers map[string][]string `yaml:"headers"`
+	// TrustedProxies (cairn) are the addresses (IPs or CIDR prefixes) of
+	// the load balancers and proxies in front of cairn: a request from one
+	// is taken to come from the client its X-Forwarded-For names, for the
+	// failed-login limit, the logs, the audit trail and events.
+	TrustedProxies []string `yaml:"trustedproxies"`
+}
+
+// TrustedProxyPrefixes parses TrustedProxies; an IP is a prefix of its
+// own full length.
+func (h *HTTP) TrustedProxyPrefixes() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range h.TrustedProxies {
+		if a, err := netip.ParseAddr(s); err == nil {
+			a = a.Unmap()
+			out = append(out, netip.PrefixFrom(a, a.BitLen()))
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("config: http.trustedproxies: %q is not an IP address or a CIDR prefix such as 10.0.0.0/8", s)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 // Storage selects the storage driver and its parameters. Exactly one driver

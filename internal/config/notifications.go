@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/cairn-registry/cairn/internal/notify"
 )
 
 // Notifications is distribution's notifications section: events (push,
@@ -61,10 +63,6 @@ type NotificationQueue struct {
 	MaxEvents int `yaml:"maxevents"`
 }
 
-// NotificationActions are the actions ignore.actions may name:
-// distribution's four and cairn's own.
-var NotificationActions = []string{"push", "pull", "delete", "mount", "gc", "dedup"}
-
 // Enabled returns the endpoints that are not disabled.
 func (n *Notifications) Enabled() []NotificationEndpoint {
 	var out []NotificationEndpoint
@@ -100,8 +98,8 @@ func (n *Notifications) validate() error {
 			return fmt.Errorf("%s.threshold: must not be negative, not %d", key, e.Threshold)
 		}
 		for _, a := range e.Ignore.Actions {
-			if !slices.Contains(NotificationActions, a) {
-				return fmt.Errorf("%s.ignore.actions: %q is not one of %s", key, a, strings.Join(NotificationActions, ", "))
+			if !slices.Contains(notify.Actions(), a) {
+				return fmt.Errorf("%s.ignore.actions: %q is not one of %s", key, a, strings.Join(notify.Actions(), ", "))
 			}
 		}
 	}

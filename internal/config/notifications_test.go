@@ -73,7 +73,7 @@ func TestNotificationsInvalid(t *testing.T) {
 		{"no name", "notifications:\n  endpoints:\n    - url: http://x/\n", "config: notifications.endpoints[0].name: required"},
 		{"bad url", "notifications:\n  endpoints:\n    - name: a\n      url: x\n", `config: notifications.endpoints[0].url: "x" is not an http or https URL`},
 		{"twice", "notifications:\n  endpoints:\n    - name: a\n      url: http://x/\n    - name: a\n      url: http://y/\n", `config: notifications.endpoints[1].name: "a" names two endpoints`},
-		{"action", "notifications:\n  endpoints:\n    - name: a\n      url: http://x/\n      ignore:\n        actions: [pul]\n", `config: notifications.endpoints[0].ignore.actions: "pul" is not one of push, pull, delete, mount, gc, dedup`},
+		{"action", "notifications:\n  endpoints:\n    - name: a\n      url: http://x/\n      ignore:\n        actions: [pul]\n", `config: notifications.endpoints[0].ignore.actions: "pul" is not one of push, pull, delete, mount, gc, dedup, login, login.failed, login.held, robot.create, robot.revoke`},
 		{"negative", "notifications:\n  endpoints:\n    - name: a\n      url: http://x/\n      threshold: -1\n", "config: notifications.endpoints[0].threshold: must not be negative, not -1"},
 		{"maxevents", "notifications:\n  queue:\n    maxevents: -1\n", "config: notifications.queue.maxevents: must not be negative, not -1"},
 	} {

@@ -54,6 +54,9 @@ func (c *Config) Validate() error {
 	if err := c.HTTP.validateServing(); err != nil {
 		return err
 	}
+	if _, err := c.HTTP.TrustedProxyPrefixes(); err != nil {
+		return err
+	}
 	if err := c.Auth.validate(); err != nil {
 		return err
 	}

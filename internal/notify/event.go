@@ -27,8 +27,28 @@ const (
 	ActionDedup = "dedup"
 )
 
-// Actions lists every action an event may have.
-var Actions = []string{ActionPush, ActionPull, ActionDelete, ActionMount, ActionGC, ActionDedup}
+// Audit actions (auth.audit.events): Actor.Name is the user name given,
+// Request the client's address and user agent.
+const (
+	// ActionLogin: credentials passed (not again for the same
+	// credentials within minutes: a pull sends them with every request).
+	ActionLogin = "login"
+	// ActionLoginFailed: credentials were checked and failed.
+	ActionLoginFailed = "login.failed"
+	// ActionLoginHeld: an address that failed too often was answered 429.
+	ActionLoginHeld = "login.held"
+	// ActionRobotCreate and ActionRobotRevoke: `cairn robot` created or
+	// revoked a robot key.
+	ActionRobotCreate = "robot.create"
+	ActionRobotRevoke = "robot.revoke"
+)
+
+// Actions lists every action an event may have: what an endpoint's
+// ignore.actions may name.
+func Actions() []string {
+	return []string{ActionPush, ActionPull, ActionDelete, ActionMount, ActionGC, ActionDedup,
+		ActionLogin, ActionLoginFailed, ActionLoginHeld, ActionRobotCreate, ActionRobotRevoke}
+}
 
 // Envelope is the body of a notification request.
 type Envelope struct {

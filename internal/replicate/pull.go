@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/cairn-registry/cairn/internal/manifest"
 	"github.com/cairn-registry/cairn/internal/proxy"
@@ -21,7 +22,10 @@ func (s *repoSync) pull(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listing tags: %w", err)
 	}
-	return s.syncTags(ctx, tags, direction{tree: s.pullTree, referrers: s.pullReferrers,
+	return s.syncTags(ctx, tags, direction{tree: s.pullTree, gone: proxy.IsNotFound,
+		referrers: func(ctx context.Context, subject digest.Digest) ([]ocispec.Descriptor, error) {
+			return s.t.peer.referrers(ctx, s.repo, subject)
+		},
 		resolve: func(ctx context.Context, tag string) (digest.Digest, bool, error) {
 			if !registry.ValidTag(tag) {
 				return "", false, nil
@@ -130,47 +134,5 @@ func (s *repoSync) pullBlob(ctx context.Context, d digest.Digest) error {
 	}
 	s.sum.Blobs++
 	s.sum.Bytes += n
-	return nil
-}
-
-// pullReferrers stores the peer's referrers of d not yet stored, and
-// theirs in turn; for an index, its children's too.
-func (s *repoSync) pullReferrers(ctx context.Context, d digest.Digest, depth int) error {
-	if depth > maxReferrerDepth {
-		return nil
-	}
-	subjects := []digest.Digest{d}
-	if m, err := s.r.local.StatManifest(ctx, s.repo, d.String()); err == nil && m.IsIndex() {
-		refs, _ := m.Refs()
-		subjects = append(subjects, refs.Manifests...)
-	}
-	for _, subject := range subjects {
-		s.seen[subject] = true
-		descs, err := s.t.peer.referrers(ctx, s.repo, subject)
-		if err != nil {
-			return fmt.Errorf("referrers of %s: %w", subject, err)
-		}
-		for _, desc := range descs {
-			if desc.Digest.Validate() != nil {
-				continue
-			}
-			if !s.rec.done[desc.Digest] {
-				if err := s.pullTree(ctx, desc.Digest, ""); err != nil {
-					if proxy.IsNotFound(err) {
-						continue // deleted since listed
-					}
-					return fmt.Errorf("referrer %s of %s: %w", desc.Digest, subject, err)
-				}
-				s.sum.Referrers++
-				if err := s.done(ctx, desc.Digest, ""); err != nil {
-					return err
-				}
-			}
-			s.seen[desc.Digest] = true
-			if err := s.pullReferrers(ctx, desc.Digest, depth+1); err != nil {
-				return err
-			}
-		}
-	}
 	return nil
 }

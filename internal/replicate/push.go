@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/cairn-registry/cairn/internal/registry"
 )
@@ -23,7 +24,11 @@ func (s *repoSync) push(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listing tags: %w", err)
 	}
-	return s.syncTags(ctx, tags, direction{tree: s.pushTree, referrers: s.pushReferrers,
+	return s.syncTags(ctx, tags, direction{tree: s.pushTree,
+		referrers: func(ctx context.Context, subject digest.Digest) ([]ocispec.Descriptor, error) {
+			return src.Referrers(ctx, s.repo, subject, "")
+		},
+		gone: func(err error) bool { return errors.Is(err, registry.ErrManifestUnknown) },
 		resolve: func(ctx context.Context, tag string) (digest.Digest, bool, error) {
 			d, err := src.TagDigest(ctx, s.repo, tag)
 			if errors.Is(err, registry.ErrManifestUnknown) || errors.Is(err, registry.ErrNameUnknown) {
@@ -126,44 +131,5 @@ func (s *repoSync) pushBlob(ctx context.Context, d digest.Digest) error {
 	s.sum.Blobs++
 	s.sum.Bytes += info.Size
 	s.mounts[d] = s.repo
-	return nil
-}
-
-// pushReferrers sends the referrers of d not yet sent, after d, and theirs
-// in turn; for an index, its children's too.
-func (s *repoSync) pushReferrers(ctx context.Context, d digest.Digest, depth int) error {
-	if depth > maxReferrerDepth {
-		return nil
-	}
-	subjects := []digest.Digest{d}
-	if m, err := s.r.local.StatManifest(ctx, s.repo, d.String()); err == nil && m.IsIndex() {
-		refs, _ := m.Refs()
-		subjects = append(subjects, refs.Manifests...)
-	}
-	for _, subject := range subjects {
-		s.seen[subject] = true
-		descs, err := s.r.local.Referrers(ctx, s.repo, subject, "")
-		if err != nil {
-			return fmt.Errorf("referrers of %s: %w", subject, err)
-		}
-		for _, desc := range descs {
-			if !s.rec.done[desc.Digest] {
-				if err := s.pushTree(ctx, desc.Digest, ""); err != nil {
-					if errors.Is(err, registry.ErrManifestUnknown) {
-						continue // deleted since listed
-					}
-					return fmt.Errorf("referrer %s of %s: %w", desc.Digest, subject, err)
-				}
-				s.sum.Referrers++
-				if err := s.done(ctx, desc.Digest, ""); err != nil {
-					return err
-				}
-			}
-			s.seen[desc.Digest] = true
-			if err := s.pushReferrers(ctx, desc.Digest, depth+1); err != nil {
-				return err
-			}
-		}
-	}
 	return nil
 }

@@ -629,12 +629,14 @@ func (nopMetrics) ReplicatedBytes(string, string, int64)   {}
 func (nopMetrics) ReplicationPass(string, bool)            {}
 
 // direction is one way images travel: where a tag's digest is read
-// (resolve: ok false when the tag is gone since it was listed), and how a
-// manifest's tree and its referrers are copied.
+// (resolve: ok false when the tag is gone since it was listed), how a
+// manifest's tree is copied, where the referrers of a subject are listed,
+// and which error of tree says the manifest is gone since it was listed.
 type direction struct {
 	resolve   func(ctx context.Context, tag string) (d digest.Digest, ok bool, err error)
 	tree      func(ctx context.Context, d digest.Digest, tag string) error
-	referrers func(ctx context.Context, d digest.Digest, depth int) error
+	referrers func(ctx context.Context, subject digest.Digest) ([]ocispec.Descriptor, error)
+	gone      func(error) bool
 }
 
 // syncTags copies the selected tags of the repository, and their
@@ -679,5 +681,47 @@ func (s *repoSync) syncImage(ctx context.Context, tag string, d digest.Digest, d
 			return err
 		}
 	}
-	return dir.referrers(ctx, d, 0)
+	return s.syncReferrers(ctx, d, dir, 0)
+}
+
+// syncReferrers copies the referrers of d not yet copied, after d, and
+// theirs in turn; for an index, its children's too.
+func (s *repoSync) syncReferrers(ctx context.Context, d digest.Digest, dir direction, depth int) error {
+	if depth > maxReferrerDepth {
+		return nil
+	}
+	subjects := []digest.Digest{d}
+	if m, err := s.r.local.StatManifest(ctx, s.repo, d.String()); err == nil && m.IsIndex() {
+		refs, _ := m.Refs()
+		subjects = append(subjects, refs.Manifests...)
+	}
+	for _, subject := range subjects {
+		s.seen[subject] = true
+		descs, err := dir.referrers(ctx, subject)
+		if err != nil {
+			return fmt.Errorf("referrers of %s: %w", subject, err)
+		}
+		for _, desc := range descs {
+			if desc.Digest.Validate() != nil {
+				continue // a peer's answer is not trusted
+			}
+			if !s.rec.done[desc.Digest] {
+				if err := dir.tree(ctx, desc.Digest, ""); err != nil {
+					if dir.gone(err) {
+						continue // deleted since listed
+					}
+					return fmt.Errorf("referrer %s of %s: %w", desc.Digest, subject, err)
+				}
+				s.sum.Referrers++
+				if err := s.done(ctx, desc.Digest, ""); err != nil {
+					return err
+				}
+			}
+			s.seen[desc.Digest] = true
+			if err := s.syncReferrers(ctx, desc.Digest, dir, depth+1); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
