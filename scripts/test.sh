@@ -10,7 +10,7 @@
 #   CAIRN_SKIP_INSTALL=1    do not install anything (use what is on PATH)
 #   CAIRN_NO_RACE=1         run ./internal/... without -race
 #   CAIRN_TEST_PKGS="..."   packages to test instead of ./... (e.g. ./test/clients/)
-#   CAIRN_SERVICES="..."    servers to start (default "minio fakegcs azurite redis";
+#   CAIRN_SERVICES="..."    servers to start (default "minio fakegcs azurite redis ldap hydra";
 #                           "" starts none, for runs that do not need them)
 #   CAIRN_FUZZTIME=5s       after the tests, fuzz every Fuzz* target for this long
 #                           each (a go test -fuzztime value: 5s, 30s, 1000x);
@@ -51,7 +51,7 @@ declare -A SERVER_PIDS=()
 SERVER_LOGS=$CACHE/server-logs
 mkdir -p "$SERVER_LOGS"
 REPO=$ROOT # the service scripts' name for the repo root
-read -r -a SERVERS <<<"${CAIRN_SERVICES-minio fakegcs azurite redis}"
+read -r -a SERVERS <<<"${CAIRN_SERVICES-minio fakegcs azurite redis ldap hydra}"
 # Commands a service script runs, as "command:debian-package" pairs; a
 # missing command is installed with apt.
 declare -A SERVICE_NEEDS=(
@@ -59,6 +59,9 @@ declare -A SERVICE_NEEDS=(
 	[fakegcs]="curl:curl"
 	[azurite]="node:nodejs npm:npm"
 	[redis]="redis-server:redis-server"
+	[ldap]="slapd:slapd ldapadd:ldap-utils openssl:openssl"
+	# hydra builds with cgo (its in-memory store is SQLite): gcc and libc headers.
+	[hydra]="gcc:gcc gcc:libc6-dev"
 )
 # shellcheck source=scripts/services/lib.sh
 source "$ROOT/scripts/services/lib.sh"

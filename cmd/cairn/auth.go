@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -15,13 +18,14 @@ import (
 )
 
 // newAuthorizer builds the authorizer auth configures; nil when none is.
-// With htpasswd, logins go through auth.Accounts (htpasswd users and robot
-// keys, failed logins limited per address) under one access policy, served
-// as Basic or, with tokenservice, through cairn's own token service.
+// With htpasswd or ldap, logins go through auth.Accounts (robot keys,
+// htpasswd users, LDAP users; failed logins limited per address) under one
+// access policy, served as Basic or, with tokenservice, through cairn's own
+// token service.
 func newAuthorizer(c config.Auth) (auth.Authorizer, error) {
 	var a auth.Authorizer
 	switch {
-	case c.Htpasswd != nil:
+	case c.Accounts():
 		return newAccountsAuthorizer(c)
 	case c.Silly != nil:
 		a = auth.NewSilly(c.Silly.Realm, c.Silly.Service)
@@ -49,12 +53,33 @@ func newAuthorizer(c config.Auth) (auth.Authorizer, error) {
 	return a, nil
 }
 
-// newAccountsAuthorizer is newAuthorizer for htpasswd: Basic, or the token
-// service. Anonymous pulls and access control are part of their policy.
+// defaultRealm is the Basic challenge's realm without auth.htpasswd (whose
+// realm it is otherwise).
+const defaultRealm = "cairn"
+
+// newAccountsAuthorizer is newAuthorizer for cairn's accounts (htpasswd
+// and/or ldap): Basic, or the token service. Anonymous pulls and access
+// control are part of their policy.
 func newAccountsAuthorizer(c config.Auth) (auth.Authorizer, error) {
-	h, err := auth.LoadHtpasswd(c.Htpasswd.Realm, c.Htpasswd.Path)
-	if err != nil {
-		return nil, fmt.Errorf("config: auth.htpasswd.path: %w", err)
+	var h *auth.Htpasswd
+	realm := defaultRealm
+	if c.Htpasswd != nil {
+		var err error
+		if h, err = auth.LoadHtpasswd(c.Htpasswd.Realm, c.Htpasswd.Path); err != nil {
+			return nil, fmt.Errorf("config: auth.htpasswd.path: %w", err)
+		}
+		realm = c.Htpasswd.Realm
+	}
+	var sources []auth.Source
+	if err := appendOIDC(&sources, c.OIDC); err != nil { // first: LDAP would try its tokens as passwords (oidc.go)
+		return nil, err
+	}
+	if c.LDAP != nil {
+		l, err := newLDAP(*c.LDAP)
+		if err != nil {
+			return nil, err
+		}
+		sources = append(sources, l)
 	}
 	var robots *auth.Robots
 	if c.Robots.Path != "" {
@@ -64,14 +89,17 @@ func newAccountsAuthorizer(c config.Auth) (auth.Authorizer, error) {
 			return nil, fmt.Errorf("config: auth.robots.path: %w", err)
 		}
 	}
-	accounts := auth.NewAccounts(h, robots, auth.NewLoginLimiter(c.FailedLogins.Limits()))
+	accounts := auth.NewAccounts(h, robots, auth.NewLoginLimiter(c.FailedLogins.Limits()), sources...)
 	var ac *auth.AccessControl
 	if c.AccessControl != nil {
 		x := accessControl(*c.AccessControl)
+		// Groups of a directory need no definition here: the source
+		// names their members.
+		x.SourceGroups = accounts.HasSources()
 		ac = &x
 	}
 	if c.TokenService == nil {
-		b, err := auth.NewBasic(c.Htpasswd.Realm, accounts, ac, c.Anonymous.Pull)
+		b, err := auth.NewBasic(realm, accounts, ac, c.Anonymous.Pull)
 		if err != nil {
 			return nil, fmt.Errorf("config: auth.accesscontrol: %w", err)
 		}
@@ -88,7 +116,7 @@ func newAccountsAuthorizer(c config.Auth) (auth.Authorizer, error) {
 	s, err := auth.NewTokenService(auth.TokenServiceOptions{
 		Realm: t.Realm, Service: t.Service, Issuer: t.Issuer,
 		Expiration: t.Expiration, RefreshExpiration: t.RefreshExpiration,
-		Key: key, Accounts: accounts, BasicRealm: c.Htpasswd.Realm, AccessControl: ac, AnonymousPull: c.Anonymous.Pull,
+		Key: key, Accounts: accounts, BasicRealm: realm, AccessControl: ac, AnonymousPull: c.Anonymous.Pull,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("config: auth.tokenservice: %w", err)
@@ -106,8 +134,11 @@ func authDefaults(cfg *config.Config) {
 	if t := a.TokenService; t != nil {
 		*t = t.TokenDefaults()
 	}
+	if l := a.LDAP; l != nil {
+		*l = l.LDAPDefaults()
+	}
 	fs := cfg.Storage.Filesystem
-	if a.Htpasswd == nil || fs == nil {
+	if !a.Accounts() || fs == nil {
 		return
 	}
 	if a.Robots.Path == "" {
@@ -116,6 +147,53 @@ func authDefaults(cfg *config.Config) {
 	if t := a.TokenService; t != nil && t.Key == "" {
 		t.Key = filepath.Join(fs.RootDirectory, "cairn-token-key.pem")
 	}
+}
+
+// newLDAP is the LDAP source of auth.ldap: its TLS settings and the
+// service account's password read now, so that a file that does not read
+// stops start-up (and config check) rather than every login.
+func newLDAP(c config.LDAP) (*auth.LDAP, error) {
+	c = c.LDAPDefaults()
+	pass := c.BindPassword
+	switch {
+	case c.BindPasswordFile != "":
+		b, err := os.ReadFile(c.BindPasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("config: auth.ldap.bindpasswordfile: %w", err)
+		}
+		pass = strings.TrimRight(string(b), "\r\n")
+	case c.BindPasswordEnv != "":
+		v, ok := os.LookupEnv(c.BindPasswordEnv)
+		if !ok {
+			return nil, fmt.Errorf("config: auth.ldap.bindpasswordenv: %s is not set", c.BindPasswordEnv)
+		}
+		pass = v
+	}
+	if c.BindDN != "" && pass == "" {
+		return nil, errors.New("config: auth.ldap: the bind password is empty (an empty password is an unauthenticated bind)")
+	}
+	tc := &tls.Config{InsecureSkipVerify: c.InsecureSkipVerify}
+	if c.CA != "" {
+		pem, err := os.ReadFile(c.CA)
+		if err != nil {
+			return nil, fmt.Errorf("config: auth.ldap.ca: %w", err)
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("config: auth.ldap.ca: %s holds no PEM certificate", c.CA)
+		}
+	}
+	l, err := auth.NewLDAP(auth.LDAPOptions{
+		URL: c.URL, StartTLS: c.StartTLS, TLS: tc,
+		BindDN: c.BindDN, BindPassword: pass,
+		UserBase: c.UserBase, UserAttribute: c.UserAttribute, UserFilter: c.UserFilter,
+		GroupBase: c.GroupBase, GroupFilter: c.GroupFilter, GroupAttribute: c.GroupAttribute,
+		Timeout: c.Timeout,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("config: auth.ldap: %w", err)
+	}
+	return l, nil
 }
 
 // withIdentity serves the token endpoint beside next when the current
@@ -165,8 +243,8 @@ func auditEvents(cfg *config.Config, n *notify.Notifier) interface{ Notify(notif
 
 // Audit actions of robot keys, besides auth's login actions.
 const (
-	auditRobotCreate = "robot.create"
-	auditRobotRevoke = "robot.revoke"
+	auditRobotCreate = notify.ActionRobotCreate
+	auditRobotRevoke = notify.ActionRobotRevoke
 )
 
 // auditTrail writes audit events as log lines and, with auth.audit.events,
@@ -179,7 +257,7 @@ type auditTrail struct {
 
 func (a auditTrail) Audit(ctx context.Context, e auth.AuditEvent) {
 	level := slog.LevelInfo
-	attrs := []any{"action", e.Action, "user", e.User, "robot", e.Robot, "addr", e.Addr, "via", e.Via, "useragent", e.UserAgent}
+	attrs := []any{"action", e.Action, "user", e.User, "robot", e.Robot, "source", e.Source, "addr", e.Addr, "via", e.Via, "useragent", e.UserAgent}
 	if e.Err != nil {
 		level = slog.LevelWarn
 		attrs = append(attrs, "err", e.Err)
@@ -216,16 +294,27 @@ func accessControl(c config.AccessControl) auth.AccessControl {
 func authName(c config.Auth) string {
 	name := "none"
 	switch {
-	case c.Htpasswd != nil && c.TokenService != nil:
-		name = "htpasswd+tokenservice"
-	case c.Htpasswd != nil:
-		name = "htpasswd"
+	case c.Accounts():
+		var parts []string
+		if c.Htpasswd != nil {
+			parts = append(parts, "htpasswd")
+		}
+		if c.OIDC != nil {
+			parts = append(parts, "oidc")
+		}
+		if c.LDAP != nil {
+			parts = append(parts, "ldap")
+		}
+		if c.TokenService != nil {
+			parts = append(parts, "tokenservice")
+		}
+		name = strings.Join(parts, "+")
 	case c.Token != nil:
 		name = "token"
 	case c.Silly != nil:
 		name = "silly"
 	}
-	if c.Htpasswd != nil && c.Robots.Path != "" {
+	if c.Accounts() && c.Robots.Path != "" {
 		name += "+robots"
 	}
 	if c.Anonymous.Pull {

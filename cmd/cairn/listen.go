@@ -43,12 +43,16 @@ func (s *serving) handler(opts server.Options) http.Handler {
 		uiAuth := s.authz
 		if s.cfg.UI.Listener == "debug" {
 			uiAuth = nil // the operators' listener has no authentication
+		} else if s.oidcWeb != nil {
+			uiAuth = s.oidcWeb.Authorizer(uiAuth) // the web login's sessions (oidc.go)
 		}
-		s.ui = newUI(s.reg, uiAuth, s.figures, s.m)
+		s.ui = newUI(s.reg, uiAuth, s.figures, s.m, s.oidcWeb != nil && s.cfg.UI.Listener != "debug")
 		if s.cfg.UI.Listener != "debug" {
 			handler = withUI(handler, s.ui)
 		}
 	}
+	// The web page's OIDC login at /auth/oidc/ (oidc.go).
+	handler = withOIDCWeb(handler, s.oidcWeb)
 	handler = withIdentity(handler, s.authz, s.log, auditEvents(s.cfg, s.notifier)) // /auth/token and the audit trail (auth.go)
 	// Outermost but for tracing: every route sees the client's address.
 	trusted, _ := s.cfg.HTTP.TrustedProxyPrefixes() // validated on load

@@ -57,7 +57,7 @@ Keys it reads (README, Configuration): every section.
                    delete, maintenance (uploadpurging, readonly), cache, redirect,
                    gc (scheduled GC), dedup, tag
   auth.*           htpasswd, token, silly, anonymous, accesscontrol, tokenservice,
-                   robots, failedlogins, audit
+                   robots, failedlogins, audit, oidc
   log.*, redis.*, health.*, notifications.*, proxy.*, replication.*, retention.*, ui.*,
   middleware.storage, validation.*, policy.*, catalog.*, tags.*
 SIGHUP, or a change of the file, the htpasswd file or the TLS certificate,
@@ -157,6 +157,7 @@ type serving struct {
 	// storage and access
 	d, id     driver.Driver // id: d instrumented (metrics, spans)
 	authz     auth.Authorizer
+	oidcWeb   *auth.OIDCWeb // nil: no web login through OIDC (oidc.go)
 	tlsConfig *tls.Config
 	rl        *reloader
 
@@ -229,7 +230,8 @@ func (s *serving) wireAccess(flags serveFlags) error {
 		tlsConfig.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return rl.cert.Load(), nil }
 	}
 	s.authz, s.tlsConfig, s.rl = authz, tlsConfig, rl
-	return nil
+	s.oidcWeb, err = newOIDCWeb(s.cfg, authz)
+	return err
 }
 
 // startTracing sets up tracing (OTEL_* environment; spans flushed at exit)
@@ -430,6 +432,7 @@ func loadConfig(path, root string, edit func(*config.Config)) (*config.Config, [
 		edit(cfg)
 	}
 	authDefaults(cfg) // identity files beside the registry's (auth.go)
+	oidcDefaults(cfg) // auth.oidc's, and its session key beside them (oidc.go)
 	if err := cfg.Validate(); err != nil {
 		return nil, warnings, err
 	}

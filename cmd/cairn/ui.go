@@ -20,7 +20,8 @@ const uiPrefix = "/ui"
 // newUI builds the web page's handler; its storage figures are figures'
 // (measured in the background on dedup's and GC's changes), its cache
 // ratios the metrics'.
-func newUI(reg *registry.Registry, authz auth.Authorizer, figures *webui.Figures, m *metrics.Metrics) http.Handler {
+// With oidcLogin, visitors without credentials are sent to the OIDC login.
+func newUI(reg *registry.Registry, authz auth.Authorizer, figures *webui.Figures, m *metrics.Metrics, oidcLogin bool) http.Handler {
 	caches := func() []webui.CacheRatio {
 		families, err := m.Gatherer().Gather()
 		if err != nil {
@@ -61,7 +62,11 @@ func newUI(reg *registry.Registry, authz auth.Authorizer, figures *webui.Figures
 		}
 		return out
 	}
-	return webui.Handler(webui.Options{Registry: reg, Auth: authz, Storage: figures.Current, Caches: caches, History: figures.History(), Prefix: uiPrefix})
+	opts := webui.Options{Registry: reg, Auth: authz, Storage: figures.Current, Caches: caches, History: figures.History(), Prefix: uiPrefix}
+	if oidcLogin {
+		opts.Login, opts.Logout = auth.LoginURL, auth.OIDCPath+"/logout"
+	}
+	return webui.Handler(opts)
 }
 
 // uiMeasure measures the page's storage figures: dedup's statistics (one

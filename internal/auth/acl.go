@@ -11,8 +11,9 @@ import (
 	"github.com/cairn-registry/cairn/internal/layout"
 )
 
-// AccessControl is per-repository access control for htpasswd users, in
-// the spirit of zot's accessControl, applied by Basic and TokenService (see
+// AccessControl is per-repository access control for every identity
+// (htpasswd users, robot keys' owners aside, and the users of sources such
+// as LDAP), in the spirit of zot's accessControl, applied by Basic and TokenService (see
 // grants in identity.go). A caller without credentials gets the anonymous
 // policies, and the challenge to authenticate when they do not cover the
 // request (so clients send credentials for a push); a known caller lacking
@@ -25,10 +26,19 @@ import (
 // applies to everyone. The admin policy applies to every repository, and
 // only admins may list the catalog (it would name repositories others may
 // not see). A repository no pattern matches is open to admins alone.
+//
+// A caller is in a group when Groups lists their user name under it, or
+// when the source that proved them (LDAP) gave them a group of that name:
+// the two add up, so a directory group can be topped up with local users.
 type AccessControl struct {
 	Groups       map[string][]string // group name → user names
 	Repositories map[string]RepositoryPolicy
 	Admin        Policy
+	// SourceGroups says identity sources give groups (auth.ldap is
+	// configured): policies may then name groups Groups does not define,
+	// whose members the source names. Without it such a group is a typo,
+	// refused, since nobody could ever be in it.
+	SourceGroups bool
 }
 
 // RepositoryPolicy is what callers may do in the repositories a pattern
@@ -85,8 +95,11 @@ func compileACL(ac AccessControl) (*acl, error) {
 				return nil, err
 			}
 			for _, g := range pol.Groups {
-				if _, ok := ac.Groups[g]; !ok {
-					return nil, fmt.Errorf("auth: access control: %s names group %q, which groups does not define", what, g)
+				if _, ok := ac.Groups[g]; !ok && !ac.SourceGroups {
+					return nil, fmt.Errorf("auth: access control: %s names group %q, which groups does not define (and no identity source such as auth.ldap gives groups)", what, g)
+				}
+				if g == "" {
+					return nil, fmt.Errorf("auth: access control: %s names an empty group", what)
 				}
 			}
 		}
@@ -111,6 +124,7 @@ func checkActions(what string, actions []string) error {
 type aclCaller struct {
 	acl           *acl
 	user          string
+	groups        []string // the groups the caller's source gave
 	authenticated bool
 }
 
@@ -149,7 +163,7 @@ func (c *aclCaller) in(p Policy) bool {
 		return true
 	}
 	for _, g := range p.Groups {
-		if slices.Contains(c.acl.groups[g], c.user) {
+		if slices.Contains(c.acl.groups[g], c.user) || slices.Contains(c.groups, g) {
 			return true
 		}
 	}

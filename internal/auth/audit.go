@@ -1,18 +1,22 @@
 package auth
 
-import "context"
+import (
+	"context"
 
-// Audit actions.
+	"github.com/cairn-registry/cairn/internal/notify"
+)
+
+// Audit actions, as notification events name them.
 const (
 	// AuditLogin: credentials were checked and passed. Credentials that
 	// passed within the last few minutes are not audited again (a pull
 	// sends them with every request).
-	AuditLogin = "login"
+	AuditLogin = notify.ActionLogin
 	// AuditLoginFailed: credentials were checked and failed.
-	AuditLoginFailed = "login.failed"
+	AuditLoginFailed = notify.ActionLoginFailed
 	// AuditLoginHeld: an address that failed too often was answered 429
 	// without a check (audited once a minute per address).
-	AuditLoginHeld = "login.held"
+	AuditLoginHeld = notify.ActionLoginHeld
 )
 
 // How a login came: Basic credentials on a registry request, the token
@@ -25,9 +29,13 @@ const (
 
 // AuditEvent is one login, as the audit trail records it.
 type AuditEvent struct {
-	Action    string
-	User      string // the user name as given (robots: robot$name)
-	Robot     bool
+	Action string
+	User   string // the user name as given (robots: robot$name)
+	Robot  bool
+	// Source is what proved the identity, or refused it when it was
+	// asked: "htpasswd", "robot", or a Source's Name ("ldap"); "" when no
+	// source knew the user or none was asked.
+	Source    string
 	Addr      string // the source address
 	UserAgent string
 	Via       string

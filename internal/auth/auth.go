@@ -3,8 +3,10 @@
 // Bearer tokens issued by a token server (the Docker token authentication
 // spec), optionally with anonymous pull; and cairn's own identity layer:
 // one access policy whatever proves the identity (identity.go), htpasswd
-// users and robot keys (robots.go) checked by Accounts at the same cost for
-// unknown names, failed logins limited per address (limit.go), logins
+// users, robot keys (robots.go) and the users of identity sources
+// (source.go: an LDAP directory, ldap.go; an OIDC provider's tokens, oidc.go, and
+// its web login and sessions, oidcweb.go) checked by Accounts at the same
+// cost for unknown names, failed logins limited per address (limit.go), logins
 // audited (audit.go), served as Basic or through cairn's own token service
 // (tokenservice.go), whose tokens the registry verifies with Token. dev.go
 // is distribution's "silly" development authorizer.

@@ -222,6 +222,9 @@ type refreshClaims struct {
 	jwt.Claims
 	Robot string `json:"cairn_robot,omitempty"`
 	Cred  string `json:"cairn_cred,omitempty"`
+	// Source names the Source that proved the user (its Name); the
+	// refresh resumes through its Lookup.
+	Source string `json:"cairn_source,omitempty"`
 }
 
 // refreshAudience keeps refresh tokens from being taken for access tokens
@@ -297,8 +300,14 @@ func (s *TokenService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		status, code, msg := http.StatusUnauthorized, "UNAUTHORIZED", "authentication required: invalid credentials"
-		if errors.Is(err, ErrTooManyAttempts) {
+		switch {
+		case errors.Is(err, ErrTooManyAttempts):
 			status, code, msg = http.StatusTooManyRequests, "TOOMANYREQUESTS", ErrTooManyAttempts.Error()
+		case errors.Is(err, ErrUnavailable):
+			// The directory could not be asked: the client should retry
+			// later, not think its password wrong. Which source, and
+			// why, goes to the log (the audit line), not to the client.
+			status, code, msg = http.StatusServiceUnavailable, "UNAVAILABLE", "the identity source is unavailable; retry later"
 		}
 		tokenError(w, status, code, msg)
 		return
@@ -320,7 +329,7 @@ func (s *TokenService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		resp.Scope = Scope(access)
 	}
-	if offline && id != nil {
+	if offline && id != nil && s.opts.Accounts.resumable(id) {
 		if resp.RefreshToken, err = s.issueRefresh(id, now); err != nil {
 			tokenError(w, http.StatusInternalServerError, "UNKNOWN", "issuing the refresh token failed")
 			return
@@ -379,9 +388,12 @@ func (s *TokenService) issue(id *Identity, need []Access, now time.Time) ([]Acce
 func (s *TokenService) issueRefresh(id *Identity, now time.Time) (string, error) {
 	c := refreshClaims{}
 	c.Subject = id.Name
-	if id.robot != nil {
+	switch {
+	case id.robot != nil:
 		c.Robot = id.robot.ID
-	} else {
+	case id.Source != SourceHtpasswd && id.Source != "":
+		c.Source = id.Source
+	default:
 		fp, ok := s.opts.Accounts.users.fingerprint(id.Name)
 		if !ok {
 			return "", fmt.Errorf("user %q vanished", id.Name)
@@ -400,9 +412,9 @@ func (s *TokenService) issueRefresh(id *Identity, now time.Time) (string, error)
 func (s *TokenService) refresh(r *http.Request, raw string) (Identity, error) {
 	c, err := s.parseRefresh(raw)
 	if err != nil {
-		return s.opts.Accounts.resume(r, "", "", "", fmt.Errorf("refresh token: %w", err))
+		return s.opts.Accounts.resume(r, "", refreshClaims{}, fmt.Errorf("refresh token: %w", err))
 	}
-	return s.opts.Accounts.resume(r, c.Subject, c.Robot, c.Cred, nil)
+	return s.opts.Accounts.resume(r, c.Subject, c, nil)
 }
 
 func (s *TokenService) parseRefresh(raw string) (refreshClaims, error) {

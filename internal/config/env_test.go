@@ -182,7 +182,7 @@ func TestEnvErrorsNameTheVariableAndKey(t *testing.T) {
 		{"REGISTRY_STORAGE_DELETE_ENABLED=perhaps", `config: REGISTRY_STORAGE_DELETE_ENABLED: storage.delete.enabled: "perhaps" is not a boolean (true or false)`},
 		{"REGISTRY_STORAGE_MAINTENANCE_UPLOADPURGING_AGE=3600", `config: REGISTRY_STORAGE_MAINTENANCE_UPLOADPURGING_AGE: storage.maintenance.uploadpurging.age: 3600 has no unit; write a duration such as 168h or 30m`},
 		{"REGISTRY_AUTH_HTPASSWD_PATH=/etc/htpasswd", `config: auth.htpasswd.realm: required`},
-		{"REGISTRY_AUTH_LDAP_URL=ldap://x", `config: REGISTRY_AUTH_LDAP_URL: auth.ldap: unknown authentication method (cairn supports htpasswd, token, silly, anonymous); without it the registry would be unauthenticated`},
+		{"REGISTRY_AUTH_KEYSTONE_URL=http://x", `config: REGISTRY_AUTH_KEYSTONE_URL: auth.keystone: unknown authentication method (cairn supports htpasswd, ldap, oidc, token, silly, anonymous); without it the registry would be unauthenticated`},
 		{"REGISTRY_STORAGE_SWIFT_CONTAINER=b", `config: REGISTRY_STORAGE_SWIFT_CONTAINER: storage.swift: unknown storage driver`},
 		{"REGISTRY_HTTP_ADDR=nowhere", `config: http.addr: "nowhere": missing port in address`},
 		{"REGISTRY_LOG_LEVEL=loud", `config: log.level: "loud" is not one of debug, info, warn, error`},

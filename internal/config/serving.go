@@ -9,26 +9,35 @@ import (
 )
 
 // Auth configures authentication, with distribution's keys. At most one of
-// Htpasswd and Token may be given; Anonymous needs one of them. With none,
-// the registry serves everyone.
+// cairn's accounts (Htpasswd and LDAP, together or alone), Token and Silly
+// may be given; Anonymous needs one of them. With none, the registry serves
+// everyone.
 type Auth struct {
 	Htpasswd *Htpasswd `yaml:"htpasswd"`
-	Token    *Token    `yaml:"token"`
+	// LDAP (cairn) is an LDAP directory whose users log in beside (or
+	// instead of) htpasswd's, their directory groups meeting
+	// AccessControl's policies.
+	LDAP  *LDAP  `yaml:"ldap"`
+	Token *Token `yaml:"token"`
 	// Silly is distribution's development backend: any request carrying
 	// an Authorization header is let in, others are challenged.
 	Silly *Silly `yaml:"silly"`
+	// OIDC (cairn) is an OpenID Connect provider whose tokens are
+	// passwords of CLI logins and through which the web page logs in,
+	// its groups claim meeting AccessControl's policies.
+	OIDC *OIDC `yaml:"oidc"`
 	// Anonymous (cairn) lets callers without credentials pull.
 	Anonymous Anonymous `yaml:"anonymous"`
-	// AccessControl (cairn) gives htpasswd users and groups actions per
-	// repository pattern.
+	// AccessControl (cairn) gives users and groups (of accesscontrol's own,
+	// or of LDAP) actions per repository pattern.
 	AccessControl *AccessControl `yaml:"accesscontrol"`
 	// TokenService (cairn) serves distribution's token protocol from cairn
-	// itself at /auth/token, for the identities of htpasswd and robot
-	// keys; the registry then challenges with Bearer and verifies its own
+	// itself at /auth/token, for the identities of htpasswd, LDAP and
+	// robot keys; the registry then challenges with Bearer and verifies its own
 	// tokens.
 	TokenService *TokenService `yaml:"tokenservice"`
 	// Robots (cairn) are API keys (cairn robot create), usable as
-	// passwords of robot$<name>; on with htpasswd.
+	// passwords of robot$<name>; on with htpasswd or LDAP.
 	Robots Robots `yaml:"robots"`
 	// FailedLogins (cairn) limits failed logins per source address.
 	FailedLogins FailedLogins `yaml:"failedlogins"`
@@ -133,7 +142,7 @@ type Silly struct {
 // cairn does not know, ignored with a warning, would leave the registry
 // open to everyone.
 func (*Auth) unknownKey() string {
-	return "unknown authentication method (cairn supports htpasswd, token, silly, anonymous); without it the registry would be unauthenticated"
+	return "unknown authentication method (cairn supports htpasswd, ldap, oidc, token, silly, anonymous); without it the registry would be unauthenticated"
 }
 
 // Htpasswd configures HTTP Basic authentication against an htpasswd file.
@@ -211,7 +220,12 @@ type ACLPolicy struct {
 }
 
 // Enabled reports whether any authentication is configured.
-func (a *Auth) Enabled() bool { return a.Htpasswd != nil || a.Token != nil || a.Silly != nil }
+func (a *Auth) Enabled() bool { return a.Accounts() || a.Token != nil || a.Silly != nil }
+
+// Accounts reports whether logins go through cairn's own accounts: an
+// htpasswd file or an identity source (LDAP), with robot keys, access
+// control and the token service.
+func (a *Auth) Accounts() bool { return a.Htpasswd != nil || a.LDAP != nil || a.OIDC != nil }
 
 // TLS configures HTTPS on http.addr, with distribution's keys.
 type TLS struct {
@@ -297,26 +311,36 @@ type HTTP2 struct {
 
 func (a *Auth) validate() error {
 	n := 0
-	for _, set := range []bool{a.Htpasswd != nil, a.Token != nil, a.Silly != nil} {
+	for _, set := range []bool{a.Accounts(), a.Token != nil, a.Silly != nil} {
 		if set {
 			n++
 		}
 	}
 	if n > 1 {
-		return errors.New("config: auth: give one of htpasswd, token or silly, not several")
+		return errors.New("config: auth: give one of htpasswd (and/or ldap), token or silly, not several")
+	}
+	if l := a.LDAP; l != nil {
+		if err := l.validate(); err != nil {
+			return err
+		}
+	}
+	if o := a.OIDC; o != nil {
+		if err := o.validate(); err != nil {
+			return err
+		}
 	}
 	if a.AccessControl != nil {
 		switch {
-		case a.Htpasswd == nil:
-			return errors.New("config: auth.accesscontrol: needs auth.htpasswd (token auth carries its own scopes)")
+		case !a.Accounts():
+			return errors.New("config: auth.accesscontrol: needs auth.htpasswd or auth.ldap (token auth carries its own scopes)")
 		case a.Anonymous.Pull:
 			return errors.New("config: auth.anonymous.pull: give anonymous pulls per repository in auth.accesscontrol's anonymouspolicy instead")
 		}
 	}
 	if t := a.TokenService; t != nil {
 		switch {
-		case a.Htpasswd == nil:
-			return errors.New("config: auth.tokenservice: needs auth.htpasswd, which proves who logs in")
+		case !a.Accounts():
+			return errors.New("config: auth.tokenservice: needs auth.htpasswd or auth.ldap, which prove who logs in")
 		case t.Service == "":
 			return errors.New("config: auth.tokenservice.service: required (the name clients ask tokens for, e.g. the registry's host name)")
 		case t.Expiration < 0 || t.RefreshExpiration < 0:
@@ -330,14 +354,14 @@ func (a *Auth) validate() error {
 			}
 		}
 	}
-	if a.Robots.Path != "" && a.Htpasswd == nil {
-		return errors.New("config: auth.robots: needs auth.htpasswd (robot keys log in as Basic users)")
+	if a.Robots.Path != "" && !a.Accounts() {
+		return errors.New("config: auth.robots: needs auth.htpasswd or auth.ldap (robot keys log in as Basic users)")
 	}
 	if f := a.FailedLogins; f.Burst < -1 || f.PerMinute < 0 {
 		return errors.New("config: auth.failedlogins: burst must be -1 (off) or more, perminute 0 or more")
 	}
 	if a.Anonymous.Pull && !a.Enabled() {
-		return errors.New("config: auth.anonymous.pull: needs auth.htpasswd, auth.token or auth.silly, or nobody could push; for a registry nobody writes to, use storage.maintenance.readonly")
+		return errors.New("config: auth.anonymous.pull: needs auth.htpasswd, auth.ldap, auth.token or auth.silly, or nobody could push; for a registry nobody writes to, use storage.maintenance.readonly")
 	}
 	if s := a.Silly; s != nil && (s.Realm == "" || s.Service == "") {
 		return errors.New("config: auth.silly: realm and service are required")

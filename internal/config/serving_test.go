@@ -81,8 +81,8 @@ func TestServingKeysAreValidated(t *testing.T) {
 	const htpasswd = "auth:\n  htpasswd:\n    realm: r\n    path: /h\n"
 	const token = "auth:\n  token:\n    realm: https://a/t\n    service: s\n    issuer: i\n    jwks: /j\n"
 	cases := []struct{ name, doc, want string }{
-		{"both methods", htpasswd + "  token:\n    realm: x\n", "config: auth: give one of htpasswd, token or silly, not several"},
-		{"anonymous alone", "auth:\n  anonymous:\n    pull: true\n", "config: auth.anonymous.pull: needs auth.htpasswd, auth.token or auth.silly"},
+		{"both methods", htpasswd + "  token:\n    realm: x\n", "config: auth: give one of htpasswd (and/or ldap), token or silly, not several"},
+		{"anonymous alone", "auth:\n  anonymous:\n    pull: true\n", "config: auth.anonymous.pull: needs auth.htpasswd, auth.ldap, auth.token or auth.silly"},
 		{"access control with tokens", token + "  accesscontrol:\n    adminpolicy: {users: [a], actions: [pull]}\n", "config: auth.accesscontrol: needs auth.htpasswd"},
 		{"access control and anonymous pull", htpasswd + "  anonymous: {pull: true}\n  accesscontrol:\n    repositories: {'**': {anonymouspolicy: [pull]}}\n", "config: auth.anonymous.pull: give anonymous pulls per repository in auth.accesscontrol"},
 		{"htpasswd without path", "auth:\n  htpasswd:\n    realm: r\n", "config: auth.htpasswd.path: required"},
@@ -91,7 +91,7 @@ func TestServingKeysAreValidated(t *testing.T) {
 		{"token without issuer", strings.Replace(token, "    issuer: i\n", "", 1), "config: auth.token.issuer: required"},
 		{"token without realm", strings.Replace(token, "    realm: https://a/t\n", "", 1), "config: auth.token.realm: required"},
 		{"token without keys", strings.Replace(token, "    jwks: /j\n", "", 1), "config: auth.token: give rootcertbundle or jwks"},
-		{"unknown auth method", "auth:\n  ldap:\n    url: x\n", "config: auth.ldap: unknown authentication method"},
+		{"unknown auth method", "auth:\n  keystone:\n    url: x\n", "config: auth.keystone: unknown authentication method"},
 		{"silly auth", "auth:\n  silly:\n    realm: x\n", "config: auth.silly: realm and service are required"},
 		{"tls without certificate", "http:\n  tls:\n    key: /k\n", "config: http.tls.certificate: required"},
 		{"tls 1.0", "http:\n  tls:\n    certificate: /c\n    key: /k\n    minimumtls: tls1.0\n", "config: http.tls.minimumtls: tls1.0 is insecure"},

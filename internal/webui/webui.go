@@ -82,6 +82,11 @@ type Options struct {
 	History *History
 	// Prefix is where the page is served ("/ui").
 	Prefix string
+	// Login, when set, is where visitors without credentials are sent to
+	// log in (auth.LoginURL, the OIDC login), instead of the Basic
+	// challenge; Logout is where the page links to log out.
+	Login  func(next string) string
+	Logout string
 }
 
 // Handler serves the page under opts.Prefix.
@@ -110,6 +115,11 @@ func (h *handler) grant(w http.ResponseWriter, r *http.Request) (*auth.Grant, bo
 	}
 	var ch *auth.Challenge
 	if errors.As(err, &ch) {
+		if h.Login != nil && ch.Status() == http.StatusUnauthorized && r.Header.Get("Authorization") == "" {
+			// A browser without a session: to the login, and back here.
+			http.Redirect(w, r, h.Login(r.URL.RequestURI()), http.StatusSeeOther)
+			return nil, false
+		}
 		if v := ch.Header(); v != "" {
 			w.Header().Set("WWW-Authenticate", v)
 		}
@@ -136,6 +146,20 @@ type overviewPage struct {
 	Charts       []template.HTML
 	Generated    time.Time
 	Prefix       string
+	Visitor
+}
+
+// Visitor is who looks at a page: the user name ("" when anonymous or
+// without authentication) and where to log out ("" for no link).
+type Visitor struct {
+	User, Logout string
+}
+
+func (h *handler) visitor(g *auth.Grant) Visitor {
+	if g == nil || g.Subject == "" {
+		return Visitor{}
+	}
+	return Visitor{User: g.Subject, Logout: h.Logout}
 }
 
 type repoRow struct {
@@ -154,7 +178,7 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "listing repositories: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
-	p := overviewPage{Prefix: h.Prefix}
+	p := overviewPage{Prefix: h.Prefix, Visitor: h.visitor(g)}
 	var visible []string
 	for _, n := range names {
 		if mayPull(g, n) {
@@ -243,6 +267,7 @@ type repoPage struct {
 	Name   string
 	Tags   []tagRow
 	Prefix string
+	Visitor
 }
 
 type tagRow struct {
@@ -271,7 +296,7 @@ func (h *handler) repository(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "listing tags: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
-	p := repoPage{Name: name, Prefix: h.Prefix}
+	p := repoPage{Name: name, Prefix: h.Prefix, Visitor: h.visitor(g)}
 	for _, t := range tags {
 		m, err := h.Registry.GetManifest(ctx, name, t)
 		if err != nil {

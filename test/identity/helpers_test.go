@@ -1,7 +1,8 @@
 // Package identity tests cairn's own token service and robot keys through
 // a real `cairn serve`: go-containerregistry (the library crane is built
-// on) logs in with Bearer tokens from /auth/token as an htpasswd user and
-// as a robot key, under the access-control policy; raw HTTP checks what
+// on) logs in with Bearer tokens from /auth/token as an htpasswd user, as
+// a robot key and as an LDAP user (ldap_test.go, against the OpenLDAP that
+// scripts/services/ldap.sh starts), under the access-control policy; raw HTTP checks what
 // the library does not show (statuses, challenges, forged and expired
 // tokens, the login limit).
 package identity
