@@ -46,7 +46,8 @@ func (s *serving) handler(opts server.Options) http.Handler {
 		} else if s.oidcWeb != nil {
 			uiAuth = s.oidcWeb.Authorizer(uiAuth) // the web login's sessions (oidc.go)
 		}
-		s.ui = newUI(s.reg, uiAuth, s.figures, s.m, s.oidcWeb != nil && s.cfg.UI.Listener != "debug")
+		robots := uiRobotKeys(s.cfg, s.log, auditEvents(s.cfg, s.notifier)) // robot keys from the page (ui.go)
+		s.ui = newUI(s.reg, uiAuth, s.figures, s.m, s.oidcWeb != nil && s.cfg.UI.Listener != "debug", robots)
 		if s.cfg.UI.Listener != "debug" {
 			handler = withUI(handler, s.ui)
 		}

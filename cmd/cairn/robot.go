@@ -8,8 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -39,7 +37,8 @@ access control lets anyone do.
 The file is auth.robots.path, by default cairn-robots.json under the
 filesystem root (--root, or storage.filesystem.rootdirectory); --file
 names it directly. Creating and revoking write an audit line to stderr
-and, with auth.audit.events, send events robot.create and robot.revoke.`
+and, with auth.audit.events, send events robot.create and robot.revoke.
+Admins can do the same on the web page, /ui/robots/.`
 
 // runRobot runs `cairn robot <subcommand>`.
 func runRobot(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -60,7 +59,7 @@ func runRobot(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	root := fs.String("root", "", "filesystem storage root `directory` (the robot file's default place)")
 	file := fs.String("file", "", "the robot `file` itself, whatever the configuration says")
 	var scopes []string
-	expires := "90d"
+	expires := auth.DefaultRobotLifetime
 	if sub == "create" {
 		fs.Func("scope", "`PATTERN:ACTIONS` the key may do (repeatable)", func(s string) error {
 			scopes = append(scopes, s)
@@ -99,41 +98,39 @@ func runRobot(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	log := newLogger(stderr, cfg.Log)
+	var change auth.RobotChange
 	switch sub {
 	case "list":
 		return listRobots(path, stdout)
 	case "revoke":
-		if err := revokeRobot(path, name); err != nil {
-			return err
+		rb, err := auth.RevokeRobot(path, name)
+		if err != nil {
+			return robotError(err)
 		}
-		fmt.Fprintf(stdout, "revoked robot$%s\n", name)
-		log.Info("audit", "action", auditRobotRevoke, "user", auth.RobotPrefix+name, "robot", true, "by", operator(), "file", path)
-		if cfg.Auth.Audit.Events {
-			deliverEvents(ctx, cfg, log, []notify.Event{{Action: auditRobotRevoke, Actor: notify.Actor{Name: auth.RobotPrefix + name}}})
+		fmt.Fprintf(stdout, "revoked %s\n", rb.User())
+		change = auth.RobotChange{Action: auditRobotRevoke, Robot: rb}
+	default:
+		rb, secret, err := auth.CreateRobot(path, auth.RobotRequest{Name: name, Scopes: scopes, Expires: expires}, time.Now())
+		if err != nil {
+			return robotError(err)
 		}
-		return nil
+		fmt.Fprintf(stdout, "user:    %s\nkey:     %s\nexpires: %s\nThe key is shown only now; cairn keeps only its hash.\n", rb.User(), secret, rb.ExpiryString())
+		change = auth.RobotChange{Action: auditRobotCreate, Robot: rb}
 	}
-	if len(scopes) == 0 {
-		return fmt.Errorf("%w: robot create: give at least one --scope PATTERN:ACTIONS", errUsage)
-	}
-	lifetime, err := parseLifetime(expires)
-	if err != nil {
-		return fmt.Errorf("%w: robot create: --expires: %w", errUsage, err)
-	}
-	rb, secret, err := createRobot(path, name, scopes, lifetime, time.Now())
-	if err != nil {
-		return err
-	}
-	exp := "never"
-	if !rb.Expires.IsZero() {
-		exp = rb.Expires.Format(time.RFC3339)
-	}
-	fmt.Fprintf(stdout, "user:    %s\nkey:     %s\nexpires: %s\nThe key is shown only now; cairn keeps only its hash.\n", rb.User(), secret, exp)
-	log.Info("audit", "action", auditRobotCreate, "user", rb.User(), "robot", true, "by", operator(), "expires", exp, "scopes", scopeList(rb.Scopes), "file", path)
+	change.By, change.Via, change.File = operator(), "cli", path
+	change.Audit(log)
 	if cfg.Auth.Audit.Events {
-		deliverEvents(ctx, cfg, log, []notify.Event{{Action: auditRobotCreate, Actor: notify.Actor{Name: rb.User()}}})
+		deliverEvents(ctx, cfg, log, []notify.Event{change.Event()})
 	}
 	return nil
+}
+
+// robotError marks a refused request as a usage error (exit status 2).
+func robotError(err error) error {
+	if errors.Is(err, auth.ErrRobotRequest) {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	return err
 }
 
 func parseRobotFlags(fs *flag.FlagSet, args []string, stdout io.Writer) (bool, error) {
@@ -161,71 +158,6 @@ func robotsPath(cfg *config.Config) (string, error) {
 	return "", errors.New("auth.robots.path must be set with an object-store driver (or give --file)")
 }
 
-// parseLifetime reads "never", "<n>d" or a Go duration; 0 means never.
-func parseLifetime(s string) (time.Duration, error) {
-	if s == "never" {
-		return 0, nil
-	}
-	if n, ok := strings.CutSuffix(s, "d"); ok {
-		days, err := strconv.Atoi(n)
-		if err != nil || days <= 0 {
-			return 0, fmt.Errorf("%q: want a positive number of days", s)
-		}
-		return time.Duration(days) * 24 * time.Hour, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("%q: want 90d, a positive Go duration or never", s)
-	}
-	return d, nil
-}
-
-// createRobot adds robot name to the file at path and returns it with its
-// secret. A name in use is refused: revoke it first, so that replacing a
-// key is always a visible step.
-func createRobot(path, name string, scopeArgs []string, lifetime time.Duration, now time.Time) (auth.Robot, string, error) {
-	if err := auth.CheckRobotName(name); err != nil {
-		return auth.Robot{}, "", fmt.Errorf("%w: robot create: %w", errUsage, err)
-	}
-	var scopes []auth.RobotScope
-	for _, s := range scopeArgs {
-		sc, err := auth.ParseRobotScope(s)
-		if err != nil {
-			return auth.Robot{}, "", fmt.Errorf("%w: robot create: --scope: %w", errUsage, err)
-		}
-		scopes = append(scopes, sc)
-	}
-	secret, hash := auth.NewRobotSecret()
-	rb := auth.Robot{Name: name, ID: auth.NewRobotID(), Hash: hash, Scopes: scopes, Created: now.UTC().Truncate(time.Second)}
-	if lifetime > 0 {
-		rb.Expires = now.Add(lifetime).UTC().Truncate(time.Second)
-	}
-	err := auth.UpdateRobots(path, func(robots []auth.Robot) ([]auth.Robot, error) {
-		if slices.ContainsFunc(robots, func(r auth.Robot) bool { return r.Name == name }) {
-			return nil, fmt.Errorf("robot %q exists (cairn robot revoke %s first)", name, name)
-		}
-		return append(robots, rb), nil
-	})
-	if err != nil {
-		return auth.Robot{}, "", fmt.Errorf("robot create: %s: %w", path, err)
-	}
-	return rb, secret, nil
-}
-
-func revokeRobot(path, name string) error {
-	err := auth.UpdateRobots(path, func(robots []auth.Robot) ([]auth.Robot, error) {
-		i := slices.IndexFunc(robots, func(r auth.Robot) bool { return r.Name == name })
-		if i < 0 {
-			return nil, fmt.Errorf("no robot %q", name)
-		}
-		return slices.Delete(robots, i, i+1), nil
-	})
-	if err != nil {
-		return fmt.Errorf("robot revoke: %s: %w", path, err)
-	}
-	return nil
-}
-
 func listRobots(path string, stdout io.Writer) error {
 	robots, err := auth.ReadRobots(path)
 	if err != nil {
@@ -236,24 +168,13 @@ func listRobots(path string, stdout io.Writer) error {
 	fmt.Fprintln(tw, "USER\tCREATED\tEXPIRES\tSCOPES")
 	now := time.Now()
 	for _, rb := range robots {
-		exp := "never"
-		if !rb.Expires.IsZero() {
-			exp = rb.Expires.Format(time.RFC3339)
-			if rb.Expired(now) {
-				exp += " (expired)"
-			}
+		exp := rb.ExpiryString()
+		if rb.Expired(now) {
+			exp += " (expired)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", rb.User(), rb.Created.Format(time.RFC3339), exp, scopeList(rb.Scopes))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", rb.User(), rb.Created.Format(time.RFC3339), exp, auth.ScopeList(rb.Scopes))
 	}
 	return tw.Flush()
-}
-
-func scopeList(scopes []auth.RobotScope) string {
-	parts := make([]string, len(scopes))
-	for i, s := range scopes {
-		parts[i] = s.String()
-	}
-	return strings.Join(parts, " ")
 }
 
 // operator names who ran the command, for the audit line.

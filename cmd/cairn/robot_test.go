@@ -1,55 +1,48 @@
 package main
 
 import (
+	"bytes"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cairn-registry/cairn/internal/auth"
 )
 
-func TestParseLifetime(t *testing.T) {
-	for in, want := range map[string]time.Duration{"never": 0, "90d": 90 * 24 * time.Hour, "1d": 24 * time.Hour, "36h": 36 * time.Hour} {
-		if got, err := parseLifetime(in); err != nil || got != want {
-			t.Errorf("parseLifetime(%q) = %v, %v; want %v", in, got, err, want)
-		}
-	}
-	for _, bad := range []string{"", "0d", "-1d", "xd", "-5h", "0s", "soon"} {
-		if _, err := parseLifetime(bad); err == nil {
-			t.Errorf("parseLifetime(%q) accepted", bad)
-		}
-	}
-}
-
-// TestRobotFile: create refuses a name in use and bad scopes; revoke
-// removes the key; the file keeps only hashes.
-func TestRobotFile(t *testing.T) {
+// TestRobotCommands: create prints the key once and writes the audit
+// line; a refused request is a usage error; list never shows the key;
+// revoke removes it. The checks themselves are auth's (robots_test.go).
+func TestRobotCommands(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "robots.json")
-	now := time.Now()
-	rb, secret, err := createRobot(path, "ci", []string{"team/**:pull,push"}, time.Hour, now)
-	if err != nil || !strings.HasPrefix(secret, "cairn_rk_") || rb.Expires.Before(now) {
-		t.Fatalf("create: %+v %q %v", rb, secret, err)
+	run := func(args ...string) (string, string, error) {
+		var out, errOut bytes.Buffer
+		err := runRobot(t.Context(), append(args, "--file", path), &out, &errOut)
+		return out.String(), errOut.String(), err
 	}
-	if _, _, err := createRobot(path, "ci", []string{"team/**:pull"}, 0, now); err == nil {
-		t.Error("a second robot of the same name was created")
+	out, logs, err := run("create", "ci", "--scope", "team/**:pull,push", "--expires", "1d")
+	if err != nil || !strings.Contains(out, "key:     cairn_rk_") {
+		t.Fatalf("create: %q %v", out, err)
 	}
-	for _, scope := range []string{"team/**", "Team/**:pull", "team/**:read"} {
-		if _, _, err := createRobot(path, "other", []string{scope}, 0, now); err == nil {
-			t.Errorf("scope %q accepted", scope)
+	key := strings.TrimSpace(strings.SplitN(strings.SplitN(out, "key:", 2)[1], "\n", 2)[0])
+	for _, want := range []string{"action=robot.create", "user=robot$ci", "via=cli", "scopes=team/**:pull,push"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("create's audit line %q lacks %q", logs, want)
 		}
 	}
-	robots, err := auth.ReadRobots(path)
-	if err != nil || len(robots) != 1 || strings.Contains(robots[0].Hash, secret) || robots[0].Hash == "" {
-		t.Fatalf("file: %+v, %v", robots, err)
+	if strings.Contains(logs, key) {
+		t.Error("the key is in the log")
 	}
-	if err := revokeRobot(path, "ci"); err != nil {
-		t.Fatal(err)
+	if _, _, err := run("create", "ci", "--scope", "team/**:pull"); !errors.Is(err, errUsage) || !errors.Is(err, auth.ErrRobotRequest) {
+		t.Errorf("a second robot of the same name: %v, want a usage error", err)
 	}
-	if err := revokeRobot(path, "ci"); err == nil {
-		t.Error("revoking a robot twice succeeded")
+	if out, _, err := run("list"); err != nil || !strings.Contains(out, "robot$ci") || strings.Contains(out, key) {
+		t.Errorf("list: %q %v", out, err)
 	}
-	if robots, _ := auth.ReadRobots(path); len(robots) != 0 {
-		t.Errorf("after revoke: %+v", robots)
+	if out, logs, err := run("revoke", "ci"); err != nil || out != "revoked robot$ci\n" || !strings.Contains(logs, "action=robot.revoke") {
+		t.Errorf("revoke: %q %q %v", out, logs, err)
+	}
+	if _, _, err := run("revoke", "ci"); !errors.Is(err, errUsage) {
+		t.Errorf("revoking twice: %v, want a usage error", err)
 	}
 }

@@ -2,14 +2,17 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"strings"
 
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/auth"
+	"github.com/cairn-registry/cairn/internal/config"
 	"github.com/cairn-registry/cairn/internal/dedup"
 	"github.com/cairn-registry/cairn/internal/metrics"
+	"github.com/cairn-registry/cairn/internal/notify"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/webui"
 )
@@ -20,8 +23,9 @@ const uiPrefix = "/ui"
 // newUI builds the web page's handler; its storage figures are figures'
 // (measured in the background on dedup's and GC's changes), its cache
 // ratios the metrics'.
-// With oidcLogin, visitors without credentials are sent to the OIDC login.
-func newUI(reg *registry.Registry, authz auth.Authorizer, figures *webui.Figures, m *metrics.Metrics, oidcLogin bool) http.Handler {
+// With oidcLogin, visitors without credentials are sent to the OIDC login;
+// with robots, admins manage robot keys there.
+func newUI(reg *registry.Registry, authz auth.Authorizer, figures *webui.Figures, m *metrics.Metrics, oidcLogin bool, robots *webui.RobotKeys) http.Handler {
 	caches := func() []webui.CacheRatio {
 		families, err := m.Gatherer().Gather()
 		if err != nil {
@@ -62,11 +66,23 @@ func newUI(reg *registry.Registry, authz auth.Authorizer, figures *webui.Figures
 		}
 		return out
 	}
-	opts := webui.Options{Registry: reg, Auth: authz, Storage: figures.Current, Caches: caches, History: figures.History(), Prefix: uiPrefix}
+	opts := webui.Options{Registry: reg, Auth: authz, Storage: figures.Current, Caches: caches, History: figures.History(), Prefix: uiPrefix, Robots: robots}
 	if oidcLogin {
 		opts.Login, opts.Logout = auth.LoginURL, auth.OIDCPath+"/logout"
 	}
 	return webui.Handler(opts)
+}
+
+// uiRobotKeys is where the page manages robot keys: the file cairn serve
+// checks keys against, audit lines to log and, with auth.audit.events,
+// events to events, as `cairn robot` writes and sends them. Nil (the page
+// says robot keys are off) without accounts, and on the operators'
+// listener, which has no authentication to tell an admin by.
+func uiRobotKeys(cfg *config.Config, log *slog.Logger, events interface{ Notify(notify.Event) }) *webui.RobotKeys {
+	if cfg.UI.Listener == "debug" || !cfg.Auth.Accounts() || cfg.Auth.Robots.Path == "" {
+		return nil
+	}
+	return &webui.RobotKeys{Path: cfg.Auth.Robots.Path, Log: log, Events: events}
 }
 
 // uiMeasure measures the page's storage figures: dedup's statistics (one

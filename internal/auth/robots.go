@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"cmp"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -10,16 +11,19 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/notify"
 )
 
 // Robot accounts (API keys): a named secret scoped to repository patterns
@@ -29,14 +33,15 @@ import (
 // resists guessing as well as bcrypt would, and costs microseconds per
 // request instead of milliseconds.
 //
-// Life of a key: `cairn robot create` adds it to the file (rewritten aside
-// and renamed into place, under a lock file so that two commands do not
-// lose each other's change) and prints the secret once; the serving process
-// notices the new file on the next login (one stat per use, see Robots) and
-// accepts the key; `cairn robot revoke` removes it and the next request,
-// with the key or with a token issued for it, is refused. A token names the
-// key's ID, new at each creation, so a key created again under a revoked
-// name does not revive the old key's tokens.
+// Life of a key: `cairn robot create` or the web page's form, both through
+// CreateRobot, adds it to the file (rewritten aside and renamed into
+// place, under a lock file so that two writers do not lose each other's
+// change) and shows the secret once; the serving process notices the new
+// file on the next login (one stat per use, see Robots) and accepts the
+// key; `cairn robot revoke` or the page, through RevokeRobot, removes it
+// and the next request, with the key or with a token issued for it, is
+// refused. A token names the key's ID, new at each creation, so a key
+// created again under a revoked name does not revive the old key's tokens.
 
 // RobotPrefix starts every robot's user name.
 const RobotPrefix = "robot$"
@@ -388,4 +393,171 @@ func (r *Robots) valid(id string, now time.Time) (*Robot, error) {
 // SortRobots orders robots by name, for listings.
 func SortRobots(robots []Robot) {
 	slices.SortFunc(robots, func(a, b Robot) int { return strings.Compare(a.Name, b.Name) })
+}
+
+// Creating and revoking keys, written once for `cairn robot` and the web
+// page: the same checks, the same file update and the same audit record,
+// whoever asks.
+
+// ErrRobotRequest marks a create or revoke refused for what was asked (a
+// name, scope or expiry that does not read, a name in use, an unknown
+// name): the file was not written, and the message says why.
+var ErrRobotRequest = errors.New("robot key request refused")
+
+// DefaultRobotLifetime is the expiry of a key when none is given.
+const DefaultRobotLifetime = "90d"
+
+// RobotRequest is a key to create, as typed on the command line or in the
+// page's form.
+type RobotRequest struct {
+	Name   string
+	Scopes []string // PATTERN:ACTIONS (team/**:pull,push), at least one
+	// Expires is "never", "<n>d" or a Go duration; "" is
+	// DefaultRobotLifetime.
+	Expires string
+}
+
+// ParseRobotLifetime reads "never", "<n>d" or a positive Go duration; 0
+// means never.
+func ParseRobotLifetime(s string) (time.Duration, error) {
+	if s == "never" {
+		return 0, nil
+	}
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		days, err := strconv.Atoi(n)
+		if err != nil || days <= 0 {
+			return 0, fmt.Errorf("expiry %q: want a positive number of days", s)
+		}
+		return time.Duration(days) * 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("expiry %q: want 90d, a positive Go duration or never", s)
+	}
+	return d, nil
+}
+
+// CreateRobot checks req, adds the key to the file at path and returns it
+// with its secret, which exists nowhere else: the caller shows it once. A
+// name in use is refused (revoke it first), so that replacing a key is
+// always a visible step. Refusals of req wrap ErrRobotRequest.
+func CreateRobot(path string, req RobotRequest, now time.Time) (Robot, string, error) {
+	if err := CheckRobotName(req.Name); err != nil {
+		return Robot{}, "", fmt.Errorf("%w: %w", ErrRobotRequest, err)
+	}
+	if len(req.Scopes) == 0 {
+		return Robot{}, "", fmt.Errorf("%w: give at least one scope PATTERN:ACTIONS (team/**:pull,push)", ErrRobotRequest)
+	}
+	scopes := make([]RobotScope, 0, len(req.Scopes))
+	for _, s := range req.Scopes {
+		sc, err := ParseRobotScope(s)
+		if err != nil {
+			return Robot{}, "", fmt.Errorf("%w: %w", ErrRobotRequest, err)
+		}
+		scopes = append(scopes, sc)
+	}
+	lifetime, err := ParseRobotLifetime(cmp.Or(req.Expires, DefaultRobotLifetime))
+	if err != nil {
+		return Robot{}, "", fmt.Errorf("%w: %w", ErrRobotRequest, err)
+	}
+	secret, hash := NewRobotSecret()
+	rb := Robot{Name: req.Name, ID: NewRobotID(), Hash: hash, Scopes: scopes, Created: now.UTC().Truncate(time.Second)}
+	if lifetime > 0 {
+		rb.Expires = now.Add(lifetime).UTC().Truncate(time.Second)
+	}
+	err = UpdateRobots(path, func(robots []Robot) ([]Robot, error) {
+		if slices.ContainsFunc(robots, func(r Robot) bool { return r.Name == req.Name }) {
+			return nil, fmt.Errorf("%w: robot %q exists (revoke it first)", ErrRobotRequest, req.Name)
+		}
+		return append(robots, rb), nil
+	})
+	if err != nil {
+		return Robot{}, "", fmt.Errorf("robot create: %s: %w", path, err)
+	}
+	return rb, secret, nil
+}
+
+// RevokeRobot removes the key name from the file at path and returns it.
+// An unknown name wraps ErrRobotRequest.
+func RevokeRobot(path, name string) (Robot, error) {
+	var gone Robot
+	err := UpdateRobots(path, func(robots []Robot) ([]Robot, error) {
+		i := slices.IndexFunc(robots, func(r Robot) bool { return r.Name == name })
+		if i < 0 {
+			return nil, fmt.Errorf("%w: no robot %q", ErrRobotRequest, name)
+		}
+		gone = robots[i]
+		return slices.Delete(robots, i, i+1), nil
+	})
+	if err != nil {
+		return Robot{}, fmt.Errorf("robot revoke: %s: %w", path, err)
+	}
+	return gone, nil
+}
+
+// RobotChange is the audit record of one create or revoke, the same from
+// `cairn robot` and from the web page: one audit line, and with
+// auth.audit.events one notification event.
+type RobotChange struct {
+	Action string // notify.ActionRobotCreate or notify.ActionRobotRevoke
+	Robot  Robot
+	By     string // who asked: the operator's login, or the page's admin
+	Via    string // "cli" or "web"
+	File   string
+}
+
+// Audit writes the change's audit line (never the secret, which the
+// change does not hold).
+func (c RobotChange) Audit(log *slog.Logger) {
+	attrs := []any{"action", c.Action, "user", c.Robot.User(), "robot", true, "by", c.By, "via", c.Via}
+	if c.Action == notify.ActionRobotCreate {
+		attrs = append(attrs, "expires", c.Robot.ExpiryString(), "scopes", ScopeList(c.Robot.Scopes))
+	}
+	log.Info("audit", append(attrs, "file", c.File)...)
+}
+
+// Event is the change's notification event: its actor is the robot.
+func (c RobotChange) Event() notify.Event {
+	return notify.Event{Action: c.Action, Actor: notify.Actor{Name: c.Robot.User()}}
+}
+
+// ExpiryString is when the key expires (RFC 3339), or "never".
+func (r *Robot) ExpiryString() string {
+	if r.Expires.IsZero() {
+		return "never"
+	}
+	return r.Expires.Format(time.RFC3339)
+}
+
+// ScopeList renders scopes as `cairn robot create --scope` reads them,
+// separated by spaces.
+func ScopeList(scopes []RobotScope) string {
+	parts := make([]string, len(scopes))
+	for i, s := range scopes {
+		parts[i] = s.String()
+	}
+	return strings.Join(parts, " ")
+}
+
+// ManagesRobots reports whether the grant may create and revoke robot
+// keys: a caller the access-control admin policy names, with every action
+// (a key can give push and delete, so an admin limited to pull must not
+// mint one); without access control, any authenticated user, who may do
+// everything already. Never a robot, nor an anonymous caller.
+func (g Grant) ManagesRobots() bool {
+	if g.Subject == "" || g.robot != nil || g.robotID != "" || strings.HasPrefix(g.Subject, RobotPrefix) {
+		return false
+	}
+	if g.acl != nil {
+		if !g.acl.authenticated || !g.acl.admin() {
+			return false
+		}
+		for _, a := range []string{ActionPull, ActionPush, ActionDelete} {
+			if !slicesAllow(g.acl.acl.admin.Actions, a) {
+				return false
+			}
+		}
+		return true
+	}
+	return g.all
 }

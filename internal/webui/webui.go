@@ -5,7 +5,8 @@
 // on the server as HTML and inline SVG with embedded assets: nothing for a
 // user to build. Authentication and authorization are the API's: without
 // credentials a protected registry shows nothing, and a user sees only the
-// repositories they may pull.
+// repositories they may pull. Admins also manage robot keys there
+// (robots.go), through the functions `cairn robot` uses.
 package webui
 
 import (
@@ -87,12 +88,21 @@ type Options struct {
 	// challenge; Logout is where the page links to log out.
 	Login  func(next string) string
 	Logout string
+	// Robots, when set, lets admins manage robot keys at Prefix+"/robots/"
+	// (robots.go); nil: the page says robot keys are off.
+	Robots *RobotKeys
 }
 
 // Handler serves the page under opts.Prefix.
 func Handler(opts Options) http.Handler {
-	h := &handler{Options: opts}
+	h := &handler{Options: opts, csrf: newCSRF()}
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+opts.Prefix+"/robots/{$}", h.robotsGet)
+	mux.HandleFunc("POST "+opts.Prefix+"/robots/create", h.robotsCreate)
+	mux.HandleFunc("POST "+opts.Prefix+"/robots/revoke", h.robotsRevoke)
+	mux.HandleFunc("GET "+opts.Prefix+"/robots", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, opts.Prefix+"/robots/", http.StatusMovedPermanently)
+	})
 	mux.HandleFunc("GET "+opts.Prefix+"/{$}", h.overview)
 	mux.HandleFunc("GET "+opts.Prefix+"/repo/{name...}", h.repository)
 	mux.Handle("GET "+opts.Prefix+"/assets/", http.StripPrefix(opts.Prefix, http.FileServerFS(assets)))
@@ -102,14 +112,23 @@ func Handler(opts Options) http.Handler {
 	return mux
 }
 
-type handler struct{ Options }
+type handler struct {
+	Options
+	csrf csrf // the robot keys forms' tokens
+}
 
 // grant authorizes the visitor; false means it answered the refusal.
 func (h *handler) grant(w http.ResponseWriter, r *http.Request) (*auth.Grant, bool) {
+	return h.grantFor(w, r, nil)
+}
+
+// grantFor authorizes the visitor for need; false means it answered the
+// refusal (the login, a challenge, 403).
+func (h *handler) grantFor(w http.ResponseWriter, r *http.Request, need []auth.Access) (*auth.Grant, bool) {
 	if h.Auth == nil {
 		return nil, true
 	}
-	g, err := h.Auth.Authorize(r, nil)
+	g, err := h.Auth.Authorize(r, need)
 	if err == nil {
 		return &g, true
 	}
@@ -117,7 +136,13 @@ func (h *handler) grant(w http.ResponseWriter, r *http.Request) (*auth.Grant, bo
 	if errors.As(err, &ch) {
 		if h.Login != nil && ch.Status() == http.StatusUnauthorized && r.Header.Get("Authorization") == "" {
 			// A browser without a session: to the login, and back here.
-			http.Redirect(w, r, h.Login(r.URL.RequestURI()), http.StatusSeeOther)
+			next := r.URL.RequestURI()
+			if r.Method == http.MethodPost {
+				// The login comes back with a GET: to the page the form
+				// is on (its action's parent), not to the action.
+				next = r.URL.Path[:strings.LastIndexByte(r.URL.Path, '/')+1]
+			}
+			http.Redirect(w, r, h.Login(next), http.StatusSeeOther)
 			return nil, false
 		}
 		if v := ch.Header(); v != "" {
@@ -150,16 +175,21 @@ type overviewPage struct {
 }
 
 // Visitor is who looks at a page: the user name ("" when anonymous or
-// without authentication) and where to log out ("" for no link).
+// without authentication), where to log out ("" for no link) and, for
+// admins, where robot keys are managed ("" for no link).
 type Visitor struct {
-	User, Logout string
+	User, Logout, RobotKeys string
 }
 
 func (h *handler) visitor(g *auth.Grant) Visitor {
 	if g == nil || g.Subject == "" {
 		return Visitor{}
 	}
-	return Visitor{User: g.Subject, Logout: h.Logout}
+	v := Visitor{User: g.Subject, Logout: h.Logout}
+	if h.Auth != nil && g.ManagesRobots() {
+		v.RobotKeys = h.Prefix + "/robots/"
+	}
+	return v
 }
 
 type repoRow struct {
@@ -343,6 +373,12 @@ func imageSize(m *manifest.Manifest) int64 {
 }
 
 func render(w http.ResponseWriter, page string, data any) {
+	renderStatus(w, http.StatusOK, page, data)
+}
+
+// renderStatus answers status with page. Pages are never stored: they
+// may show what only this visitor may see, or a robot key shown once.
+func renderStatus(w http.ResponseWriter, status int, page string, data any) {
 	var b strings.Builder
 	if err := pages.ExecuteTemplate(&b, page, data); err != nil {
 		http.Error(w, "rendering: "+err.Error(), http.StatusInternalServerError)
@@ -351,5 +387,9 @@ func render(w http.ResponseWriter, page string, data any) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	// Never framed, so that no other site can trick a click on a form.
+	w.Header().Set("X-Frame-Options", "DENY")
+	w.Header().Set("Content-Security-Policy", "frame-ancestors 'none'")
+	w.WriteHeader(status)
 	w.Write([]byte(b.String()))
 }

@@ -13,11 +13,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -32,7 +35,9 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/cairn-registry/cairn/internal/auth"
+	"github.com/cairn-registry/cairn/internal/notify"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/poll"
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
@@ -122,6 +127,76 @@ func (r *registry) createRobot(t *testing.T, name string, scopes ...string) stri
 	}
 	t.Fatalf("cairn robot create printed no key:\n%s", out)
 	return ""
+}
+
+// refusalTime asks the token endpoint for query as user and pass, requires
+// a 401 and returns how long the refusal took (the timing tests take the
+// fastest of many: never a deadline).
+func (r *registry) refusalTime(t *testing.T, query, user, pass string) time.Duration {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, r.URL+"/auth/token?"+query, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.SetBasicAuth(user, pass)
+	start := time.Now()
+	resp, err := r.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	d := time.Since(start)
+	if err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("token as %s: %d, %v; want 401", user, resp.StatusCode, err)
+	}
+	return d
+}
+
+// eventHook is a notification endpoint keeping the events it receives.
+type eventHook struct {
+	URL    string
+	mu     sync.Mutex
+	events []notify.Event
+}
+
+func newEventHook(t *testing.T) *eventHook {
+	h := &eventHook{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		var env notify.Envelope
+		if err := json.NewDecoder(req.Body).Decode(&env); err == nil {
+			h.mu.Lock()
+			h.events = append(h.events, env.Events...)
+			h.mu.Unlock()
+		}
+	}))
+	t.Cleanup(srv.Close)
+	h.URL = srv.URL
+	return h
+}
+
+// actionBy is an event's action and actor.
+type actionBy struct{ action, actor string }
+
+// waitFor waits until an event of each action and actor has arrived.
+func (h *eventHook) waitFor(t *testing.T, want []actionBy) {
+	t.Helper()
+	poll.Until(t, 50*time.Millisecond, func() string {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, w := range want {
+			if !slices.ContainsFunc(h.events, func(e notify.Event) bool { return e.Action == w.action && e.Actor.Name == w.actor }) {
+				return fmt.Sprintf("a %s event of %s (have %d events)", w.action, w.actor, len(h.events))
+			}
+		}
+		return ""
+	})
+}
+
+func (h *eventHook) received() []notify.Event {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.events)
 }
 
 // tokenReply is the token endpoint's answer.

@@ -4,15 +4,9 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"encoding/json"
-	"fmt"
-	"io"
 	"math"
 	"net/http"
-	"net/http/httptest"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,9 +14,7 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/google/go-containerregistry/pkg/authn"
 
-	"github.com/cairn-registry/cairn/internal/notify"
 	"github.com/cairn-registry/cairn/internal/testutil/clitool"
-	"github.com/cairn-registry/cairn/internal/testutil/poll"
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 	"github.com/cairn-registry/cairn/internal/testutil/tokentest"
 )
@@ -305,25 +297,7 @@ func TestUnknownNamesCostTheSame(t *testing.T) {
 	r := start(t, "")
 	key := r.createRobot(t, "ci", "team/**:pull")
 	q := scopeQuery("repository:team/app:pull")
-	refusal := func(user, pass string) time.Duration {
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, r.URL+"/auth/token?"+q, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.SetBasicAuth(user, pass)
-		start := time.Now()
-		resp, err := r.hc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		d := time.Since(start)
-		if err != nil || resp.StatusCode != http.StatusUnauthorized {
-			t.Fatalf("token as %s: %d, %v; want 401", user, resp.StatusCode, err)
-		}
-		return d
-	}
+	refusal := func(user, pass string) time.Duration { return r.refusalTime(t, q, user, pass) }
 	refusal("alice", "warm-up")
 	const samples = 7
 	for _, c := range []struct{ what, unknown, known, pass string }{
@@ -348,17 +322,7 @@ func TestUnknownNamesCostTheSame(t *testing.T) {
 // (the CLI's through the spool the serving process drains).
 func TestAuditEventsNotified(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var events []notify.Event
-	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		var env notify.Envelope
-		if err := json.NewDecoder(req.Body).Decode(&env); err == nil {
-			mu.Lock()
-			events = append(events, env.Events...)
-			mu.Unlock()
-		}
-	}))
-	t.Cleanup(hook.Close)
+	hook := newEventHook(t)
 	r := start(t, "  audit:\n    events: true\n", "notifications:\n  endpoints:\n    - name: audit\n      url: "+hook.URL+"/hook\n")
 	key := r.createRobot(t, "ci", "team/**:pull")
 	if s, _ := r.token(t, "robot$ci", key, scopeQuery("repository:team/app:pull")); s != 200 {
@@ -368,29 +332,17 @@ func TestAuditEventsNotified(t *testing.T) {
 		t.Fatalf("mallory: %d", s)
 	}
 	r.cairn(t, "robot", "revoke", "ci")
-	want := []struct{ action, actor string }{
+	hook.waitFor(t, []actionBy{
 		{"robot.create", "robot$ci"}, {"login", "robot$ci"}, {"login.failed", "mallory"}, {"robot.revoke", "robot$ci"},
-	}
-	poll.Until(t, 50*time.Millisecond, func() string {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, w := range want {
-			if !slices.ContainsFunc(events, func(e notify.Event) bool { return e.Action == w.action && e.Actor.Name == w.actor }) {
-				return fmt.Sprintf("a %s event of %s (have %d events)", w.action, w.actor, len(events))
-			}
-		}
-		return ""
 	})
-	mu.Lock()
-	defer mu.Unlock()
-	for _, e := range events {
+	for _, e := range hook.received() {
 		if e.Action == "login.failed" && e.Request.Addr != "127.0.0.1" {
 			t.Errorf("failed login event from %q, want the source address", e.Request.Addr)
 		}
 	}
 }
 
-// TestCLIClients: crane and skopeo log in through cairn's token service
+// TestCLIClients: crane, skopeo and podman log in through cairn's token service
 // with a robot key and with an htpasswd user, under the same policy.
 // Each is skipped when missing from PATH (unless CAIRN_REQUIRE_CLIENTS=1).
 func TestCLIClients(t *testing.T) {
@@ -442,6 +394,14 @@ func TestCLIClients(t *testing.T) {
 		e.Fail(t, skopeo, "--insecure-policy", "inspect", "--raw", "--tls-verify=false", "--creds", "robot$ci:"+key, "docker://"+r.Addr+"/other/app:v1")
 		e.Run(t, skopeo, "--insecure-policy", "inspect", "--raw", "--tls-verify=false", "--creds", "bob:builder", ref)
 		e.Fail(t, skopeo, "--insecure-policy", "inspect", "--raw", "--tls-verify=false", "--creds", "bob:nope", ref)
+	})
+	t.Run("podman", func(t *testing.T) {
+		podman := clitool.Path(t, "podman")
+		e := clitool.NewSession(t)
+		e.Run(t, podman, "login", "--tls-verify=false", "-u", "robot$ci", "-p", key, r.Addr)
+		if out := e.Fail(t, podman, "login", "--tls-verify=false", "-u", "robot$ci", "-p", key+"x", r.Addr); !strings.Contains(strings.ToLower(out), "unauthorized") && !strings.Contains(strings.ToLower(out), "invalid") {
+			t.Errorf("podman login with a wrong key: want a refusal naming it, got:\n%s", out)
+		}
 	})
 }
 

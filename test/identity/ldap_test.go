@@ -3,7 +3,6 @@ package identity
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"net"
 	"net/http"
@@ -310,25 +309,7 @@ func TestLDAPUnknownNamesCostTheSame(t *testing.T) {
 	srv := testenv.LDAPServer(t)
 	r := startLDAP(t, ldapSection(t, srv, ldapStartTLS), false, "  failedlogins:\n    burst: -1\n")
 	q := scopeQuery("repository:team/app:pull")
-	refusal := func(user, pass string) time.Duration {
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, r.URL+"/auth/token?"+q, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.SetBasicAuth(user, pass)
-		start := time.Now()
-		resp, err := r.hc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		d := time.Since(start)
-		if err != nil || resp.StatusCode != http.StatusUnauthorized {
-			t.Fatalf("token as %s: %d, %v; want 401", user, resp.StatusCode, err)
-		}
-		return d
-	}
+	refusal := func(user, pass string) time.Duration { return r.refusalTime(t, q, user, pass) }
 	refusal("alice", "warm-up")
 	const samples = 15
 	unknown, known := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)

@@ -81,8 +81,8 @@ func signed(t *testing.T, key jose.JSONWebKey, claims map[string]any) string {
 // another client (audience), of another issuer, or presented under
 // another user name is refused with 401, alike for both repositories.
 // Hydra's signing key changes midway (a new key in its ID-token set): the
-// tokens of the new key are accepted (cairn fetches the new JWKS). crane
-// and skopeo log in with the token as the password; a JWT access token of
+// tokens of the new key are accepted (cairn fetches the new JWKS). crane,
+// skopeo and podman log in with the token as the password; a JWT access token of
 // an accepted audience is a password too.
 //
 // The OIDC tests do not run in parallel: Hydra's in-memory SQLite store
@@ -148,6 +148,14 @@ func TestOIDCLoginWithIDToken(t *testing.T) {
 		}
 		if out := e.Fail(t, skopeo, "--insecure-policy", "inspect", "--raw", "--tls-verify=false", "--creds", "frank:"+erinTok, ref); !strings.Contains(out, "401") && !strings.Contains(strings.ToLower(out), "unauthorized") {
 			t.Errorf("skopeo with erin's token as frank: want 401, got:\n%s", out)
+		}
+	})
+	t.Run("podman", func(t *testing.T) {
+		podman := clitool.Path(t, "podman")
+		e := clitool.NewSession(t)
+		e.Run(t, podman, "login", "--tls-verify=false", "-u", "erin", "-p", erinTok, r.Addr)
+		if out := e.Fail(t, podman, "login", "--tls-verify=false", "-u", "frank", "-p", erinTok, r.Addr); !strings.Contains(strings.ToLower(out), "unauthorized") && !strings.Contains(strings.ToLower(out), "invalid") {
+			t.Errorf("podman login with erin's token as frank: want a refusal, got:\n%s", out)
 		}
 	})
 
