@@ -4,6 +4,7 @@
 //
 //	go run ./cmd/cairn-lab dedup [--profile small|full] ...
 //	go run ./cmd/cairn-lab parse [--profile small|full] ...
+//	go run ./cmd/cairn-lab follow [--profile small|full] ...   (rebuild by following, issue 27)
 //	go run ./cmd/cairn-lab image --oci DIR | --push REF   (cairn's OCI image)
 package main
 
@@ -17,7 +18,7 @@ import (
 	"syscall"
 )
 
-const usage = `usage: cairn-lab dedup|parse|image [flags]   (cairn-lab dedup -h, cairn-lab parse -h, cairn-lab image -h)`
+const usage = `usage: cairn-lab dedup|parse|follow|image [flags]   (cairn-lab dedup -h, cairn-lab parse -h, cairn-lab follow -h, cairn-lab image -h)`
 
 // errUsage marks errors in the command line itself (exit status 2).
 var errUsage = errors.New("usage")
@@ -46,6 +47,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runDedup(ctx, args[1:], stdout, stderr)
 	case "parse":
 		return runParse(ctx, args[1:], stdout, stderr)
+	case "follow":
+		return runFollow(ctx, args[1:], stdout, stderr)
 	case "image":
 		return runImage(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":

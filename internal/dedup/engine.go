@@ -196,6 +196,8 @@ type Worker struct {
 	// holder names this engine in layer leases, so that nodes sharing a
 	// metadata store do not process one layer at the same time.
 	holder string
+	// writers are the files this process's layers are writing (process.go).
+	writers fileWriters
 }
 
 // predictorStore is what the Predictor needs of the metadata store.

@@ -17,8 +17,8 @@ import (
 // recipe lists the copies its verifying rebuild found, covering most of
 // the tar, and the layer restores byte-exact; a second layer holding most
 // of the same files in another order, beside files of its own, follows the
-// first one's stored parses too. A zstd layer's files stay zstd frames,
-// and so do every layer's without Options.Parses.
+// first one's stored parses too. Without Options.Parses every file is a
+// zstd frame.
 func TestRebuildFollowsParses(t *testing.T) {
 	var src []tfile
 	for _, f := range layertest.GoSources(t, 3<<20, 96<<10) {
@@ -66,13 +66,63 @@ func TestRebuildFollowsParses(t *testing.T) {
 		t.Error("without Options.Parses a file is stored as a parse")
 	}
 	off.wantBlob(blobA)
+}
 
-	z := fileBody(12, 50_000)
-	zl := v.put(zstdKlaus(t, buildTar(t, []tfile{{"opt/z.bin", z}})))
-	v.process(zl, ModeFull, outDeduplicated)
-	if pack.IsParseFrame(v.frame(z)) {
-		t.Error("a zstd layer's file is stored as a parse")
+// TestFollowsParsesOfOtherProducers: files a zstd, pgzip or BestSpeed
+// layer stores first are stored as parses at pack.ParseLevel (they are
+// stored once, and serve the level-6 layers that hold them later), and a
+// later compress/gzip level-6 layer made of those files follows them: its
+// recipe lists copies over most of its tar, and it restores byte-exact.
+func TestFollowsParsesOfOtherProducers(t *testing.T) {
+	var src []tfile
+	for _, f := range layertest.GoSources(t, 2<<20, 96<<10) {
+		src = append(src, tfile{f.Name, f.Body})
 	}
+	// Each producer stores a third of the files first.
+	third := len(src) / 3
+	firsts := map[string][]byte{
+		"zstd":      zstdKlaus(t, buildTar(t, src[:third])),
+		"pgzip":     layertest.PGzip(t, buildTar(t, src[third:2*third]), 5, 0),
+		"BestSpeed": layertest.Gzip(t, buildTar(t, src[2*third:]), 1),
+	}
+	v := newEnv(t, nil, Options{Parses: true})
+	for _, name := range []string{"zstd", "pgzip", "BestSpeed"} {
+		l := v.put(firsts[name])
+		v.process(l, ModeFull, outDeduplicated)
+		v.eng.recipes.remove(l)
+		v.wantBlob(firsts[name])
+	}
+	for _, f := range []tfile{src[0], src[third], src[len(src)-1]} {
+		frame := v.frame(f.body)
+		if !pack.IsParseFrame(frame) || frame[3] != pack.ParseLevel {
+			t.Errorf("%s (%d bytes): stored as %q, want a parse at level %d", f.name, len(f.body), frame[:min(4, len(frame))], pack.ParseLevel)
+		}
+	}
+
+	// The level-6 layer holds the same files in another order: none of
+	// its files is written again, so every copy follows a parse another
+	// producer's layer stored.
+	files := slices.Clone(src)
+	slices.Reverse(files)
+	blob := gzipStd(t, buildTar(t, files))
+	l := v.put(blob)
+	v.process(l, ModeFull, outDeduplicated)
+	r, err := v.eng.recipe(t.Context(), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var covered int64
+	for _, m := range r.Compression.Members {
+		for _, c := range m.Copies {
+			covered += c.Size
+		}
+	}
+	t.Logf("level-6 layer: copies cover %d of %d tar bytes", covered, r.Tar.TarSize)
+	if covered < r.Tar.TarSize/2 {
+		t.Errorf("copies cover %d of %d tar bytes, want at least half", covered, r.Tar.TarSize)
+	}
+	v.eng.recipes.remove(l) // read again, as a cold node would
+	v.wantBlob(blob)
 }
 
 // frame returns the stored bytes of the file with body.

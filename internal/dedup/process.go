@@ -16,6 +16,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
+	"github.com/cairn-registry/cairn/internal/dedup/pack"
 	"github.com/cairn-registry/cairn/internal/dedup/recompress"
 	"github.com/cairn-registry/cairn/internal/fence"
 	"github.com/cairn-registry/cairn/internal/layout"
@@ -170,6 +171,11 @@ func (w *Worker) disassemble(ctx context.Context, l digest.Digest, sum summary) 
 	}
 	rec := &Recipe{Version: recipeVersion, Digest: l, Size: size, Compression: comp, Tar: *tr}
 	files := distinctFiles(tr)
+	// Claimed before the references are taken, so that a layer sharing a
+	// file this one is handed to write waits for it (unlocated) from the
+	// moment the write is handed out; narrowed once it is known.
+	claim := w.writers.claim(files)
+	defer claim.release()
 	// A layer that holds references already is resuming an attempt that
 	// stopped (a crash): files it did not write, nobody is writing.
 	_, held := w.meta.LayerFiles(ctx, l)
@@ -208,7 +214,10 @@ func (w *Worker) disassemble(ctx context.Context, l digest.Digest, sum summary) 
 			sum.Revived = true
 		}
 	}
-	if err := w.writeFiles(ctx, open, need, w.parseLevel(comp)); err != nil {
+	claim.keep(need)
+	err = w.writeFiles(ctx, open, need, w.parseLevel())
+	claim.release()
+	if err != nil {
 		return "", err
 	}
 	sum.Size, sum.TarSize, sum.Files = size, tr.TarSize, len(files)
@@ -269,7 +278,7 @@ func (w *Worker) verify(ctx context.Context, rec *Recipe, open func() io.Reader,
 	if err != nil {
 		return err
 	}
-	if err := w.writeFiles(ctx, open, need, w.parseLevel(rec.Compression)); err != nil {
+	if err := w.writeFiles(ctx, open, need, w.parseLevel()); err != nil {
 		return err
 	}
 	err = w.rebuildChecked(ctx, rec, original)
@@ -302,7 +311,7 @@ func (w *Worker) verify(ctx context.Context, rec *Recipe, open func() io.Reader,
 			need[fi.Digest] = true
 		}
 	}
-	if err := w.writeFiles(ctx, open, need, w.parseLevel(rec.Compression)); err != nil {
+	if err := w.writeFiles(ctx, open, need, w.parseLevel()); err != nil {
 		return err
 	}
 	return w.rebuildChecked(ctx, rec, original)
@@ -334,15 +343,19 @@ func (w *Worker) rebuildChecked(ctx context.Context, rec *Recipe, original io.Re
 }
 
 // awaitWriters bounds how long a first attempt waits for the files
-// another writer is storing; past it (that writer died, say), the layer
-// writes them itself.
+// another node may be storing (a shared metadata store); past it (that
+// writer died, say), the layer writes them itself. Writers in this
+// process are waited for as long as they write (fileWriters).
 const awaitWriters = 30 * time.Second
 
 // unlocated returns the files that have no location. With await, it first
-// waits (polling the metadata store, never storage) for them to get one,
-// up to awaitWriters. In a store that may hold files stored one object
-// each (before packs), a file without a location may be one of those: it
-// is left to the rebuild, which reads it from there.
+// waits (polling the metadata store, never storage) for them to get one:
+// as long as a worker of this process is writing one of them, and, with a
+// shared metadata store, up to awaitWriters for the others. A file that
+// no worker here writes, with a store only this process uses, nobody
+// writes: it is returned at once. In a store that may hold files stored
+// one object each (before packs), a file without a location may be one of
+// those: it is left to the rebuild, which reads it from there.
 func (w *Worker) unlocated(ctx context.Context, files []digest.Digest, await bool) (map[digest.Digest]bool, error) {
 	legacy, err := w.files.MayHaveLegacy(ctx)
 	if err != nil || legacy {
@@ -361,7 +374,9 @@ func (w *Worker) unlocated(ctx context.Context, files []digest.Digest, await boo
 				left = append(left, fi.Digest)
 			}
 		}
-		if len(left) == 0 || !await || time.Now().After(deadline) {
+		local, changed := w.writers.writing(left)
+		others := w.opts.SharedStore && time.Now().Before(deadline)
+		if len(left) == 0 || !await || (!local && !others) {
 			need := make(map[digest.Digest]bool, len(left))
 			for _, d := range left {
 				need[d] = true
@@ -370,6 +385,7 @@ func (w *Worker) unlocated(ctx context.Context, files []digest.Digest, await boo
 		}
 		files = left
 		select {
+		case <-changed:
 		case <-time.After(pause):
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -638,19 +654,25 @@ func disassembleWith(ctx context.Context, open func() io.Reader, fs layer.Sink) 
 	return layer.Disassemble(ctx, r, fs)
 }
 
-// parseLevel is the level at which files of a layer with compression
-// recipe r are stored as parses: none unless Options.Parses.
-func (w *Worker) parseLevel(r recompress.Recipe) int {
+// parseLevel is the level at which the files a layer stores first are
+// kept as parses: none unless Options.Parses, and then pack.ParseLevel
+// whatever compressed the layer. A file is stored once, by whichever layer
+// holds it first, and serves every later layer holding it: the parse must
+// be the one those layers follow, not the first producer's (on the Debian
+// dataset a zstd or pgzip layer often stores a file first, and the
+// compress/flate level-6 layers that share it found no parse to follow).
+func (w *Worker) parseLevel() int {
 	if !w.opts.Parses {
 		return 0
 	}
-	return r.ParseLevel()
+	return pack.ParseLevel
 }
 
 // writeFiles stores the files in need from a second pass over the layer,
 // into packs in the layer's order; they are readable once it returns.
 // With parseLevel set, the files large enough are stored as their parses
-// at that deflate level (pack.Writer.KeepParses).
+// at that deflate level (pack.Writer.KeepParses), whatever the layer's
+// own compression.
 func (w *Worker) writeFiles(ctx context.Context, open func() io.Reader, need map[digest.Digest]bool, parseLevel int) error {
 	if len(need) == 0 {
 		return nil

@@ -160,10 +160,12 @@ func (s *Source) rebuildChecking(ctx context.Context, r *Recipe, w io.Writer, or
 	var asmErr error
 	// The files stored as parses hand their tokens to the recompression
 	// (recompress, "Copies"): a check finds where they agree with the
-	// blob's, a restore follows them there.
+	// blob's, a restore follows them there. A restore whose recipe lists
+	// no copies (a producer not followed, or no file's parse agreed) has
+	// nothing to follow, and skips decoding the tokens.
 	var parses *recompress.Parses
 	var seen layer.PayloadFunc
-	if r.Compression.ParseLevel() > 0 && r.Compression.HasRestarts() {
+	if r.Compression.ParseLevel() > 0 && (original != nil || r.Compression.HasCopies()) {
 		parses = &recompress.Parses{}
 		seen = func(i int, off int64, rc io.Reader) {
 			if p, ok := rc.(*pack.Parsed); ok && len(p.Tokens) > 0 {

@@ -15,18 +15,30 @@ import (
 	"github.com/cairn-registry/cairn/internal/iowatch"
 )
 
-// Parse frames. A file of a layer that compress/flate wrote at a level
-// whose parse can be followed (4–9) is stored as its own raw DEFLATE at
-// that level, every token kept (deflate.Writer.KeepTokens), in place of a
-// zstd frame: inflating it gives the file's bytes and the tokens the
-// layer's encoder chose inside the file, which a rebuild takes instead of
-// searching for them again (recompress, "Copies"). On the Debian dataset
-// these frames are 0.4% larger than zstd's over all the files of 4 KiB and
-// more, and smaller below 1 MiB. A frame is "CDF", the level byte, then
-// the raw DEFLATE; a zstd frame starts with its own magic, so a pack may
-// hold both and the index needs no codec.
+// Parse frames. With parses on, a file is stored as its own raw DEFLATE
+// at ParseLevel, every token kept (deflate.Writer.KeepTokens), in place of
+// a zstd frame: inflating it gives the file's bytes and the tokens a
+// compress/flate encoder at that level chooses inside the file in any
+// layer, which a rebuild takes instead of searching for them again
+// (recompress, "Copies"). On the Debian dataset these frames are 0.4%
+// larger than zstd's over all the files of 4 KiB and more, and smaller
+// below 1 MiB. A frame is "CDF", the level byte, then the raw DEFLATE; a
+// zstd frame starts with its own magic, so a pack may hold both and the
+// index needs no codec.
 
 const parseMagic = "CDF"
+
+// ParseLevel is the deflate level files are stored as parses at, whatever
+// the layer that stores them first was compressed with. A file is stored
+// once and serves every layer holding it, and a rebuild follows only
+// parses of its own level (recompress.Parses), so the level must be the
+// one most layers sharing files have: compress/flate's default, which
+// docker and buildkit push (crane's BestSpeed cannot be followed at all).
+// Layers at other levels search as before. Go's encoder decides a token
+// from the 32 KiB before it and the 258 bytes after, so a file's own
+// parse agrees with its tokens inside any level-6 layer past its first
+// 32 KiB, and mostly from its start (issue 27's premise).
+const ParseLevel = 6
 
 // MinParseFile is the least size of a file stored as a parse: below it a
 // copied stretch does not pay for the search it interrupts.

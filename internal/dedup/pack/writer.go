@@ -42,8 +42,9 @@ type Writer struct {
 }
 
 // KeepParses makes w store each file of MinParseFile bytes or more as its
-// parse at a deflate level (4–9; see parse.go), for the layers whose
-// compression follows them. Other levels keep zstd frames.
+// parse at a deflate level (4–9; see parse.go; the dedup worker passes
+// ParseLevel), for the layers whose compression follows them, whichever
+// layer writes the file. Other levels (0: none) keep zstd frames.
 func (w *Writer) KeepParses(level int) {
 	if deflate.Searchable(level) && level > 0 {
 		w.parseLevel = level

@@ -216,11 +216,17 @@ func FuzzFollowCopies(f *testing.F) {
 	base := layertest.GoSources(f, 2<<20, 64<<10)
 	f.Fuzz(func(t *testing.T, seed []byte, level uint8, pick uint16) {
 		lv := 4 + int(level)%6
+		srcs := base
+		if pick&0x8000 != 0 {
+			// A member too small for restart points, followed as one
+			// segment.
+			srcs = base[:max(1, len(base)/4)]
+		}
 		// Files: the Go sources, every third replaced by the seed grown
 		// to the source's size (repeated, with a byte changed per copy).
 		var input []byte
 		var files []sourceFile
-		for i, src := range base {
+		for i, src := range srcs {
 			body := src.Body
 			if i%3 == 1 && len(seed) > 0 {
 				body = make([]byte, 0, len(src.Body))
@@ -242,9 +248,34 @@ func FuzzFollowCopies(f *testing.F) {
 			return func(i int) bool { return (pick^salt)>>(uint(i)%16)&1 == 1 }
 		}
 		own := ownParses(t, files, lv)
-		kept, err := CheckFollowing(io.Discard, rec, open(), bytes.NewReader(blob), parsesOf(files, own, lv, some(0)))
+		// Stored parses are at level 6 whatever layer stored them first
+		// (pack.ParseLevel): beside the member's own level, or, with
+		// pick's bit 14, alone, when only the level's own may be taken.
+		six := own
+		if lv != 6 {
+			six = ownParses(t, files, 6)
+		}
+		parses := func(salt uint16) *Parses {
+			ps := &Parses{}
+			for i, f := range files {
+				if !some(salt)(i) {
+					continue
+				}
+				if own[i] != nil && (lv == 6 || pick&0x4000 == 0) {
+					ps.Add(i, f.off, lv, own[i])
+				}
+				if lv != 6 && six[i] != nil {
+					ps.Add(i, f.off, 6, six[i])
+				}
+			}
+			return ps
+		}
+		kept, err := CheckFollowing(io.Discard, rec, open(), bytes.NewReader(blob), parses(0))
 		if err != nil {
 			t.Fatal(err)
+		}
+		if lv != 6 && pick&0x4000 != 0 && kept.HasCopies() {
+			t.Fatalf("a level-%d member follows level-6 parses", lv)
 		}
 		for m := range kept.Members {
 			for i := range kept.Members[m].Copies {
@@ -258,7 +289,7 @@ func FuzzFollowCopies(f *testing.F) {
 			}
 		}
 		var out bytes.Buffer
-		err = RebuildFollowing(&out, kept, open(), 2, parsesOf(files, own, lv, some(0x5a5a)))
+		err = RebuildFollowing(&out, kept, open(), 2, parses(0x5a5a))
 		if err != nil {
 			t.Fatal(err) // the copies that do not check out are searched
 		}
@@ -266,4 +297,39 @@ func FuzzFollowCopies(f *testing.F) {
 			t.Fatal("a rebuild following parses wrote other bytes than the blob")
 		}
 	})
+}
+
+// TestFollowSmallMember: a member too small for restart points (most small
+// layers) is checked and rebuilt as one segment when parses are at hand:
+// its copies cover most of it, and a rebuild following them, or none,
+// writes the blob. Without copies a restore takes the encoder's path.
+func TestFollowSmallMember(t *testing.T) {
+	input, files := goSources(t, 512<<10, 64<<10)
+	blob, rec := gzipRecipe(t, 6, input)
+	if rec.HasRestarts() {
+		t.Fatalf("a member of %d bytes has restart points", len(input))
+	}
+	own := ownParses(t, files, 6)
+	all := func(int) bool { return true }
+	kept, err := CheckFollowing(io.Discard, rec, bytes.NewReader(input), bytes.NewReader(blob), parsesOf(files, own, 6, all))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var covered int64
+	for _, c := range kept.Members[0].Copies {
+		covered += c.Size
+	}
+	t.Logf("copies cover %d of %d bytes", covered, len(input))
+	if covered < int64(len(input))/2 {
+		t.Errorf("copies cover %d of %d bytes, want at least half", covered, len(input))
+	}
+	for _, ps := range []*Parses{parsesOf(files, own, 6, all), parsesOf(files, own, 6, func(i int) bool { return i%2 == 0 }), nil} {
+		var out bytes.Buffer
+		if err := RebuildFollowing(&out, kept, bytes.NewReader(input), 1, ps); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(out.Bytes(), blob) {
+			t.Fatal("a rebuild following parses wrote other bytes than the blob")
+		}
+	}
 }

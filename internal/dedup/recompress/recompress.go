@@ -406,7 +406,7 @@ func rebuild(w io.Writer, recipe Recipe, uncompressed io.Reader, original io.Rea
 		if _, err := w.Write(m.Header); err != nil {
 			return out, err
 		}
-		if level, ok := restartLevel(m.Encoder); ok && len(m.Restarts) > 0 {
+		if level, ok := restartLevel(m.Encoder); ok && (len(m.Restarts) > 0 || followable(m, level, parses, original != nil)) {
 			var chk *segmentCheck
 			if original != nil {
 				chk = &segmentCheck{original: original, bodyStart: cw.N}
@@ -458,6 +458,23 @@ func rebuild(w io.Writer, recipe Recipe, uncompressed io.Reader, original io.Rea
 	}
 	return out, nil
 }
+
+// followable reports whether a member without restart points is rebuilt
+// as one segment all the same, to follow stored parses: a member too small
+// for restart points (under about 1.5 MiB of input: most small layers)
+// would otherwise always be searched. A check looks for copies in every
+// such member with parses at hand; a restore takes the segment path only
+// where the recipe lists copies, so that nothing else changes.
+func followable(m Member, level int, parses *Parses, check bool) bool {
+	return parses != nil && deflate.Searchable(level) && m.Size <= maxFollowWhole && (check || len(m.Copies) > 0)
+}
+
+// maxFollowWhole bounds the member followed as one segment: the segment
+// and, in a check, the original's tokens decoded for it (about 24 bytes
+// per token) are held in memory, as a restart point's segment of about
+// restartSpacing is. Members without restart points are mostly smaller
+// than restartSpacing and a half.
+const maxFollowWhole = 4 * restartSpacing
 
 // cutWriter passes writes to w until cut, then drops them: what an encoder
 // flushes on Close after its input failed is not the blob's bytes, and a

@@ -119,9 +119,20 @@ func checkRestarts(m Member) error {
 	return nil
 }
 
-// ParseLevel is the deflate level at which the files of a blob with
-// recipe r are worth storing as parses (pack's parse frames): that of its
-// compress/flate members whose tokens a rebuild can follow; 0 for none.
+// HasCopies reports whether any member of r lists copies: whether a
+// restore has stored parses to follow at all.
+func (r Recipe) HasCopies() bool {
+	for _, m := range r.Members {
+		if len(m.Copies) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseLevel is the deflate level of the parses a rebuild of a blob with
+// recipe r can follow (pack's parse frames): that of its compress/flate
+// members whose tokens can be followed; 0 for none.
 func (r Recipe) ParseLevel() int {
 	for _, m := range r.Members {
 		if fam, level, _, err := parseID(m.Encoder); err == nil && fam == famStdlib && deflate.Searchable(level) && level > 0 {
