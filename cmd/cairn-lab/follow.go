@@ -215,17 +215,14 @@ func ingest(ctx context.Context, ds *dataset.Dataset, work string, parses bool, 
 		if len(r.Compression.Members) == 0 || r.Compression.Members[0].Encoder != "stdlib-gzip/6" {
 			continue
 		}
-		var in, copied int64
+		var in int64
 		fl := followLayer{Digest: l.Digest.Encoded()[:12], TarBytes: l.TarSize}
 		for _, m := range r.Compression.Members {
 			in += m.Size
 			fl.Restarts += len(m.Restarts)
 			fl.Copies += len(m.Copies)
-			for _, c := range m.Copies {
-				copied += c.Size
-			}
 		}
-		fl.Share = float64(copied) / float64(max(in, 1))
+		fl.Share = float64(r.Compression.CopiedBytes()) / float64(max(in, 1))
 		s.Coverage = append(s.Coverage, fl.Share)
 		s.Layers = append(s.Layers, fl)
 	}

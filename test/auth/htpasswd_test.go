@@ -2,7 +2,6 @@ package auth
 
 import (
 	"context"
-	"io"
 	"math"
 	"net/http"
 	"os"
@@ -232,25 +231,7 @@ func TestHtpasswdUnknownUserTiming(t *testing.T) {
 	srv := startConfig(t, htpasswdConfig(htpasswdCost(t, 5, "alice", "wonderland", "bob", "builder"), ""))
 	hc := &http.Client{Timeout: 30 * time.Second}
 	defer hc.CloseIdleConnections()
-	refusal := func(user, pass string) time.Duration {
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+"/v2/", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.SetBasicAuth(user, pass)
-		start := time.Now()
-		resp, err := hc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		d := time.Since(start)
-		if err != nil || resp.StatusCode != http.StatusUnauthorized {
-			t.Fatalf("GET /v2/ as %s: %d, %v; want 401", user, resp.StatusCode, err)
-		}
-		return d
-	}
+	refusal := func(user, pass string) time.Duration { return regtest.RefusalTime(t, hc, srv.URL+"/v2/", user, pass) }
 	refusal("alice", "warm-up") // opens the connection the samples reuse
 
 	// Why the margin holds on a busy machine: the two kinds of request

@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -129,28 +128,10 @@ func (r *registry) createRobot(t *testing.T, name string, scopes ...string) stri
 	return ""
 }
 
-// refusalTime asks the token endpoint for query as user and pass, requires
-// a 401 and returns how long the refusal took (the timing tests take the
-// fastest of many: never a deadline).
+// refusalTime asks the token endpoint for query as user and pass,
+// requires a 401 and returns how long the refusal took.
 func (r *registry) refusalTime(t *testing.T, query, user, pass string) time.Duration {
-	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, r.URL+"/auth/token?"+query, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.SetBasicAuth(user, pass)
-	start := time.Now()
-	resp, err := r.hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	d := time.Since(start)
-	if err != nil || resp.StatusCode != http.StatusUnauthorized {
-		t.Fatalf("token as %s: %d, %v; want 401", user, resp.StatusCode, err)
-	}
-	return d
+	return regtest.RefusalTime(t, r.hc, r.URL+"/auth/token?"+query, user, pass)
 }
 
 // eventHook is a notification endpoint keeping the events it receives.

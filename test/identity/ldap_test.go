@@ -431,3 +431,51 @@ func TestLDAPFailedLoginsLimited(t *testing.T) {
 		t.Errorf("statuses %v, want %v", got, want)
 	}
 }
+
+// TestLDAPMountWithoutFrom: the earlier hardening holds for directory
+// users too: a mount that names no source repository finds only what the
+// caller may pull. alice (developers: push in team/**) cannot mount a
+// blob that only carol may pull (vault/**), with Basic or with a token;
+// it is a plain upload (202), and the blob is not in team/copy after;
+// carol, who may pull it, mounts it with from.
+func TestLDAPMountWithoutFrom(t *testing.T) {
+	t.Parallel()
+	srv := testenv.LDAPServer(t)
+	vault := "      \"vault/**\":\n        policies:\n          - users: [carol]\n            actions: [pull, push]\n"
+	for _, basic := range []bool{true, false} {
+		r := startLDAP(t, ldapSection(t, srv, ldapStartTLS), basic, vault)
+		img := regtest.RandomImage(t, 1, 8<<10)
+		if err := r.push(t, "vault/x", img, &authn.Basic{Username: "carol", Password: "carol-secret"}, nil); err != nil {
+			t.Fatal(err)
+		}
+		layers, err := img.Layers()
+		if err != nil {
+			t.Fatal(err)
+		}
+		layer, err := layers[0].Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		mount := "/v2/team/copy/blobs/uploads/?mount=" + layer.String()
+		var resp regtest.Response
+		if basic {
+			resp = r.basic(t, http.MethodPost, mount, "alice", "alice-secret")
+		} else {
+			s, tok := r.token(t, "alice", "alice-secret", scopeQuery("repository:team/copy:pull,push"))
+			if s != 200 {
+				t.Fatalf("token for alice: %d", s)
+			}
+			resp = r.bearer(t, http.MethodPost, mount, tok.Token)
+		}
+		if resp.Status != http.StatusAccepted {
+			t.Errorf("basic %v: alice's mount without from of a blob only carol may pull: %v, want 202 (a plain upload)", basic, resp)
+		}
+		if resp := r.basic(t, http.MethodHead, "/v2/team/copy/blobs/"+layer.String(), "alice", "alice-secret"); resp.Status != 404 {
+			t.Errorf("basic %v: the blob in team/copy after the refused mount: %v, want 404", basic, resp)
+		}
+		// With pull on the holder, named by from, the directory user mounts.
+		if resp := r.basic(t, http.MethodPost, "/v2/vault/y/blobs/uploads/?mount="+layer.String()+"&from=vault/x", "carol", "carol-secret"); resp.Status != http.StatusCreated {
+			t.Errorf("basic %v: carol's mount from vault/x: %v, want 201", basic, resp)
+		}
+	}
+}

@@ -119,6 +119,18 @@ func checkRestarts(m Member) error {
 	return nil
 }
 
+// CopiedBytes is how many uncompressed bytes of r's members its copies
+// cover: the input a rebuild takes from stored parses, not searching.
+func (r Recipe) CopiedBytes() int64 {
+	var n int64
+	for _, m := range r.Members {
+		for _, c := range m.Copies {
+			n += c.Size
+		}
+	}
+	return n
+}
+
 // HasCopies reports whether any member of r lists copies: whether a
 // restore has stored parses to follow at all.
 func (r Recipe) HasCopies() bool {

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -96,6 +97,30 @@ func Send(t testing.TB, hc *http.Client, req *http.Request) Response {
 		t.Fatalf("%s %s: read body: %v", req.Method, req.URL, err)
 	}
 	return Response{Status: resp.StatusCode, Header: resp.Header, Body: b, Req: req.Method + " " + req.URL.RequestURI()}
+}
+
+// RefusalTime sends GET url with Basic credentials user and pass,
+// requires 401 and returns how long the refusal took, body read. The
+// timing tests take the fastest of many samples: never a deadline.
+func RefusalTime(t testing.TB, hc *http.Client, url, user, pass string) time.Duration {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.SetBasicAuth(user, pass)
+	start := time.Now()
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	d := time.Since(start)
+	if err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("GET %s as %s: %d, %v; want 401", url, user, resp.StatusCode, err)
+	}
+	return d
 }
 
 // Resolve makes a Location (absolute or a path) absolute against base.
