@@ -32,8 +32,9 @@ type Redis struct {
 	c      redis.UniversalClient
 	prefix string
 	// downUntil (Unix nanoseconds) is when Redis is asked again after a
-	// failure.
+	// failure; downFor is how long that is (tests lengthen it).
 	downUntil atomic.Int64
+	downFor   time.Duration
 }
 
 // downFor is how long a failure keeps Redis from being asked; timeout
@@ -57,7 +58,7 @@ func (r *Redis) check() error {
 // failed marks Redis down after err (nil: no failure).
 func (r *Redis) failed(err error) error {
 	if err != nil {
-		r.downUntil.Store(time.Now().Add(downFor).UnixNano())
+		r.downUntil.Store(time.Now().Add(r.downFor).UnixNano())
 	}
 	return err
 }
@@ -65,7 +66,7 @@ func (r *Redis) failed(err error) error {
 // New returns the versions kept in c under keys starting with prefix; c
 // should honour context deadlines (ContextTimeoutEnabled) and not retry.
 func New(c redis.UniversalClient, prefix string) *Redis {
-	return &Redis{c: c, prefix: prefix + "links:"}
+	return &Redis{c: c, prefix: prefix + "links:", downFor: downFor}
 }
 
 // allKey is the version every repository shares; repository names hold no

@@ -134,6 +134,20 @@ func (r *registry) refusalTime(t *testing.T, query, user, pass string) time.Dura
 	return regtest.RefusalTime(t, r.hc, r.URL+"/auth/token?"+query, user, pass)
 }
 
+// firstLayer is the digest of img's first layer.
+func firstLayer(t *testing.T, img v1.Image) v1.Hash {
+	t.Helper()
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := layers[0].Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 // eventHook is a notification endpoint keeping the events it receives.
 type eventHook struct {
 	URL    string

@@ -416,14 +416,7 @@ func TestMountWithoutFrom(t *testing.T) {
 	if err := r.push(t, "other/secret", img, &authn.Basic{Username: "alice", Password: "wonderland"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	layer, err := layers[0].Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
+	layer := firstLayer(t, img)
 	narrow := r.createRobot(t, "narrow", "team/**:pull,push")
 	wide := r.createRobot(t, "wide", "team/**:pull,push", "other/**:pull")
 	mount := "/v2/team/copy/blobs/uploads/?mount=" + layer.String()

@@ -448,14 +448,7 @@ func TestLDAPMountWithoutFrom(t *testing.T) {
 		if err := r.push(t, "vault/x", img, &authn.Basic{Username: "carol", Password: "carol-secret"}, nil); err != nil {
 			t.Fatal(err)
 		}
-		layers, err := img.Layers()
-		if err != nil {
-			t.Fatal(err)
-		}
-		layer, err := layers[0].Digest()
-		if err != nil {
-			t.Fatal(err)
-		}
+		layer := firstLayer(t, img)
 		mount := "/v2/team/copy/blobs/uploads/?mount=" + layer.String()
 		var resp regtest.Response
 		if basic {
