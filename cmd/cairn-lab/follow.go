@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,7 +25,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
 )
 
-const followUsage = `usage: cairn-lab follow [--profile small|full] [--cache DIR] [--work DIR] [--workers N] [--procs 1,2] [--repeat N]
+const followUsage = `usage: cairn-lab follow [--profile small|full] [--cache DIR] [--work DIR] [--workers N] [--procs 1,2] [--repeat N] [--keep] [--cpuprofile FILE]
 
 Measures rebuild-by-following (storage.dedup.packs.parses, issue 27) on the
 production path, in this process: for parses off and on, every layer of the
@@ -47,11 +48,15 @@ type followSetting struct {
 	Stored  int64   `json:"storedBytes"`
 	Files   int64   `json:"fileBytes"`
 	Recipes int64   `json:"recipeBytes"`
+	// Dead is what packs hold that no file uses: files written twice.
+	Dead int64 `json:"deadBytes"`
 	// Coverage is, per compress/flate level-6 layer, the share of its
 	// uncompressed input its copies cover.
 	Coverage []float64 `json:"coverage"`
 	// Layers are the level-6 layers' figures behind Coverage.
 	Layers []followLayer `json:"layers"`
+	// Gaps are where those layers' input copies do not cover lies.
+	Gaps gapKinds `json:"gaps"`
 	// Restore is MB/s of blob bytes per producer and GOMAXPROCS.
 	Restore map[string]map[int]float64 `json:"restoreMBps"`
 
@@ -77,9 +82,11 @@ func runFollow(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cache := fs.String("cache", "", "deb cache `DIR` (default "+dataset.DefaultCacheDir()+")")
 	work := fs.String("work", "", "work `DIR`; the dataset is built in DIR/dataset (default <cache>/work-<profile>)")
 	workers := fs.Int("workers", 2, "layers processed at once")
-	procs := fs.String("procs", "1,2", "comma-separated GOMAXPROCS `VALUES` the restores are timed under")
+	procs := fs.String("procs", "1,2", "comma-separated GOMAXPROCS `VALUES` the restores are timed under (none: no restores)")
 	repeat := fs.Int("repeat", 1, "timed restores per layer and setting, best kept")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed restores to `FILE`")
+	keep := fs.Bool("keep", false, "keep the processed stores in the work DIR and reuse them on the next run (worker figures are then not measured)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stdout, followUsage)
@@ -93,8 +100,11 @@ func runFollow(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if fs.NArg() > 0 || (p != dataset.ProfileSmall && p != dataset.ProfileFull) || *workers < 1 || *repeat < 1 {
 		return fmt.Errorf("%w: follow: want --profile small|full, --workers and --repeat >= 1, no arguments", errUsage)
 	}
-	var procList []int
-	for _, f := range strings.Split(*procs, ",") {
+	var procList []int // "none": coverage and storage only
+	for _, f := range strings.Split(strings.TrimPrefix(*procs, "none"), ",") {
+		if f == "" && *procs == "none" {
+			break
+		}
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 {
 			return fmt.Errorf("%w: follow: --procs %q: want values >= 1 such as 1,2", errUsage, *procs)
@@ -116,17 +126,30 @@ func runFollow(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		for _, s := range settings {
 			s.eng.Close()
 			s.store.Close()
-			os.RemoveAll(s.dir)
+			if !*keep {
+				os.RemoveAll(s.dir)
+			}
 		}
 	}()
 	for _, parses := range []bool{false, true} {
-		s, err := ingest(ctx, ds, *work, parses, *workers, stderr)
+		s, err := ingest(ctx, ds, *work, parses, *workers, *keep, stderr)
 		if s != nil {
 			settings = append(settings, s)
 		}
 		if err != nil {
 			return fmt.Errorf("follow: %w", err)
 		}
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("follow: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("follow: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	producers := map[string]string{} // layer digest → producer
 	for _, n := range procList {
@@ -144,9 +167,24 @@ func runFollow(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 // ingest stores every layer of ds intact in a new store under work and
-// processes them all in mode full, timing the worker.
-func ingest(ctx context.Context, ds *dataset.Dataset, work string, parses bool, workers int, log io.Writer) (*followSetting, error) {
-	dir, err := os.MkdirTemp(work, "follow-")
+// processes them all in mode full, timing the worker. With keep, the store
+// lives in a directory of work named after the setting, and one a former
+// run completed is reused as it is.
+func ingest(ctx context.Context, ds *dataset.Dataset, work string, parses bool, workers int, keep bool, log io.Writer) (*followSetting, error) {
+	dir := filepath.Join(work, fmt.Sprintf("follow-parses-%v", parses))
+	done := filepath.Join(dir, "processed")
+	_, err := os.Stat(done)
+	reuse := keep && err == nil
+	switch {
+	case reuse:
+	case keep:
+		if err := os.RemoveAll(dir); err != nil {
+			return nil, err
+		}
+		err = os.MkdirAll(dir, 0o755)
+	default:
+		dir, err = os.MkdirTemp(work, "follow-")
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -167,9 +205,29 @@ func ingest(ctx context.Context, ds *dataset.Dataset, work string, parses bool, 
 		return nil, err
 	}
 	s := &followSetting{Parses: parses, eng: eng, store: store, dir: dir, Restore: map[string]map[int]float64{}}
+	if !reuse {
+		if err := process(ctx, ds, drv, eng, workers, s); err != nil {
+			return s, err
+		}
+		if keep {
+			if err := os.WriteFile(done, nil, 0o644); err != nil {
+				return s, err
+			}
+		}
+	}
+	if err := coverage(ctx, ds, drv, eng, s); err != nil {
+		return s, err
+	}
+	fmt.Fprintf(log, "follow: parses %v: %d layers processed in %.1fs (CPU %.1fs, reused %v), ratio %.3f\n", parses, len(ds.Layers), s.Wall, s.CPU, reuse, s.Ratio)
+	return s, nil
+}
+
+// process stores every layer of ds intact through drv and has eng process
+// them, workers at once, timing it into s.
+func process(ctx context.Context, ds *dataset.Dataset, drv *filesystem.Driver, eng *dedup.Engine, workers int, s *followSetting) error {
 	for _, l := range ds.Layers {
 		if err := putBlob(ctx, drv, l); err != nil {
-			return s, err
+			return err
 		}
 	}
 	start, cpu0 := time.Now(), cpuTime()
@@ -195,14 +253,20 @@ func ingest(ctx context.Context, ds *dataset.Dataset, work string, parses bool, 
 	wg.Wait()
 	close(errs)
 	if err := <-errs; err != nil {
-		return s, err
+		return err
 	}
 	s.Wall, s.CPU = time.Since(start).Seconds(), (cpuTime() - cpu0).Seconds()
+	return nil
+}
+
+// coverage fills in s's storage figures and level-6 coverage.
+func coverage(ctx context.Context, ds *dataset.Dataset, drv *filesystem.Driver, eng *dedup.Engine, s *followSetting) error {
 	st, err := eng.Stats(ctx)
 	if err != nil {
-		return s, err
+		return err
 	}
 	s.Ratio, s.Stored, s.Files, s.Recipes = st.Ratio, st.StoredBytes.Total, st.StoredBytes.Files, st.StoredBytes.Recipes
+	s.Dead = st.Files.DeadBytes
 	for _, l := range ds.Layers {
 		b, err := drv.GetContent(ctx, layout.BlobRecipe(l.Digest))
 		if err != nil {
@@ -210,7 +274,7 @@ func ingest(ctx context.Context, ds *dataset.Dataset, work string, parses bool, 
 		}
 		r, err := dedup.DecodeRecipe(l.Digest, b)
 		if err != nil {
-			return s, err
+			return err
 		}
 		if len(r.Compression.Members) == 0 || r.Compression.Members[0].Encoder != "stdlib-gzip/6" {
 			continue
@@ -223,11 +287,15 @@ func ingest(ctx context.Context, ds *dataset.Dataset, work string, parses bool, 
 			fl.Copies += len(m.Copies)
 		}
 		fl.Share = float64(r.Compression.CopiedBytes()) / float64(max(in, 1))
+		g, err := gapsOf(r)
+		if err != nil {
+			return err
+		}
+		s.Gaps.add(g)
 		s.Coverage = append(s.Coverage, fl.Share)
 		s.Layers = append(s.Layers, fl)
 	}
-	fmt.Fprintf(log, "follow: parses %v: %d layers processed in %.1fs (CPU %.1fs), ratio %.3f\n", parses, len(ds.Layers), s.Wall, s.CPU, s.Ratio)
-	return s, nil
+	return nil
 }
 
 // putBlob stores layer l's blob intact, as a push would.
@@ -282,17 +350,24 @@ func timeFollowRestores(ctx context.Context, ds *dataset.Dataset, settings []*fo
 			if err != nil {
 				continue // irreproducible: intact, no restore
 			}
-			best := time.Duration(-1)
-			for range repeat {
-				t, err := timeOpenBlob(ctx, s.eng, l)
-				if err != nil {
-					return fmt.Errorf("restore %s (parses %v): %w", l.Digest, s.Parses, err)
-				}
-				if best < 0 || t < best {
-					best = t
-				}
-			}
 			p := producerName(l.Compression)
+			best := time.Duration(-1)
+			// Labelled, so that a --cpuprofile tells settings and
+			// producers apart (pprof -tagfocus).
+			pprof.Do(ctx, pprof.Labels("parses", fmt.Sprint(s.Parses), "producer", p), func(ctx context.Context) {
+				for range repeat {
+					var t time.Duration
+					if t, err = timeOpenBlob(ctx, s.eng, l); err != nil {
+						return
+					}
+					if best < 0 || t < best {
+						best = t
+					}
+				}
+			})
+			if err != nil {
+				return fmt.Errorf("restore %s (parses %v): %w", l.Digest, s.Parses, err)
+			}
 			producers[string(l.Digest)] = p
 			for _, k := range []string{p, "all"} {
 				if sums[i][k] == nil {
@@ -361,6 +436,7 @@ func writeFollow(w io.Writer, ds *dataset.Dataset, settings []*followSetting, pr
 	row("stored (files + recipes)", func(s *followSetting) string { return fmt.Sprintf("%.1f MB", float64(s.Stored)/1e6) })
 	row("  files", func(s *followSetting) string { return fmt.Sprintf("%.1f MB", float64(s.Files)/1e6) })
 	row("  recipes", func(s *followSetting) string { return fmt.Sprintf("%.2f MB", float64(s.Recipes)/1e6) })
+	row("  dead in packs", func(s *followSetting) string { return fmt.Sprintf("%.2f MB", float64(s.Dead)/1e6) })
 	cov := func(q float64) func(s *followSetting) string {
 		return func(s *followSetting) string {
 			if len(s.Coverage) == 0 {
@@ -397,6 +473,9 @@ func writeFollow(w io.Writer, ds *dataset.Dataset, settings []*followSetting, pr
 		}
 	}
 	b.WriteString("\n")
+	for _, s := range settings {
+		writeGaps(&b, s)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -249,7 +249,9 @@ const (
 
 // auditTrail writes audit events as log lines and, with auth.audit.events,
 // as events on the notification queue (action login, login.failed,
-// login.held; actor the user name; request addr and user agent).
+// login.held; actor the user name; request addr and user agent;
+// cairn.login the identity source, how the login came and whether it is
+// a robot's).
 type auditTrail struct {
 	log    *slog.Logger
 	events interface{ Notify(notify.Event) }
@@ -268,6 +270,7 @@ func (a auditTrail) Audit(ctx context.Context, e auth.AuditEvent) {
 			Action:  e.Action,
 			Actor:   notify.Actor{Name: e.User},
 			Request: notify.Request{Addr: e.Addr, UserAgent: e.UserAgent},
+			Cairn:   &notify.Details{Login: &notify.Login{Source: e.Source, Via: e.Via, Robot: e.Robot}},
 		})
 	}
 }

@@ -17,7 +17,7 @@ func TestEveryCommandHelp(t *testing.T) {
 		want []string
 	}{
 		{[]string{"serve", "-h"}, []string{"usage: cairn serve", "Runs the registry", "-config", "-addr", "-root", "-check", "Keys it reads", "http.addr"}},
-		{[]string{"config", "check", "-h"}, []string{"usage: cairn config check", "effective", "masked", "-root", "Exit status"}},
+		{[]string{"config", "check", "-h"}, []string{"usage: cairn config check", "effective", "masked", "-root", "auth.ldap.ca", "bindpasswordfile", "Exit status"}},
 		{[]string{"config", "-h"}, []string{"usage: cairn config check"}},
 		{[]string{"gc", "-h"}, []string{"usage: cairn gc", "-dry-run", "Keys it reads", "storage.gc."}},
 		{[]string{"scrub", "-h"}, []string{"usage: cairn scrub", "-repair", "Keys it reads", "storage.dedup.metadata"}},
@@ -80,6 +80,42 @@ func TestConfigCheckCommand(t *testing.T) {
 	for _, args := range [][]string{{"config"}, {"config", "lint"}, {"config", "check", good, "extra"}, {"config", "check", "--nope"}} {
 		if code := run(context.Background(), args, &out, &errOut); code != 2 {
 			t.Errorf("cairn %q: exit %d, want 2", args, code)
+		}
+	}
+}
+
+// cairn config check reads the files auth.ldap names, as its -h says: a
+// bind password file or CA file that does not read fails the check, naming
+// its key.
+func TestConfigCheckReadsLDAPFiles(t *testing.T) {
+	dir := t.TempDir()
+	pwFile := filepath.Join(dir, "bindpw")
+	notPEM := filepath.Join(dir, "ca.txt")
+	for f, b := range map[string]string{pwFile: "secret\n", notPEM: "not a certificate\n"} {
+		if err := os.WriteFile(f, []byte(b), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	missing := filepath.Join(dir, "missing")
+	for _, tc := range []struct{ pw, ca, want string }{
+		{missing, "", "auth.ldap.bindpasswordfile: open " + missing},
+		{pwFile, missing, "auth.ldap.ca: open " + missing},
+		{pwFile, notPEM, "auth.ldap.ca: " + notPEM + " holds no PEM certificate"},
+	} {
+		cfg := filepath.Join(dir, "cairn.yml")
+		// Port 1 on the loopback: nothing answers there, and nothing may ask.
+		yml := "auth:\n  ldap:\n    url: ldap://127.0.0.1:1\n    userbase: ou=people,dc=example\n" +
+			"    binddn: cn=cairn,dc=example\n    bindpasswordfile: " + tc.pw + "\n"
+		if tc.ca != "" {
+			yml += "    starttls: true\n    ca: " + tc.ca + "\n"
+		}
+		if err := os.WriteFile(cfg, []byte(yml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var out, errOut bytes.Buffer
+		code := run(context.Background(), []string{"config", "check", cfg}, &out, &errOut)
+		if code != 1 || !strings.Contains(errOut.String(), tc.want) {
+			t.Errorf("bindpasswordfile %s, ca %q: exit %d, stderr %q; want 1 and %q", tc.pw, tc.ca, code, errOut.String(), tc.want)
 		}
 	}
 }

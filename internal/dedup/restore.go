@@ -20,6 +20,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
 	"github.com/cairn-registry/cairn/internal/dedup/pack"
 	"github.com/cairn-registry/cairn/internal/dedup/recompress"
+	"github.com/cairn-registry/cairn/internal/dedup/recompress/deflate"
 	"github.com/cairn-registry/cairn/internal/registry"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
@@ -168,8 +169,15 @@ func (s *Source) rebuildChecking(ctx context.Context, r *Recipe, w io.Writer, or
 	if r.Compression.ParseLevel() > 0 && (original != nil || r.Compression.HasCopies()) {
 		parses = &recompress.Parses{}
 		seen = func(i int, off int64, rc io.Reader) {
-			if p, ok := rc.(*pack.Parsed); ok && len(p.Tokens) > 0 {
-				parses.Add(i, off, p.Level, p.Tokens)
+			switch p := rc.(type) {
+			case *pack.Parsed:
+				if len(p.Tokens) > 0 {
+					parses.Add(i, off, p.Level, p.Tokens)
+				}
+			case *pack.ParsedStream:
+				p.Follow(func(first int, rel int64, tokens []deflate.Token) {
+					parses.AddPiece(i, first, off+rel, p.Level, tokens)
+				})
 			}
 		}
 	}

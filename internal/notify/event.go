@@ -28,7 +28,9 @@ const (
 )
 
 // Audit actions (auth.audit.events): Actor.Name is the user name given,
-// Request the client's address and user agent.
+// Request the client's address and user agent; a login action's
+// Event.Cairn.Login says how it came and which identity source proved
+// (or refused) it.
 const (
 	// ActionLogin: credentials passed (not again for the same
 	// credentials within minutes: a pull sends them with every request).
@@ -64,7 +66,8 @@ type Event struct {
 	Request   Request   `json:"request"`
 	Actor     Actor     `json:"actor"`
 	Source    Source    `json:"source"`
-	// Cairn details cairn's own actions; absent from distribution's.
+	// Cairn details cairn's own actions and the logins; absent from
+	// distribution's.
 	Cairn *Details `json:"cairn,omitempty"`
 }
 
@@ -110,6 +113,22 @@ type Source struct {
 type Details struct {
 	GC    *GCRun      `json:"gc,omitempty"`
 	Dedup *DedupLayer `json:"dedup,omitempty"`
+	Login *Login      `json:"login,omitempty"`
+}
+
+// Login describes a login, failed login or held-back address (actions
+// login, login.failed, login.held), as the audit log line has it.
+type Login struct {
+	// Source is the identity source that proved the user, or refused
+	// it: "htpasswd", "robot", "ldap" or "oidc"; empty when none was
+	// asked. Event.Source is something else: the registry process that
+	// sent the event.
+	Source string `json:"source,omitempty"`
+	// Via is how the credentials came: "basic", "token", "refresh" or
+	// "web".
+	Via string `json:"via,omitempty"`
+	// Robot: the user name is a robot key's (robot$name).
+	Robot bool `json:"robot,omitempty"`
 }
 
 // GCRun summarises a finished garbage collection run.

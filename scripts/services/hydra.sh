@@ -42,52 +42,50 @@ _hydra_ready() {
 	) 2>/dev/null
 }
 
+# _hydra_exec PUBLIC ADMIN — `hydra serve all` on the ports PUBLIC and ADMIN,
+# in HYDRA_DIR, with the in-memory store. HYDRA_BIN and HYDRA_SECRET are
+# start_hydra's.
+_hydra_exec() {
+	local public=$1 admin=$2
+	cd "$HYDRA_DIR" || exit 1
+	export DSN=memory SECRETS_SYSTEM=$HYDRA_SECRET LOG_LEVEL=warn \
+		SERVE_PUBLIC_HOST=127.0.0.1 SERVE_PUBLIC_PORT=$public \
+		SERVE_ADMIN_HOST=127.0.0.1 SERVE_ADMIN_PORT=$admin \
+		URLS_SELF_ISSUER=http://127.0.0.1:$public \
+		URLS_LOGIN=$HYDRA_LOGIN_BASE/login URLS_CONSENT=$HYDRA_LOGIN_BASE/consent \
+		URLS_ERROR=$HYDRA_LOGIN_BASE/error \
+		OIDC_SUBJECT_IDENTIFIERS_SUPPORTED_TYPES=public \
+		STRATEGIES_ACCESS_TOKEN=jwt OAUTH2_ALLOWED_TOP_LEVEL_CLAIMS=preferred_username,groups
+	exec "$HYDRA_BIN" serve all --dev --sqa-opt-out
+}
+
+# _hydra_admin_ready PUBLIC ADMIN — the admin API on ADMIN is ready.
+_hydra_admin_ready() {
+	_hydra_ready "$2"
+}
+
 start_hydra() {
-	local bin=${TOOLBIN:-${REPO:?REPO must be the repo root}/.cache/bin}/hydra
-	local public admin log attempt secret
-	if [[ ! -x $bin ]]; then
+	local HYDRA_BIN=${TOOLBIN:-${REPO:?REPO must be the repo root}/.cache/bin}/hydra
+	local HYDRA_SECRET log
+	if [[ ! -x $HYDRA_BIN ]]; then
 		if declare -F install_hydra >/dev/null; then
 			TOOLBIN=${TOOLBIN:-$REPO/.cache/bin} install_hydra || return 1
 		else
-			_hydra_log "$bin not found (bash scripts/install-tools.sh builds it)"
+			_hydra_log "$HYDRA_BIN not found (bash scripts/install-tools.sh builds it)"
 			return 1
 		fi
 	fi
 	HYDRA_DIR=$(mktemp -d "${TMPDIR:-/tmp}/cairn-hydra.XXXXXX") || return 1
 	log=${SERVER_LOGS:-$HYDRA_DIR}/hydra.log
-	secret=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
-	# A port found free can be taken before Hydra binds it: then try others.
-	for ((attempt = 0; attempt < 3; attempt++)); do
-		public=$(svc_free_port) && admin=$(svc_free_port) || break
-		[[ $public != "$admin" ]] || continue
-		(
-			cd "$HYDRA_DIR" || exit 1
-			export DSN=memory SECRETS_SYSTEM=$secret LOG_LEVEL=warn \
-				SERVE_PUBLIC_HOST=127.0.0.1 SERVE_PUBLIC_PORT=$public \
-				SERVE_ADMIN_HOST=127.0.0.1 SERVE_ADMIN_PORT=$admin \
-				URLS_SELF_ISSUER=http://127.0.0.1:$public \
-				URLS_LOGIN=$HYDRA_LOGIN_BASE/login URLS_CONSENT=$HYDRA_LOGIN_BASE/consent \
-				URLS_ERROR=$HYDRA_LOGIN_BASE/error \
-				OIDC_SUBJECT_IDENTIFIERS_SUPPORTED_TYPES=public \
-				STRATEGIES_ACCESS_TOKEN=jwt OAUTH2_ALLOWED_TOP_LEVEL_CLAIMS=preferred_username,groups
-			exec "$bin" serve all --dev --sqa-opt-out
-		) >"$log" 2>&1 &
-		HYDRA_PID=$!
-		svc_record hydra "$HYDRA_PID"
-		if svc_await hydra "$HYDRA_PID" "$log" 60 _hydra_ready "$admin"; then
-			export CAIRN_TEST_HYDRA_PUBLIC=http://127.0.0.1:$public
-			export CAIRN_TEST_HYDRA_ADMIN=http://127.0.0.1:$admin
-			_hydra_log "$("$bin" version | sed -n 's/^Version: *//p') (pid $HYDRA_PID): issuer $CAIRN_TEST_HYDRA_PUBLIC, admin $CAIRN_TEST_HYDRA_ADMIN"
-			return 0
-		fi
-		svc_alive "$HYDRA_PID" && break
-		wait "$HYDRA_PID" 2>/dev/null || true
-		HYDRA_PID=
-		grep -q 'address already in use' "$log" || break
-	done
-	_hydra_log "failed to start"
-	stop_hydra
-	return 1
+	HYDRA_SECRET=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+	if ! svc_start_on_free_port hydra HYDRA_PID 2 "$log" 60 _hydra_exec _hydra_admin_ready; then
+		_hydra_log "failed to start"
+		stop_hydra
+		return 1
+	fi
+	export CAIRN_TEST_HYDRA_PUBLIC=http://127.0.0.1:${SVC_PORTS[0]}
+	export CAIRN_TEST_HYDRA_ADMIN=http://127.0.0.1:${SVC_PORTS[1]}
+	_hydra_log "$("$HYDRA_BIN" version | sed -n 's/^Version: *//p') (pid $HYDRA_PID): issuer $CAIRN_TEST_HYDRA_PUBLIC, admin $CAIRN_TEST_HYDRA_ADMIN"
 }
 
 stop_hydra() {

@@ -129,8 +129,20 @@ _ldap_seed() {
 	} >"$f"
 }
 
+# _ldap_exec PORT TLSPORT — slapd serving ldap:// on PORT and ldaps:// on
+# TLSPORT. -d: stay in the foreground (our child, stopped by its PID) and log
+# connections and operations (256: stats) to the log.
+_ldap_exec() {
+	exec slapd -f "$LDAP_DIR/slapd.conf" -h "ldap://127.0.0.1:$1/ ldaps://127.0.0.1:$2/" -d 256
+}
+
+# _ldap_listening PORT TLSPORT — slapd accepts connections on both.
+_ldap_listening() {
+	svc_listening "$1" && svc_listening "$2"
+}
+
 start_ldap() {
-	local version port tlsport log i attempt rootpw cmd
+	local version port tlsport log rootpw cmd
 	for cmd in slapd slappasswd ldapadd ldapwhoami openssl; do
 		if ! command -v "$cmd" >/dev/null; then
 			_ldap_log "$cmd not found (apt-get install slapd ldap-utils openssl)"
@@ -150,60 +162,43 @@ start_ldap() {
 	_ldap_config "$LDAP_DIR" "$rootpw"
 	_ldap_seed "$LDAP_DIR/seed.ldif"
 	log=${SERVER_LOGS:-$LDAP_DIR}/ldap.log
-	# A port found free can be taken before slapd binds it: then try others.
-	for ((attempt = 0; attempt < 3; attempt++)); do
-		port=$(svc_free_port) || break
-		tlsport=$(svc_free_port) || break
-		[[ $port != "$tlsport" ]] || continue
-		# -d: stay in the foreground (our child, stopped by its PID) and log
-		# connections and operations (256: stats) to the log.
-		slapd -f "$LDAP_DIR/slapd.conf" -h "ldap://127.0.0.1:$port/ ldaps://127.0.0.1:$tlsport/" \
-			-d 256 >"$log" 2>&1 &
-		LDAP_PID=$!
-		svc_record ldap "$LDAP_PID"
-		for ((i = 0; i < 300; i++)); do
-			if svc_listening "$port" && svc_listening "$tlsport"; then
-				break
-			fi
-			svc_alive "$LDAP_PID" || break
-			sleep 0.1
-		done
-		if svc_alive "$LDAP_PID" && svc_listening "$port"; then
-			if ! ldapadd -x -H "ldap://127.0.0.1:$port" -D "cn=admin,$LDAP_SUFFIX" -w admin-secret \
-				-f "$LDAP_DIR/seed.ldif" >"$LDAP_DIR/seed.log" 2>&1; then
-				_ldap_log "seeding with ldapadd failed:"
-				cat "$LDAP_DIR/seed.log" >&2
-				break
-			fi
-			# The service account binds over StartTLS against our CA: the
-			# TLS setup works before any test relies on it.
-			if ! LDAPTLS_CACERT=$LDAP_DIR/ca.pem ldapwhoami -ZZ -x -H "ldap://127.0.0.1:$port" \
-				-D "cn=cairn,ou=services,$LDAP_SUFFIX" -w cairn-secret >/dev/null 2>"$LDAP_DIR/tls.log"; then
-				_ldap_log "StartTLS bind check failed:"
-				cat "$LDAP_DIR/tls.log" >&2
-				break
-			fi
-			export CAIRN_TEST_LDAP_URL=ldap://127.0.0.1:$port
-			export CAIRN_TEST_LDAPS_URL=ldaps://127.0.0.1:$tlsport
-			export CAIRN_TEST_LDAP_CA=$LDAP_DIR/ca.pem
-			export CAIRN_TEST_LDAP_BASE=$LDAP_SUFFIX
-			export CAIRN_TEST_LDAP_BINDDN=cn=cairn,ou=services,$LDAP_SUFFIX
-			export CAIRN_TEST_LDAP_BINDPW=cairn-secret
-			_ldap_log "slapd $version (pid $LDAP_PID) at $CAIRN_TEST_LDAP_URL and $CAIRN_TEST_LDAPS_URL"
-			return 0
-		fi
-		if svc_alive "$LDAP_PID"; then
-			_ldap_log "no answer on 127.0.0.1:$port after 30 s"
-			break
-		fi
-		wait "$LDAP_PID" 2>/dev/null || true
-		LDAP_PID=
-		grep -q 'Address already in use' "$log" || break
-	done
+	if ! svc_start_on_free_port ldap LDAP_PID 2 "$log" 30 _ldap_exec _ldap_listening; then
+		_ldap_log "failed to start"
+		stop_ldap
+		return 1
+	fi
+	port=${SVC_PORTS[0]} tlsport=${SVC_PORTS[1]}
+	if ! ldapadd -x -H "ldap://127.0.0.1:$port" -D "cn=admin,$LDAP_SUFFIX" -w admin-secret \
+		-f "$LDAP_DIR/seed.ldif" >"$LDAP_DIR/seed.log" 2>&1; then
+		_ldap_log "seeding with ldapadd failed:"
+		cat "$LDAP_DIR/seed.log" >&2
+		_ldap_fail "$log"
+		return 1
+	fi
+	# The service account binds over StartTLS against our CA: the TLS setup
+	# works before any test relies on it.
+	if ! LDAPTLS_CACERT=$LDAP_DIR/ca.pem ldapwhoami -ZZ -x -H "ldap://127.0.0.1:$port" \
+		-D "cn=cairn,ou=services,$LDAP_SUFFIX" -w cairn-secret >/dev/null 2>"$LDAP_DIR/tls.log"; then
+		_ldap_log "StartTLS bind check failed:"
+		cat "$LDAP_DIR/tls.log" >&2
+		_ldap_fail "$log"
+		return 1
+	fi
+	export CAIRN_TEST_LDAP_URL=ldap://127.0.0.1:$port
+	export CAIRN_TEST_LDAPS_URL=ldaps://127.0.0.1:$tlsport
+	export CAIRN_TEST_LDAP_CA=$LDAP_DIR/ca.pem
+	export CAIRN_TEST_LDAP_BASE=$LDAP_SUFFIX
+	export CAIRN_TEST_LDAP_BINDDN=cn=cairn,ou=services,$LDAP_SUFFIX
+	export CAIRN_TEST_LDAP_BINDPW=cairn-secret
+	_ldap_log "slapd $version (pid $LDAP_PID) at $CAIRN_TEST_LDAP_URL and $CAIRN_TEST_LDAPS_URL"
+}
+
+# _ldap_fail LOG — after a failed check of a running slapd: show the end of
+# its LOG and stop it.
+_ldap_fail() {
 	_ldap_log "failed to start; log:"
-	tail -n 20 "$log" >&2 2>/dev/null || true
+	tail -n 20 "$1" >&2 2>/dev/null || true
 	stop_ldap
-	return 1
 }
 
 stop_ldap() {

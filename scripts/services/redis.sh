@@ -49,8 +49,15 @@ _redis_check_version() {
 	echo "$version"
 }
 
+# _redis_exec PORT — redis-server in the foreground on PORT. --save "" and
+# --appendonly no: nothing on disk; --dir: where it would go.
+_redis_exec() {
+	exec redis-server --port "$1" --bind 127.0.0.1 --save "" --appendonly no \
+		--dir "$REDIS_DIR" --daemonize no
+}
+
 start_redis() {
-	local version port log i attempt
+	local version log
 	if ! command -v redis-server >/dev/null; then
 		_redis_log "redis-server not found (apt-get install redis-server)"
 		return 1
@@ -58,35 +65,13 @@ start_redis() {
 	version=$(_redis_check_version) || return 1
 	REDIS_DIR=$(mktemp -d "${TMPDIR:-/tmp}/cairn-redis.XXXXXX") || return 1
 	log=${SERVER_LOGS:-$REDIS_DIR}/redis.log
-	# A port found free can be taken before redis binds it: then try another.
-	for ((attempt = 0; attempt < 3; attempt++)); do
-		port=$(svc_free_port) || break
-		# --save "" and --appendonly no: nothing on disk; --dir: where it would go.
-		redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
-			--dir "$REDIS_DIR" --daemonize no >"$log" 2>&1 &
-		REDIS_PID=$!
-		svc_record redis "$REDIS_PID"
-		for ((i = 0; i < 300; i++)); do
-			if _redis_ping "$port"; then
-				export CAIRN_TEST_REDIS_ADDR=127.0.0.1:$port
-				_redis_log "redis $version (pid $REDIS_PID) at $CAIRN_TEST_REDIS_ADDR"
-				return 0
-			fi
-			svc_alive "$REDIS_PID" || break
-			sleep 0.1
-		done
-		if svc_alive "$REDIS_PID"; then
-			_redis_log "no answer on 127.0.0.1:$port after 30 s:"
-			break
-		fi
-		wait "$REDIS_PID" 2>/dev/null || true
-		REDIS_PID=
-		grep -q 'Address already in use' "$log" || break
-	done
-	_redis_log "failed to start; log:"
-	tail -n 20 "$log" >&2 2>/dev/null || true
-	stop_redis
-	return 1
+	if ! svc_start_on_free_port redis REDIS_PID 1 "$log" 30 _redis_exec _redis_ping; then
+		_redis_log "failed to start"
+		stop_redis
+		return 1
+	fi
+	export CAIRN_TEST_REDIS_ADDR=127.0.0.1:${SVC_PORTS[0]}
+	_redis_log "redis $version (pid $REDIS_PID) at $CAIRN_TEST_REDIS_ADDR"
 }
 
 stop_redis() {

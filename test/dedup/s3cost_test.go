@@ -56,7 +56,9 @@ const (
 // CAIRN_BENCH_S3COST_BIN (the cairn binary; default $CAIRN_BIN, which
 // scripts/test.sh sets to bin/cairn), CAIRN_BENCH_S3COST_LATENCY (default
 // 20ms), CAIRN_BENCH_S3COST_WORKERS (dedup workers, default 8: the request
-// count does not depend on it, the dedup run's wall time does). E.g.:
+// count does not depend on it, the dedup run's wall time does),
+// CAIRN_BENCH_S3COST_PARSES=1 (storage.dedup.packs.parses on: files stored
+// as parses, level-6 layers rebuilt by following them). E.g.:
 //
 //	CAIRN_SKIP_INSTALL=1 CAIRN_SERVICES=minio CAIRN_BENCH_S3COST=small \
 //	  CAIRN_TEST_PKGS="-v -run TestDedupS3Cost -timeout 3h ./test/dedup/" scripts/test.sh
@@ -86,6 +88,7 @@ func TestDedupS3Cost(t *testing.T) {
 			t.Fatalf("CAIRN_BENCH_S3COST_WORKERS=%q: want a positive number", v)
 		}
 	}
+	parses := os.Getenv("CAIRN_BENCH_S3COST_PARSES") == "1"
 	ctx := t.Context()
 	direct, _ := objstore.S3Bucket(t, s3costBucketPfx)
 
@@ -120,8 +123,8 @@ func TestDedupS3Cost(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	offCfg := writeS3CostConfig(t, dir, "off", slow, workers)
-	fullCfg := writeS3CostConfig(t, dir, "full", slow, workers)
+	offCfg := writeS3CostConfig(t, dir, "off", slow, workers, parses)
+	fullCfg := writeS3CostConfig(t, dir, "full", slow, workers, parses)
 	b := &s3costRun{t: t, proxy: proxy, ds: ds, repoOf: ds.RepoOf(), client: &http.Client{}}
 
 	// A registry without dedup: push, then GET every layer intact.
@@ -156,7 +159,7 @@ func TestDedupS3Cost(t *testing.T) {
 
 	var out strings.Builder
 	b.report(&out, reportInput{
-		profile: profile, latency: latency, workers: workers, bin: bin,
+		profile: profile, latency: latency, workers: workers, parses: parses, bin: bin,
 		intact: intact, cold: cold, deduped: deduped, before: before, after: after,
 	})
 	// Printed rather than logged: the table reads better without t.Log's
@@ -175,7 +178,7 @@ func (l testLog) Write(p []byte) (int, error) {
 // writeS3CostConfig writes a config on storage s3 through the proxy in
 // dedup mode, with the restore caches and the predictor off so that each
 // GET of a deduplicated layer restores it from storage.
-func writeS3CostConfig(t *testing.T, dir, mode string, p s3.Parameters, workers int) string {
+func writeS3CostConfig(t *testing.T, dir, mode string, p s3.Parameters, workers int, parses bool) string {
 	t.Helper()
 	yml := fmt.Sprintf(`version: 0.1
 log: {level: warn}
@@ -188,7 +191,8 @@ storage:
       preconstruct: {dir: %q, size: "0"}
       prefetch: {size: "0"}
     predictor: {enabled: false}
-`, objstore.S3Section(p), mode, workers, filepath.Join(dir, "meta.db"), filepath.Join(dir, "preconstruct-"+mode))
+    packs: {parses: %v}
+`, objstore.S3Section(p), mode, workers, filepath.Join(dir, "meta.db"), filepath.Join(dir, "preconstruct-"+mode), parses)
 	path := filepath.Join(dir, "config-"+mode+".yml")
 	if err := os.WriteFile(path, []byte(yml), 0o644); err != nil {
 		t.Fatal(err)
@@ -340,6 +344,7 @@ type reportInput struct {
 	profile       dataset.Profile
 	latency       time.Duration
 	workers       int
+	parses        bool
 	bin           string
 	intact, cold  []layerGet
 	deduped       map[digest.Digest]bool
@@ -389,8 +394,8 @@ func (b *s3costRun) report(w *strings.Builder, in reportInput) {
 	ds := b.ds
 	fmt.Fprintf(w, "\nS3 cost of file-level dedup: dataset %s, %d images, %d distinct layers (%s MB of blobs, %d files in their tars)\n",
 		in.profile, len(ds.Images), len(ds.Layers), mbs(ds.LogicalBytes()), datasetFiles(ds))
-	fmt.Fprintf(w, "MinIO behind a proxy adding %s per request; cairn %s; dedup workers %d; GETs one layer at a time; MB = 10^6 bytes\n\n",
-		in.latency, in.bin, in.workers)
+	fmt.Fprintf(w, "MinIO behind a proxy adding %s per request; cairn %s; dedup workers %d; parses %v; GETs one layer at a time; MB = 10^6 bytes\n\n",
+		in.latency, in.bin, in.workers, in.parses)
 
 	// Only the operations some row used get a column.
 	var ops []s3proxy.Op

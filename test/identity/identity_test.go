@@ -14,8 +14,11 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/google/go-containerregistry/pkg/authn"
 
+	"github.com/cairn-registry/cairn/internal/notify"
 	"github.com/cairn-registry/cairn/internal/testutil/clitool"
+	"github.com/cairn-registry/cairn/internal/testutil/hydratest"
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
+	"github.com/cairn-registry/cairn/internal/testutil/testenv"
 	"github.com/cairn-registry/cairn/internal/testutil/tokentest"
 )
 
@@ -339,6 +342,69 @@ func TestAuditEventsNotified(t *testing.T) {
 		if e.Action == "login.failed" && e.Request.Addr != "127.0.0.1" {
 			t.Errorf("failed login event from %q, want the source address", e.Request.Addr)
 		}
+	}
+	// The login events name the identity source, as the audit line does.
+	if s, _ := r.token(t, "bob", "builder", scopeQuery("repository:team/app:pull")); s != 200 {
+		t.Fatalf("bob's token: %d", s)
+	}
+	hook.waitFor(t, []actionBy{{"login", "bob"}})
+	wantLogin(t, hook, "login", "robot$ci", notify.Login{Source: "robot", Via: "token", Robot: true})
+	wantLogin(t, hook, "login", "bob", notify.Login{Source: "htpasswd", Via: "token"})
+	wantLogin(t, hook, "login.failed", "mallory", notify.Login{Source: "htpasswd", Via: "token"})
+}
+
+// TestLDAPAuditEventsNotified: a directory user's login event names ldap
+// as its identity source (cairn.login.source), not only the audit line.
+func TestLDAPAuditEventsNotified(t *testing.T) {
+	t.Parallel()
+	srv := testenv.LDAPServer(t)
+	hook := newEventHook(t)
+	r := startLDAP(t, ldapSection(t, srv, ldapStartTLS), false,
+		"  audit:\n    events: true\nnotifications:\n  endpoints:\n    - name: audit\n      url: "+hook.URL+"/hook\n")
+	if s, _ := r.token(t, "bob", "bob-secret", scopeQuery("repository:team/app:pull")); s != 200 {
+		t.Fatalf("bob's token: %d", s)
+	}
+	hook.waitFor(t, []actionBy{{"login", "bob"}})
+	wantLogin(t, hook, "login", "bob", notify.Login{Source: "ldap", Via: "token"})
+	if logs, ok := r.LogsWith("action=login user=bob robot=false source=ldap"); !ok {
+		t.Errorf("no audit line of bob's login with source=ldap:\n%s", logs)
+	}
+}
+
+// TestOIDCAuditEventsNotified: a login with an ID token as the password
+// is an event naming oidc as its identity source (cairn.login.source).
+// Not parallel: see TestOIDCLoginWithIDToken.
+func TestOIDCAuditEventsNotified(t *testing.T) {
+	h := hydratest.New(t)
+	c := h.CreateClient(t, "http://127.0.0.1/callback")
+	hook := newEventHook(t)
+	r := startOIDC(t, h, c, "", "  audit:\n    events: true\nnotifications:\n  endpoints:\n    - name: audit\n      url: "+hook.URL+"/hook\n")
+	erin := h.ServeLogin(t, hydratest.User{Name: "erin", Groups: []string{"readers"}})
+	if s, _ := r.token(t, "erin", erin.IDToken(t, c), scopeQuery("repository:team/app:pull")); s != 200 {
+		t.Fatalf("erin's token: %d", s)
+	}
+	hook.waitFor(t, []actionBy{{"login", "erin"}})
+	wantLogin(t, hook, "login", "erin", notify.Login{Source: "oidc", Via: "token"})
+}
+
+// wantLogin requires the events of action by actor that hook received to
+// carry want as cairn.login.
+func wantLogin(t *testing.T, hook *eventHook, action, actor string, want notify.Login) {
+	t.Helper()
+	n := 0
+	for _, e := range hook.received() {
+		if e.Action != action || e.Actor.Name != actor {
+			continue
+		}
+		n++
+		if e.Cairn == nil || e.Cairn.Login == nil {
+			t.Errorf("%s event of %s: no cairn.login (cairn %+v), want %+v", action, actor, e.Cairn, want)
+		} else if *e.Cairn.Login != want {
+			t.Errorf("%s event of %s: cairn.login %+v, want %+v", action, actor, *e.Cairn.Login, want)
+		}
+	}
+	if n == 0 {
+		t.Errorf("no %s event of %s", action, actor)
 	}
 }
 

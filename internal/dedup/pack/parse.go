@@ -3,7 +3,6 @@ package pack
 import (
 	"bufio"
 	"bytes"
-	"compress/flate"
 	"errors"
 	"fmt"
 	"io"
@@ -44,14 +43,14 @@ const ParseLevel = 6
 // copied stretch does not pay for the search it interrupts.
 const MinParseFile = 4 << 10
 
-// maxParseFile bounds the file a stream decodes whole, with its tokens
-// (about its size again), for a rebuild to follow: a larger one is
-// inflated as it is read and its stretch of the layer searched, so that a
-// restore holds at most a few such files.
-const maxParseFile = 32 << 20
+// parsePiece is about how many bytes of a file a ParsedStream inflates
+// before it hands their tokens on: a rebuild holds a large file's tokens a
+// piece at a time.
+const parsePiece = 1 << 20
 
-// Parsed is a file read from a parse frame with its tokens: a payload a
-// rebuild can follow. It reads as the file's bytes.
+// Parsed is a small file read from a parse frame with its tokens: a
+// payload a rebuild can follow. It reads as the file's bytes. A larger one
+// is read as a ParsedStream.
 type Parsed struct {
 	*bytes.Reader
 	// Level is the deflate level the parse was written at.
@@ -102,7 +101,12 @@ func decodeParse(d digest.Digest, frame []byte, size int64, tokens bool) (io.Rea
 	}
 	level := int(frame[len(parseMagic)])
 	var toks []deflate.Token
-	out, err := deflate.NewDecoder(frame[len(parseMagic)+1:]).DecodeAll(make([]byte, 0, size), func(b *deflate.Block) error {
+	if tokens {
+		// Room for tokens of 3 bytes on average, more than most files
+		// need: growing the slice costs more than the room.
+		toks = make([]deflate.Token, 0, size/3+64)
+	}
+	out, err := deflate.NewDecoder(frame[len(parseMagic)+1:]).DecodeAll(make([]byte, 0, size+deflate.DstSlack), func(b *deflate.Block) error {
 		if b.In+int64(b.Size) > size {
 			return fmt.Errorf("parse inflates past %d bytes", size)
 		}
@@ -126,30 +130,108 @@ func decodeParse(d digest.Digest, frame []byte, size int64, tokens bool) (io.Rea
 	return &Parsed{Reader: bytes.NewReader(out), Level: level, Tokens: toks}, nil
 }
 
-// openParseStream inflates a parse frame as it is read from br, which
-// reads src (past the frame's magic and level): the bytes of a file too large to hold with its
-// tokens. A failed read of src is the storage's; any other failure means
-// the stored bytes are corrupt.
-func openParseStream(d digest.Digest, src *iowatch.ErrReader, br *bufio.Reader, rc io.Closer) io.ReadCloser {
-	return &parseStream{d: d, src: src, fr: flate.NewReader(br), rc: rc}
+// ParsedStream is a file too large to hold whole with its tokens, read from
+// its parse frame as the frame is read and inflated: it hands its tokens to
+// the function Follow set, if any, a piece at a time (about parsePiece
+// bytes, whole blocks), each before the piece's first byte is read, so that
+// a rebuild following them holds only the pieces it has not passed. (Its
+// decoder, tokens and all, inflates faster than compress/flate.) A failed
+// read of the frame is the storage's; any other failure means the stored
+// bytes are corrupt.
+type ParsedStream struct {
+	// Level is the deflate level the parse was written at.
+	Level int
+
+	d      digest.Digest
+	src    *iowatch.ErrReader
+	rc     io.Closer
+	dec    *deflate.Decoder
+	size   int64
+	follow func(first int, rel int64, tokens []deflate.Token)
+
+	win     []byte // the last 32 KiB inflated, then the pending piece
+	pending []byte // what Read has yet to hand out
+	off     int64  // bytes inflated so far
+	tokens  int    // tokens handed on so far
+	plain   bool   // a stored block with bytes: no parse KeepTokens wrote
+	done    bool
+	err     error
 }
 
-type parseStream struct {
-	d   digest.Digest
-	src *iowatch.ErrReader
-	fr  io.ReadCloser
-	rc  io.Closer
+// Follow makes p call f with each piece of its tokens: the index of the
+// piece's first token among the file's, the offset of its first byte in
+// the file, and the tokens (not changed afterwards). Set it before the
+// first Read.
+func (p *ParsedStream) Follow(f func(first int, rel int64, tokens []deflate.Token)) { p.follow = f }
+
+// openParsedStream reads the parse frame of file d (size bytes, < 0 when
+// not known; at level) from br, which reads src, past its magic and level
+// byte.
+func openParsedStream(d digest.Digest, src *iowatch.ErrReader, br *bufio.Reader, rc io.Closer, size int64, level int) *ParsedStream {
+	return &ParsedStream{Level: level, d: d, src: src, rc: rc, size: size, dec: deflate.NewStreamDecoder(br, make([]byte, 64<<10))}
 }
 
-func (p *parseStream) Read(b []byte) (int, error) {
-	n, err := p.fr.Read(b)
-	if err != nil && err != io.EOF && p.src.Err == nil {
-		err = fmt.Errorf("pack: file %s: %w: %w", p.d, layer.ErrCorruptFile, err)
+func (p *ParsedStream) Read(b []byte) (int, error) {
+	for len(p.pending) == 0 {
+		if p.err != nil {
+			return 0, p.err
+		}
+		if p.done {
+			return 0, io.EOF
+		}
+		p.err = p.inflate()
 	}
-	return n, err
+	n := copy(b, p.pending)
+	p.pending = p.pending[n:]
+	return n, nil
 }
 
-func (p *parseStream) Close() error {
-	p.fr.Close()
-	return p.rc.Close()
+// inflate decodes the next piece and hands its tokens on.
+func (p *ParsedStream) inflate() error {
+	const window = 32 << 10
+	if len(p.win) > window {
+		n := copy(p.win, p.win[len(p.win)-window:])
+		p.win = p.win[:n]
+	}
+	start := len(p.win)
+	var toks []deflate.Token
+	for len(p.win)-start < parsePiece && !p.done {
+		b, out, err := p.dec.Next(p.win)
+		p.win = out
+		if err != nil {
+			if p.src.Err != nil {
+				return fmt.Errorf("pack: file %s: %w", p.d, p.src.Err)
+			}
+			return p.corrupt(err)
+		}
+		if p.size >= 0 && p.off+int64(len(p.win)-start) > p.size {
+			return p.corrupt(fmt.Errorf("parse inflates past %d bytes", p.size))
+		}
+		switch {
+		case p.plain || p.follow == nil:
+		case b.Type == deflate.BlockStored && b.Size > 0:
+			p.plain, toks = true, nil
+		default:
+			toks = append(toks, b.Tokens...)
+		}
+		p.done = b.Final
+	}
+	n := len(p.win) - start
+	if p.done && p.size >= 0 && p.off+int64(n) != p.size {
+		return p.corrupt(fmt.Errorf("parse inflates to %d bytes, want %d", p.off+int64(n), p.size))
+	}
+	if len(toks) > 0 {
+		p.follow(p.tokens, p.off, toks)
+		p.tokens += len(toks)
+	}
+	p.off += int64(n)
+	p.pending = p.win[start:]
+	return nil
 }
+
+func (p *ParsedStream) corrupt(err error) error {
+	return fmt.Errorf("pack: file %s: %w: %w", p.d, layer.ErrCorruptFile, err)
+}
+
+// Close implements io.Closer.
+func (p *ParsedStream) Close() error { return p.rc.Close() }

@@ -9,14 +9,15 @@ import (
 	"testing"
 
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
+	"github.com/cairn-registry/cairn/internal/dedup/recompress/deflate"
 	"github.com/cairn-registry/cairn/internal/layout"
 )
 
 // TestParseFrames: with KeepParses, files of MinParseFile bytes and more
 // are stored as parse frames (the large one streamed), the rest as zstd;
 // Stream reads them all back; StreamParses hands out each parse frame's
-// file as a *Parsed whose tokens inflate to exactly its bytes; a damaged
-// parse frame reads as a corrupt file.
+// file with tokens that inflate to exactly its bytes (the large one as a
+// *ParsedStream, in pieces); a damaged parse frame reads as a corrupt file.
 func TestParseFrames(t *testing.T) {
 	e := newEnv(t, Options{})
 	e.parseLevel = 6
@@ -49,23 +50,44 @@ func TestParseFrames(t *testing.T) {
 		if err != nil {
 			t.Fatalf("file %d: %v", i, err)
 		}
-		p, ok := rc.(*Parsed)
-		if ok != (len(want) >= MinParseFile) {
-			t.Fatalf("file %d (%d bytes): handed out as %T", i, len(want), rc)
-		}
-		if ok {
-			var n int
+		var level, n int
+		switch p := rc.(type) {
+		case *Parsed:
+			level = p.Level
 			for _, tk := range p.Tokens {
 				n += tk.Size()
 			}
-			if p.Level != 6 || n != len(want) {
-				t.Errorf("file %d: level %d, tokens of %d bytes, want 6 and %d", i, p.Level, n, len(want))
-			}
+		case *ParsedStream:
+			// Pieces come in order, each before its first byte is read,
+			// and their tokens cover the file's bytes.
+			level = p.Level
+			var tokens, pieces int
+			p.Follow(func(first int, rel int64, toks []deflate.Token) {
+				pieces++
+				if first != tokens || rel != int64(n) {
+					t.Errorf("file %d: piece from token %d at %d, want %d at %d", i, first, rel, tokens, n)
+				}
+				tokens += len(toks)
+				for _, tk := range toks {
+					n += tk.Size()
+				}
+			})
+			defer func() {
+				if n != len(want) || pieces < 2 {
+					t.Errorf("file %d: tokens of %d bytes in %d pieces, want %d bytes in several", i, n, pieces, len(want))
+				}
+			}()
 		}
-		got, err := io.ReadAll(rc)
+		if parsed := level != 0; parsed != (len(want) >= MinParseFile) || (parsed && (len(want) > smallFile) != isStream(rc)) {
+			t.Fatalf("file %d (%d bytes): handed out as %T", i, len(want), rc)
+		}
+		got, err := readInSteps(rc)
 		rc.Close()
 		if err != nil || string(got) != string(want) {
 			t.Fatalf("file %d: %d bytes (%v), want %d", i, len(got), err, len(want))
+		}
+		if level != 0 && (level != 6 || n != len(want)) {
+			t.Errorf("file %d: level %d, tokens of %d bytes, want 6 and %d", i, level, n, len(want))
 		}
 	}
 	ps.Close()
@@ -78,7 +100,22 @@ func TestParseFrames(t *testing.T) {
 		if err := e.d.PutContent(ctx, layout.Pack(id), bad); err != nil {
 			t.Fatal(err)
 		}
-		rc, err := e.store.Open(ctx, en.Digest)
+		var rc io.ReadCloser
+		if k == len(entries)-1 {
+			// The large one with its tokens, as a rebuild reads it.
+			ps, err := e.store.StreamParses(ctx, recipeOf(payloads[k:]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ps.Close()
+			rc, err = ps.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			rc.(*ParsedStream).Follow(func(int, int64, []deflate.Token) {})
+		} else {
+			rc, err = e.store.Open(ctx, en.Digest)
+		}
 		var got []byte
 		if err == nil {
 			got, err = io.ReadAll(rc)
@@ -94,6 +131,27 @@ func TestParseFrames(t *testing.T) {
 		}
 		if !errors.Is(err, layer.ErrCorruptFile) {
 			t.Errorf("damaged parse frame of %d bytes: %v, want ErrCorruptFile", en.Size, err)
+		}
+	}
+}
+
+func isStream(rc io.Reader) bool {
+	_, ok := rc.(*ParsedStream)
+	return ok
+}
+
+// readInSteps reads r to its end in reads of varied sizes.
+func readInSteps(r io.Reader) ([]byte, error) {
+	var out []byte
+	buf := make([]byte, 100_000)
+	for k := 1; ; k++ {
+		n, err := r.Read(buf[:k*7919%len(buf)+1])
+		out = append(out, buf[:n]...)
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
 		}
 	}
 }

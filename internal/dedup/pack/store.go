@@ -245,9 +245,9 @@ func (s *Store) Open(ctx context.Context, d digest.Digest) (io.ReadCloser, error
 }
 
 // openAt reads one file of size bytes (< 0: unknown) at loc with a ranged
-// read of its own: a small one whole, a larger one streamed. With tokens,
-// a parse frame of a file of a known size up to maxParseFile is read whole and
-// handed out as a *Parsed.
+// read of its own: a small one whole, a larger one streamed. A small parse
+// frame is handed out with its tokens as a *Parsed when tokens are asked;
+// a larger one is always a *ParsedStream, whose tokens go to a Follow.
 func (s *Store) openAt(ctx context.Context, d digest.Digest, loc meta.Location, size int64, tokens bool) (io.ReadCloser, error) {
 	if size >= 0 && size <= smallFile {
 		frame, err := s.readRange(ctx, loc.Pack, loc.Offset, loc.Length)
@@ -259,9 +259,6 @@ func (s *Store) openAt(ctx context.Context, d digest.Digest, loc meta.Location, 
 	rc, err := s.d.ReadRange(ctx, layout.Pack(loc.Pack), loc.Offset, loc.Length)
 	if err != nil {
 		return nil, fmt.Errorf("pack: read %s from %s: %w", d, loc.Pack, err)
-	}
-	if !tokens || size < 0 || size > maxParseFile {
-		size = -1
 	}
 	return s.decodeStream(d, rc, size)
 }
@@ -297,23 +294,15 @@ func (s *Store) decodeSmall(d digest.Digest, frame []byte, size int64, tokens bo
 	return io.NopCloser(bytes.NewReader(out)), nil
 }
 
-// decodeStream decompresses a frame as it is read from rc; a parse frame
-// of a file of parseSize bytes (< 0: none wanted) is read whole and handed
-// out with its tokens.
-func (s *Store) decodeStream(d digest.Digest, rc io.ReadCloser, parseSize int64) (io.ReadCloser, error) {
+// decodeStream decompresses a frame of a file of size bytes (< 0: not
+// known) as it is read from rc; a parse frame is handed out as a
+// *ParsedStream.
+func (s *Store) decodeStream(d digest.Digest, rc io.ReadCloser, size int64) (io.ReadCloser, error) {
 	src := &iowatch.ErrReader{R: rc}
 	br := bufio.NewReaderSize(src, 64<<10)
 	if head, err := br.Peek(len(parseMagic) + 1); isParse(head) {
-		if parseSize < 0 {
-			br.Discard(len(head))
-			return openParseStream(d, src, br, rc), nil
-		}
-		defer rc.Close()
-		frame, err := io.ReadAll(br)
-		if err != nil {
-			return nil, fmt.Errorf("pack: file %s: %w", d, err)
-		}
-		return decodeParse(d, frame, parseSize, true)
+		br.Discard(len(head))
+		return openParsedStream(d, src, br, rc, size, int(head[len(parseMagic)])), nil
 	} else if err != nil && src.Err != nil {
 		rc.Close()
 		return nil, fmt.Errorf("pack: file %s: %w", d, src.Err)

@@ -138,7 +138,7 @@ func (s *Store) Stream(ctx context.Context, files []layer.File) (layer.Payloads,
 }
 
 // StreamParses is Stream handing out each file stored as a parse frame
-// (of files up to maxParseFile) as a *Parsed, with its tokens: the payloads of a
+// as a *Parsed or *ParsedStream, with its tokens: the payloads of a
 // rebuild that follows them.
 func (s *Store) StreamParses(ctx context.Context, files []layer.File) (layer.Payloads, error) {
 	return s.stream(ctx, files, true)

@@ -50,11 +50,14 @@ const minCopy = 512
 // segment finds its first token without walking the file from its start.
 const markEvery = 1024
 
-// Parse is a stored parse a rebuild may follow: the tokens of recipe file
-// Source, at deflate level Level, whose first byte is at offset Off of the
-// blob's uncompressed stream (across members).
+// Parse is (a piece of) a stored parse a rebuild may follow: the tokens of
+// recipe file Source from its token First, at deflate level Level, whose
+// first byte is at offset Off of the blob's uncompressed stream (across
+// members). A large file's parse comes in pieces (pack.ParsedStream); a
+// copy lies inside one.
 type Parse struct {
 	Source int
+	First  int
 	Off    int64
 	Level  int
 	Tokens []deflate.Token
@@ -62,8 +65,8 @@ type Parse struct {
 	marks  []int64 // marks[k]: input offset, from Off, of token k*markEvery
 }
 
-func newParse(source int, off int64, level int, tokens []deflate.Token) *Parse {
-	p := &Parse{Source: source, Off: off, Level: level, Tokens: tokens}
+func newParse(source, first int, off int64, level int, tokens []deflate.Token) *Parse {
+	p := &Parse{Source: source, First: first, Off: off, Level: level, Tokens: tokens}
 	p.marks = make([]int64, 0, len(tokens)/markEvery+1)
 	for i, t := range tokens {
 		if i%markEvery == 0 {
@@ -74,8 +77,8 @@ func newParse(source int, off int64, level int, tokens []deflate.Token) *Parse {
 	return p
 }
 
-// tokenAt returns the index of the first token starting at or after rel
-// (an offset from Off) and where it starts.
+// tokenAt returns the index in Tokens of the first token starting at or
+// after rel (an offset from Off) and where it starts.
 func (p *Parse) tokenAt(rel int64) (int, int64) {
 	k := max(sort.Search(len(p.marks), func(k int) bool { return p.marks[k] > rel })-1, 0)
 	i, at := k*markEvery, int64(0)
@@ -100,7 +103,15 @@ type Parses struct {
 // Add records the parse of file source, whose first byte is at offset
 // off of the uncompressed stream; tokens must not change afterwards.
 func (ps *Parses) Add(source int, off int64, level int, tokens []deflate.Token) {
-	p := newParse(source, off, level, tokens)
+	ps.AddPiece(source, 0, off, level, tokens)
+}
+
+// AddPiece records a piece of the parse of file source: its tokens from
+// token first, whose first byte is at offset off of the uncompressed
+// stream. Pieces are added in input order, each no later than its first
+// byte.
+func (ps *Parses) AddPiece(source, first int, off int64, level int, tokens []deflate.Token) {
+	p := newParse(source, first, off, level, tokens)
 	ps.mu.Lock()
 	ps.list = append(ps.list, p)
 	ps.mu.Unlock()
@@ -154,21 +165,27 @@ func follow(copies []Copy, parses []*Parse, base int64) deflate.TokenSource {
 	if len(copies) == 0 || len(parses) == 0 {
 		return nil
 	}
-	bySource := make(map[int]*Parse, len(parses))
+	bySource := make(map[int][]*Parse, len(parses))
 	for _, p := range parses {
-		bySource[p.Source] = p
+		bySource[p.Source] = append(bySource[p.Source], p)
 	}
 	src := &copySource{}
 	for _, c := range copies {
-		p := bySource[c.Source]
-		if p == nil || c.First < 0 || c.Count <= 0 || c.First+c.Count > len(p.Tokens) {
+		var p *Parse
+		for _, q := range bySource[c.Source] {
+			if q.First <= c.First && c.First < q.First+len(q.Tokens) {
+				p = q
+				break
+			}
+		}
+		if p == nil || c.Count <= 0 || c.First+c.Count > p.First+len(p.Tokens) {
 			continue
 		}
 		i, at := p.tokenAt(c.In + base - p.Off)
-		if i != c.First || p.Off+at != c.In+base {
+		if p.First+i != c.First || p.Off+at != c.In+base {
 			continue
 		}
-		ts := p.Tokens[c.First : c.First+c.Count]
+		ts := p.Tokens[i : i+c.Count]
 		var n int64
 		for _, t := range ts {
 			n += int64(t.Size())
@@ -293,7 +310,7 @@ func findCopies(orig []origToken, parses []*Parse, base, end int64) []Copy {
 				flush() // a stored block's, or another token
 			} else {
 				if run.First < 0 {
-					run.In, run.First = o.off, j
+					run.In, run.First = o.off, p.First+j
 				}
 				run.Size += int64(o.n)
 				run.Count++

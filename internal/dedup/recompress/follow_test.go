@@ -87,6 +87,61 @@ func parsesOf(files []sourceFile, toks [][]deflate.Token, level int, keep func(i
 	return ps
 }
 
+// addPieces adds the parse toks of file i at off to ps in pieces of n
+// tokens (whole when n is 0), as pack.ParsedStream hands a large file's.
+func addPieces(ps *Parses, i int, off int64, level int, toks []deflate.Token, n int) {
+	if n == 0 {
+		n = len(toks)
+	}
+	for first := 0; first < len(toks); first += n {
+		piece := toks[first:min(first+n, len(toks))]
+		ps.AddPiece(i, first, off, level, piece)
+		for _, t := range piece {
+			off += int64(t.Size())
+		}
+	}
+}
+
+// TestFollowPieces: parses handed in pieces (a large file's) are checked
+// and followed as a whole parse is: copies lie inside pieces, cover most
+// of the input, and a rebuild with the same pieces takes them.
+func TestFollowPieces(t *testing.T) {
+	input, files := goSources(t, 3<<20, 1<<20)
+	blob, rec := gzipRecipe(t, 6, input)
+	own := ownParses(t, files, 6)
+	inPieces := func() *Parses {
+		ps := &Parses{}
+		for i, f := range files {
+			addPieces(ps, i, f.off, 6, own[i], 5000)
+		}
+		return ps
+	}
+	kept, err := CheckFollowing(io.Discard, rec, bytes.NewReader(input), bytes.NewReader(blob), inPieces())
+	if err != nil {
+		t.Fatal(err)
+	}
+	covered, copies := kept.CopiedBytes(), 0
+	for _, m := range kept.Members {
+		for _, c := range m.Copies {
+			copies++
+			if c.First/5000 != (c.First+c.Count-1)/5000 {
+				t.Fatalf("copy of tokens %d+%d spans pieces of 5000", c.First, c.Count)
+			}
+		}
+	}
+	t.Logf("%d copies cover %d of %d bytes", copies, covered, len(input))
+	if covered < int64(len(input))*3/4 {
+		t.Errorf("copies cover %d of %d bytes, want at least 3/4", covered, len(input))
+	}
+	var out bytes.Buffer
+	if err := RebuildFollowing(&out, kept, bytes.NewReader(input), 2, inPieces()); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(out.Bytes(), blob) {
+		t.Fatal("a rebuild following parses in pieces wrote other bytes than the blob")
+	}
+}
+
 // gzipRecipe compresses input as compress/gzip does at level and finds its
 // recipe.
 func gzipRecipe(t testing.TB, level int, input []byte) ([]byte, Recipe) {
@@ -255,6 +310,13 @@ func FuzzFollowCopies(f *testing.F) {
 		if lv != 6 {
 			six = ownParses(t, files, 6)
 		}
+		// With pick's bit 13 parses come in pieces, as a large file's
+		// do, cut differently for the check and the rebuild: a copy
+		// across pieces is searched.
+		piece := 0
+		if pick&0x2000 != 0 {
+			piece = 300
+		}
 		parses := func(salt uint16) *Parses {
 			ps := &Parses{}
 			for i, f := range files {
@@ -262,10 +324,10 @@ func FuzzFollowCopies(f *testing.F) {
 					continue
 				}
 				if own[i] != nil && (lv == 6 || pick&0x4000 == 0) {
-					ps.Add(i, f.off, lv, own[i])
+					addPieces(ps, i, f.off, lv, own[i], piece+int(salt%7)*50)
 				}
 				if lv != 6 && six[i] != nil {
-					ps.Add(i, f.off, 6, six[i])
+					addPieces(ps, i, f.off, 6, six[i], piece+int(salt%7)*50)
 				}
 			}
 			return ps

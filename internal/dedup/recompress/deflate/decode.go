@@ -103,7 +103,7 @@ type Decoder struct {
 	lit, dist huffTable // a dynamic block's codes
 	clen      huffTable
 
-	// For Walk: feed returns more input once src is used up (io.EOF at
+	// For Walk and stream decoders: feed returns more input once src is used up (io.EOF at
 	// the end); count keeps neither bytes nor tokens, only their number.
 	feed  func() ([]byte, error)
 	count bool
@@ -113,6 +113,26 @@ type Decoder struct {
 func NewDecoder(src []byte) *Decoder {
 	d := &Decoder{}
 	d.Reset(src)
+	return d
+}
+
+// NewStreamDecoder returns a Decoder for the stream r holds from its
+// current position, read in chunks of up to len(buf) bytes into buf: a
+// stream too large to hold whole. A stored block's Block.Stored is then a
+// slice of dst, not of the input.
+func NewStreamDecoder(r io.Reader, buf []byte) *Decoder {
+	d := &Decoder{}
+	d.Reset(nil)
+	d.feed = func() ([]byte, error) {
+		n, err := r.Read(buf)
+		if n > 0 {
+			return buf[:n], nil
+		}
+		if err == nil {
+			err = io.ErrNoProgress
+		}
+		return nil, err
+	}
 	return d
 }
 
@@ -330,6 +350,21 @@ func (d *Decoder) stored(b *Block, dst []byte) ([]byte, error) {
 		b.Size = n
 		return dst, nil
 	}
+	if d.feed != nil {
+		// The bytes may span fed chunks, and the loaded ones may come
+		// from a chunk gone: take them a byte at a time (parse frames,
+		// the fed streams, hold no stored blocks but their last, empty).
+		n0 := len(dst)
+		for range n {
+			v, err := d.take(8)
+			if err != nil {
+				return dst[:n0], err
+			}
+			dst = append(dst, byte(v))
+		}
+		b.Stored = dst[n0:]
+		return dst, nil
+	}
 	// Give back the whole bytes loaded: the rest is aligned in src.
 	d.p -= int(d.nb / 8)
 	d.bits, d.nb = 0, 0
@@ -443,6 +478,10 @@ func init() {
 // maxTokenBits is the most bits one token takes: a 15-bit length code, 5
 // extra bits, a 15-bit distance code, 13 extra bits.
 const maxTokenBits = 48
+
+// DstSlack is the room past a stream's last byte a caller sizing dst for
+// the whole output leaves in its capacity, so that Next need not grow it.
+const DstSlack = outSlack
 
 // outSlack is the room codes keeps in dst beyond a token's bytes, so that
 // short matches copy 8 bytes at a time.

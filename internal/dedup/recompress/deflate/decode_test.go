@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -386,6 +387,68 @@ func TestWalkBuffered(t *testing.T) {
 		}
 		if len(rest) > len(tail) || len(rest) < len(tail)-4 {
 			t.Fatalf("level %d: %d bytes left after the stream, want about %d", level, len(rest), len(tail))
+		}
+	}
+}
+
+// TestStreamDecoder: a stream decoded from a reader in chunks of any size
+// (stored blocks across chunks included) gives the bytes, blocks and
+// tokens of the same stream decoded from memory.
+func TestStreamDecoder(t *testing.T) {
+	var pg bytes.Buffer
+	w, _ := pgzip.NewWriterLevel(&pg, 5)
+	w.SetConcurrency(256<<10, 4) // sync flushes: stored blocks
+	w.Write(layerLike(1<<20, 3))
+	w.Close()
+	streams := map[string][]byte{"pgzip": pg.Bytes()[10:]}
+	for name, in := range corpora(t) {
+		for _, level := range []int{0, 6} {
+			streams[name+"/"+string(rune('0'+level))] = compressWhole(t, level, in, 1<<30, nil)
+		}
+	}
+	type blk struct {
+		in, size int
+		typ      BlockType
+		tokens   []Token
+	}
+	decode := func(d *Decoder) ([]byte, []blk, error) {
+		var out []byte
+		var blks []blk
+		for {
+			b, o, err := d.Next(out)
+			out = o
+			if err == io.EOF {
+				return out, blks, nil
+			}
+			if err != nil {
+				return out, blks, err
+			}
+			blks = append(blks, blk{int(b.In), b.Size, b.Type, append([]Token(nil), b.Tokens...)})
+		}
+	}
+	for name, stream := range streams {
+		want, wantBlks, err := decode(NewDecoder(stream))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for _, chunk := range []int{1, 7, 4096, 64 << 10} {
+			got, gotBlks, err := decode(NewStreamDecoder(bytes.NewReader(stream), make([]byte, chunk)))
+			if err != nil {
+				t.Fatalf("%s, chunks of %d: %v", name, chunk, err)
+			}
+			if !bytes.Equal(got, want) || len(gotBlks) != len(wantBlks) {
+				t.Fatalf("%s, chunks of %d: %d bytes in %d blocks, want %d in %d", name, chunk, len(got), len(gotBlks), len(want), len(wantBlks))
+			}
+			for i := range gotBlks {
+				g, w := gotBlks[i], wantBlks[i]
+				if g.in != w.in || g.size != w.size || g.typ != w.typ || !slices.Equal(g.tokens, w.tokens) {
+					t.Fatalf("%s, chunks of %d: block %d differs", name, chunk, i)
+				}
+			}
+		}
+		// A cut stream is an error, never a short success.
+		if _, _, err := decode(NewStreamDecoder(bytes.NewReader(stream[:len(stream)/2]), make([]byte, 4096))); len(stream) > 16 && !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("%s cut in half: %v, want ErrCorrupt", name, err)
 		}
 	}
 }

@@ -5,9 +5,10 @@
 package deflate
 
 import (
+	"cmp"
 	"math"
 	"math/bits"
-	"sort"
+	"slices"
 )
 
 // hcode is a huffman code with a bit code and bit length.
@@ -307,38 +308,27 @@ func (h *huffmanEncoder) generate(freq []int32, maxBits int32) {
 	h.assignEncodingAndSize(bitCount, list)
 }
 
+// byLiteral and byFreq sort a code's nodes. Literals are distinct, so
+// both orders are total and any sort gives compress/flate's result; a
+// generic sort is cheaper per block than sort.Sort's interface calls.
 type byLiteral []literalNode
 
 func (s *byLiteral) sort(a []literalNode) {
 	*s = byLiteral(a)
-	sort.Sort(s)
+	slices.SortFunc(a, func(x, y literalNode) int { return cmp.Compare(x.literal, y.literal) })
 }
-
-func (s byLiteral) Len() int { return len(s) }
-
-func (s byLiteral) Less(i, j int) bool {
-	return s[i].literal < s[j].literal
-}
-
-func (s byLiteral) Swap(i, j int) { s[i], s[j] = s[j], s[i] }
 
 type byFreq []literalNode
 
 func (s *byFreq) sort(a []literalNode) {
 	*s = byFreq(a)
-	sort.Sort(s)
+	slices.SortFunc(a, func(x, y literalNode) int {
+		if x.freq == y.freq {
+			return cmp.Compare(x.literal, y.literal)
+		}
+		return cmp.Compare(x.freq, y.freq)
+	})
 }
-
-func (s byFreq) Len() int { return len(s) }
-
-func (s byFreq) Less(i, j int) bool {
-	if s[i].freq == s[j].freq {
-		return s[i].literal < s[j].literal
-	}
-	return s[i].freq < s[j].freq
-}
-
-func (s byFreq) Swap(i, j int) { s[i], s[j] = s[j], s[i] }
 
 func reverseBits(number uint16, bitLength byte) uint16 {
 	return bits.Reverse16(number << (16 - bitLength))

@@ -42,7 +42,8 @@ func FuzzDecodeReencode(f *testing.F) {
 
 // FuzzDecode: the decoder never panics on arbitrary input, fails only
 // with ErrCorrupt, and accepts exactly the streams compress/flate reads
-// whole, inflating them to the same bytes and ending in the same byte.
+// whole, inflating them to the same bytes and ending in the same byte; fed
+// from a reader in chunks, it decodes the same.
 func FuzzDecode(f *testing.F) {
 	in := layerLike(40<<10, 15)
 	for _, level := range []int{-2, 0, 1, 2, 6, 9} {
@@ -76,6 +77,19 @@ func FuzzDecode(f *testing.F) {
 		size, bits, werr := Walk(bufio.NewReaderSize(bytes.NewReader(data), 16), nil)
 		if (werr == nil) != (err == nil) || werr == nil && (size != int64(len(got)) || bits != d.Bits()) {
 			t.Fatalf("Walk over a bufio.Reader: %d bytes, %d bits, %v; decoder %d, %d, %v", size, bits, werr, len(got), d.Bits(), err)
+		}
+		// A stream decoder fed in 5-byte chunks agrees too.
+		sd := NewStreamDecoder(bytes.NewReader(data), make([]byte, 5))
+		var sgot []byte
+		var serr error
+		for serr == nil {
+			_, sgot, serr = sd.Next(sgot)
+		}
+		if serr == io.EOF {
+			serr = nil
+		}
+		if (serr == nil) != (err == nil) || serr != nil && !errors.Is(serr, ErrCorrupt) || !bytes.Equal(sgot, got) {
+			t.Fatalf("stream decoder: %d bytes, %v; decoder %d, %v", len(sgot), serr, len(got), err)
 		}
 		br := bytes.NewReader(data)
 		want, ferr := io.ReadAll(stdflate.NewReader(br))
