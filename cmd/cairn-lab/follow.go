@@ -140,17 +140,11 @@ func runFollow(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return fmt.Errorf("follow: %w", err)
 		}
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return fmt.Errorf("follow: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("follow: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stop, err := startCPUProfile(*cpuProfile)
+	if err != nil {
+		return fmt.Errorf("follow: %w", err)
 	}
+	defer stop()
 	producers := map[string]string{} // layer digest → producer
 	for _, n := range procList {
 		if err := timeFollowRestores(ctx, ds, settings, n, *repeat, producers); err != nil {

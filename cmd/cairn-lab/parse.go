@@ -85,17 +85,11 @@ func runParse(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		})
 	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(*procs))
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return fmt.Errorf("parse: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("parse: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stop, err := startCPUProfile(*cpuProfile)
+	if err != nil {
+		return fmt.Errorf("parse: %w", err)
 	}
+	defer stop()
 	if *storage {
 		r, err := parsebench.MeasureStorage(ctx, level6(layers), stderr)
 		if err != nil {
@@ -164,4 +158,24 @@ func producer(c dataset.Compression) (group string, enc parsebench.Encoder, ok b
 		return "GNU gzip 6", nil, true
 	}
 	return "", nil, false
+}
+
+// startCPUProfile profiles the process's CPU into a new file at path until
+// stop is called; with path empty it does nothing.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }

@@ -124,6 +124,9 @@ type Source struct {
 	// storage after a restore found files located nowhere; it reports
 	// whether the index is incomplete (a rebuild is then under way).
 	checkIndex func(ctx context.Context) bool
+	// keepHeaders makes the worker's check keep block headers in recipes
+	// (recompress.Parses.KeepHeaders): with Options.Parses.
+	keepHeaders bool
 }
 
 // Metadata is what an Engine uses of the metadata store (a meta.Store has
@@ -274,6 +277,7 @@ func New(d driver.Driver, store Metadata, opts Options, log *slog.Logger, m Metr
 		return nil, err
 	}
 	src := newSource(d, files, log, m)
+	src.keepHeaders = opts.Parses
 	if opts.TempDir != "" {
 		if err := os.MkdirAll(opts.TempDir, 0o755); err != nil {
 			return nil, fmt.Errorf("dedup: spool directory: %w", err)

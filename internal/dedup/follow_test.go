@@ -17,8 +17,8 @@ import (
 // recipe lists the copies its verifying rebuild found, covering most of
 // the tar, and the layer restores byte-exact; a second layer holding most
 // of the same files in another order, beside files of its own, follows the
-// first one's stored parses too. Without Options.Parses every file is a
-// zstd frame.
+// first one's stored parses too. Both keep their block headers. Without
+// Options.Parses every file is a zstd frame and no header is kept.
 func TestRebuildFollowsParses(t *testing.T) {
 	var src []tfile
 	for _, f := range layertest.GoSources(t, 3<<20, 96<<10) {
@@ -38,6 +38,9 @@ func TestRebuildFollowsParses(t *testing.T) {
 		r, err := v.eng.recipe(t.Context(), l)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if !hasHeaders(r) {
+			t.Errorf("layer %s: no block headers in the recipe", l.Encoded()[:12])
 		}
 		covered := r.Compression.CopiedBytes()
 		t.Logf("layer %s: copies cover %d of %d tar bytes", l.Encoded()[:12], covered, r.Tar.TarSize)
@@ -60,7 +63,20 @@ func TestRebuildFollowsParses(t *testing.T) {
 	if pack.IsParseFrame(off.frame(src[0].body)) {
 		t.Error("without Options.Parses a file is stored as a parse")
 	}
+	if r, err := off.eng.recipe(t.Context(), l); err != nil || hasHeaders(r) {
+		t.Errorf("without Options.Parses: block headers kept (%v)", err)
+	}
 	off.wantBlob(blobA)
+}
+
+// hasHeaders reports whether r keeps any block header.
+func hasHeaders(r *Recipe) bool {
+	for _, m := range r.Compression.Members {
+		if len(m.Headers) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // TestFollowsParsesOfOtherProducers: files a zstd, pgzip or BestSpeed

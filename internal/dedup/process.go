@@ -1,7 +1,6 @@
 package dedup
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,8 +10,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/klauspost/compress/gzip"
-	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
@@ -547,29 +544,16 @@ func (w *Worker) spool(ctx context.Context, l digest.Digest) (*os.File, int64, e
 }
 
 // uncompressed returns a function opening the blob's uncompressed stream
-// from its start, by the container's magic bytes. Every stream it opens
+// from its start (recompress.OpenUncompressed). Every stream it opens
 // fails with ErrExpansion past expansionBudget(size) bytes.
 func uncompressed(f *os.File, size int64) func() io.Reader {
 	limit := expansionBudget(size)
 	return func() io.Reader {
-		sr := io.NewSectionReader(f, 0, size)
-		var magic [4]byte
-		n, _ := f.ReadAt(magic[:], 0)
-		switch {
-		case n >= 3 && magic[0] == 0x1f && magic[1] == 0x8b && magic[2] == 8:
-			zr, err := gzip.NewReader(sr)
-			if err != nil {
-				return errReader{err}
-			}
-			return &bounded{r: &gzipTolerant{zr: zr}, left: limit, c: zr}
-		case n == 4 && bytes.Equal(magic[:], []byte{0x28, 0xb5, 0x2f, 0xfd}):
-			zr, err := zstd.NewReader(sr, zstd.WithDecoderConcurrency(1))
-			if err != nil {
-				return errReader{err}
-			}
-			return &bounded{r: zr, left: limit, c: zstdCloser{zr}}
+		rc, err := recompress.OpenUncompressed(io.NewSectionReader(f, 0, size))
+		if err != nil {
+			return errReader{err}
 		}
-		return sr
+		return &bounded{r: rc, left: limit, c: rc}
 	}
 }
 
@@ -620,26 +604,6 @@ func (b *bounded) Read(p []byte) (int, error) {
 }
 
 func (b *bounded) Close() error { return b.c.Close() }
-
-// gzipTolerant ends the stream at bytes after the last member that are not
-// another member: recompress keeps them verbatim as trailing data.
-type gzipTolerant struct {
-	zr *gzip.Reader
-}
-
-func (g *gzipTolerant) Read(p []byte) (int, error) {
-	n, err := g.zr.Read(p)
-	if errors.Is(err, gzip.ErrHeader) {
-		err = io.EOF
-	}
-	return n, err
-}
-
-func (g *gzipTolerant) Close() error { return g.zr.Close() }
-
-type zstdCloser struct{ *zstd.Decoder }
-
-func (z zstdCloser) Close() error { z.Decoder.Close(); return nil }
 
 type errReader struct{ err error }
 

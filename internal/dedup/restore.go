@@ -166,8 +166,8 @@ func (s *Source) rebuildChecking(ctx context.Context, r *Recipe, w io.Writer, or
 	// nothing to follow, and skips decoding the tokens.
 	var parses *recompress.Parses
 	var seen layer.PayloadFunc
-	if r.Compression.ParseLevel() > 0 && (original != nil || r.Compression.HasCopies()) {
-		parses = &recompress.Parses{}
+	if r.Compression.ParseLevel() > 0 && (original != nil || r.Compression.Follows()) {
+		parses = &recompress.Parses{KeepHeaders: original != nil && s.keepHeaders}
 		seen = func(i int, off int64, rc io.Reader) {
 			switch p := rc.(type) {
 			case *pack.Parsed:
@@ -201,6 +201,12 @@ func (s *Source) rebuildChecking(ctx context.Context, r *Recipe, w io.Writer, or
 		if n, _ := io.ReadFull(pr, one[:]); n > 0 {
 			err = fmt.Errorf("%w: tar longer than the recipe's members", ErrRebuildMismatch)
 		}
+	}
+	if err == nil {
+		// A rebuild that read all its input before the context ended
+		// (a segment's) does not see it end: the caller gave up all the
+		// same.
+		err = ctx.Err()
 	}
 	pr.CloseWithError(errors.New("dedup: rebuild ended"))
 	cancel()

@@ -58,12 +58,8 @@ func Retry(ctx context.Context, attempts int, final func(error) bool, fn func() 
 	var err error
 	for attempt := range attempts {
 		if attempt > 0 {
-			t := time.NewTimer(time.Duration(attempt*attempt) * 100 * time.Millisecond)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return ctx.Err()
-			case <-t.C:
+			if err := Sleep(ctx, time.Duration(attempt*attempt)*100*time.Millisecond); err != nil {
+				return err
 			}
 		}
 		err = fn()
@@ -72,4 +68,16 @@ func Retry(ctx context.Context, attempts int, final func(error) bool, fn func() 
 		}
 	}
 	return err
+}
+
+// Sleep waits d, or until ctx ends and then returns its error.
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -54,3 +54,16 @@ func TestRetry(t *testing.T) {
 		}
 	})
 }
+
+// TestSleep: Sleep waits out its duration, and returns at once with the
+// context's error when the context has ended.
+func TestSleep(t *testing.T) {
+	if err := Sleep(t.Context(), time.Millisecond); err != nil {
+		t.Fatalf("Sleep: %v", err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Sleep with an ended context: %v, want context.Canceled", err)
+	}
+}

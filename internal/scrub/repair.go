@@ -1,8 +1,6 @@
 package scrub
 
 import (
-	"bufio"
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -15,12 +13,11 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/klauspost/compress/gzip"
-	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
 	"github.com/cairn-registry/cairn/internal/dedup/pack"
+	"github.com/cairn-registry/cairn/internal/dedup/recompress"
 	"github.com/cairn-registry/cairn/internal/digestkey"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/parallel"
@@ -178,11 +175,11 @@ func (s *scrubber) disassemble(ctx context.Context, src digest.Digest, tarSize i
 		return err
 	}
 	defer rc.Close()
-	tr, done, err := uncompressed(rc)
+	tr, err := recompress.OpenUncompressed(rc)
 	if err != nil {
 		return err
 	}
-	defer done()
+	defer tr.Close()
 	_, err = layer.Disassemble(ctx, io.LimitReader(tr, tarSize), rs)
 	if errors.Is(err, errAllStored) {
 		err = nil
@@ -229,40 +226,6 @@ func (r *replaceStore) Put(ctx context.Context, d digest.Digest, size int64, bod
 
 func (r *replaceStore) Open(context.Context, digest.Digest) (io.ReadCloser, error) {
 	return nil, errors.New("scrub: the repair store is write-only")
-}
-
-// uncompressed opens the tar inside a layer blob by its magic bytes: gzip
-// (one member or several), zstd, or a plain tar.
-func uncompressed(r io.Reader) (io.Reader, func(), error) {
-	br := bufio.NewReaderSize(r, 64<<10)
-	magic, _ := br.Peek(4)
-	switch {
-	case len(magic) >= 3 && magic[0] == 0x1f && magic[1] == 0x8b && magic[2] == 8:
-		zr, err := gzip.NewReader(br)
-		if err != nil {
-			return nil, nil, err
-		}
-		return &gzipTolerant{zr: zr}, func() { zr.Close() }, nil
-	case bytes.Equal(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
-		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1))
-		if err != nil {
-			return nil, nil, err
-		}
-		return zr, zr.Close, nil
-	}
-	return br, func() {}, nil
-}
-
-// gzipTolerant ends the stream at bytes after the last member that are
-// not another member, as dedup does (its recipes keep them verbatim).
-type gzipTolerant struct{ zr *gzip.Reader }
-
-func (g *gzipTolerant) Read(p []byte) (int, error) {
-	n, err := g.zr.Read(p)
-	if errors.Is(err, gzip.ErrHeader) {
-		err = io.EOF
-	}
-	return n, err
 }
 
 // repairBlobs rebuilds each corrupt blob that has a recipe over its data.

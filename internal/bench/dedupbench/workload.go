@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cairn-registry/cairn/internal/bench/dataset"
+	"github.com/cairn-registry/cairn/internal/repeat"
 )
 
 // PrefetchFigures are figure (e): cache hit ratios while clients pull, with
@@ -275,7 +276,7 @@ func (r *registryRun) replay(ctx context.Context, phase, mode string, predictor 
 // the first round (or always, for a repull client) it pauses DelayMin to
 // DelayMax and GETs the layers, three at a time as docker does.
 func (r *registryRun) pull(ctx context.Context, base string, c *wclient, round int) (manifests int, times []time.Duration, err error) {
-	if err := sleep(ctx, time.Duration(c.rng.IntN(1000))*time.Millisecond); err != nil {
+	if err := repeat.Sleep(ctx, time.Duration(c.rng.IntN(1000))*time.Millisecond); err != nil {
 		return 0, nil, err
 	}
 	for _, im := range c.images {
@@ -287,7 +288,7 @@ func (r *registryRun) pull(ctx context.Context, base string, c *wclient, round i
 			continue
 		}
 		delay := r.opts.DelayMin + time.Duration(c.rng.Int64N(int64(r.opts.DelayMax-r.opts.DelayMin)+1))
-		if err := sleep(ctx, delay); err != nil {
+		if err := repeat.Sleep(ctx, delay); err != nil {
 			return manifests, times, err
 		}
 		var mu sync.Mutex
@@ -315,17 +316,6 @@ func (r *registryRun) pull(ctx context.Context, base string, c *wclient, round i
 		}
 	}
 	return manifests, times, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 func getManifest(ctx context.Context, c *http.Client, base string, im *dataset.Image) error {

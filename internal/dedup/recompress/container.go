@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+
 	"github.com/cairn-registry/cairn/internal/dedup/recompress/deflate"
 )
 
@@ -181,3 +184,46 @@ func readHeader(br *bufio.Reader) ([]byte, error) {
 	}
 	return h, nil
 }
+
+// OpenUncompressed opens the uncompressed stream of a layer blob read from
+// r, by its magic bytes: gzip (every member; bytes after the last member
+// that are not another member end the stream, as recipes keep them
+// verbatim as trailing data), zstd, or r itself (a plain tar). Close
+// releases the decoder.
+func OpenUncompressed(r io.Reader) (io.ReadCloser, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	magic, _ := br.Peek(4)
+	switch {
+	case len(magic) >= 3 && magic[0] == 0x1f && magic[1] == 0x8b && magic[2] == 8:
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, err
+		}
+		return &tolerantGzip{zr: zr}, nil
+	case bytes.Equal(magic, zstdMagic):
+		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			return nil, err
+		}
+		return zstdReadCloser{zr}, nil
+	}
+	return io.NopCloser(br), nil
+}
+
+// tolerantGzip ends the stream at bytes after the last member that are
+// not another member.
+type tolerantGzip struct{ zr *gzip.Reader }
+
+func (g *tolerantGzip) Read(p []byte) (int, error) {
+	n, err := g.zr.Read(p)
+	if errors.Is(err, gzip.ErrHeader) {
+		err = io.EOF
+	}
+	return n, err
+}
+
+func (g *tolerantGzip) Close() error { return g.zr.Close() }
+
+type zstdReadCloser struct{ *zstd.Decoder }
+
+func (z zstdReadCloser) Close() error { z.Decoder.Close(); return nil }

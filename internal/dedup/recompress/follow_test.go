@@ -395,3 +395,144 @@ func TestFollowSmallMember(t *testing.T) {
 		}
 	}
 }
+
+// checkedGoSources is n bytes of Go source in a tar-like input, its
+// compress/gzip level-6 blob, the recipe a check following the files'
+// parses kept, and a function giving those parses afresh.
+func checkedGoSources(tb testing.TB, n int) (input, blob []byte, kept Recipe, parses func() *Parses) {
+	tb.Helper()
+	input, files := goSources(tb, n, 64<<10)
+	blob, rec := gzipRecipe(tb, 6, input)
+	own := ownParses(tb, files, 6)
+	parses = func() *Parses { return parsesOf(files, own, 6, func(int) bool { return true }) }
+	ps := parses()
+	ps.KeepHeaders = true
+	kept, err := CheckFollowing(io.Discard, rec, bytes.NewReader(input), bytes.NewReader(blob), ps)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return input, blob, kept, parses
+}
+
+// TestFollowHeaders: a check keeps the original's dynamic block headers
+// (one per block of the segments it reproduced); a rebuild writing them
+// back, with or without the parses, writes the blob; a header that cannot
+// be read is derived again, and one sending other codes gives other bits,
+// which the digest catches.
+func TestFollowHeaders(t *testing.T) {
+	input, blob, kept, parses := checkedGoSources(t, 3<<20)
+	var headers int
+	for _, m := range kept.Members {
+		headers += len(m.Headers)
+		for i := 1; i < len(m.Headers); i++ {
+			if m.Headers[i].In <= m.Headers[i-1].In {
+				t.Fatal("headers out of input order")
+			}
+		}
+	}
+	// Go's level 6 ends a block every 16K tokens: ~50-100 KiB of input.
+	if min := len(input) / (200 << 10); headers < min {
+		t.Fatalf("%d headers kept for %d bytes, want at least %d", headers, len(input), min)
+	}
+	rebuild := func(r Recipe, ps *Parses) []byte {
+		t.Helper()
+		var out bytes.Buffer
+		if err := RebuildFollowing(&out, r, bytes.NewReader(input), 2, ps); err != nil {
+			t.Fatal(err)
+		}
+		return out.Bytes()
+	}
+	if !bytes.Equal(rebuild(kept, parses()), blob) {
+		t.Fatal("a rebuild with headers and parses wrote other bytes than the blob")
+	}
+	noCopies := kept
+	noCopies.Members = slices.Clone(kept.Members)
+	for i := range noCopies.Members {
+		noCopies.Members[i].Copies = nil
+	}
+	if !bytes.Equal(rebuild(noCopies, &Parses{}), blob) {
+		t.Fatal("a rebuild with headers alone wrote other bytes than the blob")
+	}
+	damaged := func(f func(h *deflate.BlockHeader)) Recipe {
+		r := noCopies
+		r.Members = slices.Clone(noCopies.Members)
+		for i := range r.Members {
+			hs := slices.Clone(r.Members[i].Headers)
+			for k := range hs {
+				hs[k].Data = slices.Clone(hs[k].Data)
+				f(&hs[k])
+			}
+			r.Members[i].Headers = hs
+		}
+		return r
+	}
+	// All ones: 288 literal/length codes, more than a block may send.
+	if !bytes.Equal(rebuild(damaged(func(h *deflate.BlockHeader) {
+		for i := range h.Data {
+			h.Data[i] = 0xff
+		}
+	}), &Parses{}), blob) {
+		t.Fatal("unreadable headers were not derived again")
+	}
+	// Headers whose bits do not fill their bytes, or out of order, are
+	// derived again too: no header may fail a restore.
+	if !bytes.Equal(rebuild(damaged(func(h *deflate.BlockHeader) { h.Bits -= 8 }), &Parses{}), blob) {
+		t.Fatal("headers shorter than their bytes were not derived again")
+	}
+	if !bytes.Equal(rebuild(damaged(func(h *deflate.BlockHeader) { h.In = 1 << 40 }), &Parses{}), blob) {
+		t.Fatal("headers out of order were not derived again")
+	}
+	var out bytes.Buffer
+	// Each block with the next block's header: codes that read, other
+	// than its own.
+	swapped := noCopies
+	swapped.Members = slices.Clone(noCopies.Members)
+	for i := range swapped.Members {
+		hs := slices.Clone(swapped.Members[i].Headers)
+		for k := range hs {
+			next := swapped.Members[i].Headers[(k+1)%len(hs)]
+			hs[k].Bits, hs[k].Data = next.Bits, next.Data
+		}
+		swapped.Members[i].Headers = hs
+	}
+	out.Reset()
+	if err := RebuildFollowing(&out, swapped, bytes.NewReader(input), 2, &Parses{}); err == nil && bytes.Equal(out.Bytes(), blob) {
+		t.Fatal("headers sending other codes wrote the blob: headers are not written back")
+	}
+}
+
+// BenchmarkRebuildHeaders times a level-6 rebuild following parses and
+// one searching everywhere (parses off), with the blocks' codes derived
+// and with stored headers.
+func BenchmarkRebuildHeaders(b *testing.B) {
+	input, _, kept, parses := checkedGoSources(b, 8<<20)
+	without := func(copies, headers bool) Recipe {
+		r := kept
+		r.Members = slices.Clone(kept.Members)
+		for i := range r.Members {
+			if copies {
+				r.Members[i].Copies = nil
+			}
+			if headers {
+				r.Members[i].Headers = nil
+			}
+		}
+		return r
+	}
+	for _, bc := range []struct {
+		name string
+		r    Recipe
+	}{
+		{"copies/derived", without(false, true)}, {"copies/stored", kept},
+		{"search/derived", without(true, true)}, {"search/stored", without(true, false)},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(input)))
+			for b.Loop() {
+				if err := RebuildFollowing(io.Discard, bc.r, bytes.NewReader(input), 1, parses()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -72,6 +72,10 @@ type Member struct {
 	// Copies are the stretches of the member whose tokens stored parses
 	// give (follow.go), in input order; a check finds them.
 	Copies []Copy `json:"copies,omitempty"`
+	// Headers are the member's dynamic block headers, by input offset, in
+	// the segments a check reproduced with them (deflate/header.go): a
+	// rebuild writes them back instead of deriving the blocks' codes.
+	Headers []deflate.BlockHeader `json:"headers,omitempty"`
 }
 
 // Tally adds one count per member encoder of r to counts, to learn which
@@ -413,15 +417,16 @@ func rebuild(w io.Writer, recipe Recipe, uncompressed io.Reader, original io.Rea
 			}
 			var fl *following
 			if parses != nil && deflate.Searchable(level) {
-				fl = &following{parses: parses, base: base, copies: m.Copies}
+				fl = &following{parses: parses, base: base, copies: m.Copies, headers: m.Headers}
 			}
-			copies, err := rebuildSegments(w, level, m, uncompressed, procs, chk, fl)
+			copies, headers, err := rebuildSegments(w, level, m, uncompressed, procs, chk, fl)
 			if err != nil {
 				return out, fmt.Errorf("recompress: member %d: %w", i, err)
 			}
 			if chk != nil {
 				out.Members[i].Restarts = chk.held(m.Restarts)
 				out.Members[i].Copies = copies
+				out.Members[i].Headers = headers
 			}
 			base += m.Size
 			if _, err := w.Write(m.Trailer); err != nil {
@@ -466,7 +471,7 @@ func rebuild(w io.Writer, recipe Recipe, uncompressed io.Reader, original io.Rea
 // such member with parses at hand; a restore takes the segment path only
 // where the recipe lists copies, so that nothing else changes.
 func followable(m Member, level int, parses *Parses, check bool) bool {
-	return parses != nil && deflate.Searchable(level) && m.Size <= maxFollowWhole && (check || len(m.Copies) > 0)
+	return parses != nil && deflate.Searchable(level) && m.Size <= maxFollowWhole && (check || len(m.Copies) > 0 || len(m.Headers) > 0)
 }
 
 // maxFollowWhole bounds the member followed as one segment: the segment

@@ -75,7 +75,7 @@ func (r Recipe) WithoutRestarts() Recipe {
 	out := r
 	out.Members = make([]Member, len(r.Members))
 	for i, m := range r.Members {
-		m.Restarts, m.Copies = nil, nil
+		m.Restarts, m.Copies, m.Headers = nil, nil, nil
 		out.Members[i] = m
 	}
 	return out
@@ -116,6 +116,8 @@ func checkRestarts(m Member) error {
 		}
 		end = c.In + c.Size
 	}
+	// Headers are not checked: one a rebuild cannot find or read is
+	// derived again (deflate/header.go), so no header can fail a restore.
 	return nil
 }
 
@@ -136,6 +138,18 @@ func (r Recipe) CopiedBytes() int64 {
 func (r Recipe) HasCopies() bool {
 	for _, m := range r.Members {
 		if len(m.Copies) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Follows reports whether any member of r lists copies or block headers:
+// whether a restore takes the following rebuild (RebuildFollowing with
+// the parses at hand) rather than the encoder's.
+func (r Recipe) Follows() bool {
+	for _, m := range r.Members {
+		if len(m.Copies) > 0 || len(m.Headers) > 0 {
 			return true
 		}
 	}
@@ -165,6 +179,9 @@ type segment struct {
 	// stretches it follows (a restore's from the recipe, a check's found).
 	parses []*Parse
 	copies []Copy
+	// headers are the original's block headers the segment writes back
+	// (a restore's from the recipe, a check's decoded).
+	headers []deflate.BlockHeader
 }
 
 // end is the input offset the segment's output ends at.
@@ -176,41 +193,59 @@ func (s *segment) end() int64 {
 }
 
 // following is what a segmented rebuild follows: the parses at hand and,
-// in a restore, the member's copies.
+// in a restore, the member's copies and block headers.
 type following struct {
-	parses *Parses
-	base   int64  // the member's offset in the uncompressed stream
-	copies []Copy // the member's, for a restore
+	parses  *Parses
+	base    int64                 // the member's offset in the uncompressed stream
+	copies  []Copy                // the member's, for a restore
+	headers []deflate.BlockHeader // the member's, for a restore
 }
 
-// compress compresses s, following its copies: in a restore those the
-// recipe lists that check out; in a check (chk set) those found by
-// comparing the original's tokens with the parses, kept only if the
+// compress compresses s, following its copies and writing its block
+// headers back: in a restore those the recipe lists (copies that check
+// out); in a check (chk set) those found by comparing the original's
+// tokens with the parses and decoded from the original, kept only if the
 // output they give is the original's.
 func (s *segment) compress(level int, fl *following, chk *segmentCheck) segmentResult {
 	var src deflate.TokenSource
 	switch {
-	case fl == nil || len(s.parses) == 0:
-		s.copies = nil
+	case fl == nil:
+		s.copies, s.headers = nil, nil
 	case chk == nil:
-		src = follow(s.copies, s.parses, fl.base)
-	default:
-		s.copies = nil
-		if orig, err := originalTokens(chk.original, chk.bodyStart, s); err == nil {
-			s.copies = findCopies(orig, s.parses, fl.base, s.end())
+		if len(s.parses) > 0 {
 			src = follow(s.copies, s.parses, fl.base)
 		}
+	case len(s.parses) == 0 && !fl.parses.KeepHeaders:
+		s.copies, s.headers = nil, nil
+	default:
+		s.copies, s.headers = nil, nil
+		if orig, headers, err := originalTokens(chk.original, chk.bodyStart, s, len(s.parses) > 0); err == nil {
+			if fl.parses.KeepHeaders {
+				s.headers = headers
+			}
+			if len(s.parses) > 0 {
+				s.copies = findCopies(orig, s.parses, fl.base, s.end())
+				src = follow(s.copies, s.parses, fl.base)
+			}
+		}
 	}
-	out, err := deflate.CompressSegmentFollowing(level, s.from, s.hist, s.in, s.to, src)
-	if chk != nil && src != nil {
+	var headers map[int64]*deflate.BlockHeader
+	if len(s.headers) > 0 {
+		headers = make(map[int64]*deflate.BlockHeader, len(s.headers))
+		for i := range s.headers {
+			headers[s.headers[i].In] = &s.headers[i]
+		}
+	}
+	out, err := deflate.CompressSegmentHeaders(level, s.from, s.hist, s.in, s.to, src, headers)
+	if chk != nil && (src != nil || headers != nil) {
 		ok := err == nil
 		if ok {
 			ok, err = chk.matches(out, s.from.Bit, s.toBit())
 		}
 		if err == nil && !ok {
-			// The copies, or the restart point: search, and let the
-			// check tell.
-			s.copies = nil
+			// The copies, the headers or the restart point: search,
+			// and let the check tell.
+			s.copies, s.headers = nil, nil
 			out, err = deflate.CompressSegment(level, s.from, s.hist, s.in, s.to)
 		}
 	}
@@ -232,12 +267,13 @@ type segmentResult struct {
 
 // rebuildSegments writes the deflate body of m (size bytes of input read
 // from r) by compressing the segments between its restart points on
-// workers goroutines and joining them in order. Memory stays bounded:
+// workers goroutines and joining them in order; a check returns the
+// copies and block headers its segments reproduced the original with. Memory stays bounded:
 // about 3×workers segments are in flight. With chk, each segment is
 // checked against the original before it is joined (segmentCheck).
-func rebuildSegments(w io.Writer, level int, m Member, r io.Reader, workers int, chk *segmentCheck, fl *following) ([]Copy, error) {
+func rebuildSegments(w io.Writer, level int, m Member, r io.Reader, workers int, chk *segmentCheck, fl *following) ([]Copy, []deflate.BlockHeader, error) {
 	if err := checkRestarts(m); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -263,6 +299,7 @@ func rebuildSegments(w io.Writer, level int, m Member, r io.Reader, workers int,
 	j := &deflate.Joiner{W: w}
 	var err error
 	var copies []Copy
+	var headers []deflate.BlockHeader
 	for s := range order {
 		res := <-s.done
 		if err != nil {
@@ -271,9 +308,10 @@ func rebuildSegments(w io.Writer, level int, m Member, r io.Reader, workers int,
 		out := res.out
 		if chk != nil {
 			if out, err = chk.segment(level, s, res); chk.dropped[s.from.In] {
-				s.copies = nil // merged into the segment before
+				s.copies, s.headers = nil, nil // merged into the segment before
 			}
 			copies = append(copies, s.copies...)
+			headers = append(headers, s.headers...)
 		} else if res.err != nil {
 			err = fmt.Errorf("recompress: segment at %d: %w", s.from.In, res.err)
 			if errors.Is(res.err, deflate.ErrDiverged) {
@@ -292,7 +330,7 @@ func rebuildSegments(w io.Writer, level int, m Member, r io.Reader, workers int,
 	if rerr := <-readErr; err == nil {
 		err = rerr
 	}
-	return copies, err
+	return copies, headers, err
 }
 
 // Checking restart points. The dedup worker verifies a recipe with the
@@ -448,6 +486,7 @@ func feedSegments(ctx context.Context, level int, m Member, r io.Reader, jobs, o
 					toIn = to.In
 				}
 				s.copies = segmentCopies(fl.copies, from.In, toIn)
+				s.headers = segmentHeaders(fl.headers, from.In, toIn)
 			}
 		}
 		select {

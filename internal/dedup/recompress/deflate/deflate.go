@@ -106,6 +106,11 @@ type compressor struct {
 	base    int64
 	onBlock func(Boundary)
 	stop    int64
+	// headers, when set, are the original's dynamic block headers by the
+	// input offset their blocks start at (header.go); blockIn is where the
+	// current block started.
+	headers map[int64]*BlockHeader
+	blockIn int64
 	// sink, when set, takes each block's tokens in place of writing the
 	// block (SearchStretch).
 	sink func([]token) error
@@ -194,7 +199,10 @@ func (d *compressor) writeBlock(tokens []token, index int) error {
 			window = d.window[d.blockStart:index]
 		}
 		d.blockStart = index
-		d.w.writeBlock(tokens, false, window)
+		if h := d.headers[d.blockIn]; h == nil || !d.w.writeBlockHeader(tokens, h) {
+			d.w.writeBlock(tokens, false, window)
+		}
+		d.blockIn = d.base + int64(index)
 		if d.w.err != nil {
 			return d.w.err
 		}

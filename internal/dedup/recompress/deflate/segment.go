@@ -110,6 +110,13 @@ func CompressSegment(level int, from Boundary, hist, in []byte, to *Boundary) ([
 // tokens in place of searching, as CompressFollowing does; src nil is
 // CompressSegment. Levels 4–9 only follow.
 func CompressSegmentFollowing(level int, from Boundary, hist, in []byte, to *Boundary, src TokenSource) ([]byte, error) {
+	return CompressSegmentHeaders(level, from, hist, in, to, src, nil)
+}
+
+// CompressSegmentHeaders is CompressSegmentFollowing writing each block
+// whose input starts at an offset headers holds with that header (see
+// header.go) in place of the codes it would derive.
+func CompressSegmentHeaders(level int, from Boundary, hist, in []byte, to *Boundary, src TokenSource, headers map[int64]*BlockHeader) ([]byte, error) {
 	if src != nil && !Searchable(level) {
 		return nil, fmt.Errorf("%w: %d", ErrNotSearchable, level)
 	}
@@ -150,6 +157,7 @@ func CompressSegmentFollowing(level int, from Boundary, hist, in []byte, to *Bou
 		d.follow = &follower{src: src, lastEnd: -1}
 		d.follow.next()
 	}
+	d.headers, d.blockIn = headers, from.In
 	_, err := d.write(in)
 	switch {
 	case to == nil && err == nil:

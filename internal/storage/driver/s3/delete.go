@@ -10,6 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/cairn-registry/cairn/internal/repeat"
 )
 
 // DeleteError is a path a DeleteObjects response reports as not deleted.
@@ -145,7 +147,7 @@ func (d *Driver) deleteBatch(ctx context.Context, keys []string) (int, error) {
 		if len(retry) == 0 {
 			return deleted, errors.Join(errs...)
 		}
-		if err := sleep(ctx, d.keyRetry.delay(attempt, rand.Float64())); err != nil {
+		if err := repeat.Sleep(ctx, d.keyRetry.delay(attempt, rand.Float64())); err != nil {
 			errs = append(errs, &BatchError{Paths: d.idPaths(retry, count), Err: err})
 			return deleted, errors.Join(errs...)
 		}

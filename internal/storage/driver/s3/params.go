@@ -310,15 +310,3 @@ func (b backoff) delay(n int, rnd float64) time.Duration {
 	}
 	return time.Duration(rnd * float64(d))
 }
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}

@@ -24,6 +24,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/cairn-registry/cairn/internal/repeat"
 	"github.com/cairn-registry/cairn/internal/storage/driver"
 )
 
@@ -545,7 +546,7 @@ func retryDenied[T any](ctx context.Context, call func() (T, error)) (T, error) 
 		if err == nil || attempt == 4 || !errors.As(err, &ae) || ae.ErrorCode() != "AccessDenied" {
 			return out, err
 		}
-		if err := sleep(ctx, time.Duration(attempt)*10*time.Millisecond); err != nil {
+		if err := repeat.Sleep(ctx, time.Duration(attempt)*10*time.Millisecond); err != nil {
 			return out, err
 		}
 	}
