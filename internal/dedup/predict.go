@@ -207,6 +207,9 @@ func (p *Predictor) warm(ctx context.Context, client string, l digest.Digest) {
 		return
 	}
 	p.metrics.DedupPredicted(CachePrefetch)
+	// A goroutine, bounded by warming, rather than the prediction's task:
+	// warm returns at once, so the predictions behind it do not wait for
+	// a whole layer's read.
 	go func() {
 		defer func() { <-p.warming }()
 		err := p.mem.Fill(ctx, string(l), fi.Size, func(ctx context.Context, w io.Writer) error {

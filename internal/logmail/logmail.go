@@ -60,6 +60,9 @@ func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
 		subject, body := h.message(r)
 		select {
 		case h.slots <- struct{}{}:
+			// A goroutine per mail, slots bounding them: logging must
+			// never wait on a mail server, and a mail dropped when all
+			// slots are busy is better than a log call that blocks.
 			go func() {
 				defer func() { <-h.slots }()
 				if err := send(h.o, subject, body); err != nil && h.o.OnError != nil {

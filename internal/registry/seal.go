@@ -132,7 +132,9 @@ func (r *Registry) placeUnsynced(ctx context.Context, repo, id string, d digest.
 	return e, nil
 }
 
-// sealLater seals e in the background, sealSlots at a time.
+// sealLater seals e in the background, sealSlots at a time. Not a task on
+// the server's runner: a manifest PUT waits for the seals of its blobs, so
+// they must not queue behind dedup or GC work.
 func (r *Registry) sealLater(e *sealEntry) {
 	go func() {
 		r.seals.slots <- struct{}{}

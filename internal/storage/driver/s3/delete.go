@@ -102,7 +102,9 @@ var retryableKeyCodes = map[string]bool{
 
 // deleteBatch sends one DeleteObjects request for keys (at most 1000), and
 // again for the keys its response reports as throttled. A repeated key is
-// sent once and counted for each time it is listed.
+// sent once and counted for each time it is listed. Its own retry, not the
+// SDK's nor repeat.Retry: the request succeeds while single keys fail, so
+// only those keys go again, after a jittered backoff.
 func (d *Driver) deleteBatch(ctx context.Context, keys []string) (int, error) {
 	count := make(map[string]int, len(keys))
 	ids := make([]types.ObjectIdentifier, 0, len(keys))
