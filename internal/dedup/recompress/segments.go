@@ -83,12 +83,12 @@ func (r Recipe) WithoutRestarts() Recipe {
 
 // HasRestarts reports whether any member of r has restart points.
 func (r Recipe) HasRestarts() bool {
-	for _, m := range r.Members {
-		if len(m.Restarts) > 0 {
-			return true
-		}
-	}
-	return false
+	return r.anyMember(func(m Member) bool { return len(m.Restarts) > 0 })
+}
+
+// anyMember reports whether some member of r satisfies f.
+func (r Recipe) anyMember(f func(Member) bool) bool {
+	return slices.ContainsFunc(r.Members, f)
 }
 
 // maxSegment bounds the input of one segment: points are about
@@ -136,24 +136,14 @@ func (r Recipe) CopiedBytes() int64 {
 // HasCopies reports whether any member of r lists copies: whether a
 // restore has stored parses to follow at all.
 func (r Recipe) HasCopies() bool {
-	for _, m := range r.Members {
-		if len(m.Copies) > 0 {
-			return true
-		}
-	}
-	return false
+	return r.anyMember(func(m Member) bool { return len(m.Copies) > 0 })
 }
 
 // Follows reports whether any member of r lists copies or block headers:
 // whether a restore takes the following rebuild (RebuildFollowing with
 // the parses at hand) rather than the encoder's.
 func (r Recipe) Follows() bool {
-	for _, m := range r.Members {
-		if len(m.Copies) > 0 || len(m.Headers) > 0 {
-			return true
-		}
-	}
-	return false
+	return r.anyMember(func(m Member) bool { return len(m.Copies) > 0 || len(m.Headers) > 0 })
 }
 
 // ParseLevel is the deflate level of the parses a rebuild of a blob with

@@ -46,9 +46,11 @@ func HeaderOf(src []byte, b *Block) (BlockHeader, error) {
 	return BlockHeader{In: b.In, Bits: n, Data: out}, nil
 }
 
-// headerCodes reads the code lengths h sends and sets lit and off to the
-// canonical codes they give, as a decoder would read them.
-func headerCodes(h *BlockHeader, lit, off *huffmanEncoder) error {
+// headerCodes reads the code lengths h sends with d (kept by the caller,
+// so that its tables are built into the same buffers block after block)
+// and sets lit and off to the canonical codes they give, as a decoder
+// would read them.
+func headerCodes(d *Decoder, h *BlockHeader, lit, off *huffmanEncoder) error {
 	if h.Bits <= 0 || (h.Bits+7)/8 != len(h.Data) {
 		return errors.New("deflate: malformed stored header")
 	}
@@ -61,7 +63,6 @@ func headerCodes(h *BlockHeader, lit, off *huffmanEncoder) error {
 			src[(i+3)/8] |= 1 << ((i + 3) % 8)
 		}
 	}
-	var d Decoder
 	d.Reset(src)
 	if _, err := d.take(3); err != nil {
 		return err
@@ -112,7 +113,7 @@ func canonical(h *huffmanEncoder, lens []uint8) {
 // the digest catches. It reports false, writing nothing, when h cannot be
 // read.
 func (w *huffmanBitWriter) writeBlockHeader(tokens []token, h *BlockHeader) bool {
-	if w.err != nil || headerCodes(h, w.literalEncoding, w.offsetEncoding) != nil {
+	if w.err != nil || headerCodes(&w.headerDec, h, w.literalEncoding, w.offsetEncoding) != nil {
 		return false
 	}
 	lc, oc := w.literalEncoding.codes, w.offsetEncoding.codes

@@ -73,6 +73,10 @@ var offsetBase = []uint32{
 var codegenOrder = []uint32{16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15}
 
 type huffmanBitWriter struct {
+	// headerDec reads stored block headers (header.go), its tables
+	// rebuilt in place for each.
+	headerDec Decoder
+
 	// writer is the underlying writer.
 	// Do not use it directly; use the write method, which ensures
 	// that Write errors are sticky.
