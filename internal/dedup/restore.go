@@ -164,26 +164,37 @@ func (s *Source) rebuildChecking(ctx context.Context, r *Recipe, w io.Writer, or
 	// blob's, a restore follows them there. A restore whose recipe lists
 	// no copies (a producer not followed, or no file's parse agreed) has
 	// nothing to follow, and skips decoding the tokens.
+	// A check compares every file's parse with the blob; a restore reads
+	// the tokens of the files its copies name, and only the bytes of the
+	// others.
 	var parses *recompress.Parses
 	var seen layer.PayloadFunc
+	var want func(i int) bool
 	if r.Compression.ParseLevel() > 0 && (original != nil || r.Compression.Follows()) {
 		parses = &recompress.Parses{KeepHeaders: original != nil && s.keepHeaders}
+		want = func(int) bool { return true }
+		if original == nil {
+			srcs := r.Compression.CopySources()
+			want = func(i int) bool { return srcs[i] }
+		}
 		seen = func(i int, off int64, rc io.Reader) {
 			switch p := rc.(type) {
 			case *pack.Parsed:
 				if len(p.Tokens) > 0 {
-					parses.Add(i, off, p.Level, p.Tokens)
+					parses.Add(i, off, p.Size(), p.Level, p.Tokens)
 				}
 			case *pack.ParsedStream:
-				p.Follow(func(first int, rel int64, tokens []deflate.Token) {
-					parses.AddPiece(i, first, off+rel, p.Level, tokens)
-				})
+				if want(i) {
+					p.Follow(func(first int, rel, size int64, tokens []deflate.Token) {
+						parses.AddPiece(i, first, off+rel, size, p.Level, tokens)
+					})
+				}
 			}
 		}
 	}
 	go func() {
 		defer wg.Done()
-		asmErr = layer.AssembleWith(ctx, pw, &r.Tar, storeErrs{s.files, parses != nil}, seen)
+		asmErr = layer.AssembleWith(ctx, pw, &r.Tar, storeErrs{s.files, want}, seen)
 		pw.CloseWithError(asmErr)
 	}()
 	v := r.Digest.Verifier()
@@ -340,7 +351,9 @@ func (h *holdLast) flush() error {
 // corruption shows while it is read.
 type storeErrs struct {
 	*pack.Store
-	parses bool // stream parse frames with their tokens
+	// parses, when set, says which files' parse frames are streamed
+	// with their tokens.
+	parses func(i int) bool
 }
 
 func (s storeErrs) Open(ctx context.Context, d digest.Digest) (io.ReadCloser, error) {
@@ -349,11 +362,13 @@ func (s storeErrs) Open(ctx context.Context, d digest.Digest) (io.ReadCloser, er
 }
 
 func (s storeErrs) Stream(ctx context.Context, files []layer.File) (layer.Payloads, error) {
-	stream := s.Store.Stream
-	if s.parses {
-		stream = s.Store.StreamParses
+	var ps layer.Payloads
+	var err error
+	if s.parses != nil {
+		ps, err = s.Store.StreamParses(ctx, files, s.parses)
+	} else {
+		ps, err = s.Store.Stream(ctx, files)
 	}
-	ps, err := stream(ctx, files)
 	if err != nil {
 		return nil, markStorage(err)
 	}

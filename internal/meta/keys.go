@@ -74,6 +74,18 @@ func LayerValue(state LayerState, summary []byte) []byte {
 	return v
 }
 
+// SplitLayerValue reverses LayerValue. An empty value holds no layer: state
+// 0. A summary is nil when the record has none; else it aliases v.
+func SplitLayerValue(v []byte) (LayerState, []byte) {
+	switch len(v) {
+	case 0:
+		return 0, nil
+	case 1:
+		return LayerState(v[0]), nil
+	}
+	return LayerState(v[0]), v[1:]
+}
+
 // File entry flags: the same bits in both stores' file entries (Redis keeps
 // refs*8 + flags, so its Lua scripts spell them as 1, 2 and 4).
 const (

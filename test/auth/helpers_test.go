@@ -14,13 +14,11 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
-	"fmt"
 	"math/big"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -31,6 +29,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 	"github.com/cairn-registry/cairn/internal/testutil/clitool"
+	"github.com/cairn-registry/cairn/internal/testutil/htpasswdtest"
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
@@ -48,25 +47,10 @@ func writeFile(t *testing.T, name, content string) string {
 }
 
 // htpasswd returns an htpasswd file of bcrypt entries for user, password
-// pairs.
+// pairs, at the cheapest cost.
 func htpasswd(t *testing.T, userPass ...string) string {
 	t.Helper()
-	return htpasswdCost(t, bcrypt.MinCost, userPass...)
-}
-
-// htpasswdCost returns an htpasswd file of bcrypt entries at cost for
-// user, password pairs, written as htpasswd -B writes them ($2y$).
-func htpasswdCost(t *testing.T, cost int, userPass ...string) string {
-	t.Helper()
-	var b strings.Builder
-	for i := 0; i+1 < len(userPass); i += 2 {
-		h, err := bcrypt.GenerateFromPassword([]byte(userPass[i+1]), cost)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fmt.Fprintf(&b, "%s:$2y$%s\n", userPass[i], strings.TrimPrefix(string(h), "$2a$"))
-	}
-	return writeFile(t, "htpasswd", b.String())
+	return htpasswdtest.File(t, bcrypt.MinCost, userPass...)
 }
 
 // startConfig runs cairn with the configuration document cfg on a fresh

@@ -31,11 +31,11 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
-	"golang.org/x/crypto/bcrypt"
 
 	"github.com/cairn-registry/cairn/internal/auth"
 	"github.com/cairn-registry/cairn/internal/notify"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/htpasswdtest"
 	"github.com/cairn-registry/cairn/internal/testutil/poll"
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
@@ -77,19 +77,14 @@ type registry struct {
 // sections top.
 func start(t *testing.T, extra string, top ...string) *registry {
 	t.Helper()
-	var b strings.Builder
-	for i := 0; i+1 < len(users); i += 2 {
-		h, err := bcrypt.GenerateFromPassword([]byte(users[i+1]), 5)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fmt.Fprintf(&b, "%s:%s\n", users[i], h)
-	}
-	hp := filepath.Join(t.TempDir(), "htpasswd")
-	if err := os.WriteFile(hp, []byte(b.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg := cairnproc.WriteConfig(t, fmt.Sprintf("auth:\n  htpasswd:\n    realm: %s\n    path: %s\n  tokenservice:\n    service: %s\n%s%s%s", realm, hp, service, policy, extra, strings.Join(top, "")))
+	hp := htpasswdtest.File(t, 5, users...)
+	return startConfig(t, fmt.Sprintf("auth:\n  htpasswd:\n    realm: %s\n    path: %s\n  tokenservice:\n    service: %s\n%s%s%s", realm, hp, service, policy, extra, strings.Join(top, "")))
+}
+
+// startConfig runs cairn with the configuration document yml.
+func startConfig(t *testing.T, yml string) *registry {
+	t.Helper()
+	cfg := cairnproc.WriteConfig(t, yml)
 	srv := cairnproc.Start(t, "", "--config", cfg)
 	hc := &http.Client{Timeout: 30 * time.Second}
 	t.Cleanup(hc.CloseIdleConnections)
@@ -290,6 +285,25 @@ func (r *registry) pull(t *testing.T, repo string, a authn.Authenticator) error 
 	t.Helper()
 	_, err := remote.Get(r.ref(t, repo), remote.WithAuth(a), remote.WithContext(t.Context()))
 	return err
+}
+
+// checkReader checks what a, who may only pull team/**, is let do: pull
+// team/app but not push there (another image: go-containerregistry skips
+// pushing what is there), and pull neither other/app nor other/missing,
+// refused alike whether the repository exists.
+func (r *registry) checkReader(t *testing.T, who string, a authn.Authenticator) {
+	t.Helper()
+	if err := r.pull(t, "team/app", a); err != nil {
+		t.Errorf("%s pulls team/app: %v", who, err)
+	}
+	if s := status(r.push(t, "team/app", regtest.RandomImage(t, 1, 4<<10), a, nil)); s != 403 {
+		t.Errorf("%s pushes team/app: status %d, want 403", who, s)
+	}
+	for _, repo := range []string{"other/app", "other/missing"} {
+		if s := status(r.pull(t, repo, a)); s != 403 {
+			t.Errorf("%s pulls %s: status %d, want 403 (alike whether it exists)", who, repo, s)
+		}
+	}
 }
 
 // status is the HTTP status of a go-containerregistry error (0 for nil,

@@ -18,7 +18,6 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/google/go-containerregistry/pkg/authn"
 
-	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 	"github.com/cairn-registry/cairn/internal/testutil/clitool"
 	"github.com/cairn-registry/cairn/internal/testutil/hydratest"
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
@@ -45,12 +44,8 @@ const oidcPolicy = `  accesscontrol:
 // service, the group policy and extra top-level sections.
 func startOIDC(t *testing.T, h *hydratest.Hydra, c hydratest.Client, oidcExtra string, top ...string) *registry {
 	t.Helper()
-	cfg := cairnproc.WriteConfig(t, fmt.Sprintf("auth:\n  oidc:\n    issuer: %s\n    clientid: %s\n    clientsecret: %s\n%s  tokenservice:\n    service: %s\n%s%s",
+	return startConfig(t, fmt.Sprintf("auth:\n  oidc:\n    issuer: %s\n    clientid: %s\n    clientsecret: %s\n%s  tokenservice:\n    service: %s\n%s%s",
 		h.Issuer, c.ID, c.Secret, oidcExtra, service, oidcPolicy, strings.Join(top, "")))
-	srv := cairnproc.Start(t, "", "--config", cfg)
-	hc := &http.Client{Timeout: 30 * time.Second}
-	t.Cleanup(hc.CloseIdleConnections)
-	return &registry{Server: srv, config: cfg, hc: hc}
 }
 
 // signed is a token with claims, signed by key.
@@ -110,18 +105,7 @@ func TestOIDCLoginWithIDToken(t *testing.T) {
 	if err := r.push(t, "other/app", img, &authn.Basic{Username: "frank", Password: frankTok}, nil); err != nil {
 		t.Fatalf("frank (admins) pushes other/app: %v", err)
 	}
-	erinAuth := &authn.Basic{Username: "erin", Password: erinTok}
-	if err := r.pull(t, "team/app", erinAuth); err != nil {
-		t.Errorf("erin (readers) pulls team/app: %v", err)
-	}
-	if s := status(r.push(t, "team/app", regtest.RandomImage(t, 1, 4<<10), erinAuth, nil)); s != 403 {
-		t.Errorf("erin (readers) pushes team/app: status %d, want 403", s)
-	}
-	for _, repo := range []string{"other/app", "other/missing"} {
-		if s := status(r.pull(t, repo, erinAuth)); s != 403 {
-			t.Errorf("erin pulls %s: status %d, want 403 (alike whether it exists)", repo, s)
-		}
-	}
+	r.checkReader(t, "erin (readers)", &authn.Basic{Username: "erin", Password: erinTok})
 	if s := status(r.pull(t, "team/app", &authn.Basic{Username: "erin", Password: ""})); s != 401 {
 		t.Errorf("erin without a token: status %d, want 401", s)
 	}

@@ -5,14 +5,13 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/cairn-registry/cairn/internal/notify"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/htpasswdtest"
 )
 
 // TestActorAndMonolithicPush: with htpasswd, events name the user as
@@ -20,14 +19,7 @@ import (
 // size; a refused request (wrong password) gives no event.
 func TestActorAndMonolithicPush(t *testing.T) {
 	rc := newReceiver(t)
-	hash, err := bcrypt.GenerateFromPassword([]byte("secret"), bcrypt.MinCost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	htpasswd := filepath.Join(t.TempDir(), "htpasswd")
-	if err := os.WriteFile(htpasswd, []byte("alice:"+string(hash)+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	htpasswd := htpasswdtest.File(t, bcrypt.MinCost, "alice", "secret")
 	srv := startCairn(t, "", `
 auth:
   htpasswd: {realm: cairn, path: `+htpasswd+`}

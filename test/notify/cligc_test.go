@@ -13,18 +13,22 @@ import (
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
-const cliGCConfig = `
-storage:
-  delete:
-    enabled: true
-retention:
+// retentionPolicy is the retention section of the tests of retention's
+// events: it deletes ret/app:old, untagged, and keeps ret/app:keep.
+const retentionPolicy = `retention:
   delay: 0s
   policies:
     - repositories: ["ret/**"]
       deleteuntagged: true
       keeptags:
         - patterns: ["keep"]
-notifications:
+`
+
+const cliGCConfig = `
+storage:
+  delete:
+    enabled: true
+` + retentionPolicy + `notifications:
   endpoints:
     - name: all
       url: %URL%/hook

@@ -82,14 +82,7 @@ storage:
     enabled: true
     interval: 1s
     delay: 5s
-retention:
-  delay: 0s
-  policies:
-    - repositories: ["ret/**"]
-      deleteuntagged: true
-      keeptags:
-        - patterns: ["keep"]
-notifications:
+`+retentionPolicy+`notifications:
   endpoints:
     - name: all
       url: `+rc.srv.URL+`/hook

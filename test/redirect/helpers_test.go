@@ -27,7 +27,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/opencontainers/go-digest"
-	"golang.org/x/crypto/bcrypt"
 
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 	"github.com/cairn-registry/cairn/internal/testutil/clitool"
@@ -243,6 +242,20 @@ func checkRedirected(t *testing.T, base, repo string, d digest.Digest, want []by
 	return loc
 }
 
+// checkNoRedirects pushes im to srv as repo:v1 and checks that cairn,
+// redirecting nothing, serves every blob itself and clients pull through it.
+func checkNoRedirects(t *testing.T, srv *server, im *image) {
+	t.Helper()
+	im.push(t, srv.Addr, repo+":v1")
+	for d, b := range im.layers {
+		checkServed(t, srv.URL, repo, d, b)
+	}
+	pullWithClients(t, srv.Addr, repo, "v1", im)
+	if n := srv.counter(t, redirectsOK); n != 0 {
+		t.Errorf("%s = %v, want 0", redirectsOK, n)
+	}
+}
+
 // checkServed GETs blob d of repo without following and checks that cairn
 // answers it with the bytes itself.
 func checkServed(t *testing.T, base, repo string, d digest.Digest, want []byte, hdr ...string) {
@@ -392,25 +405,6 @@ func checkLayoutLayers(t *testing.T, dir string, im *image) {
 	if !slices.Equal(got, im.order) {
 		t.Errorf("layers %v, want %v", got, im.order)
 	}
-}
-
-// htpasswd writes an htpasswd file of bcrypt entries for user, password
-// pairs.
-func htpasswd(t *testing.T, userPass ...string) string {
-	t.Helper()
-	var b strings.Builder
-	for i := 0; i+1 < len(userPass); i += 2 {
-		h, err := bcrypt.GenerateFromPassword([]byte(userPass[i+1]), bcrypt.MinCost)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fmt.Fprintf(&b, "%s:%s\n", userPass[i], h)
-	}
-	p := filepath.Join(t.TempDir(), "htpasswd")
-	if err := os.WriteFile(p, []byte(b.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // basicAuth is the remote option that sends user and password.

@@ -15,9 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/bcrypt"
+
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/testutil/clitool"
 	"github.com/cairn-registry/cairn/internal/testutil/drivertest"
+	"github.com/cairn-registry/cairn/internal/testutil/htpasswdtest"
 	"github.com/cairn-registry/cairn/internal/testutil/objstore"
 	"github.com/cairn-registry/cairn/internal/testutil/poll"
 	"github.com/cairn-registry/cairn/internal/testutil/testenv"
@@ -98,30 +101,14 @@ func TestGCSWithoutKey(t *testing.T) {
 	if logs, ok := srv.LogsWith("blob redirects off"); !ok {
 		t.Errorf("start-up log does not say redirects are off:\n%s", logs)
 	}
-	im := newImage(t, 2, 2)
-	im.push(t, srv.Addr, repo+":v1")
-	for d, b := range im.layers {
-		checkServed(t, srv.URL, repo, d, b)
-	}
-	pullWithClients(t, srv.Addr, repo, "v1", im)
-	if n := srv.counter(t, redirectsOK); n != 0 {
-		t.Errorf("%s = %v, want 0", redirectsOK, n)
-	}
+	checkNoRedirects(t, srv, newImage(t, 2, 2))
 }
 
 func TestDisabled(t *testing.T) {
 	t.Parallel()
 	st := s3Store(t)
 	srv := start(t, "version: 0.1\nstorage:\n"+st.section+"  redirect:\n    disable: true\n")
-	im := newImage(t, 3, 2)
-	im.push(t, srv.Addr, repo+":v1")
-	for d, b := range im.layers {
-		checkServed(t, srv.URL, repo, d, b)
-	}
-	pullWithClients(t, srv.Addr, repo, "v1", im)
-	if n := srv.counter(t, redirectsOK); n != 0 {
-		t.Errorf("%s = %v with storage.redirect.disable, want 0", redirectsOK, n)
-	}
+	checkNoRedirects(t, srv, newImage(t, 3, 2))
 }
 
 // TestAuth: authorization comes before the redirect, so an anonymous GET of
@@ -130,7 +117,7 @@ func TestAuth(t *testing.T) {
 	t.Parallel()
 	st := s3Store(t)
 	srv := start(t, "version: 0.1\nstorage:\n"+st.section+
-		"auth:\n  htpasswd:\n    realm: cairn\n    path: "+htpasswd(t, "alice", "secret")+"\n")
+		"auth:\n  htpasswd:\n    realm: cairn\n    path: "+htpasswdtest.File(t, bcrypt.MinCost, "alice", "secret")+"\n")
 	im := newImage(t, 4, 1)
 	im.push(t, srv.Addr, repo+":v1", basicAuth("alice", "secret"))
 	d := im.order[0]

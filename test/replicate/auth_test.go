@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/cairn-registry/cairn/internal/testutil/htpasswdtest"
 	"github.com/cairn-registry/cairn/internal/testutil/poll"
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
@@ -27,15 +28,8 @@ func TestPushWithCredentials(t *testing.T) {
 }
 
 func pushWithCredentials(t *testing.T, authExtra string) {
-	dir := t.TempDir()
-	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	htpasswd, pwFile := filepath.Join(dir, "htpasswd"), filepath.Join(dir, "password")
-	if err := os.WriteFile(htpasswd, []byte("replicator:"+string(hash)+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	htpasswd := htpasswdtest.File(t, bcrypt.MinCost, "replicator", "s3cret")
+	pwFile := filepath.Join(t.TempDir(), "password")
 	if err := os.WriteFile(pwFile, []byte("s3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -4,11 +4,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 	"github.com/cairn-registry/cairn/internal/testutil/clitool"
-	"github.com/cairn-registry/cairn/internal/testutil/poll"
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
@@ -65,9 +63,7 @@ func TestDistribution(t *testing.T) {
 
 	dist.stop()
 	web2 := src.push("app/web:v2", regtest.RandomImage(t, 2, 4096))
-	poll.Within(t, hangGuard, 100*time.Millisecond, poll.Unless(func() bool {
-		return src.metric(`cairn_replication_failures_total{target="dr"}`) >= 2
-	}, "passes failing while distribution is down"))
+	waitFailing(t, src, "dr")
 	dist.start()
 	waitFor(t, dist, "app/web:v2")
 	sameTree(t, src, dist, "app/web", "v2")

@@ -296,6 +296,67 @@ func waitReferrer(t *testing.T, dst *node, repo string, subject, want v1.Hash) {
 	})
 }
 
+// checkAbsent fails the test for each ref ("repo:tag" or "repo@digest")
+// that n serves: one a filter kept out.
+func checkAbsent(t *testing.T, n *node, refs ...string) {
+	t.Helper()
+	for _, r := range refs {
+		repo, ref := splitRef(r)
+		if has(t, n, repo, ref) {
+			t.Errorf("%s was replicated though filtered out", r)
+		}
+	}
+}
+
+// waitFailing waits until n has counted two failed passes of its
+// replication target: the peer is down.
+func waitFailing(t *testing.T, n *node, target string) {
+	t.Helper()
+	poll.Within(t, hangGuard, 100*time.Millisecond, poll.Unless(func() bool {
+		return n.metric(`cairn_replication_failures_total{target="`+target+`"}`) >= 2
+	}, "passes to "+target+" failing while the peer is down"))
+}
+
+// bigLayers and bigLayerSize make the image pushBig pushes: large enough
+// that a replication of it can be caught midway.
+const bigLayers, bigLayerSize = 8, 2 << 20
+
+// pushBig pushes a large image to from as repo:v1 and returns once to
+// serves its first layer: the image's replication to to is under way.
+func pushBig(t *testing.T, from, to *node, repo string) {
+	t.Helper()
+	big := regtest.RandomImage(t, bigLayers, bigLayerSize)
+	layers, err := big.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := layers[0].Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	from.push(repo+":v1", big)
+	poll.Within(t, hangGuard, 2*time.Millisecond, poll.Unless(func() bool {
+		code, _ := head(t, to.url(), "/v2/"+repo+"/blobs/"+first.String())
+		return code == http.StatusOK
+	}, "the first layer of "+repo+" on "+to.name))
+}
+
+// checkResumed checks the first pass of n, started again after a kill in
+// the middle of pushBig's image (repo:v1): it copied at most that image's
+// manifest, and not all of its layers again.
+func checkResumed(t *testing.T, n *node, target, direction, repo string) {
+	t.Helper()
+	poll.Within(t, hangGuard, 100*time.Millisecond, poll.Unless(func() bool {
+		return n.metric(`cairn_replication_passes_total{target="`+target+`"}`) >= 1
+	}, "a pass after the restart"))
+	if m := n.metric(`cairn_replication_manifests_total{direction="` + direction + `",target="` + target + `"}`); m > 1 {
+		t.Errorf("after the restart %v manifests were copied; want at most %s:v1's", m, repo)
+	}
+	if b := n.metric(`cairn_replication_blob_bytes_total{direction="` + direction + `",target="` + target + `"}`); b >= bigLayers*bigLayerSize {
+		t.Errorf("after the restart %v blob bytes were copied: the layers that had arrived were copied again", b)
+	}
+}
+
 func splitRef(r string) (repo, ref string) {
 	if i := strings.Index(r, "@"); i >= 0 {
 		return r[:i], r[i+1:]

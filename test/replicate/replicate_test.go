@@ -4,9 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/cairn-registry/cairn/internal/testutil/poll"
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
@@ -67,9 +65,7 @@ func TestPushReplication(t *testing.T) {
 	web2 := src.push("app/web:v2", regtest.RandomImage(t, 2, 4096))
 	sig := src.pushReferrer("app/web", web2, "application/vnd.example.signature", "signature of v2")
 	src.pushIndex("app/multi:v2", 2)
-	poll.Within(t, hangGuard, 100*time.Millisecond, poll.Unless(func() bool {
-		return src.metric(`cairn_replication_failures_total{target="dr"}`) >= 2
-	}, "passes failing while the target is down"))
+	waitFailing(t, src, "dr")
 	dst.start()
 	waitFor(t, dst, "app/web:v2", "app/multi:v2")
 	waitReferrer(t, dst, "app/web", web2, sig)
@@ -82,43 +78,17 @@ func TestPushReplication(t *testing.T) {
 	// a large image, before the rest. At restart the pass copies what is
 	// missing and nothing that had arrived (the record in the source's
 	// store, and a HEAD for each blob).
-	big := regtest.RandomImage(t, 8, 2<<20)
-	layers, err := big.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, err := layers[0].Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	src.push("app/big:v1", big)
-	poll.Within(t, hangGuard, 2*time.Millisecond, poll.Unless(func() bool {
-		code, _ := head(t, dst.url(), "/v2/app/big/blobs/"+first.String())
-		return code == 200
-	}, "the first layer of app/big on the target"))
+	pushBig(t, src, dst, "app/big")
 	src.kill()
 	midway := !has(t, dst, "app/big", "v1")
 	t.Logf("source killed with app/big:v1 not yet on the target: %v", midway)
 	src.start()
 	waitFor(t, dst, "app/big:v1")
 	sameTree(t, src, dst, "app/big", "v1")
-	poll.Within(t, hangGuard, 100*time.Millisecond, poll.Unless(func() bool {
-		return src.metric(`cairn_replication_passes_total{target="dr"}`) >= 1
-	}, "a pass after the restart"))
-	if n := src.metric(`cairn_replication_manifests_total{direction="push",target="dr"}`); n > 1 {
-		t.Errorf("after the restart %v manifests were copied; want at most app/big:v1's", n)
-	}
-	if n := src.metric(`cairn_replication_blob_bytes_total{direction="push",target="dr"}`); n >= 8*(2<<20) {
-		t.Errorf("after the restart %v blob bytes were copied: the layers that had arrived were sent again", n)
-	}
+	checkResumed(t, src, "dr", "push", "app/big")
 	// That was a full pass (the one at start): the filtered out are
 	// still not there.
-	for _, r := range []string{"app/web:tmp-1", "app/secret:v1", "other/x:v1"} {
-		repo, ref := splitRef(r)
-		if has(t, dst, repo, ref) {
-			t.Errorf("%s was replicated though filtered out", r)
-		}
-	}
+	checkAbsent(t, dst, "app/web:tmp-1", "app/secret:v1", "other/x:v1")
 }
 
 // pullTarget is a replication section pulling from src every second, with
@@ -162,18 +132,11 @@ func TestPullReplication(t *testing.T) {
 	sameTree(t, peer, local, "lib/multi", "v1")
 	sameTree(t, peer, local, "lib/multi", multi.String())
 	sameTree(t, peer, local, "lib/base", sbom.String())
-	for _, r := range []string{"lib/base:tmp-x", "lib/private:v1", "other/y:v1"} {
-		repo, ref := splitRef(r)
-		if has(t, local, repo, ref) {
-			t.Errorf("%s was replicated though filtered out", r)
-		}
-	}
+	checkAbsent(t, local, "lib/base:tmp-x", "lib/private:v1", "other/y:v1")
 
 	// The peer down for a while: passes fail, then catch up.
 	peer.stop()
-	poll.Within(t, hangGuard, 100*time.Millisecond, poll.Unless(func() bool {
-		return local.metric(`cairn_replication_failures_total{target="mirror"}`) >= 2
-	}, "passes failing while the peer is down"))
+	waitFailing(t, local, "mirror")
 	peer.start()
 	base2 := peer.push("lib/base:v2", regtest.RandomImage(t, 2, 4096))
 	sig := peer.pushReferrer("lib/base", base2, "application/vnd.example.signature", "signature of v2")
@@ -183,35 +146,14 @@ func TestPullReplication(t *testing.T) {
 	sameTree(t, peer, local, "lib/base", sig.String())
 
 	// This registry killed mid-way through a large image.
-	big := regtest.RandomImage(t, 8, 2<<20)
-	layers, err := big.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, err := layers[0].Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer.push("lib/big:v1", big)
-	poll.Within(t, hangGuard, 2*time.Millisecond, poll.Unless(func() bool {
-		code, _ := head(t, local.url(), "/v2/lib/big/blobs/"+first.String())
-		return code == 200
-	}, "the first layer of lib/big here"))
+	pushBig(t, peer, local, "lib/big")
 	midway := !has(t, local, "lib/big", "v1")
 	local.kill()
 	t.Logf("killed with lib/big:v1 not yet stored a moment before: %v", midway)
 	local.start()
 	waitFor(t, local, "lib/big:v1")
 	sameTree(t, peer, local, "lib/big", "v1")
-	poll.Within(t, hangGuard, 100*time.Millisecond, poll.Unless(func() bool {
-		return local.metric(`cairn_replication_passes_total{target="mirror"}`) >= 1
-	}, "a pass after the restart"))
-	if n := local.metric(`cairn_replication_manifests_total{direction="pull",target="mirror"}`); n > 1 {
-		t.Errorf("after the restart %v manifests were copied; want at most lib/big:v1's", n)
-	}
-	if n := local.metric(`cairn_replication_blob_bytes_total{direction="pull",target="mirror"}`); n >= 8*(2<<20) {
-		t.Errorf("after the restart %v blob bytes were copied: the layers that had arrived were fetched again", n)
-	}
+	checkResumed(t, local, "mirror", "pull", "lib/big")
 
 	// One pass by hand into another store, then another that copies
 	// nothing.

@@ -1,7 +1,6 @@
 package webui
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,20 +10,14 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/auth"
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
+	"github.com/cairn-registry/cairn/internal/testutil/htpasswdtest"
 )
 
 // TestRobotKeysPageInBrowser: headless Chromium shows an admin the robot
 // keys (name, scopes, expiry; never the key) and the form to create one;
 // a screenshot is kept as a test artifact.
 func TestRobotKeysPageInBrowser(t *testing.T) {
-	hash, err := bcrypt.GenerateFromPassword([]byte("alice-pw"), bcrypt.MinCost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	users := filepath.Join(t.TempDir(), "htpasswd")
-	if err := os.WriteFile(users, []byte("alice:"+string(hash)+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	users := htpasswdtest.File(t, bcrypt.MinCost, "alice", "alice-pw")
 	srv := cairnproc.Start(t, "", "--config", cairnproc.WriteConfig(t, "ui:\n  enabled: true\nauth:\n  htpasswd:\n    realm: cairn\n    path: "+users+`
   accesscontrol:
     adminpolicy: {users: [alice], actions: ["*"]}

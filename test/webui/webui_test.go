@@ -23,6 +23,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/testutil/cairnproc"
 	"github.com/cairn-registry/cairn/internal/testutil/clitool"
+	"github.com/cairn-registry/cairn/internal/testutil/htpasswdtest"
 	"github.com/cairn-registry/cairn/internal/testutil/regtest"
 )
 
@@ -198,17 +199,7 @@ storage:
 // TestPageUnderAuth: with authentication on, an anonymous visitor sees no
 // repository; a user sees those they may pull.
 func TestPageUnderAuth(t *testing.T) {
-	hash := func(p string) string {
-		h, err := bcrypt.GenerateFromPassword([]byte(p), bcrypt.MinCost)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(h)
-	}
-	users := filepath.Join(t.TempDir(), "htpasswd")
-	if err := os.WriteFile(users, []byte("alice:"+hash("alice-pw")+"\nbob:"+hash("bob-pw")+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	users := htpasswdtest.File(t, bcrypt.MinCost, "alice", "alice-pw", "bob", "bob-pw")
 	srv := cairnproc.Start(t, "", "--config", cairnproc.WriteConfig(t, "ui:\n  enabled: true\nauth:\n  htpasswd:\n    realm: cairn\n    path: "+users+`
   accesscontrol:
     adminpolicy: {users: [alice], actions: ["*"]}

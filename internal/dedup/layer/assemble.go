@@ -183,9 +183,25 @@ func checkFile(f File) error {
 	return nil
 }
 
-// checked reads a small payload whole and checks it before any of its
-// bytes are used; a large one is checked as it streams.
+// checked reads a small payload whole (or takes it as it is, when the store
+// holds it whole) and checks it before any of its bytes are used; a large
+// one is checked as it streams.
 func checked(rc io.ReadCloser, f File) fetched {
+	if w, ok := rc.(Whole); ok {
+		var err error
+		switch b := w.Bytes(); {
+		case int64(len(b)) > f.Size:
+			err = fmt.Errorf("%w: longer than %d bytes", ErrCorruptFile, f.Size)
+		case int64(len(b)) != f.Size:
+			err = fmt.Errorf("%w: %d bytes, want %d", ErrCorruptFile, len(b), f.Size)
+		case f.Digest.Algorithm().FromBytes(b) != f.Digest:
+			err = fmt.Errorf("%w: content does not match the digest", ErrCorruptFile)
+		default:
+			return fetched{rc: rc}
+		}
+		rc.Close()
+		return fetched{err: &FileError{Digest: f.Digest, Err: err}}
+	}
 	if f.Size > prefetchMax {
 		return fetched{rc: &checkedPayload{rc: rc, f: f, v: f.Digest.Verifier()}}
 	}

@@ -67,6 +67,15 @@ type Payloads interface {
 	Close() error
 }
 
+// Whole is a payload a store already holds whole in memory (a small file
+// it decompressed in one go), not yet read: Assemble checks its bytes in
+// place instead of reading them into a buffer of its own.
+type Whole interface {
+	io.ReadCloser
+	// Bytes is the whole payload; it does not change while being read.
+	Bytes() []byte
+}
+
 // Recipe rebuilds one tar byte for byte from a FileStore.
 type Recipe struct {
 	// TarDigest and TarSize describe the uncompressed tar it was made from.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"strings"
@@ -206,21 +207,34 @@ func TestCorruptionDetected(t *testing.T) {
 		{"streamed payload shorter", l, []byte(large[:len(large)-1])},
 		{"streamed payload longer", l, []byte(large + "!")},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			fs := newMemStore()
-			r := roundTrip(t, tb, fs)
-			fs.files[tc.file] = tc.stored
-			err := Verify(ctx, r, fs)
-			wantFileError(t, err, tc.file, ErrCorruptFile)
-			// A payload read ahead is checked before any of its bytes is
-			// written: what was written is a prefix of the tar.
-			var out bytes.Buffer
-			Assemble(ctx, &out, r, fs)
-			if tc.file == b && !bytes.HasPrefix(tb, out.Bytes()) {
-				t.Fatalf("assembly wrote bytes that are not the tar's (first difference at %d)", firstDiff(out.Bytes(), tb))
-			}
-		})
+		// Payloads read from a stream, and held whole by the store (a
+		// Whole, checked in place).
+		for _, whole := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/whole=%v", tc.name, whole), func(t *testing.T) {
+				fs := newMemStore()
+				r := roundTrip(t, tb, fs)
+				fs.files[tc.file] = tc.stored
+				fs.whole = whole
+				err := Verify(ctx, r, fs)
+				wantFileError(t, err, tc.file, ErrCorruptFile)
+				// A payload read ahead is checked before any of its bytes
+				// is written: what was written is a prefix of the tar.
+				var out bytes.Buffer
+				Assemble(ctx, &out, r, fs)
+				if tc.file == b && !bytes.HasPrefix(tb, out.Bytes()) {
+					t.Fatalf("assembly wrote bytes that are not the tar's (first difference at %d)", firstDiff(out.Bytes(), tb))
+				}
+			})
+		}
 	}
+	t.Run("intact payloads held whole", func(t *testing.T) {
+		fs := newMemStore()
+		r := roundTrip(t, tb, fs)
+		fs.whole = true
+		if err := Verify(ctx, r, fs); err != nil {
+			t.Fatal(err)
+		}
+	})
 	t.Run("payload missing", func(t *testing.T) {
 		fs := newMemStore()
 		r := roundTrip(t, tb, fs)

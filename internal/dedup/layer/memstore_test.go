@@ -15,7 +15,19 @@ type memStore struct {
 	mu    sync.Mutex
 	files map[digest.Digest][]byte
 	puts  int
+	// whole makes Open hand out payloads as a Whole, as a pack store
+	// hands out the small files it decompressed.
+	whole bool
 }
+
+// wholePayload is a Whole over a payload's bytes.
+type wholePayload struct {
+	*bytes.Reader
+	b []byte
+}
+
+func (w wholePayload) Bytes() []byte { return w.b }
+func (wholePayload) Close() error    { return nil }
 
 func newMemStore() *memStore { return &memStore{files: make(map[digest.Digest][]byte)} }
 
@@ -49,6 +61,9 @@ func (m *memStore) Open(_ context.Context, d digest.Digest) (io.ReadCloser, erro
 	b, ok := m.files[d]
 	if !ok {
 		return nil, fmt.Errorf("memStore: %s not found", d)
+	}
+	if m.whole {
+		return wholePayload{bytes.NewReader(b), b}, nil
 	}
 	return io.NopCloser(bytes.NewReader(b)), nil
 }

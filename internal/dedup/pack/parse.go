@@ -52,15 +52,26 @@ const parsePiece = 1 << 20
 // payload a rebuild can follow. It reads as the file's bytes. A larger one
 // is read as a ParsedStream.
 type Parsed struct {
-	*bytes.Reader
+	whole
 	// Level is the deflate level the parse was written at.
 	Level int
 	// Tokens are the file's tokens from its first byte.
 	Tokens []deflate.Token
 }
 
+// whole is a small file decompressed in one go: a layer.Whole.
+type whole struct {
+	*bytes.Reader
+	b []byte
+}
+
+func newWhole(b []byte) whole { return whole{Reader: bytes.NewReader(b), b: b} }
+
+// Bytes implements layer.Whole.
+func (w whole) Bytes() []byte { return w.b }
+
 // Close implements io.Closer.
-func (*Parsed) Close() error { return nil }
+func (whole) Close() error { return nil }
 
 // IsParseFrame reports whether a file's stored bytes are a parse frame.
 func IsParseFrame(frame []byte) bool { return isParse(frame) }
@@ -106,7 +117,11 @@ func decodeParse(d digest.Digest, frame []byte, size int64, tokens bool) (io.Rea
 		// need: growing the slice costs more than the room.
 		toks = make([]deflate.Token, 0, size/3+64)
 	}
-	out, err := deflate.NewDecoder(frame[len(parseMagic)+1:]).DecodeAll(make([]byte, 0, size+deflate.DstSlack), func(b *deflate.Block) error {
+	dec := deflate.NewDecoder(frame[len(parseMagic)+1:])
+	if !tokens {
+		dec.SkipTokens()
+	}
+	out, err := dec.DecodeAll(make([]byte, 0, size+deflate.DstSlack), func(b *deflate.Block) error {
 		if b.In+int64(b.Size) > size {
 			return fmt.Errorf("parse inflates past %d bytes", size)
 		}
@@ -127,7 +142,7 @@ func decodeParse(d digest.Digest, frame []byte, size int64, tokens bool) (io.Rea
 	if int64(len(out)) != size {
 		return nil, corrupt(fmt.Errorf("parse inflates to %d bytes, want %d", len(out), size))
 	}
-	return &Parsed{Reader: bytes.NewReader(out), Level: level, Tokens: toks}, nil
+	return &Parsed{whole: newWhole(out), Level: level, Tokens: toks}, nil
 }
 
 // ParsedStream is a file too large to hold whole with its tokens, read from
@@ -147,7 +162,7 @@ type ParsedStream struct {
 	rc     io.Closer
 	dec    *deflate.Decoder
 	size   int64
-	follow func(first int, rel int64, tokens []deflate.Token)
+	follow func(first int, rel, size int64, tokens []deflate.Token)
 
 	win     []byte // the last 32 KiB inflated, then the pending piece
 	pending []byte // what Read has yet to hand out
@@ -160,9 +175,11 @@ type ParsedStream struct {
 
 // Follow makes p call f with each piece of its tokens: the index of the
 // piece's first token among the file's, the offset of its first byte in
-// the file, and the tokens (not changed afterwards). Set it before the
-// first Read.
-func (p *ParsedStream) Follow(f func(first int, rel int64, tokens []deflate.Token)) { p.follow = f }
+// the file, the bytes it covers, and the tokens (not changed afterwards).
+// Set it before the first Read.
+func (p *ParsedStream) Follow(f func(first int, rel, size int64, tokens []deflate.Token)) {
+	p.follow = f
+}
 
 // openParsedStream reads the parse frame of file d (size bytes, < 0 when
 // not known; at level) from br, which reads src, past its magic and level
@@ -195,6 +212,9 @@ func (p *ParsedStream) inflate() error {
 	}
 	start := len(p.win)
 	var toks []deflate.Token
+	if p.follow == nil || p.plain {
+		p.dec.SkipTokens()
+	}
 	for len(p.win)-start < parsePiece && !p.done {
 		b, out, err := p.dec.Next(p.win)
 		p.win = out
@@ -221,7 +241,7 @@ func (p *ParsedStream) inflate() error {
 		return p.corrupt(fmt.Errorf("parse inflates to %d bytes, want %d", p.off+int64(n), p.size))
 	}
 	if len(toks) > 0 {
-		p.follow(p.tokens, p.off, toks)
+		p.follow(p.tokens, p.off, int64(n), toks)
 		p.tokens += len(toks)
 	}
 	p.off += int64(n)

@@ -17,7 +17,8 @@ import (
 // are stored as parse frames (the large one streamed), the rest as zstd;
 // Stream reads them all back; StreamParses hands out each parse frame's
 // file with tokens that inflate to exactly its bytes (the large one as a
-// *ParsedStream, in pieces); a damaged parse frame reads as a corrupt file.
+// *ParsedStream, in pieces), and without tokens the files it is told the
+// rebuild does not follow; a damaged parse frame reads as a corrupt file.
 func TestParseFrames(t *testing.T) {
 	e := newEnv(t, Options{})
 	e.parseLevel = 6
@@ -41,7 +42,7 @@ func TestParseFrames(t *testing.T) {
 	}
 	e.readAll(payloads)
 
-	ps, err := e.store.StreamParses(ctx, recipeOf(payloads))
+	ps, err := e.store.StreamParses(ctx, recipeOf(payloads), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,10 +63,17 @@ func TestParseFrames(t *testing.T) {
 			// and their tokens cover the file's bytes.
 			level = p.Level
 			var tokens, pieces int
-			p.Follow(func(first int, rel int64, toks []deflate.Token) {
+			p.Follow(func(first int, rel, size int64, toks []deflate.Token) {
 				pieces++
 				if first != tokens || rel != int64(n) {
 					t.Errorf("file %d: piece from token %d at %d, want %d at %d", i, first, rel, tokens, n)
+				}
+				var covered int64
+				for _, tk := range toks {
+					covered += int64(tk.Size())
+				}
+				if covered != size {
+					t.Errorf("file %d: piece at %d said %d bytes, its tokens cover %d", i, rel, size, covered)
 				}
 				tokens += len(toks)
 				for _, tk := range toks {
@@ -92,6 +100,28 @@ func TestParseFrames(t *testing.T) {
 	}
 	ps.Close()
 
+	// Files the rebuild does not follow come without their tokens, and
+	// read the same.
+	ps, err = e.store.StreamParses(ctx, recipeOf(payloads), func(i int) bool { return i%2 == 0 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range payloads {
+		rc, err := ps.Next()
+		if err != nil {
+			t.Fatalf("file %d: %v", i, err)
+		}
+		if p, ok := rc.(*Parsed); ok && (len(p.Tokens) > 0) != (i%2 == 0) {
+			t.Errorf("file %d (%d bytes): %d tokens handed out, want them only for even files", i, len(want), len(p.Tokens))
+		}
+		got, err := readInSteps(rc)
+		rc.Close()
+		if err != nil || string(got) != string(want) {
+			t.Fatalf("file %d: %d bytes (%v), want %d", i, len(got), err, len(want))
+		}
+	}
+	ps.Close()
+
 	// A damaged parse frame: the small one whole, the large one streamed.
 	for _, k := range []int{len(entries) - 1, firstParse(entries)} {
 		en := entries[k]
@@ -103,7 +133,7 @@ func TestParseFrames(t *testing.T) {
 		var rc io.ReadCloser
 		if k == len(entries)-1 {
 			// The large one with its tokens, as a rebuild reads it.
-			ps, err := e.store.StreamParses(ctx, recipeOf(payloads[k:]))
+			ps, err := e.store.StreamParses(ctx, recipeOf(payloads[k:]), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -112,7 +142,7 @@ func TestParseFrames(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rc.(*ParsedStream).Follow(func(int, int64, []deflate.Token) {})
+			rc.(*ParsedStream).Follow(func(int, int64, int64, []deflate.Token) {})
 		} else {
 			rc, err = e.store.Open(ctx, en.Digest)
 		}

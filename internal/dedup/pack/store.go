@@ -2,7 +2,6 @@ package pack
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -291,7 +290,7 @@ func (s *Store) decodeSmall(d digest.Digest, frame []byte, size int64, tokens bo
 	if err != nil {
 		return nil, fmt.Errorf("pack: file %s: %w: %w", d, layer.ErrCorruptFile, err)
 	}
-	return io.NopCloser(bytes.NewReader(out)), nil
+	return newWhole(out), nil
 }
 
 // decodeStream decompresses a frame of a file of size bytes (< 0: not

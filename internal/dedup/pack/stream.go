@@ -134,17 +134,22 @@ func distinct(files []layer.File) []digest.Digest {
 // then the spans are read ahead, at most Inflight at once, and the files
 // handed out in order.
 func (s *Store) Stream(ctx context.Context, files []layer.File) (layer.Payloads, error) {
-	return s.stream(ctx, files, false)
+	return s.stream(ctx, files, func(int) bool { return false })
 }
 
 // StreamParses is Stream handing out each file stored as a parse frame
 // as a *Parsed or *ParsedStream, with its tokens: the payloads of a
-// rebuild that follows them.
-func (s *Store) StreamParses(ctx context.Context, files []layer.File) (layer.Payloads, error) {
-	return s.stream(ctx, files, true)
+// rebuild that follows them. want, when not nil, says which of files
+// (by index) the rebuild follows; the others are inflated without their
+// tokens.
+func (s *Store) StreamParses(ctx context.Context, files []layer.File, want func(i int) bool) (layer.Payloads, error) {
+	if want == nil {
+		want = func(int) bool { return true }
+	}
+	return s.stream(ctx, files, want)
 }
 
-func (s *Store) stream(ctx context.Context, files []layer.File, tokens bool) (layer.Payloads, error) {
+func (s *Store) stream(ctx context.Context, files []layer.File, tokens func(i int) bool) (layer.Payloads, error) {
 	locs, err := s.locate(ctx, distinct(files))
 	if err != nil {
 		return nil, err
@@ -178,8 +183,8 @@ type stream struct {
 	kept   map[digest.Digest][]byte
 	slots  chan struct{}
 	wg     sync.WaitGroup
-	next   int  // the next file to hand out
-	tokens bool // parse frames are handed out as *Parsed
+	next   int              // the next file to hand out
+	tokens func(i int) bool // files[i]'s parse frame comes with its tokens
 }
 
 // readAhead starts the reads of the spans in order, each when a slot is
@@ -234,7 +239,7 @@ func (st *stream) Next() (io.ReadCloser, error) {
 		}
 		return io.NopCloser(bytes.NewReader(b)), nil
 	}
-	rc, err := st.open(f, k)
+	rc, err := st.open(f, k, st.tokens(i))
 	if n, ok := st.keep[f.Digest]; ok && n > 0 && err == nil {
 		// Kept as read: Assemble checks every occurrence's digest.
 		b, err := io.ReadAll(io.LimitReader(rc, repeatFileMax+1))
@@ -250,7 +255,7 @@ func (st *stream) Next() (io.ReadCloser, error) {
 
 // open reads file f, which lies in span k, and gives back the span's slot
 // once f was its last file.
-func (st *stream) open(f layer.File, k int) (io.ReadCloser, error) {
+func (st *stream) open(f layer.File, k int, tokens bool) (io.ReadCloser, error) {
 	sp := st.spans[k]
 	select {
 	case <-sp.done:
@@ -269,26 +274,26 @@ func (st *stream) open(f layer.File, k int) (io.ReadCloser, error) {
 	)
 	switch {
 	case sp.large && located:
-		rc, err = st.s.openAt(st.ctx, f.Digest, loc, f.Size, st.tokens)
+		rc, err = st.s.openAt(st.ctx, f.Digest, loc, f.Size, tokens)
 	case sp.large:
 		rc, err = st.s.openLegacy(st.ctx, f.Digest)
 	case sp.err != nil:
 		err = sp.err
 	case located:
-		rc, err = st.s.decodeSmall(f.Digest, sp.buf[loc.Offset-sp.off:][:loc.Length], f.Size, st.tokens)
+		rc, err = st.s.decodeSmall(f.Digest, sp.buf[loc.Offset-sp.off:][:loc.Length], f.Size, tokens)
 	default:
 		rc = io.NopCloser(bytes.NewReader(sp.buf))
 	}
 	if err != nil && errors.Is(err, driver.ErrNotFound) {
 		// Compaction may have moved the file and GC deleted the pack
 		// since the stream located it: look again, once.
-		return st.relocate(f, loc, err)
+		return st.relocate(f, loc, err, tokens)
 	}
 	return rc, err
 }
 
 // relocate reads file f anew after its read at loc found nothing.
-func (st *stream) relocate(f layer.File, loc meta.Location, cause error) (io.ReadCloser, error) {
+func (st *stream) relocate(f layer.File, loc meta.Location, cause error, tokens bool) (io.ReadCloser, error) {
 	locs, err := st.s.locate(st.ctx, []digest.Digest{f.Digest})
 	if err != nil {
 		return nil, err
@@ -296,7 +301,7 @@ func (st *stream) relocate(f layer.File, loc meta.Location, cause error) (io.Rea
 	now, ok := locs[f.Digest]
 	switch {
 	case ok && now != loc:
-		return st.s.openAt(st.ctx, f.Digest, now, f.Size, st.tokens)
+		return st.s.openAt(st.ctx, f.Digest, now, f.Size, tokens)
 	case !ok && !loc.IsZero():
 		return st.s.openLegacy(st.ctx, f.Digest)
 	}

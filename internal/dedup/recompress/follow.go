@@ -61,25 +61,30 @@ type Parse struct {
 	Off    int64
 	Level  int
 	Tokens []deflate.Token
-	size   int64
-	marks  []int64 // marks[k]: input offset, from Off, of token k*markEvery
-}
+	size   int64 // input bytes the tokens cover
 
-func newParse(source, first int, off int64, level int, tokens []deflate.Token) *Parse {
-	p := &Parse{Source: source, First: first, Off: off, Level: level, Tokens: tokens}
-	p.marks = make([]int64, 0, len(tokens)/markEvery+1)
-	for i, t := range tokens {
-		if i%markEvery == 0 {
-			p.marks = append(p.marks, p.size)
-		}
-		p.size += int64(t.Size())
-	}
-	return p
+	// marks[k] is the input offset, from Off, of token k*markEvery, so a
+	// check, or a segment starting far into the parse, finds a token
+	// without walking the file from its start; made on first use (most
+	// restores walk their copies in order from the start instead), once
+	// for all the segments sharing the parse.
+	marksOnce sync.Once
+	marks     []int64
 }
 
 // tokenAt returns the index in Tokens of the first token starting at or
 // after rel (an offset from Off) and where it starts.
 func (p *Parse) tokenAt(rel int64) (int, int64) {
+	p.marksOnce.Do(func() {
+		p.marks = make([]int64, 0, len(p.Tokens)/markEvery+1)
+		var at int64
+		for i, t := range p.Tokens {
+			if i%markEvery == 0 {
+				p.marks = append(p.marks, at)
+			}
+			at += int64(t.Size())
+		}
+	})
 	k := max(sort.Search(len(p.marks), func(k int) bool { return p.marks[k] > rel })-1, 0)
 	i, at := k*markEvery, int64(0)
 	if len(p.marks) > 0 {
@@ -105,18 +110,19 @@ type Parses struct {
 	list []*Parse // by Off
 }
 
-// Add records the parse of file source, whose first byte is at offset
-// off of the uncompressed stream; tokens must not change afterwards.
-func (ps *Parses) Add(source int, off int64, level int, tokens []deflate.Token) {
-	ps.AddPiece(source, 0, off, level, tokens)
+// Add records the parse of file source, whose size bytes start at offset
+// off of the uncompressed stream; tokens (which cover exactly those bytes)
+// must not change afterwards.
+func (ps *Parses) Add(source int, off, size int64, level int, tokens []deflate.Token) {
+	ps.AddPiece(source, 0, off, size, level, tokens)
 }
 
 // AddPiece records a piece of the parse of file source: its tokens from
-// token first, whose first byte is at offset off of the uncompressed
+// token first, covering the size bytes from offset off of the uncompressed
 // stream. Pieces are added in input order, each no later than its first
 // byte.
-func (ps *Parses) AddPiece(source, first int, off int64, level int, tokens []deflate.Token) {
-	p := newParse(source, first, off, level, tokens)
+func (ps *Parses) AddPiece(source, first int, off, size int64, level int, tokens []deflate.Token) {
+	p := &Parse{Source: source, First: first, Off: off, Level: level, Tokens: tokens, size: size}
 	ps.mu.Lock()
 	ps.list = append(ps.list, p)
 	ps.mu.Unlock()
@@ -174,6 +180,17 @@ func follow(copies []Copy, parses []*Parse, base int64) deflate.TokenSource {
 	for _, p := range parses {
 		bySource[p.Source] = append(bySource[p.Source], p)
 	}
+	// Copies come in input order, so each parse is walked once, from where
+	// the last copy in it ended (a cursor: next token, its offset), or to
+	// the first copy from its start, or, far into it (a segment starting
+	// inside a large file), from its nearest mark; the walk also checks
+	// each copy's size.
+	const walkFromStart = 64 << 10
+	type cursor struct {
+		i  int
+		at int64
+	}
+	cursors := make(map[*Parse]*cursor, len(parses))
 	src := &copySource{}
 	for _, c := range copies {
 		var p *Parse
@@ -186,15 +203,28 @@ func follow(copies []Copy, parses []*Parse, base int64) deflate.TokenSource {
 		if p == nil || c.Count <= 0 || c.First+c.Count > p.First+len(p.Tokens) {
 			continue
 		}
-		i, at := p.tokenAt(c.In + base - p.Off)
-		if p.First+i != c.First || p.Off+at != c.In+base {
+		rel := c.In + base - p.Off
+		cu := cursors[p]
+		if cu == nil || rel < cu.at {
+			cu = &cursor{}
+			if rel >= walkFromStart {
+				cu.i, cu.at = p.tokenAt(rel)
+			}
+			cursors[p] = cu
+		}
+		for cu.i < len(p.Tokens) && cu.at < rel {
+			cu.at += int64(p.Tokens[cu.i].Size())
+			cu.i++
+		}
+		if p.First+cu.i != c.First || cu.at != rel {
 			continue
 		}
-		ts := p.Tokens[i : i+c.Count]
+		ts := p.Tokens[cu.i : cu.i+c.Count]
 		var n int64
 		for _, t := range ts {
 			n += int64(t.Size())
 		}
+		cu.i, cu.at = cu.i+c.Count, cu.at+n
 		if n != c.Size {
 			continue
 		}

@@ -81,7 +81,7 @@ func parsesOf(files []sourceFile, toks [][]deflate.Token, level int, keep func(i
 	ps := &Parses{}
 	for i, f := range files {
 		if toks[i] != nil && keep(i) {
-			ps.Add(i, f.off, level, toks[i])
+			ps.Add(i, f.off, int64(len(f.body)), level, toks[i])
 		}
 	}
 	return ps
@@ -95,10 +95,12 @@ func addPieces(ps *Parses, i int, off int64, level int, toks []deflate.Token, n 
 	}
 	for first := 0; first < len(toks); first += n {
 		piece := toks[first:min(first+n, len(toks))]
-		ps.AddPiece(i, first, off, level, piece)
+		var size int64
 		for _, t := range piece {
-			off += int64(t.Size())
+			size += int64(t.Size())
 		}
+		ps.AddPiece(i, first, off, size, level, piece)
+		off += size
 	}
 }
 

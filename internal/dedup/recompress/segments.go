@@ -146,6 +146,18 @@ func (r Recipe) Follows() bool {
 	return r.anyMember(func(m Member) bool { return len(m.Copies) > 0 || len(m.Headers) > 0 })
 }
 
+// CopySources is the set of files (their indexes in the tar recipe) whose
+// parses r's copies follow: the only ones whose tokens a rebuild reads.
+func (r Recipe) CopySources() map[int]bool {
+	srcs := make(map[int]bool)
+	for _, m := range r.Members {
+		for _, c := range m.Copies {
+			srcs[c.Source] = true
+		}
+	}
+	return srcs
+}
+
 // ParseLevel is the deflate level of the parses a rebuild of a blob with
 // recipe r can follow (pack's parse frames): that of its compress/flate
 // members whose tokens can be followed; 0 for none.

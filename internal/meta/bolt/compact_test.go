@@ -89,6 +89,16 @@ func checkKept(t *testing.T, s *Store, kept []digest.Digest) {
 	}
 }
 
+// mustOpen opens the store at path or fails the test.
+func mustOpen(t testing.TB, path string) *Store {
+	t.Helper()
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func fileSize(t *testing.T, path string) int64 {
 	t.Helper()
 	fi, err := os.Stat(path)
@@ -98,25 +108,39 @@ func fileSize(t *testing.T, path string) int64 {
 	return fi.Size()
 }
 
+// compactLeftAlone runs Compact and fails the test unless it left the file
+// at path as it was: the same file, the same size, reported as such. It
+// returns Compact's error, which the caller judges.
+func compactLeftAlone(t *testing.T, s *Store, path string) error {
+	t.Helper()
+	was, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, after, cerr := s.Compact(context.Background())
+	if before != was.Size() || after != before {
+		t.Fatalf("Compact: %d -> %d, %v; the file had %d bytes", before, after, cerr, was.Size())
+	}
+	now, err := os.Stat(path)
+	if err != nil || !os.SameFile(was, now) || now.Size() != was.Size() {
+		t.Fatalf("the file changed: %v", err)
+	}
+	return cerr
+}
+
 // TestBoltCompactedAtOpen: a store that released most of what it held is
 // copied into a compact file at the next open; everything left reads the
 // same, and what is left costs under 200 bytes of file per unique file.
 func TestBoltCompactedAtOpen(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "meta.db")
-	s, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, path)
 	kept := bloat(t, s, 120)
 	before, _ := s.FileSize()
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
 
-	s, err = Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s = mustOpen(t, path)
 	defer s.Close()
 	after, _ := s.FileSize()
 	size := fileSize(t, path)
@@ -137,10 +161,7 @@ func TestBoltCompactedAtOpen(t *testing.T) {
 func TestBoltCompactOnline(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "meta.db")
-	s, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, path)
 	defer func() { s.Close() }()
 	kept := bloat(t, s, 40)
 	bloated := fileSize(t, path)
@@ -235,9 +256,7 @@ func TestBoltCompactOnline(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if s, err = Open(path); err != nil {
-		t.Fatal(err)
-	}
+	s = mustOpen(t, path)
 	check()
 }
 
@@ -246,24 +265,12 @@ func TestBoltCompactOnline(t *testing.T) {
 func TestBoltCompactNotWorth(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "meta.db")
-	s, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, path)
 	defer s.Close()
 	unchanged := func() {
 		t.Helper()
-		was, err := os.Stat(path)
-		if err != nil {
+		if err := compactLeftAlone(t, s, path); err != nil {
 			t.Fatal(err)
-		}
-		before, after, err := s.Compact(ctx)
-		if err != nil || before != was.Size() || after != before {
-			t.Fatalf("Compact: %d -> %d, %v; the file had %d bytes", before, after, err, was.Size())
-		}
-		now, err := os.Stat(path)
-		if err != nil || !os.SameFile(was, now) || now.Size() != was.Size() {
-			t.Fatalf("the file changed: %v", err)
 		}
 		if _, err := os.Stat(path + ".compact"); !os.IsNotExist(err) {
 			t.Fatalf("a copy was made: %v", err)
@@ -287,31 +294,17 @@ func TestBoltCompactNotWorth(t *testing.T) {
 func TestBoltCompactFails(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "meta.db")
-	s, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, path)
 	defer s.Close()
 	kept := bloat(t, s, 40)
 	if err := os.MkdirAll(filepath.Join(path+".compact", "in the way"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	was, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	before, after, err := s.Compact(ctx)
+	err := compactLeftAlone(t, s, path)
 	if err == nil {
 		t.Fatal("no error")
 	}
 	t.Logf("Compact: %v", err)
-	if before != was.Size() || after != before {
-		t.Fatalf("Compact: %d -> %d, the file had %d bytes", before, after, was.Size())
-	}
-	now, err := os.Stat(path)
-	if err != nil || !os.SameFile(was, now) || now.Size() != was.Size() {
-		t.Fatalf("the file changed: %v", err)
-	}
 	checkKept(t, s, kept)
 	if _, err := s.AddLayerRefs(ctx, compactLayer(7777), compactFiles(7777, 10)); err != nil {
 		t.Fatal(err)

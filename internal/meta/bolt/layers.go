@@ -39,12 +39,9 @@ func setState(tx *bbolt.Tx, k []byte, old, st meta.LayerState) error {
 	return nil
 }
 
+// oldState is the state (0: none) and summary of layer key k.
 func oldState(b *bbolt.Bucket, k []byte) (meta.LayerState, []byte) {
-	v := b.Get(k)
-	if len(v) == 0 {
-		return 0, nil
-	}
-	return meta.LayerState(v[0]), v[1:]
+	return meta.SplitLayerValue(b.Get(k))
 }
 
 // PutLayer implements Layers.

@@ -219,17 +219,12 @@ func TestBoltMigrateOldStore(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "meta.db")
 	o := newOldStore(300, 6)
 	o.write(t, path)
-	s, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, path)
 	o.check(t, s)
 	checkConverted(t, s)
 	s.Close()
 	// A converted store opens as it is.
-	if s, err = Open(path); err != nil {
-		t.Fatal(err)
-	}
+	s = mustOpen(t, path)
 	defer s.Close()
 	o.check(t, s)
 
@@ -316,10 +311,7 @@ func TestBoltMigrateInterrupted(t *testing.T) {
 		// Half converted, the store reads as before.
 		o.check(t, &Store{db: db, path: path})
 		db.Close()
-		s, err := Open(path)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := mustOpen(t, path)
 		o.check(t, s)
 		checkConverted(t, s)
 		s.Close()

@@ -55,10 +55,7 @@ func buildSizeStore(t testing.TB, path string) int {
 		h := sha256.Sum256(binary.BigEndian.AppendUint64(nil, uint64(i)))
 		pool[i] = digest.NewDigestFromBytes(digest.SHA256, h[:])
 	}
-	s, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, path)
 	defer s.Close()
 	lens := sizeLayerLens(rng)
 	total := 0
@@ -139,10 +136,7 @@ func TestBoltSizePerFile(t *testing.T) {
 	}
 	t.Logf("before reopen: file %d bytes, %d B/file", fi.Size(), fi.Size()/int64(unique))
 
-	s, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, path)
 	defer s.Close()
 	if fi, err = os.Stat(path); err != nil {
 		t.Fatal(err)

@@ -39,8 +39,7 @@ func setRedisConfig(t *testing.T, c *redis.Client, name, value string) {
 func TestOpenRedisRefusesAnyEviction(t *testing.T) {
 	ctx := context.Background()
 	addr := testenv.RedisAddr(t)
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { c.Close() }) // after setRedisConfig's restores
+	c := rawClient(t, addr) // after setRedisConfig's restores
 	for _, policy := range []string{"volatile-lru", "allkeys-lru", "volatile-ttl"} {
 		t.Run(policy, func(t *testing.T) {
 			setRedisConfig(t, c, "maxmemory-policy", policy)
@@ -62,8 +61,7 @@ func TestOpenRedisRefusesAnyEviction(t *testing.T) {
 func TestOpenRedisWarnsWithoutPersistence(t *testing.T) {
 	ctx := context.Background()
 	addr := testenv.RedisAddr(t)
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { c.Close() }) // after setRedisConfig's restores
+	c := rawClient(t, addr) // after setRedisConfig's restores
 	setRedisConfig(t, c, "maxmemory-policy", "noeviction")
 	open := func(t *testing.T) string {
 		t.Helper()
@@ -100,8 +98,7 @@ func TestOpenRedisWarnsWithoutPersistence(t *testing.T) {
 func TestOpenRedisTrustsHiddenConfig(t *testing.T) {
 	ctx := context.Background()
 	addr := testenv.RedisAddr(t)
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { c.Close() })
+	c := rawClient(t, addr)
 	user := "cairn-noconfig-" + rand.Text()[:8]
 	if err := c.Do(ctx, "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-config").Err(); err != nil {
 		t.Fatal(err)

@@ -345,11 +345,8 @@ func (s *Store) GetLayer(ctx context.Context, layer digest.Digest) ([]byte, meta
 	if err != nil {
 		return nil, 0, fmt.Errorf("meta: get layer %s: %w", layer, err)
 	}
-	var recipe []byte
-	if len(v) > 1 {
-		recipe = v[1:]
-	}
-	return recipe, meta.LayerState(v[0]), nil
+	state, recipe := meta.SplitLayerValue(v)
+	return recipe, state, nil
 }
 
 // DeleteLayer implements Layers.

@@ -64,6 +64,35 @@ func openRedis(tb testing.TB, addr, prefix string) *metaredis.Store {
 	return s
 }
 
+// freshStore opens a store on a fresh prefix, closed when tb ends, and
+// returns it with the server's address and the prefix, for tests that look
+// under it or open a second node.
+func freshStore(tb testing.TB) (s *metaredis.Store, addr, prefix string) {
+	tb.Helper()
+	addr = testenv.RedisAddr(tb)
+	prefix = testPrefix(tb, addr)
+	s = openRedis(tb, addr, prefix)
+	tb.Cleanup(func() { s.Close() })
+	return s, addr, prefix
+}
+
+// rawClient is a plain client of the server at addr, closed when tb ends.
+func rawClient(tb testing.TB, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+// fileField is a sha256 file's field in the files hash: its raw hash.
+func fileField(t *testing.T, d digest.Digest) string {
+	t.Helper()
+	raw, err := hex.DecodeString(d.Encoded())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(raw)
+}
+
 func TestRedisConformance(t *testing.T) {
 	addr := testenv.RedisAddr(t)
 	metatest.Run(t, func(t *testing.T) meta.Store {
@@ -75,10 +104,8 @@ func TestRedisConformance(t *testing.T) {
 // index and count each layer once however the adds race between them.
 func TestRedisSharedNodes(t *testing.T) {
 	ctx := context.Background()
-	addr := testenv.RedisAddr(t)
-	prefix := testPrefix(t, addr)
-	a, b := openRedis(t, addr, prefix), openRedis(t, addr, prefix)
-	defer a.Close()
+	a, addr, prefix := freshStore(t)
+	b := openRedis(t, addr, prefix)
 	defer b.Close()
 	files := []digest.Digest{metatest.Digest("f1"), metatest.Digest("f2")}
 	var wg sync.WaitGroup
@@ -131,10 +158,8 @@ func TestRedisSharedNodes(t *testing.T) {
 // lease; a store on another prefix (another registry) has its own.
 func TestRedisSharedLease(t *testing.T) {
 	ctx := context.Background()
-	addr := testenv.RedisAddr(t)
-	prefix := testPrefix(t, addr)
-	a, b := openRedis(t, addr, prefix), openRedis(t, addr, prefix)
-	defer a.Close()
+	a, addr, prefix := freshStore(t)
+	b := openRedis(t, addr, prefix)
 	defer b.Close()
 	other := openRedis(t, addr, testPrefix(t, addr))
 	defer other.Close()
@@ -167,11 +192,8 @@ func TestRedisSharedLease(t *testing.T) {
 // is sent them again, by single steps and by pipelined bulk steps.
 func TestRedisScriptsReloaded(t *testing.T) {
 	ctx := context.Background()
-	addr := testenv.RedisAddr(t)
-	s := openRedis(t, addr, testPrefix(t, addr))
-	defer s.Close()
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	defer c.Close()
+	s, addr, _ := freshStore(t)
+	c := rawClient(t, addr)
 	f := metatest.Digest("f")
 	layers := []digest.Digest{metatest.Digest("l1"), metatest.Digest("l2")}
 	for _, l := range layers {
@@ -199,19 +221,10 @@ func TestRedisScriptsReloaded(t *testing.T) {
 
 func TestRedisReleaseLayersInconsistent(t *testing.T) {
 	ctx := context.Background()
-	addr := testenv.RedisAddr(t)
-	prefix := testPrefix(t, addr)
-	s := openRedis(t, addr, prefix)
-	defer s.Close()
+	s, addr, prefix := freshStore(t)
+	rc := rawClient(t, addr)
 	metatest.ReleaseLayersInconsistent(t, s, func(t *testing.T, d digest.Digest) {
-		// A sha256 file's field is its raw hash.
-		raw, err := hex.DecodeString(d.Encoded())
-		if err != nil {
-			t.Fatal(err)
-		}
-		rc := redis.NewClient(&redis.Options{Addr: addr})
-		defer rc.Close()
-		if n, err := rc.HDel(ctx, prefix+"files", string(raw)).Result(); err != nil || n != 1 {
+		if n, err := rc.HDel(ctx, prefix+"files", fileField(t, d)).Result(); err != nil || n != 1 {
 			t.Fatalf("HDEL = %d, %v", n, err)
 		}
 	})
@@ -219,19 +232,11 @@ func TestRedisReleaseLayersInconsistent(t *testing.T) {
 
 func TestRedisOldFileEntries(t *testing.T) {
 	ctx := context.Background()
-	addr := testenv.RedisAddr(t)
-	prefix := testPrefix(t, addr)
-	s := openRedis(t, addr, prefix)
-	defer s.Close()
-	rc := redis.NewClient(&redis.Options{Addr: addr})
-	defer rc.Close()
+	s, addr, prefix := freshStore(t)
+	rc := rawClient(t, addr)
 	metatest.OldFileEntries(t, s, func(t *testing.T, d digest.Digest, refs int64) {
-		// Before packs a file's value was refs*8 + flags alone, under its raw hash.
-		raw, err := hex.DecodeString(d.Encoded())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := rc.HSet(ctx, prefix+"files", string(raw), refs*8).Err(); err != nil {
+		// Before packs a file's value was refs*8 + flags alone.
+		if err := rc.HSet(ctx, prefix+"files", fileField(t, d), refs*8).Err(); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -242,8 +247,7 @@ func TestRedisOldFileEntries(t *testing.T) {
 func TestOpenRedisRefusesEviction(t *testing.T) {
 	ctx := context.Background()
 	addr := testenv.RedisAddr(t)
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	defer c.Close()
+	c := rawClient(t, addr)
 	old, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
 	if err != nil {
 		t.Fatal(err)
@@ -287,8 +291,6 @@ func TestOpenRedisUnreachable(t *testing.T) {
 
 // BenchmarkRedisAddLayerRefs: see metatest.BenchAddLayerRefs.
 func BenchmarkRedisAddLayerRefs(b *testing.B) {
-	addr := testenv.RedisAddr(b)
-	s := openRedis(b, addr, testPrefix(b, addr))
-	defer s.Close()
+	s, _, _ := freshStore(b)
 	metatest.BenchAddLayerRefs(b, s)
 }

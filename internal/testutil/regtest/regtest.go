@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -121,6 +122,32 @@ func RefusalTime(t testing.TB, hc *http.Client, url, user, pass string) time.Dur
 		t.Fatalf("GET %s as %s: %d, %v; want 401", url, user, resp.StatusCode, err)
 	}
 	return d
+}
+
+// CheckSameCost fails the test unless a refusal of an unknown name costs
+// what a known name's wrong secret does, within a factor of 4 either way:
+// else names can be probed by timing. unknown and known each time one
+// refusal; what names the pair in messages.
+//
+// Why the margin holds on a busy machine: the two kinds alternate (on one
+// connection, when the callers reuse one), so a slow spell of the machine
+// falls on both; load only ever adds time, so the fastest of samples of
+// each is its undisturbed cost; and a factor of 4 each way is far both from
+// 1 (the same work) and from the ~22 of a dummy hash 32x the work. Failing
+// falsely takes every sample of one kind slowed 4x while one of the other
+// kind is not.
+func CheckSameCost(t testing.TB, what string, samples int, unknown, known func() time.Duration) {
+	t.Helper()
+	u, k := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
+	for range samples {
+		u = min(u, unknown())
+		k = min(k, known())
+	}
+	ratio := float64(u) / float64(k)
+	t.Logf("%s: fastest of %d refusals: unknown %v, known %v: ratio %.2f", what, samples, u, k, ratio)
+	if ratio >= 4 || ratio <= 1.0/4 {
+		t.Errorf("%s: an unknown name's refusal takes %.2fx a known name's wrong secret (%v against %v), want within 4x either way: names can be probed by timing", what, ratio, u, k)
+	}
 }
 
 // Resolve makes a Location (absolute or a path) absolute against base.

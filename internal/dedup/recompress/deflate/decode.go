@@ -65,7 +65,7 @@ type Block struct {
 	CodeLens          [codegenCodeCount]uint8
 	NumCodeLens       int
 	// Tokens are a fixed or dynamic block's symbols, end-of-block
-	// excluded.
+	// excluded (none after SkipTokens).
 	Tokens []Token
 	// Stored is a stored block's bytes (a slice of the Decoder's input).
 	Stored []byte
@@ -104,9 +104,11 @@ type Decoder struct {
 	clen      huffTable
 
 	// For Walk and stream decoders: feed returns more input once src is used up (io.EOF at
-	// the end); count keeps neither bytes nor tokens, only their number.
-	feed  func() ([]byte, error)
-	count bool
+	// the end); count keeps neither bytes nor tokens, only their number;
+	// noTokens keeps the bytes only (SkipTokens).
+	feed     func() ([]byte, error)
+	count    bool
+	noTokens bool
 }
 
 // NewDecoder returns a Decoder for the stream starting at src[0].
@@ -140,8 +142,13 @@ func NewStreamDecoder(r io.Reader, buf []byte) *Decoder {
 func (d *Decoder) Reset(src []byte) {
 	d.src, d.p, d.bits, d.nb, d.base = src, 0, 0, 0, 0
 	d.out, d.done, d.err = 0, false, nil
-	d.feed, d.count = nil, false
+	d.feed, d.count, d.noTokens = nil, false, false
 }
+
+// SkipTokens makes d keep only the bytes: Block.Tokens stay empty. A
+// caller that only wants the output (a parse frame no rebuild follows)
+// saves a store per token.
+func (d *Decoder) SkipTokens() { d.noTokens = true }
 
 // ResetAt makes d decode a stream from a block boundary inside it: src
 // holds the stream from the byte with the boundary's bit, skip (0–7) is
@@ -491,6 +498,7 @@ const outSlack = maxMatchLength + 8
 // code, appending bytes to dst and tokens to b.Tokens.
 func (d *Decoder) codes(b *Block, dst []byte, lit, dist *huffTable) ([]byte, error) {
 	keep := !d.count
+	toksToo := keep && !d.noTokens
 	var out []byte
 	var o, lo int // next output index, first index matches may reach
 	if keep {
@@ -528,7 +536,9 @@ func (d *Decoder) codes(b *Block, dst []byte, lit, dist *huffTable) ([]byte, err
 			if sym < 256 {
 				if keep {
 					out[o] = byte(sym)
-					toks = append(toks, Token(sym))
+					if toksToo {
+						toks = append(toks, Token(sym))
+					}
 				}
 				o++
 				continue
@@ -566,7 +576,9 @@ func (d *Decoder) codes(b *Block, dst []byte, lit, dist *huffTable) ([]byte, err
 			}
 			if keep {
 				copyMatch(out, o, dd, length)
-				toks = append(toks, MatchToken(length, dd))
+				if toksToo {
+					toks = append(toks, MatchToken(length, dd))
+				}
 			}
 			o += length
 		}
@@ -589,7 +601,9 @@ func (d *Decoder) codes(b *Block, dst []byte, lit, dist *huffTable) ([]byte, err
 		if sym < 256 {
 			if keep {
 				out[o] = byte(sym)
-				toks = append(toks, Token(sym))
+				if toksToo {
+					toks = append(toks, Token(sym))
+				}
 			}
 			o++
 			continue
@@ -629,7 +643,9 @@ func (d *Decoder) codes(b *Block, dst []byte, lit, dist *huffTable) ([]byte, err
 		}
 		if keep {
 			copyMatch(out, o, dd, length)
-			toks = append(toks, MatchToken(length, dd))
+			if toksToo {
+				toks = append(toks, MatchToken(length, dd))
+			}
 		}
 		o += length
 	}

@@ -111,21 +111,30 @@ func (d *compressor) followStep() (bool, error) {
 	}
 	// Take the stretch's tokens in a row while the window holds what the
 	// deflate loop would want ahead of them; it refills and calls again.
-	for {
-		t := token(f.tokens[0])
-		n := t.size()
-		if d.index+n > d.windowEnd {
-			return false, fmt.Errorf("%w: a stretch's token at %d runs past the input", ErrDiverged, d.base+int64(d.index))
+	// They are queued a run at a time, each run ending where a block
+	// fills (and is written, as the search writes it) or the window does.
+	for more := true; more; {
+		ts := internalTokens(f.tokens[:min(len(f.tokens), maxFlateBlockTokens-len(d.tokens))])
+		k, idx := 0, d.index
+		for k < len(ts) {
+			n := ts[k].size()
+			if idx+n > d.windowEnd {
+				return false, fmt.Errorf("%w: a stretch's token at %d runs past the input", ErrDiverged, d.base+int64(idx))
+			}
+			idx += n
+			k++
+			if d.windowEnd-idx < minMatchLength+maxMatchLength {
+				more = false
+				break
+			}
 		}
-		d.index += n
-		d.tokens = append(d.tokens, t)
+		d.index = idx
+		d.tokens = append(d.tokens, ts[:k]...)
+		f.tokens = f.tokens[k:]
 		if err := d.endToken(d.index); err != nil {
 			return true, err
 		}
-		f.tokens = f.tokens[1:]
-		if len(f.tokens) == 0 || d.windowEnd-d.index < minMatchLength+maxMatchLength {
-			break
-		}
+		more = more && len(f.tokens) > 0
 	}
 	if len(f.tokens) == 0 {
 		// The search resumes here, unless the next stretch starts here

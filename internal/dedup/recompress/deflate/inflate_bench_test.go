@@ -8,8 +8,8 @@ import (
 )
 
 // BenchmarkInflate compares inflating a level-6 stream (a parse frame's
-// body) with compress/flate and with Decoder, tokens kept: the two ways a
-// restore reads a parse frame.
+// body) with compress/flate and with Decoder, tokens kept (a restore
+// following the parse) or not (one that does not).
 func BenchmarkInflate(b *testing.B) {
 	in := goSource(b, 8<<20)
 	stream := compressWhole(b, 6, in, 1<<30, nil)
@@ -22,14 +22,24 @@ func BenchmarkInflate(b *testing.B) {
 			}
 		}
 	})
-	b.Run("decoder", func(b *testing.B) {
-		b.SetBytes(int64(len(in)))
-		dst := make([]byte, 0, len(in)+DstSlack)
-		for b.Loop() {
-			out, err := NewDecoder(stream).DecodeAll(dst, nil)
-			if err != nil || len(out) != len(in) {
-				b.Fatal(len(out), err)
-			}
+	for _, skip := range []bool{false, true} {
+		name := "decoder"
+		if skip {
+			name = "decoder-bytes-only"
 		}
-	})
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(in)))
+			dst := make([]byte, 0, len(in)+DstSlack)
+			for b.Loop() {
+				d := NewDecoder(stream)
+				if skip {
+					d.SkipTokens()
+				}
+				out, err := d.DecodeAll(dst, nil)
+				if err != nil || len(out) != len(in) {
+					b.Fatal(len(out), err)
+				}
+			}
+		})
+	}
 }
