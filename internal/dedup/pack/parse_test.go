@@ -46,12 +46,9 @@ func TestParseFrames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, want := range payloads {
-		rc, err := ps.Next()
-		if err != nil {
-			t.Fatalf("file %d: %v", i, err)
-		}
-		var level, n int
+	readStream(t, ps, payloads, func(i int, rc io.ReadCloser) func() {
+		want := payloads[i]
+		var level, n, pieces int
 		switch p := rc.(type) {
 		case *Parsed:
 			level = p.Level
@@ -62,7 +59,7 @@ func TestParseFrames(t *testing.T) {
 			// Pieces come in order, each before its first byte is read,
 			// and their tokens cover the file's bytes.
 			level = p.Level
-			var tokens, pieces int
+			var tokens int
 			p.Follow(func(first int, rel, size int64, toks []deflate.Token) {
 				pieces++
 				if first != tokens || rel != int64(n) {
@@ -76,29 +73,21 @@ func TestParseFrames(t *testing.T) {
 					t.Errorf("file %d: piece at %d said %d bytes, its tokens cover %d", i, rel, size, covered)
 				}
 				tokens += len(toks)
-				for _, tk := range toks {
-					n += tk.Size()
-				}
+				n += int(covered)
 			})
-			defer func() {
-				if n != len(want) || pieces < 2 {
-					t.Errorf("file %d: tokens of %d bytes in %d pieces, want %d bytes in several", i, n, pieces, len(want))
-				}
-			}()
 		}
 		if parsed := level != 0; parsed != (len(want) >= MinParseFile) || (parsed && (len(want) > smallFile) != isStream(rc)) {
 			t.Fatalf("file %d (%d bytes): handed out as %T", i, len(want), rc)
 		}
-		got, err := readInSteps(rc)
-		rc.Close()
-		if err != nil || string(got) != string(want) {
-			t.Fatalf("file %d: %d bytes (%v), want %d", i, len(got), err, len(want))
+		return func() {
+			if level != 0 && (level != 6 || n != len(want)) {
+				t.Errorf("file %d: level %d, tokens of %d bytes, want 6 and %d", i, level, n, len(want))
+			}
+			if isStream(rc) && pieces < 2 {
+				t.Errorf("file %d: tokens in %d pieces, want several", i, pieces)
+			}
 		}
-		if level != 0 && (level != 6 || n != len(want)) {
-			t.Errorf("file %d: level %d, tokens of %d bytes, want 6 and %d", i, level, n, len(want))
-		}
-	}
-	ps.Close()
+	})
 
 	// Files the rebuild does not follow come without their tokens, and
 	// read the same.
@@ -106,21 +95,12 @@ func TestParseFrames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, want := range payloads {
-		rc, err := ps.Next()
-		if err != nil {
-			t.Fatalf("file %d: %v", i, err)
-		}
+	readStream(t, ps, payloads, func(i int, rc io.ReadCloser) func() {
 		if p, ok := rc.(*Parsed); ok && (len(p.Tokens) > 0) != (i%2 == 0) {
-			t.Errorf("file %d (%d bytes): %d tokens handed out, want them only for even files", i, len(want), len(p.Tokens))
+			t.Errorf("file %d (%d bytes): %d tokens handed out, want them only for even files", i, len(payloads[i]), len(p.Tokens))
 		}
-		got, err := readInSteps(rc)
-		rc.Close()
-		if err != nil || string(got) != string(want) {
-			t.Fatalf("file %d: %d bytes (%v), want %d", i, len(got), err, len(want))
-		}
-	}
-	ps.Close()
+		return nil
+	})
 
 	// A damaged parse frame: the small one whole, the large one streamed.
 	for _, k := range []int{len(entries) - 1, firstParse(entries)} {
@@ -171,6 +151,29 @@ func isStream(rc io.Reader) bool {
 }
 
 // readInSteps reads r to its end in reads of varied sizes.
+// readStream reads every payload of ps in order, checks its bytes, and
+// closes ps. before sees each payload as it is handed out, before any of
+// its bytes is read, and may return a check to run once it was read.
+func readStream(t *testing.T, ps layer.Payloads, payloads [][]byte, before func(i int, rc io.ReadCloser) (after func())) {
+	t.Helper()
+	defer ps.Close()
+	for i, want := range payloads {
+		rc, err := ps.Next()
+		if err != nil {
+			t.Fatalf("file %d: %v", i, err)
+		}
+		after := before(i, rc)
+		got, err := readInSteps(rc)
+		rc.Close()
+		if err != nil || string(got) != string(want) {
+			t.Fatalf("file %d: %d bytes (%v), want %d", i, len(got), err, len(want))
+		}
+		if after != nil {
+			after()
+		}
+	}
+}
+
 func readInSteps(r io.Reader) ([]byte, error) {
 	var out []byte
 	buf := make([]byte, 100_000)
