@@ -188,19 +188,11 @@ func checkFile(f File) error {
 // one is checked as it streams.
 func checked(rc io.ReadCloser, f File) fetched {
 	if w, ok := rc.(Whole); ok {
-		var err error
-		switch b := w.Bytes(); {
-		case int64(len(b)) > f.Size:
-			err = fmt.Errorf("%w: longer than %d bytes", ErrCorruptFile, f.Size)
-		case int64(len(b)) != f.Size:
-			err = fmt.Errorf("%w: %d bytes, want %d", ErrCorruptFile, len(b), f.Size)
-		case f.Digest.Algorithm().FromBytes(b) != f.Digest:
-			err = fmt.Errorf("%w: content does not match the digest", ErrCorruptFile)
-		default:
-			return fetched{rc: rc}
+		if err := checkBytes(w.Bytes(), f); err != nil {
+			rc.Close()
+			return fetched{err: &FileError{Digest: f.Digest, Err: err}}
 		}
-		rc.Close()
-		return fetched{err: &FileError{Digest: f.Digest, Err: err}}
+		return fetched{rc: rc}
 	}
 	if f.Size > prefetchMax {
 		return fetched{rc: &checkedPayload{rc: rc, f: f, v: f.Digest.Verifier()}}
@@ -213,14 +205,25 @@ func checked(rc io.ReadCloser, f File) fetched {
 	case err == nil:
 		err = fmt.Errorf("%w: longer than %d bytes", ErrCorruptFile, f.Size)
 	case err != io.ErrUnexpectedEOF && err != io.EOF:
-	case int64(n) != f.Size:
-		err = fmt.Errorf("%w: %d bytes, want %d", ErrCorruptFile, n, f.Size)
-	case f.Digest.Algorithm().FromBytes(buf[:n]) != f.Digest:
-		err = fmt.Errorf("%w: content does not match the digest", ErrCorruptFile)
 	default:
-		return fetched{rc: io.NopCloser(bytes.NewReader(buf[:n]))}
+		if err = checkBytes(buf[:n], f); err == nil {
+			return fetched{rc: io.NopCloser(bytes.NewReader(buf[:n]))}
+		}
 	}
 	return fetched{err: &FileError{Digest: f.Digest, Err: err}}
+}
+
+// checkBytes checks a whole payload against its size and digest.
+func checkBytes(b []byte, f File) error {
+	switch {
+	case int64(len(b)) > f.Size:
+		return fmt.Errorf("%w: longer than %d bytes", ErrCorruptFile, f.Size)
+	case int64(len(b)) != f.Size:
+		return fmt.Errorf("%w: %d bytes, want %d", ErrCorruptFile, len(b), f.Size)
+	case f.Digest.Algorithm().FromBytes(b) != f.Digest:
+		return fmt.Errorf("%w: content does not match the digest", ErrCorruptFile)
+	}
+	return nil
 }
 
 // checkedPayload streams a payload too large to read ahead and fails as it
