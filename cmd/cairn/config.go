@@ -19,8 +19,9 @@ secrets masked (passwords, secret and account keys, tokens, inline
 credentials, Authorization headers, passwords in URLs). Warnings go to
 stderr. The files it names are read as serve reads them at start-up:
 auth.htpasswd.path, auth.token.rootcertbundle and jwks, auth.ldap.ca and
-bindpasswordfile, http.tls certificate, key and clientcas. Storage, Redis,
-LDAP servers and upstreams are not contacted.
+bindpasswordfile, auth.oidc.clientsecretfile, auth.robots.path, http.tls
+certificate, key and clientcas. Storage, Redis, LDAP servers, the OIDC
+provider and upstreams are not contacted.
 
 Exit status: 0 the configuration is good; 1 it is not (one line naming the
 key and FILE:LINE); 2 bad usage.

@@ -181,12 +181,12 @@ func (s *Source) rebuildChecking(ctx context.Context, r *Recipe, w io.Writer, or
 			switch p := rc.(type) {
 			case *pack.Parsed:
 				if len(p.Tokens) > 0 {
-					parses.Add(i, off, p.Size(), p.Level, p.Tokens)
+					parses.Add(i, off, p.Size(), p.Level, p.Tokens, p.Marks)
 				}
 			case *pack.ParsedStream:
 				if want(i) {
-					p.Follow(func(first int, rel, size int64, tokens []deflate.Token) {
-						parses.AddPiece(i, first, off+rel, size, p.Level, tokens)
+					p.Follow(func(first int, rel, size int64, tokens []deflate.Token, marks []deflate.Mark) {
+						parses.AddPiece(i, first, off+rel, size, p.Level, tokens, marks)
 					})
 				}
 			}

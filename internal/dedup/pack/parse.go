@@ -55,8 +55,10 @@ type Parsed struct {
 	whole
 	// Level is the deflate level the parse was written at.
 	Level int
-	// Tokens are the file's tokens from its first byte.
+	// Tokens are the file's tokens from its first byte; Marks where each
+	// block of them starts.
 	Tokens []deflate.Token
+	Marks  []deflate.Mark
 }
 
 // whole is a small file decompressed in one go: a layer.Whole.
@@ -101,9 +103,9 @@ func streamParse(w io.Writer, level int, size int64, r io.Reader) error {
 	return err
 }
 
-// decodeParse inflates the parse frame of file d (size bytes), with its
-// tokens when asked.
-func decodeParse(d digest.Digest, frame []byte, size int64, tokens bool) (io.ReadCloser, error) {
+// decodeParse inflates the parse frame of file d (size bytes) with dec,
+// with its tokens when asked.
+func decodeParse(dec *deflate.Decoder, d digest.Digest, frame []byte, size int64, tokens bool) (io.ReadCloser, error) {
 	corrupt := func(err error) error {
 		return fmt.Errorf("pack: file %s: %w: %w", d, layer.ErrCorruptFile, err)
 	}
@@ -111,28 +113,20 @@ func decodeParse(d digest.Digest, frame []byte, size int64, tokens bool) (io.Rea
 		return nil, corrupt(errors.New("short parse frame"))
 	}
 	level := int(frame[len(parseMagic)])
-	var toks []deflate.Token
+	dec.Reset(frame[len(parseMagic)+1:])
 	if tokens {
-		// Room for tokens of 3 bytes on average, more than most files
-		// need: growing the slice costs more than the room.
-		toks = make([]deflate.Token, 0, size/3+64)
-	}
-	dec := deflate.NewDecoder(frame[len(parseMagic)+1:])
-	if !tokens {
+		dec.AppendTokens(tokenRoom(size))
+	} else {
 		dec.SkipTokens()
 	}
 	out, err := dec.DecodeAll(make([]byte, 0, size+deflate.DstSlack), func(b *deflate.Block) error {
 		if b.In+int64(b.Size) > size {
 			return fmt.Errorf("parse inflates past %d bytes", size)
 		}
-		switch {
-		case !tokens:
-		case b.Type == deflate.BlockStored && b.Size > 0:
+		if b.Type == deflate.BlockStored && b.Size > 0 {
 			// Not a parse KeepTokens wrote (its only stored block is the
 			// empty one that ends the stream).
-			tokens, toks = false, nil
-		default:
-			toks = append(toks, b.Tokens...)
+			tokens = false
 		}
 		return nil
 	})
@@ -142,7 +136,18 @@ func decodeParse(d digest.Digest, frame []byte, size int64, tokens bool) (io.Rea
 	if int64(len(out)) != size {
 		return nil, corrupt(fmt.Errorf("parse inflates to %d bytes, want %d", len(out), size))
 	}
-	return &Parsed{whole: newWhole(out), Level: level, Tokens: toks}, nil
+	p := &Parsed{whole: newWhole(out), Level: level}
+	if tokens {
+		p.Tokens, p.Marks = dec.Tokens(), dec.Marks()
+	}
+	return p, nil
+}
+
+// tokenRoom is a token slice with room for the tokens of size bytes of a
+// parse at 3 bytes a token on average, more than most files need: growing
+// the slice costs more than the room.
+func tokenRoom(size int64) []deflate.Token {
+	return make([]deflate.Token, 0, size/3+64)
 }
 
 // ParsedStream is a file too large to hold whole with its tokens, read from
@@ -162,7 +167,7 @@ type ParsedStream struct {
 	rc     io.Closer
 	dec    *deflate.Decoder
 	size   int64
-	follow func(first int, rel, size int64, tokens []deflate.Token)
+	follow func(first int, rel, size int64, tokens []deflate.Token, marks []deflate.Mark)
 
 	win     []byte // the last 32 KiB inflated, then the pending piece
 	pending []byte // what Read has yet to hand out
@@ -175,9 +180,10 @@ type ParsedStream struct {
 
 // Follow makes p call f with each piece of its tokens: the index of the
 // piece's first token among the file's, the offset of its first byte in
-// the file, the bytes it covers, and the tokens (not changed afterwards).
+// the file, the bytes it covers, the tokens (not changed afterwards) and
+// where each block of them starts (offsets from the piece's first byte).
 // Set it before the first Read.
-func (p *ParsedStream) Follow(f func(first int, rel, size int64, tokens []deflate.Token)) {
+func (p *ParsedStream) Follow(f func(first int, rel, size int64, tokens []deflate.Token, marks []deflate.Mark)) {
 	p.follow = f
 }
 
@@ -211,9 +217,12 @@ func (p *ParsedStream) inflate() error {
 		p.win = p.win[:n]
 	}
 	start := len(p.win)
-	var toks []deflate.Token
 	if p.follow == nil || p.plain {
 		p.dec.SkipTokens()
+	} else {
+		// Each piece's tokens are a slice of their own: the follower keeps
+		// them.
+		p.dec.AppendTokens(tokenRoom(parsePiece + 64<<10))
 	}
 	for len(p.win)-start < parsePiece && !p.done {
 		b, out, err := p.dec.Next(p.win)
@@ -227,12 +236,8 @@ func (p *ParsedStream) inflate() error {
 		if p.size >= 0 && p.off+int64(len(p.win)-start) > p.size {
 			return p.corrupt(fmt.Errorf("parse inflates past %d bytes", p.size))
 		}
-		switch {
-		case p.plain || p.follow == nil:
-		case b.Type == deflate.BlockStored && b.Size > 0:
-			p.plain, toks = true, nil
-		default:
-			toks = append(toks, b.Tokens...)
+		if b.Type == deflate.BlockStored && b.Size > 0 {
+			p.plain = true
 		}
 		p.done = b.Final
 	}
@@ -240,8 +245,12 @@ func (p *ParsedStream) inflate() error {
 	if p.done && p.size >= 0 && p.off+int64(n) != p.size {
 		return p.corrupt(fmt.Errorf("parse inflates to %d bytes, want %d", p.off+int64(n), p.size))
 	}
+	var toks []deflate.Token
+	if !p.plain && p.follow != nil {
+		toks = p.dec.Tokens()
+	}
 	if len(toks) > 0 {
-		p.follow(p.tokens, p.off, int64(n), toks)
+		p.follow(p.tokens, p.off, int64(n), toks, p.dec.Marks())
 		p.tokens += len(toks)
 	}
 	p.off += int64(n)

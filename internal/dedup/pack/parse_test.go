@@ -55,13 +55,15 @@ func TestParseFrames(t *testing.T) {
 			for _, tk := range p.Tokens {
 				n += tk.Size()
 			}
+			checkMarks(t, i, p.Tokens, p.Marks)
 		case *ParsedStream:
 			// Pieces come in order, each before its first byte is read,
 			// and their tokens cover the file's bytes.
 			level = p.Level
 			var tokens int
-			p.Follow(func(first int, rel, size int64, toks []deflate.Token) {
+			p.Follow(func(first int, rel, size int64, toks []deflate.Token, marks []deflate.Mark) {
 				pieces++
+				checkMarks(t, i, toks, marks)
 				if first != tokens || rel != int64(n) {
 					t.Errorf("file %d: piece from token %d at %d, want %d at %d", i, first, rel, tokens, n)
 				}
@@ -122,7 +124,7 @@ func TestParseFrames(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rc.(*ParsedStream).Follow(func(int, int64, int64, []deflate.Token) {})
+			rc.(*ParsedStream).Follow(func(int, int64, int64, []deflate.Token, []deflate.Mark) {})
 		} else {
 			rc, err = e.store.Open(ctx, en.Digest)
 		}
@@ -196,4 +198,26 @@ func firstParse(entries []Entry) int {
 		}
 	}
 	return 0
+}
+
+// checkMarks checks that the marks handed with file i's tokens (or a piece
+// of them) start with the first token and each names a token at its
+// offset.
+func checkMarks(t *testing.T, i int, toks []deflate.Token, marks []deflate.Mark) {
+	t.Helper()
+	if len(toks) > 0 && (len(marks) == 0 || marks[0] != deflate.Mark{}) {
+		t.Errorf("file %d: %d tokens come with marks %v, want the first at token 0", i, len(toks), marks[:min(len(marks), 1)])
+		return
+	}
+	k, at := 0, int64(0)
+	for _, m := range marks {
+		for k < m.Token && k < len(toks) {
+			at += int64(toks[k].Size())
+			k++
+		}
+		if k != m.Token || at != m.In {
+			t.Errorf("file %d: mark %+v, but token %d starts at %d", i, m, k, at)
+			return
+		}
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
+	"github.com/cairn-registry/cairn/internal/dedup/recompress/deflate"
 	"github.com/cairn-registry/cairn/internal/iowatch"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta"
@@ -86,6 +87,9 @@ type Store struct {
 	smallD *zstd.Decoder  // DecodeAll is safe for concurrent use
 	encs   sync.Pool      // *zstd.Encoder for large files
 	decs   layer.Decoders // for large files
+	// parseDecs keeps the decoders of small parse frames: their tables
+	// (~120 KB) outweigh most small files, and a layer has thousands.
+	parseDecs sync.Pool // *deflate.Decoder
 	// legacyState caches whether cairn/files holds anything (legacyYes,
 	// legacyNo; 0: not known yet). Nothing writes there any more, so once
 	// empty it stays empty, and a file without a location costs no request.
@@ -284,7 +288,12 @@ func (s *Store) readRange(ctx context.Context, id string, off, n int64) ([]byte,
 // frame with its tokens, if asked).
 func (s *Store) decodeSmall(d digest.Digest, frame []byte, size int64, tokens bool) (io.ReadCloser, error) {
 	if isParse(frame) {
-		return decodeParse(d, frame, size, tokens)
+		dec, ok := s.parseDecs.Get().(*deflate.Decoder)
+		if !ok {
+			dec = &deflate.Decoder{}
+		}
+		defer s.parseDecs.Put(dec) // what it hands out is the caller's (decodeParse)
+		return decodeParse(dec, d, frame, size, tokens)
 	}
 	out, err := s.smallD.DecodeAll(frame, make([]byte, 0, size))
 	if err != nil {

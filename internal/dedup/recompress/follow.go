@@ -46,8 +46,9 @@ type Copy struct {
 // it hashes up to 32 KiB again, so a shorter one saves little.
 const minCopy = 512
 
-// markEvery is how many tokens apart a Parse records input offsets, so a
-// segment finds its first token without walking the file from its start.
+// markEvery is how many tokens apart a Parse given no marks records input
+// offsets, so a segment finds its first token without walking the file
+// from its start.
 const markEvery = 1024
 
 // Parse is (a piece of) a stored parse a rebuild may follow: the tokens of
@@ -63,32 +64,37 @@ type Parse struct {
 	Tokens []deflate.Token
 	size   int64 // input bytes the tokens cover
 
-	// marks[k] is the input offset, from Off, of token k*markEvery, so a
+	// marks are tokens at known input offsets (from Off), in order, so a
 	// check, or a segment starting far into the parse, finds a token
-	// without walking the file from its start; made on first use (most
-	// restores walk their copies in order from the start instead), once
-	// for all the segments sharing the parse.
+	// without walking the file from its start: the blocks the parse
+	// decoded from (deflate.Decoder.Marks), or, when not given, made on
+	// first use every markEvery tokens (most restores walk their copies
+	// in order from the start instead), once for all the segments
+	// sharing the parse.
 	marksOnce sync.Once
-	marks     []int64
+	marks     []deflate.Mark
 }
 
 // tokenAt returns the index in Tokens of the first token starting at or
 // after rel (an offset from Off) and where it starts.
 func (p *Parse) tokenAt(rel int64) (int, int64) {
 	p.marksOnce.Do(func() {
-		p.marks = make([]int64, 0, len(p.Tokens)/markEvery+1)
+		if p.marks != nil {
+			return
+		}
+		p.marks = make([]deflate.Mark, 0, len(p.Tokens)/markEvery+1)
 		var at int64
 		for i, t := range p.Tokens {
 			if i%markEvery == 0 {
-				p.marks = append(p.marks, at)
+				p.marks = append(p.marks, deflate.Mark{Token: i, In: at})
 			}
 			at += int64(t.Size())
 		}
 	})
-	k := max(sort.Search(len(p.marks), func(k int) bool { return p.marks[k] > rel })-1, 0)
-	i, at := k*markEvery, int64(0)
-	if len(p.marks) > 0 {
-		at = p.marks[k]
+	k := sort.Search(len(p.marks), func(k int) bool { return p.marks[k].In > rel }) - 1
+	i, at := 0, int64(0)
+	if k >= 0 {
+		i, at = p.marks[k].Token, p.marks[k].In
 	}
 	for i < len(p.Tokens) && at < rel {
 		at += int64(p.Tokens[i].Size())
@@ -112,17 +118,18 @@ type Parses struct {
 
 // Add records the parse of file source, whose size bytes start at offset
 // off of the uncompressed stream; tokens (which cover exactly those bytes)
-// must not change afterwards.
-func (ps *Parses) Add(source int, off, size int64, level int, tokens []deflate.Token) {
-	ps.AddPiece(source, 0, off, size, level, tokens)
+// must not change afterwards. marks, if any, are tokens at known offsets
+// (from off), in order.
+func (ps *Parses) Add(source int, off, size int64, level int, tokens []deflate.Token, marks []deflate.Mark) {
+	ps.AddPiece(source, 0, off, size, level, tokens, marks)
 }
 
 // AddPiece records a piece of the parse of file source: its tokens from
 // token first, covering the size bytes from offset off of the uncompressed
-// stream. Pieces are added in input order, each no later than its first
-// byte.
-func (ps *Parses) AddPiece(source, first int, off, size int64, level int, tokens []deflate.Token) {
-	p := &Parse{Source: source, First: first, Off: off, Level: level, Tokens: tokens, size: size}
+// stream, and marks as Add's. Pieces are added in input order, each no
+// later than its first byte.
+func (ps *Parses) AddPiece(source, first int, off, size int64, level int, tokens []deflate.Token, marks []deflate.Mark) {
+	p := &Parse{Source: source, First: first, Off: off, Level: level, Tokens: tokens, size: size, marks: marks}
 	ps.mu.Lock()
 	ps.list = append(ps.list, p)
 	ps.mu.Unlock()

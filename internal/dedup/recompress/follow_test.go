@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"fmt"
 	"io"
 	"slices"
 	"testing"
@@ -81,7 +82,7 @@ func parsesOf(files []sourceFile, toks [][]deflate.Token, level int, keep func(i
 	ps := &Parses{}
 	for i, f := range files {
 		if toks[i] != nil && keep(i) {
-			ps.Add(i, f.off, int64(len(f.body)), level, toks[i])
+			ps.Add(i, f.off, int64(len(f.body)), level, toks[i], nil)
 		}
 	}
 	return ps
@@ -95,12 +96,48 @@ func addPieces(ps *Parses, i int, off int64, level int, toks []deflate.Token, n 
 	}
 	for first := 0; first < len(toks); first += n {
 		piece := toks[first:min(first+n, len(toks))]
-		var size int64
-		for _, t := range piece {
-			size += int64(t.Size())
-		}
-		ps.AddPiece(i, first, off, size, level, piece)
+		marks, size := marksEvery(piece, 700)
+		ps.AddPiece(i, first, off, size, level, piece, marks)
 		off += size
+	}
+}
+
+// marksEvery returns marks every n tokens of toks, as a decoder gives
+// them per block, and the bytes toks cover.
+func marksEvery(toks []deflate.Token, n int) ([]deflate.Mark, int64) {
+	var marks []deflate.Mark
+	var size int64
+	for k, t := range toks {
+		if k%n == 0 {
+			marks = append(marks, deflate.Mark{Token: k, In: size})
+		}
+		size += int64(t.Size())
+	}
+	return marks, size
+}
+
+// TestTokenAtMarks: a parse finds the first token at or after every
+// offset, with marks given (as a decoder's blocks) and with its own.
+func TestTokenAtMarks(t *testing.T) {
+	var body []byte
+	for i := range 3000 {
+		body = fmt.Appendf(body, "token %d of a parse, at a known offset; ", i*i%997)
+	}
+	toks := ownParse(t, 6, body)
+	marks, size := marksEvery(toks, 333)
+	given := &Parse{Tokens: toks, size: size, marks: marks}
+	own := &Parse{Tokens: toks, size: size}
+	i, at := 0, int64(0) // the answer, walked
+	for rel := int64(0); rel <= size; rel += 7 {
+		for i < len(toks) && at < rel {
+			at += int64(toks[i].Size())
+			i++
+		}
+		for _, p := range []*Parse{given, own} {
+			if gi, gat := p.tokenAt(rel); gi != i || gat != at {
+				t.Fatalf("offset %d (marks given: %v): token %d at %d, want %d at %d", rel, p == given, gi, gat, i, at)
+			}
+		}
 	}
 }
 

@@ -98,7 +98,10 @@ type Decoder struct {
 	err  error  // sticky
 
 	blk       Block
-	toks      []Token
+	toks      []Token // this block's tokens; with accum, every block's so far
+	accum     bool
+	marks     []Mark // with accum, where each block's tokens start
+	markBase  int64  // out at AppendTokens
 	lens      [maxNumLit + offsetCodeCount]uint8
 	lit, dist huffTable // a dynamic block's codes
 	clen      huffTable
@@ -143,12 +146,43 @@ func (d *Decoder) Reset(src []byte) {
 	d.src, d.p, d.bits, d.nb, d.base = src, 0, 0, 0, 0
 	d.out, d.done, d.err = 0, false, nil
 	d.feed, d.count, d.noTokens = nil, false, false
+	if d.accum {
+		d.toks, d.marks = nil, nil // the caller's now
+	}
+	d.toks, d.accum = d.toks[:0], false
 }
 
 // SkipTokens makes d keep only the bytes: Block.Tokens stay empty. A
 // caller that only wants the output (a parse frame no rebuild follows)
 // saves a store per token.
 func (d *Decoder) SkipTokens() { d.noTokens = true }
+
+// AppendTokens makes d append every block's tokens to toks, which it then
+// owns, instead of keeping each block's in a buffer of its own: a caller
+// collecting a whole stream's tokens (a parse) saves copying each one
+// again and growing its slice. Block.Tokens is then the block's part of
+// it; Tokens returns them all, Marks where each block's start, and a
+// later AppendTokens starts anew.
+func (d *Decoder) AppendTokens(toks []Token) {
+	d.toks, d.accum = toks, true
+	d.marks, d.markBase = nil, d.out
+}
+
+// Tokens returns the tokens decoded since AppendTokens.
+func (d *Decoder) Tokens() []Token { return d.toks }
+
+// Mark is where a block starts in the tokens of a stream (or of a part of
+// one): its first token's index and that token's input offset. Blocks
+// hold up to 16K tokens, so a reader looking for the token at an offset
+// walks at most a block's worth from the mark before it.
+type Mark struct {
+	Token int
+	In    int64
+}
+
+// Marks returns where each block with tokens decoded since AppendTokens
+// starts in Tokens, its offset counted from the first byte decoded since.
+func (d *Decoder) Marks() []Mark { return d.marks }
 
 // ResetAt makes d decode a stream from a block boundary inside it: src
 // holds the stream from the byte with the boundary's bit, skip (0–7) is
@@ -224,7 +258,11 @@ func (d *Decoder) corrupt(format string, args ...any) error {
 
 func (d *Decoder) block(dst []byte) (*Block, []byte, error) {
 	b := &d.blk
-	*b = Block{Bit: d.Bits(), In: d.out, Tokens: d.toks[:0]}
+	if !d.accum {
+		d.toks = d.toks[:0]
+	}
+	first := len(d.toks)
+	*b = Block{Bit: d.Bits(), In: d.out}
 	hdr, err := d.take(3)
 	if err != nil {
 		return nil, dst, err
@@ -247,6 +285,7 @@ func (d *Decoder) block(dst []byte) (*Block, []byte, error) {
 		err = d.corrupt("reserved block type")
 	}
 	if err != nil {
+		d.toks = d.toks[:first]
 		return nil, dst[:n0], err
 	}
 	if !d.count {
@@ -254,7 +293,10 @@ func (d *Decoder) block(dst []byte) (*Block, []byte, error) {
 	}
 	d.out += int64(b.Size)
 	b.EndBit = d.Bits()
-	d.toks = b.Tokens[:0]
+	b.Tokens = d.toks[first:len(d.toks):len(d.toks)]
+	if d.accum && len(b.Tokens) > 0 {
+		d.marks = append(d.marks, Mark{Token: first, In: b.In - d.markBase})
+	}
 	d.done = b.Final
 	return b, dst, nil
 }
@@ -495,7 +537,7 @@ const DstSlack = outSlack
 const outSlack = maxMatchLength + 8
 
 // codes decodes a fixed or dynamic block's symbols to its end-of-block
-// code, appending bytes to dst and tokens to b.Tokens.
+// code, appending bytes to dst and tokens to d.toks.
 func (d *Decoder) codes(b *Block, dst []byte, lit, dist *huffTable) ([]byte, error) {
 	keep := !d.count
 	toksToo := keep && !d.noTokens
@@ -509,7 +551,7 @@ func (d *Decoder) codes(b *Block, dst []byte, lit, dist *huffTable) ([]byte, err
 		o = int(d.out)
 	}
 	start := o
-	toks := b.Tokens
+	toks := d.toks
 	var err error
 	for {
 		// Fast path: while 8 bytes remain, one load per token and no
@@ -649,7 +691,7 @@ func (d *Decoder) codes(b *Block, dst []byte, lit, dist *huffTable) ([]byte, err
 		}
 		o += length
 	}
-	b.Tokens = toks
+	d.toks = toks
 	if !keep {
 		b.Size = o - start
 		return dst, err

@@ -6,6 +6,7 @@ import (
 	stdflate "compress/flate"
 	"errors"
 	"io"
+	"slices"
 	"testing"
 )
 
@@ -43,7 +44,8 @@ func FuzzDecodeReencode(f *testing.F) {
 // FuzzDecode: the decoder never panics on arbitrary input, fails only
 // with ErrCorrupt, and accepts exactly the streams compress/flate reads
 // whole, inflating them to the same bytes and ending in the same byte; fed
-// from a reader in chunks, and keeping no tokens, it decodes the same.
+// from a reader in chunks, and keeping no tokens, it decodes the same, and
+// appending every block's tokens to one slice, the same tokens.
 func FuzzDecode(f *testing.F) {
 	in := layerLike(40<<10, 15)
 	for _, level := range []int{-2, 0, 1, 2, 6, 9} {
@@ -59,16 +61,40 @@ func FuzzDecode(f *testing.F) {
 		d := NewDecoder(data)
 		var got []byte
 		var err error
+		var toks []Token // every block's, and where each block's start
+		var marks []Mark
 		for {
 			var out []byte
-			_, out, err = d.Next(got)
+			var b *Block
+			b, out, err = d.Next(got)
 			got = out
 			if err != nil {
 				break
 			}
+			if len(b.Tokens) > 0 {
+				marks = append(marks, Mark{Token: len(toks), In: b.In})
+			}
+			toks = append(toks, b.Tokens...)
 		}
 		if err == io.EOF {
 			err = nil
+		}
+		// Appending to one slice (grown from 3) gives the same tokens.
+		ad := NewDecoder(data)
+		ad.AppendTokens(make([]Token, 0, 3))
+		var agot []byte
+		for {
+			b, out, aerr := ad.Next(agot)
+			agot = out
+			if aerr != nil {
+				break
+			}
+			if n := len(ad.Tokens()); !slices.Equal(b.Tokens, ad.Tokens()[n-len(b.Tokens):]) {
+				t.Fatal("AppendTokens: a block's tokens are not the tail of the slice")
+			}
+		}
+		if !slices.Equal(ad.Tokens(), toks) || !slices.Equal(ad.Marks(), marks) || !bytes.Equal(agot, got) {
+			t.Fatalf("AppendTokens: %d tokens, %d marks, %d bytes; block by block %d, %d, %d", len(ad.Tokens()), len(ad.Marks()), len(agot), len(toks), len(marks), len(got))
 		}
 		if err != nil && !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("error not ErrCorrupt: %v", err)
