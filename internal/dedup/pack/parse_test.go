@@ -1,12 +1,16 @@
 package pack
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"testing"
+
+	"github.com/opencontainers/go-digest"
 
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
 	"github.com/cairn-registry/cairn/internal/dedup/recompress/deflate"
@@ -219,5 +223,60 @@ func checkMarks(t *testing.T, i int, toks []deflate.Token, marks []deflate.Mark)
 			t.Errorf("file %d: mark %+v, but token %d starts at %d", i, m, k, at)
 			return
 		}
+	}
+}
+
+// TestParseDecodersPooled: small parse frames share pooled decoders, and
+// what one decode handed out (bytes, tokens, marks) stays as it was while
+// the decoder goes on to other frames, with tokens and without.
+func TestParseDecodersPooled(t *testing.T) {
+	s := newEnv(t, Options{}).store
+	bodies := files(23, 6, 200_000)
+	frames := make([][]byte, len(bodies))
+	for i, body := range bodies {
+		body = append(body, bytes.Repeat([]byte("padding to a parse frame\n"), MinParseFile/20)...)
+		bodies[i] = body
+		var b bytes.Buffer
+		if err := streamParse(&b, ParseLevel, int64(len(body)), bytes.NewReader(body)); err != nil {
+			t.Fatal(err)
+		}
+		frames[i] = b.Bytes()
+	}
+	decode := func(i int, tokens bool) *Parsed {
+		rc, err := s.decodeSmall(digest.FromBytes(bodies[i]), frames[i], int64(len(bodies[i])), tokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rc.(*Parsed)
+	}
+	// What a decoder of its own hands out, to compare with.
+	want := make([]*Parsed, len(bodies))
+	for i := range bodies {
+		p, err := decodeParse(&deflate.Decoder{}, digest.FromBytes(bodies[i]), frames[i], int64(len(bodies[i])), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = p.(*Parsed)
+	}
+	var kept []*Parsed
+	for round := range 3 {
+		for i := range bodies {
+			p := decode(i, (i+round)%2 == 0)
+			if len(p.Tokens) > 0 {
+				kept = append(kept, p)
+			}
+		}
+	}
+	for _, p := range kept {
+		i := slices.IndexFunc(bodies, func(b []byte) bool { return bytes.Equal(b, p.Bytes()) })
+		if i < 0 {
+			t.Fatal("a decoded file's bytes changed after its decoder went on")
+		}
+		if !slices.Equal(p.Tokens, want[i].Tokens) || !slices.Equal(p.Marks, want[i].Marks) {
+			t.Fatalf("file %d: its tokens or marks changed after its decoder went on", i)
+		}
+	}
+	if len(kept) < len(bodies) {
+		t.Fatalf("%d decodes came with tokens, want at least %d", len(kept), len(bodies))
 	}
 }

@@ -43,7 +43,11 @@ type Copy struct {
 }
 
 // minCopy is the least input a copy covers: the search that resumes after
-// it hashes up to 32 KiB again, so a shorter one saves little.
+// it hashes up to 32 KiB again, so a shorter one saves little. Measured on
+// the Debian full profile, 128 covers 2.9% more of the level-6 input (file
+// heads left to search: 10.5% -> 7.6%) for 24% more recipe bytes (storage
+// ratio -0.8%), and level-6 restores came out 1% and 8% faster in two
+// side-by-side runs, within their noise: not worth the bytes.
 const minCopy = 512
 
 // markEvery is how many tokens apart a Parse given no marks records input

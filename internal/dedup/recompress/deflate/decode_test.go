@@ -452,3 +452,25 @@ func TestStreamDecoder(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendTokensReset: the tokens a decoder appended to a caller's slice
+// stay the caller's: a Reset and a decode keeping each block's tokens in a
+// buffer of the decoder's own leave them as they were.
+func TestAppendTokensReset(t *testing.T) {
+	a := compressWhole(t, 6, goSource(t, 200<<10), 1<<30, nil)
+	b := compressWhole(t, 6, layerLike(200<<10, 3), 1<<30, nil)
+	d := NewDecoder(a)
+	d.AppendTokens(make([]Token, 0, 1<<20))
+	if _, err := d.DecodeAll(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	got := d.Tokens()
+	want := slices.Clone(got)
+	d.Reset(b)
+	if _, err := d.DecodeAll(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatal("a decode after Reset wrote over the tokens appended to the caller's slice")
+	}
+}
