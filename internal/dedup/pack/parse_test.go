@@ -228,7 +228,8 @@ func checkMarks(t *testing.T, i int, toks []deflate.Token, marks []deflate.Mark)
 
 // TestParseDecodersPooled: small parse frames share pooled decoders, and
 // what one decode handed out (bytes, tokens, marks) stays as it was while
-// the decoder goes on to other frames, with tokens and without.
+// the decoder goes on to other frames, with tokens and without, and to a
+// damaged one, which fails as a corrupt file and leaves the next right.
 func TestParseDecodersPooled(t *testing.T) {
 	s := newEnv(t, Options{}).store
 	bodies := files(23, 6, 200_000)
@@ -265,6 +266,10 @@ func TestParseDecodersPooled(t *testing.T) {
 			if len(p.Tokens) > 0 {
 				kept = append(kept, p)
 			}
+		}
+		cut := frames[round][:len(frames[round])/2]
+		if _, err := s.decodeSmall(digest.FromBytes(bodies[round]), cut, int64(len(bodies[round])), true); !errors.Is(err, layer.ErrCorruptFile) {
+			t.Fatalf("a cut parse frame: %v, want a corrupt file", err)
 		}
 	}
 	for _, p := range kept {

@@ -50,11 +50,6 @@ type Copy struct {
 // side-by-side runs, within their noise: not worth the bytes.
 const minCopy = 512
 
-// markEvery is how many tokens apart a Parse given no marks records input
-// offsets, so a segment finds its first token without walking the file
-// from its start.
-const markEvery = 1024
-
 // Parse is (a piece of) a stored parse a rebuild may follow: the tokens of
 // recipe file Source from its token First, at deflate level Level, whose
 // first byte is at offset Off of the blob's uncompressed stream (across
@@ -68,33 +63,17 @@ type Parse struct {
 	Tokens []deflate.Token
 	size   int64 // input bytes the tokens cover
 
-	// marks are tokens at known input offsets (from Off), in order, so a
-	// check, or a segment starting far into the parse, finds a token
-	// without walking the file from its start: the blocks the parse
-	// decoded from (deflate.Decoder.Marks), or, when not given, made on
-	// first use every markEvery tokens (most restores walk their copies
-	// in order from the start instead), once for all the segments
-	// sharing the parse.
-	marksOnce sync.Once
-	marks     []deflate.Mark
+	// marks are tokens at known input offsets (from Off), in order: the
+	// starts of the blocks the parse was decoded from
+	// (deflate.Decoder.Marks), so a check, or a segment starting far into
+	// the parse, finds a token walking at most a block.
+	marks []deflate.Mark
 }
 
 // tokenAt returns the index in Tokens of the first token starting at or
-// after rel (an offset from Off) and where it starts.
+// after rel (an offset from Off) and where it starts: from the last mark
+// at or before rel (or the start, with no marks).
 func (p *Parse) tokenAt(rel int64) (int, int64) {
-	p.marksOnce.Do(func() {
-		if p.marks != nil {
-			return
-		}
-		p.marks = make([]deflate.Mark, 0, len(p.Tokens)/markEvery+1)
-		var at int64
-		for i, t := range p.Tokens {
-			if i%markEvery == 0 {
-				p.marks = append(p.marks, deflate.Mark{Token: i, In: at})
-			}
-			at += int64(t.Size())
-		}
-	})
 	k := sort.Search(len(p.marks), func(k int) bool { return p.marks[k].In > rel }) - 1
 	i, at := 0, int64(0)
 	if k >= 0 {
@@ -193,10 +172,8 @@ func follow(copies []Copy, parses []*Parse, base int64) deflate.TokenSource {
 	}
 	// Copies come in input order, so each parse is walked once, from where
 	// the last copy in it ended (a cursor: next token, its offset), or to
-	// the first copy from its start, or, far into it (a segment starting
-	// inside a large file), from its nearest mark; the walk also checks
-	// each copy's size.
-	const walkFromStart = 64 << 10
+	// the first copy from the mark before it; the walk also checks each
+	// copy's size.
 	type cursor struct {
 		i  int
 		at int64
@@ -218,9 +195,7 @@ func follow(copies []Copy, parses []*Parse, base int64) deflate.TokenSource {
 		cu := cursors[p]
 		if cu == nil || rel < cu.at {
 			cu = &cursor{}
-			if rel >= walkFromStart {
-				cu.i, cu.at = p.tokenAt(rel)
-			}
+			cu.i, cu.at = p.tokenAt(rel)
 			cursors[p] = cu
 		}
 		for cu.i < len(p.Tokens) && cu.at < rel {

@@ -77,12 +77,14 @@ func ownParses(t testing.TB, files []sourceFile, level int) [][]deflate.Token {
 	return toks
 }
 
-// parsesOf returns the parses of the files keep selects.
+// parsesOf returns the parses of the files keep selects, with marks as a
+// decoder gives them.
 func parsesOf(files []sourceFile, toks [][]deflate.Token, level int, keep func(i int) bool) *Parses {
 	ps := &Parses{}
 	for i, f := range files {
 		if toks[i] != nil && keep(i) {
-			ps.Add(i, f.off, int64(len(f.body)), level, toks[i], nil)
+			marks, size := marksEvery(toks[i], 1000)
+			ps.Add(i, f.off, size, level, toks[i], marks)
 		}
 	}
 	return ps
@@ -117,7 +119,7 @@ func marksEvery(toks []deflate.Token, n int) ([]deflate.Mark, int64) {
 }
 
 // TestTokenAtMarks: a parse finds the first token at or after every
-// offset, with marks given (as a decoder's blocks) and with its own.
+// offset, with marks given (as a decoder's blocks) and with none.
 func TestTokenAtMarks(t *testing.T) {
 	var body []byte
 	for i := range 3000 {
@@ -126,14 +128,14 @@ func TestTokenAtMarks(t *testing.T) {
 	toks := ownParse(t, 6, body)
 	marks, size := marksEvery(toks, 333)
 	given := &Parse{Tokens: toks, size: size, marks: marks}
-	own := &Parse{Tokens: toks, size: size}
+	none := &Parse{Tokens: toks, size: size}
 	i, at := 0, int64(0) // the answer, walked
 	for rel := int64(0); rel <= size; rel += 7 {
 		for i < len(toks) && at < rel {
 			at += int64(toks[i].Size())
 			i++
 		}
-		for _, p := range []*Parse{given, own} {
+		for _, p := range []*Parse{given, none} {
 			if gi, gat := p.tokenAt(rel); gi != i || gat != at {
 				t.Fatalf("offset %d (marks given: %v): token %d at %d, want %d at %d", rel, p == given, gi, gat, i, at)
 			}
