@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/opencontainers/go-digest"
+
 	"github.com/cairn-registry/cairn/internal/bench/dataset"
 	"github.com/cairn-registry/cairn/internal/dedup"
 	"github.com/cairn-registry/cairn/internal/layout"
@@ -35,9 +37,11 @@ once), then restored cold (no preconstruct cache) through dedup.Source, the
 pack store and recompress.RebuildFollowing, digest checked. Prints per
 setting: worker wall and CPU time, storage ratio and stored bytes, the share
 of each compress/flate level-6 layer's input its recipe's copies cover, and
-restore MB/s per producer under each GOMAXPROCS of --procs. Restores of the
-two settings alternate layer by layer, each first on every other layer, so
-that load on a shared machine falls on both alike.`
+restore MB/s per producer under each GOMAXPROCS of --procs, and what keeping
+the original compressed segments no other layer's files are in would give
+(unshared.go). Restores of the two settings alternate layer by layer, each
+first on every other layer, so that load on a shared machine falls on both
+alike.`
 
 // followSetting is one store processed with parses off or on.
 type followSetting struct {
@@ -57,6 +61,8 @@ type followSetting struct {
 	Layers []followLayer `json:"layers"`
 	// Gaps are where those layers' input copies do not cover lies.
 	Gaps gapKinds `json:"gaps"`
+	// Unshared is what keeping unshared segments would give (unshared.go).
+	Unshared unsharedFigures `json:"unshared"`
 	// Restore is MB/s of blob bytes per producer and GOMAXPROCS.
 	Restore map[string]map[int]float64 `json:"restoreMBps"`
 
@@ -254,13 +260,19 @@ func process(ctx context.Context, ds *dataset.Dataset, drv *filesystem.Driver, e
 }
 
 // coverage fills in s's storage figures and level-6 coverage.
-func coverage(ctx context.Context, ds *dataset.Dataset, drv *filesystem.Driver, eng *dedup.Engine, s *followSetting) error {
+func coverage(ctx context.Context, ds *dataset.Dataset, drv *filesystem.Driver, eng *dedup.Engine, s *followSetting) (err error) {
 	st, err := eng.Stats(ctx)
 	if err != nil {
 		return err
 	}
 	s.Ratio, s.Stored, s.Files, s.Recipes = st.Ratio, st.StoredBytes.Total, st.StoredBytes.Files, st.StoredBytes.Recipes
 	s.Dead = st.Files.DeadBytes
+	recipes := map[digest.Digest]*dedup.Recipe{}
+	defer func() {
+		if err == nil {
+			s.Unshared, err = measureUnshared(ctx, ds, recipes, s.store)
+		}
+	}()
 	for _, l := range ds.Layers {
 		b, err := drv.GetContent(ctx, layout.BlobRecipe(l.Digest))
 		if err != nil {
@@ -270,6 +282,7 @@ func coverage(ctx context.Context, ds *dataset.Dataset, drv *filesystem.Driver, 
 		if err != nil {
 			return err
 		}
+		recipes[l.Digest] = r
 		if len(r.Compression.Members) == 0 || r.Compression.Members[0].Encoder != "stdlib-gzip/6" {
 			continue
 		}
@@ -469,6 +482,7 @@ func writeFollow(w io.Writer, ds *dataset.Dataset, settings []*followSetting, pr
 	b.WriteString("\n")
 	for _, s := range settings {
 		writeGaps(&b, s)
+		writeUnshared(&b, s)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

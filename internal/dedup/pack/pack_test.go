@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 
@@ -211,6 +212,34 @@ func TestStreamLargeAndLegacy(t *testing.T) {
 	e.readAll(layer)
 }
 
+// TestStreamOpensAhead: a stream opens (reads and decompresses) files
+// ahead of its reader, so that the reader, a layer's assembly, does not
+// wait for them: with every file in a span of its own, all of a small
+// layer's files are read while the reader holds the first.
+func TestStreamOpensAhead(t *testing.T) {
+	e := newEnv(t, Options{MaxSpan: 1, Inflight: 1})
+	payloads := files(8, 20, 3000)
+	e.ingest("l", payloads, 0)
+	e.d.ranges.Store(0)
+	ps, err := e.store.Stream(context.Background(), recipeOf(payloads))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ps.Close()
+	rc, err := ps.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	// A hang guard, not a timing assertion: the reads need no reader.
+	for deadline := time.Now().Add(time.Minute); e.d.ranges.Load() < int64(len(payloads)); {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d files read while the reader holds the first", e.d.ranges.Load(), len(payloads))
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // TestStreamMissingAndCorrupt: a file nobody wrote fails as not found; a
 // damaged frame as a corrupt file.
 func TestStreamMissingAndCorrupt(t *testing.T) {
@@ -219,7 +248,7 @@ func TestStreamMissingAndCorrupt(t *testing.T) {
 	payloads := files(7, 5, 3000)
 	e.ingest("l", payloads, 0)
 	ghost := []byte("never stored")
-	ps, err := e.store.Stream(ctx, recipeOf([][]byte{payloads[0], ghost}))
+	ps, err := e.store.Stream(ctx, recipeOf([][]byte{payloads[0], ghost, payloads[1]}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,6 +259,11 @@ func TestStreamMissingAndCorrupt(t *testing.T) {
 	rc.Close()
 	if _, err := ps.Next(); !errors.Is(err, driver.ErrNotFound) {
 		t.Fatalf("missing file: %v, want not found", err)
+	}
+	// The stream stops at a failed file: what follows is not handed out
+	// as if nothing had happened.
+	if rc, err := ps.Next(); !errors.Is(err, driver.ErrNotFound) {
+		t.Fatalf("file after a missing one: %v (reader handed out: %v), want the failure again", err, rc != nil)
 	}
 	ps.Close()
 
@@ -441,6 +475,19 @@ func TestPlan(t *testing.T) {
 	spans, of, _ = plan(alt, altLocs, 1<<20, 100)
 	if want := []int{0, 1, 0, 1, 0, 1}; len(spans) != 2 || !slices.Equal(of, want) {
 		t.Fatalf("alternating packs: %d spans, of = %v; want 2, %v", len(spans), of, want)
+	}
+	// So do files taking turns among 8 packs (a layer sharing files with
+	// several others, as Debian images do: with 4 open spans a Debian
+	// layer read a third more ranges).
+	var turns []layer.File
+	turnLocs := map[digest.Digest]meta.Location{}
+	for i := range 32 {
+		tf := f(100 + i)
+		turns = append(turns, tf)
+		turnLocs[tf.Digest] = loc(fmt.Sprint("p", i%8), int64(8+10*(i/8)), 10)
+	}
+	if spans, _, _ = plan(turns, turnLocs, 1<<20, 100); len(spans) != 8 {
+		t.Fatalf("files taking turns among 8 packs: %d spans, want 8", len(spans))
 	}
 }
 

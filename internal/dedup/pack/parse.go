@@ -158,6 +158,10 @@ func tokenRoom(size int64) []deflate.Token {
 // decoder, tokens and all, inflates faster than compress/flate.) A failed
 // read of the frame is the storage's; any other failure means the stored
 // bytes are corrupt.
+//
+// From the first Read a goroutine of its own reads and inflates the frame
+// up to two pieces ahead of the reader (a layer's assembly, which no
+// other core can share); Close stops it.
 type ParsedStream struct {
 	// Level is the deflate level the parse was written at.
 	Level int
@@ -169,20 +173,39 @@ type ParsedStream struct {
 	size   int64
 	follow func(first int, rel, size int64, tokens []deflate.Token, marks []deflate.Mark)
 
-	win     []byte // the last 32 KiB inflated, then the pending piece
+	// The reader's side.
+	pieces  chan piece    // from inflateAhead, once the first Read started it
+	stop    chan struct{} // closed by Close
+	exited  chan struct{} // closed when inflateAhead returns
+	closed  bool
 	pending []byte // what Read has yet to hand out
-	off     int64  // bytes inflated so far
-	tokens  int    // tokens handed on so far
-	plain   bool   // a stored block with bytes: no parse KeepTokens wrote
-	done    bool
 	err     error
+
+	// inflateAhead's side.
+	win    []byte // the last piece inflated, after the 32 KiB before it
+	off    int64  // bytes inflated so far
+	tokens int    // tokens inflated so far
+	plain  bool   // a stored block with bytes: no parse KeepTokens wrote
+	done   bool
+}
+
+// piece is one piece of a ParsedStream: its bytes, its tokens and marks
+// when followed, the index of its first token and its offset in the file;
+// or the error that ended the stream.
+type piece struct {
+	b      []byte
+	first  int
+	rel    int64
+	tokens []deflate.Token
+	marks  []deflate.Mark
+	err    error
 }
 
 // Follow makes p call f with each piece of its tokens: the index of the
 // piece's first token among the file's, the offset of its first byte in
 // the file, the bytes it covers, the tokens (not changed afterwards) and
 // where each block of them starts (offsets from the piece's first byte).
-// Set it before the first Read.
+// Set it before the first Read; f is called by Read.
 func (p *ParsedStream) Follow(f func(first int, rel, size int64, tokens []deflate.Token, marks []deflate.Mark)) {
 	p.follow = f
 }
@@ -199,23 +222,55 @@ func (p *ParsedStream) Read(b []byte) (int, error) {
 		if p.err != nil {
 			return 0, p.err
 		}
-		if p.done {
-			return 0, io.EOF
+		if p.closed {
+			return 0, errors.New("pack: read of a closed parse stream")
 		}
-		p.err = p.inflate()
+		if p.pieces == nil {
+			p.pieces, p.stop, p.exited = make(chan piece, 1), make(chan struct{}), make(chan struct{})
+			go p.inflateAhead()
+		}
+		pc, ok := <-p.pieces
+		switch {
+		case !ok:
+			p.err = io.EOF
+		case pc.err != nil:
+			p.err = pc.err
+		default:
+			if len(pc.tokens) > 0 {
+				p.follow(pc.first, pc.rel, int64(len(pc.b)), pc.tokens, pc.marks)
+			}
+			p.pending = pc.b
+		}
 	}
 	n := copy(b, p.pending)
 	p.pending = p.pending[n:]
 	return n, nil
 }
 
-// inflate decodes the next piece and hands its tokens on.
-func (p *ParsedStream) inflate() error {
-	const window = 32 << 10
-	if len(p.win) > window {
-		n := copy(p.win, p.win[len(p.win)-window:])
-		p.win = p.win[:n]
+// inflateAhead inflates the pieces in order into p.pieces until the last,
+// a failure, or Close.
+func (p *ParsedStream) inflateAhead() {
+	defer close(p.exited)
+	defer close(p.pieces)
+	for !p.done {
+		pc := p.inflate()
+		select {
+		case p.pieces <- pc:
+		case <-p.stop:
+			return
+		}
+		if pc.err != nil {
+			return
+		}
 	}
+}
+
+// inflate decodes the next piece into a buffer of its own, which the
+// reader keeps while the next is decoded.
+func (p *ParsedStream) inflate() piece {
+	const window = 32 << 10
+	prev := p.win[max(0, len(p.win)-window):]
+	p.win = append(make([]byte, 0, len(prev)+parsePiece+64<<10), prev...)
 	start := len(p.win)
 	if p.follow == nil || p.plain {
 		p.dec.SkipTokens()
@@ -229,12 +284,12 @@ func (p *ParsedStream) inflate() error {
 		p.win = out
 		if err != nil {
 			if p.src.Err != nil {
-				return fmt.Errorf("pack: file %s: %w", p.d, p.src.Err)
+				return piece{err: fmt.Errorf("pack: file %s: %w", p.d, p.src.Err)}
 			}
-			return p.corrupt(err)
+			return piece{err: p.corrupt(err)}
 		}
 		if p.size >= 0 && p.off+int64(len(p.win)-start) > p.size {
-			return p.corrupt(fmt.Errorf("parse inflates past %d bytes", p.size))
+			return piece{err: p.corrupt(fmt.Errorf("parse inflates past %d bytes", p.size))}
 		}
 		if b.Type == deflate.BlockStored && b.Size > 0 {
 			p.plain = true
@@ -243,24 +298,32 @@ func (p *ParsedStream) inflate() error {
 	}
 	n := len(p.win) - start
 	if p.done && p.size >= 0 && p.off+int64(n) != p.size {
-		return p.corrupt(fmt.Errorf("parse inflates to %d bytes, want %d", p.off+int64(n), p.size))
+		return piece{err: p.corrupt(fmt.Errorf("parse inflates to %d bytes, want %d", p.off+int64(n), p.size))}
 	}
-	var toks []deflate.Token
+	pc := piece{b: p.win[start:], first: p.tokens, rel: p.off}
 	if !p.plain && p.follow != nil {
-		toks = p.dec.Tokens()
+		pc.tokens, pc.marks = p.dec.Tokens(), p.dec.Marks()
 	}
-	if len(toks) > 0 {
-		p.follow(p.tokens, p.off, int64(n), toks, p.dec.Marks())
-		p.tokens += len(toks)
-	}
+	p.tokens += len(pc.tokens)
 	p.off += int64(n)
-	p.pending = p.win[start:]
-	return nil
+	return pc
 }
 
 func (p *ParsedStream) corrupt(err error) error {
 	return fmt.Errorf("pack: file %s: %w: %w", p.d, layer.ErrCorruptFile, err)
 }
 
-// Close implements io.Closer.
-func (p *ParsedStream) Close() error { return p.rc.Close() }
+// Close implements io.Closer: it stops the goroutine inflating ahead,
+// closing the frame's reader first so that a read it waits in ends.
+func (p *ParsedStream) Close() error {
+	if p.closed {
+		return nil
+	}
+	p.closed, p.pending = true, nil
+	err := p.rc.Close()
+	if p.pieces != nil {
+		close(p.stop)
+		<-p.exited
+	}
+	return err
+}
