@@ -40,11 +40,6 @@ const maxFollowedFile = 32 << 20
 // gapsOf sorts the bytes of r's tar its copies do not cover.
 func gapsOf(r *dedup.Recipe) (gapKinds, error) {
 	var g gapKinds
-	zr, err := zstd.NewReader(bytes.NewReader(r.Tar.Meta), zstd.WithDecoderConcurrency(1))
-	if err != nil {
-		return g, err
-	}
-	defer zr.Close()
 	// covered input intervals, as tar offsets
 	type span struct{ from, to int64 }
 	var covered []span
@@ -68,20 +63,10 @@ func gapsOf(r *dedup.Recipe) (gapKinds, error) {
 		}
 		return n
 	}
-	dec := json.NewDecoder(zr)
-	var off int64
-	for {
-		var e storage.Entry
-		if err := dec.Decode(&e); errors.Is(err, io.EOF) {
-			return g, nil
-		} else if err != nil {
-			return g, err
-		}
+	err := tarEntries(r, func(e *storage.Entry, off int64) {
 		switch e.Type {
 		case storage.SegmentType:
-			n := int64(len(e.Payload))
-			g.Headers += uncovered(off, off+n)
-			off += n
+			g.Headers += uncovered(off, off+int64(len(e.Payload)))
 		case storage.FileType:
 			n := e.Size
 			switch {
@@ -94,7 +79,34 @@ func gapsOf(r *dedup.Recipe) (gapKinds, error) {
 				g.Heads += uncovered(off, off+head)
 				g.Bodies += uncovered(off+head, off+n)
 			}
-			off += n
+		}
+	})
+	return g, err
+}
+
+// tarEntries calls fn with each entry of r's tar-split metadata, in order,
+// and the tar offset where its bytes start.
+func tarEntries(r *dedup.Recipe, fn func(e *storage.Entry, off int64)) error {
+	zr, err := zstd.NewReader(bytes.NewReader(r.Tar.Meta), zstd.WithDecoderConcurrency(1))
+	if err != nil {
+		return err
+	}
+	defer zr.Close()
+	dec := json.NewDecoder(zr)
+	var off int64
+	for {
+		var e storage.Entry
+		if err := dec.Decode(&e); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		fn(&e, off)
+		switch e.Type {
+		case storage.SegmentType:
+			off += int64(len(e.Payload))
+		case storage.FileType:
+			off += e.Size
 		}
 	}
 }

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
 
-	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
 	"github.com/vbatts/tar-split/tar/storage"
 
@@ -218,35 +215,21 @@ func frameSizes(ctx context.Context, files interface {
 // not keep, from the blob's size shared out by input size.
 func unsharedLayerOf(r *dedup.Recipe, blobSize int64) (unsharedLayer, error) {
 	var ul unsharedLayer
-	zr, err := zstd.NewReader(bytes.NewReader(r.Tar.Meta), zstd.WithDecoderConcurrency(1))
+	payloads := 0
+	err := tarEntries(r, func(e *storage.Entry, off int64) {
+		if e.Type != storage.FileType || e.Size == 0 {
+			return
+		}
+		if payloads < len(r.Tar.Files) {
+			ul.files = append(ul.files, tarFile{digest: r.Tar.Files[payloads].Digest, off: off, end: off + e.Size})
+		}
+		payloads++
+	})
 	if err != nil {
 		return ul, err
 	}
-	defer zr.Close()
-	dec := json.NewDecoder(zr)
-	var off int64
-	for {
-		var e storage.Entry
-		if err := dec.Decode(&e); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			return ul, err
-		}
-		switch e.Type {
-		case storage.SegmentType:
-			off += int64(len(e.Payload))
-		case storage.FileType:
-			if e.Size > 0 {
-				if len(ul.files) == len(r.Tar.Files) {
-					return ul, errors.New("more payloads than the recipe's files")
-				}
-				ul.files = append(ul.files, tarFile{digest: r.Tar.Files[len(ul.files)].Digest, off: off, end: off + e.Size})
-			}
-			off += e.Size
-		}
-	}
-	if len(ul.files) != len(r.Tar.Files) {
-		return ul, errors.New("fewer payloads than the recipe's files")
+	if payloads != len(r.Tar.Files) {
+		return ul, errors.New("payloads and the recipe's files differ in number")
 	}
 	var total int64
 	for _, m := range r.Compression.Members {
