@@ -101,18 +101,25 @@ func TestRequestLoopCountsAndStops(t *testing.T) {
 		t.Fatalf("got %d latencies, %d calls, err %v; want 50, 50, nil", len(lat), calls.Load(), err)
 	}
 
+	// Calls after the failing one wait for the loop to end them, so that
+	// how far the other workers get does not depend on scheduling: each
+	// makes at most one call past the failure.
 	boom := errors.New("boom")
 	calls.Store(0)
-	_, _, err = requestLoop(context.Background(), 1000, 4, func(context.Context) error {
-		if calls.Add(1) == 10 {
+	_, _, err = requestLoop(context.Background(), 1000, 4, func(ctx context.Context) error {
+		switch n := calls.Add(1); {
+		case n == 10:
 			return boom
+		case n > 10:
+			<-ctx.Done()
+			return ctx.Err()
 		}
 		return nil
 	})
 	if !errors.Is(err, boom) {
 		t.Errorf("err = %v, want boom", err)
 	}
-	if n := calls.Load(); n >= 1000 {
+	if n := calls.Load(); n > 10+4 {
 		t.Errorf("loop went on to %d calls after an error", n)
 	}
 }

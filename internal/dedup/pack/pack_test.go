@@ -240,6 +240,30 @@ func TestStreamOpensAhead(t *testing.T) {
 	}
 }
 
+// TestStreamRefusesBadFiles: a damaged recipe's file entry (a negative
+// size, a digest that is not one) fails the stream as it starts: files are
+// opened ahead of the assembly's own checks, and a decoder sized by a
+// negative size would panic.
+func TestStreamRefusesBadFiles(t *testing.T) {
+	e := newEnv(t, Options{})
+	payloads := files(9, 3, 3000)
+	e.ingest("l", payloads, 0)
+	for _, bad := range []layer.File{
+		{Digest: digest.FromBytes(payloads[1]), Size: -1 << 20},
+		{Digest: "sha256:nothex", Size: 10},
+	} {
+		fs := recipeOf(payloads)
+		fs[1] = bad
+		ps, err := e.store.StreamParses(context.Background(), fs, nil)
+		if err == nil {
+			ps.Close()
+		}
+		if !errors.Is(err, layer.ErrMismatch) {
+			t.Errorf("file %q of %d bytes: %v, want ErrMismatch", bad.Digest, bad.Size, err)
+		}
+	}
+}
+
 // TestStreamMissingAndCorrupt: a file nobody wrote fails as not found; a
 // damaged frame as a corrupt file.
 func TestStreamMissingAndCorrupt(t *testing.T) {

@@ -153,6 +153,13 @@ func (s *Store) StreamParses(ctx context.Context, files []layer.File, want func(
 }
 
 func (s *Store) stream(ctx context.Context, files []layer.File, tokens func(i int) bool) (layer.Payloads, error) {
+	// Files are opened ahead of the reader's own checks: a damaged recipe's
+	// entry fails the stream here, not a decoder sized by it.
+	for _, f := range files {
+		if f.Size < 0 || f.Digest.Validate() != nil {
+			return nil, fmt.Errorf("pack: stream: %w: file %q of %d bytes", layer.ErrMismatch, f.Digest, f.Size)
+		}
+	}
 	locs, err := s.locate(ctx, distinct(files))
 	if err != nil {
 		return nil, err
