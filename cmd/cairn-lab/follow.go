@@ -59,8 +59,10 @@ type followSetting struct {
 	Coverage []float64 `json:"coverage"`
 	// Layers are the level-6 layers' figures behind Coverage.
 	Layers []followLayer `json:"layers"`
-	// Gaps are where those layers' input copies do not cover lies.
-	Gaps gapKinds `json:"gaps"`
+	// Gaps are where those layers' input copies do not cover lies;
+	// GapBits what the original's tokens there take (gapbits.go).
+	Gaps    gapKinds `json:"gaps"`
+	GapBits gapBits  `json:"gapBits"`
 	// Unshared is what keeping unshared segments would give (unshared.go).
 	Unshared unsharedFigures `json:"unshared"`
 	// Restore is MB/s of blob bytes per producer and GOMAXPROCS.
@@ -299,6 +301,9 @@ func coverage(ctx context.Context, ds *dataset.Dataset, drv *filesystem.Driver, 
 			return err
 		}
 		s.Gaps.add(g)
+		if err := s.GapBits.measure(l, r); err != nil {
+			return fmt.Errorf("layer %s: %w", l.Digest, err)
+		}
 		s.Coverage = append(s.Coverage, fl.Share)
 		s.Layers = append(s.Layers, fl)
 	}
@@ -482,6 +487,7 @@ func writeFollow(w io.Writer, ds *dataset.Dataset, settings []*followSetting, pr
 	b.WriteString("\n")
 	for _, s := range settings {
 		writeGaps(&b, s)
+		writeGapBits(&b, s)
 		writeUnshared(&b, s)
 	}
 	_, err := io.WriteString(w, b.String())

@@ -37,11 +37,11 @@ func (g *gapKinds) add(o gapKinds) {
 // their tokens.
 const maxFollowedFile = 32 << 20
 
-// gapsOf sorts the bytes of r's tar its copies do not cover.
-func gapsOf(r *dedup.Recipe) (gapKinds, error) {
-	var g gapKinds
-	// covered input intervals, as tar offsets
-	type span struct{ from, to int64 }
+// span is an interval [from, to) of tar offsets.
+type span struct{ from, to int64 }
+
+// copySpans are the tar intervals r's copies cover, in order.
+func copySpans(r *dedup.Recipe) []span {
 	var covered []span
 	var base int64
 	for _, m := range r.Compression.Members {
@@ -51,6 +51,13 @@ func gapsOf(r *dedup.Recipe) (gapKinds, error) {
 		base += m.Size
 	}
 	sort.Slice(covered, func(i, j int) bool { return covered[i].from < covered[j].from })
+	return covered
+}
+
+// gapsOf sorts the bytes of r's tar its copies do not cover.
+func gapsOf(r *dedup.Recipe) (gapKinds, error) {
+	var g gapKinds
+	covered := copySpans(r)
 	k := 0
 	// uncovered returns how many bytes of [from, to) no copy covers.
 	uncovered := func(from, to int64) int64 {

@@ -253,11 +253,18 @@ func TestCorruptionDetected(t *testing.T) {
 	t.Run("recipe files reordered", func(t *testing.T) {
 		fs := newMemStore()
 		r := roundTrip(t, tb, fs)
-		r.Files[0], r.Files[1] = r.Files[1], r.Files[0]
-		// Each payload is intact: the metadata's crc64 tells the order
-		// is wrong.
+		// Each payload is intact. Of another size than the member's, the
+		// metadata tells the order is wrong as the payload ends.
+		r.Files[1], r.Files[2] = r.Files[2], r.Files[1]
 		if err := Assemble(ctx, io.Discard, r, fs); !errors.Is(err, ErrMismatch) || errors.Is(err, ErrCorruptFile) {
 			t.Fatalf("Assemble = %v, want ErrMismatch", err)
+		}
+		// Of the same size ("payload a", "payload b"), the result's
+		// digest does.
+		r = roundTrip(t, tb, fs)
+		r.Files[0], r.Files[1] = r.Files[1], r.Files[0]
+		if err := Verify(ctx, r, fs); !errors.Is(err, ErrMismatch) || errors.Is(err, ErrCorruptFile) {
+			t.Fatalf("Verify = %v, want ErrMismatch", err)
 		}
 	})
 	t.Run("recipe lists extra file", func(t *testing.T) {

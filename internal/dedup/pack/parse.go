@@ -115,7 +115,7 @@ func decodeParse(dec *deflate.Decoder, d digest.Digest, frame []byte, size int64
 	level := int(frame[len(parseMagic)])
 	dec.Reset(frame[len(parseMagic)+1:])
 	if tokens {
-		dec.AppendTokens(tokenRoom(size))
+		dec.AppendTokens(tokenRoom(size, int64(len(frame))))
 	} else {
 		dec.SkipTokens()
 	}
@@ -144,10 +144,12 @@ func decodeParse(dec *deflate.Decoder, d digest.Digest, frame []byte, size int64
 }
 
 // tokenRoom is a token slice with room for the tokens of size bytes of a
-// parse at 3 bytes a token on average, more than most files need: growing
-// the slice costs more than the room.
-func tokenRoom(size int64) []deflate.Token {
-	return make([]deflate.Token, 0, size/3+64)
+// parse coded in bytes bytes: a token takes 6 bits or more in all but odd
+// files, and never stands for less than a byte. Growing the slice costs
+// more than the room (a file of literals, a token a byte, grew it many
+// times from a third of its size).
+func tokenRoom(size, bytes int64) []deflate.Token {
+	return make([]deflate.Token, 0, min(size, bytes*8/6)+64)
 }
 
 // ParsedStream is a file too large to hold whole with its tokens, read from
@@ -179,14 +181,19 @@ type ParsedStream struct {
 	exited  chan struct{} // closed when inflateAhead returns
 	closed  bool
 	pending []byte // what Read has yet to hand out
-	err     error
+	held    []byte // the buffer pending is in
+	// free takes back the buffers of pieces read, for inflateAhead to
+	// reuse: three are out at once (read, queued, being inflated).
+	free chan []byte
+	err  error
 
 	// inflateAhead's side.
-	win    []byte // the last piece inflated, after the 32 KiB before it
-	off    int64  // bytes inflated so far
-	tokens int    // tokens inflated so far
-	plain  bool   // a stored block with bytes: no parse KeepTokens wrote
-	done   bool
+	win         []byte // the last piece inflated, after the 32 KiB before it
+	off         int64  // bytes inflated so far
+	tokens      int    // tokens inflated so far
+	pieceTokens int    // in the last piece
+	plain       bool   // a stored block with bytes: no parse KeepTokens wrote
+	done        bool
 }
 
 // piece is one piece of a ParsedStream: its bytes, its tokens and marks
@@ -194,6 +201,7 @@ type ParsedStream struct {
 // or the error that ended the stream.
 type piece struct {
 	b      []byte
+	buf    []byte // the buffer b is in, after the window before it
 	first  int
 	rel    int64
 	tokens []deflate.Token
@@ -227,6 +235,7 @@ func (p *ParsedStream) Read(b []byte) (int, error) {
 		}
 		if p.pieces == nil {
 			p.pieces, p.stop, p.exited = make(chan piece, 1), make(chan struct{}), make(chan struct{})
+			p.free = make(chan []byte, 3)
 			go p.inflateAhead()
 		}
 		pc, ok := <-p.pieces
@@ -239,7 +248,13 @@ func (p *ParsedStream) Read(b []byte) (int, error) {
 			if len(pc.tokens) > 0 {
 				p.follow(pc.first, pc.rel, int64(len(pc.b)), pc.tokens, pc.marks)
 			}
-			p.pending = pc.b
+			if p.held != nil {
+				select {
+				case p.free <- p.held:
+				default: // a spare: inflateAhead made one while none was back
+				}
+			}
+			p.pending, p.held = pc.b, pc.buf
 		}
 	}
 	n := copy(b, p.pending)
@@ -270,14 +285,25 @@ func (p *ParsedStream) inflateAhead() {
 func (p *ParsedStream) inflate() piece {
 	const window = 32 << 10
 	prev := p.win[max(0, len(p.win)-window):]
-	p.win = append(make([]byte, 0, len(prev)+parsePiece+64<<10), prev...)
+	var buf []byte
+	select {
+	case buf = <-p.free:
+	default:
+		// The first pieces, or the reader is yet to give one back.
+		buf = make([]byte, 0, window+parsePiece+64<<10)
+	}
+	p.win = append(buf[:0], prev...)
 	start := len(p.win)
 	if p.follow == nil || p.plain {
 		p.dec.SkipTokens()
 	} else {
 		// Each piece's tokens are a slice of their own: the follower keeps
-		// them.
-		p.dec.AppendTokens(tokenRoom(parsePiece + 64<<10))
+		// them. A piece takes about as many as the one before.
+		room := make([]deflate.Token, 0, (parsePiece+64<<10)/2)
+		if p.pieceTokens > 0 {
+			room = make([]deflate.Token, 0, p.pieceTokens+p.pieceTokens/8+1024)
+		}
+		p.dec.AppendTokens(room)
 	}
 	for len(p.win)-start < parsePiece && !p.done {
 		b, out, err := p.dec.Next(p.win)
@@ -300,11 +326,12 @@ func (p *ParsedStream) inflate() piece {
 	if p.done && p.size >= 0 && p.off+int64(n) != p.size {
 		return piece{err: p.corrupt(fmt.Errorf("parse inflates to %d bytes, want %d", p.off+int64(n), p.size))}
 	}
-	pc := piece{b: p.win[start:], first: p.tokens, rel: p.off}
+	pc := piece{b: p.win[start:], buf: p.win, first: p.tokens, rel: p.off}
 	if !p.plain && p.follow != nil {
 		pc.tokens, pc.marks = p.dec.Tokens(), p.dec.Marks()
 	}
 	p.tokens += len(pc.tokens)
+	p.pieceTokens = len(pc.tokens)
 	p.off += int64(n)
 	return pc
 }

@@ -338,8 +338,14 @@ func (d *Decoder) take(n uint) (uint32, error) {
 	return v, nil
 }
 
-// sym decodes one symbol of h, a byte at a time.
+// sym decodes one symbol of h, a plainCode, a byte at a time.
 func (d *Decoder) sym(h *huffTable) (int, error) {
+	e, err := d.entry(h)
+	return int(e >> entrySymShift), err
+}
+
+// entry decodes the entry of one symbol of h, a byte at a time.
+func (d *Decoder) entry(h *huffTable) (uint32, error) {
 	if h.maxLen == 0 {
 		return 0, d.corrupt("symbol of an empty code")
 	}
@@ -349,6 +355,10 @@ func (d *Decoder) sym(h *huffTable) (int, error) {
 		return 0, err
 	}
 	e := h.lookup(d.bits)
+	if e&entryPair != 0 {
+		// Near the end, one literal at a time.
+		e = (e>>entrySymShift&0xff)<<entrySymShift | e>>4&entryLenMask
+	}
 	l := uint(e & entryLenMask)
 	if l == 0 {
 		return 0, d.corrupt("invalid code")
@@ -358,7 +368,7 @@ func (d *Decoder) sym(h *huffTable) (int, error) {
 	}
 	d.bits >>= l
 	d.nb -= l
-	return int(e >> entrySymShift), nil
+	return e, nil
 }
 
 func (d *Decoder) stored(b *Block, dst []byte) ([]byte, error) {
@@ -443,7 +453,7 @@ func (d *Decoder) dynamicHeader(b *Block) error {
 		}
 		b.CodeLens[codegenOrder[i]] = uint8(c)
 	}
-	if !d.clen.build(b.CodeLens[:]) {
+	if !d.clen.build(b.CodeLens[:], plainCode) {
 		return d.corrupt("code length codes")
 	}
 	lens := d.lens[:nlit+ndist]
@@ -494,11 +504,11 @@ func (d *Decoder) dynamicHeader(b *Block) error {
 	if b.LitLens[endBlockMarker] == 0 {
 		return d.corrupt("no end-of-block code")
 	}
-	if !d.lit.build(b.LitLens) {
+	if !d.lit.build(b.LitLens, litLenCode) {
 		return d.corrupt("literal/length codes")
 	}
 	// A distance code may be empty or a lone code (RFC 1951 3.2.7).
-	if !d.dist.build(b.DistLens) {
+	if !d.dist.build(b.DistLens, distCode) {
 		return d.corrupt("distance codes")
 	}
 	return nil
@@ -574,41 +584,49 @@ func (d *Decoder) codes(b *Block, dst []byte, lit, dist *huffTable) ([]byte, err
 			}
 			bits >>= l
 			nb -= l
-			sym := int(e >> entrySymShift)
-			if sym < 256 {
-				if keep {
-					out[o] = byte(sym)
-					if toksToo {
-						toks = append(toks, Token(sym))
+			v := int(e >> entrySymShift)
+			if e&(entryBase|entryPair) == 0 {
+				if v < 256 {
+					if keep {
+						out[o] = byte(v)
+						if toksToo {
+							toks = append(toks, Token(v))
+						}
 					}
+					o++
+					continue
 				}
-				o++
-				continue
-			}
-			if sym == endBlockMarker {
-				eob = true
-				break
-			}
-			if sym > 285 {
+				if v == endBlockMarker {
+					eob = true
+					break
+				}
 				bad = "length code 286 or 287"
 				break
 			}
-			i := sym - lengthCodesStart
-			n := uint(lenExtra[i])
-			length := int(lenBase[i]) + int(bits&(1<<n-1))
+			if e&entryPair != 0 {
+				if keep {
+					out[o], out[o+1] = byte(v), byte(v>>8)
+					if toksToo {
+						toks = append(toks, Token(v&0xff), Token(v>>8))
+					}
+				}
+				o += 2
+				continue
+			}
+			n := uint(e>>4) & 15
+			length := v + int(bits&(1<<n-1))
 			bits >>= n
 			nb -= n
 			e = dist.lookup(bits)
 			l = uint(e & entryLenMask)
-			ds := int(e >> entrySymShift)
-			if l == 0 || ds >= offsetCodeCount {
+			if l == 0 || e&entryBase == 0 {
 				bad = "invalid distance code"
 				break
 			}
 			bits >>= l
 			nb -= l
-			n = uint(distExtra[ds])
-			dd := int(distBase[ds]) + int(bits&(1<<n-1))
+			n = uint(e>>4) & 15
+			dd := int(e>>entrySymShift) + int(bits&(1<<n-1))
 			bits >>= n
 			nb -= n
 			if dd > o-lo {
@@ -635,50 +653,49 @@ func (d *Decoder) codes(b *Block, dst []byte, lit, dist *huffTable) ([]byte, err
 			out = grow(out, o)
 		}
 		// Careful path, near the end of the input.
-		sym, err2 := d.sym(lit)
+		e, err2 := d.entry(lit)
 		if err2 != nil {
 			err = err2
 			break
 		}
-		if sym < 256 {
-			if keep {
-				out[o] = byte(sym)
-				if toksToo {
-					toks = append(toks, Token(sym))
+		v := int(e >> entrySymShift)
+		if e&entryBase == 0 {
+			if v < 256 {
+				if keep {
+					out[o] = byte(v)
+					if toksToo {
+						toks = append(toks, Token(v))
+					}
 				}
+				o++
+				continue
 			}
-			o++
-			continue
-		}
-		if sym == endBlockMarker {
+			if v != endBlockMarker {
+				err = d.corrupt("length code %d", v)
+			}
 			break
 		}
-		if sym > 285 {
-			err = d.corrupt("length code %d", sym)
-			break
-		}
-		i := sym - lengthCodesStart
-		x, err2 := d.take(uint(lenExtra[i]))
+		x, err2 := d.take(uint(e>>4) & 15)
 		if err2 != nil {
 			err = err2
 			break
 		}
-		length := int(lenBase[i]) + int(x)
-		ds, err2 := d.sym(dist)
+		length := v + int(x)
+		e, err2 = d.entry(dist)
 		if err2 != nil {
 			err = err2
 			break
 		}
-		if ds >= offsetCodeCount {
-			err = d.corrupt("distance code %d", ds)
+		if e&entryBase == 0 {
+			err = d.corrupt("distance code %d", e>>entrySymShift)
 			break
 		}
-		x, err2 = d.take(uint(distExtra[ds]))
+		x, err2 = d.take(uint(e>>4) & 15)
 		if err2 != nil {
 			err = err2
 			break
 		}
-		dd := int(distBase[ds]) + int(x)
+		dd := int(e>>entrySymShift) + int(x)
 		if dd > o-lo {
 			err = d.farMatch(dd, o-start)
 			break
@@ -735,16 +752,24 @@ func copyMatch(out []byte, o, dist, length int) {
 	}
 }
 
-// Huffman decoding tables. An entry is sym<<16 | code length, or, in the
+// Huffman decoding tables. An entry is value<<16 | code length, or, in the
 // primary table for codes longer than primaryBits, off<<16 | entryLink |
 // subBits<<4 pointing at a second-level table of 2^subBits entries
 // indexed by the code's bits after the first primaryBits. 0 marks a bit
-// pattern no code starts with.
+// pattern no code starts with. The value is the symbol, except for the
+// length symbols of a literal/length code and the symbols of a distance
+// code (entryBase): there it is the base the symbol stands for, and
+// extra<<4 says how many extra bits follow, so that decoding a match reads
+// no other table. A primary entry of a literal/length code whose bits hold
+// two literal codes whole (entryPair) has both: lit1 | lit2<<8 as its
+// value, both codes' length as its own, and the first's at <<4.
 const (
 	primaryBits   = 10
 	primarySize   = 1 << primaryBits
 	entryLenMask  = 15
 	entryLink     = 1 << 8
+	entryBase     = 1 << 9
+	entryPair     = 1 << 10
 	entrySymShift = 16
 	// A complete code of n symbols has at most n second-level tables,
 	// each of at most 2^(15-primaryBits) entries.
@@ -754,6 +779,27 @@ const (
 type huffTable struct {
 	maxLen uint // longest code; 0 for an empty code
 	t      []uint32
+}
+
+// What a table's symbols stand for (see entryBase).
+type tableKind uint8
+
+const (
+	plainCode  tableKind = iota // symbols only: the code length code
+	litLenCode                  // lengths carry their base
+	distCode                    // distances carry their base; 30 and 31 do not
+)
+
+// symEntry is the entry value and flags of symbol sym of a code of kind k.
+func (k tableKind) symEntry(sym int) uint32 {
+	switch {
+	case k == litLenCode && sym > endBlockMarker && sym <= 285:
+		i := sym - lengthCodesStart
+		return uint32(lenBase[i])<<entrySymShift | entryBase | uint32(lenExtra[i])<<4
+	case k == distCode && sym < offsetCodeCount:
+		return distBase[sym]<<entrySymShift | entryBase | uint32(distExtra[sym])<<4
+	}
+	return uint32(sym) << entrySymShift
 }
 
 func (h *huffTable) lookup(bits uint64) uint32 {
@@ -766,10 +812,14 @@ func (h *huffTable) lookup(bits uint64) uint32 {
 }
 
 // Fixed codes (RFC 1951 3.2.6), built once.
-var fixedLitTable, fixedDistTable huffTable
+var (
+	fixedLitTable, fixedDistTable huffTable
+	fixedLitLens                  [288]uint8
+	fixedDistLens                 [32]uint8
+)
 
 func init() {
-	var l [288]uint8
+	l := &fixedLitLens
 	for i := range l {
 		switch {
 		case i < 144:
@@ -782,20 +832,20 @@ func init() {
 			l[i] = 8 // 286 and 287 take part in the code, though invalid
 		}
 	}
-	fixedLitTable.build(l[:])
+	fixedLitTable.build(l[:], litLenCode)
 	// Distances 30 and 31 exist in the code and fail at decode.
-	var d [32]uint8
+	d := &fixedDistLens
 	for i := range d {
 		d[i] = 5
 	}
-	fixedDistTable.build(d[:])
+	fixedDistTable.build(d[:], distCode)
 }
 
 // build makes the table for code lengths lens; false for a code that is
 // over-subscribed or incomplete, as compress/flate (and zlib) judge: only
 // an empty code (which fails at decode) and a lone one-bit code may leave
 // bit patterns unused.
-func (h *huffTable) build(lens []uint8) bool {
+func (h *huffTable) build(lens []uint8, kind tableKind) bool {
 	var count [16]int
 	maxLen := uint(0)
 	for _, l := range lens {
@@ -861,7 +911,7 @@ func (h *huffTable) build(lens []uint8) bool {
 		}
 		rev := reverseCode(next[l], uint(l))
 		next[l]++
-		e := uint32(sym)<<entrySymShift | uint32(l)
+		e := kind.symEntry(sym) | uint32(l)
 		if l <= primaryBits {
 			for i := rev; i < primarySize; i += 1 << l {
 				h.t[i] = e
@@ -875,7 +925,31 @@ func (h *huffTable) build(lens []uint8) bool {
 			h.t[base+i] = e
 		}
 	}
+	if kind == litLenCode {
+		h.pairLiterals()
+	}
 	return true
+}
+
+// pairLiterals makes each primary entry of a literal whose bits also hold
+// a whole second literal code an entryPair. Entry i>>l holds what follows
+// a code of l bits at i; i's entries are rewritten from the last, so that
+// it is still a single symbol's.
+func (h *huffTable) pairLiterals() {
+	t := h.t[:primarySize]
+	for i := len(t) - 1; i >= 0; i-- {
+		e1 := t[i]
+		l1 := e1 & entryLenMask
+		if e1&(entryLink|entryBase) != 0 || e1>>entrySymShift >= 256 || l1 == 0 || l1 >= primaryBits {
+			continue
+		}
+		e2 := t[i>>l1]
+		l2 := e2 & entryLenMask
+		if e2&(entryLink|entryBase) != 0 || e2>>entrySymShift >= 256 || l2 == 0 || l1+l2 > primaryBits {
+			continue
+		}
+		t[i] = (e1>>entrySymShift|e2>>entrySymShift<<8)<<entrySymShift | entryPair | l1<<4 | (l1 + l2)
+	}
 }
 
 // reverseCode is code's n low bits in stream order.

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	kflate "github.com/klauspost/compress/flate"
 	"github.com/klauspost/pgzip"
@@ -472,5 +473,82 @@ func TestAppendTokensReset(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Fatal("a decode after Reset wrote over the tokens appended to the caller's slice")
+	}
+}
+
+// TestLiteralPairs: a code whose literals are short decodes two at a time
+// (entryPair), and to the same bytes and tokens as one at a time.
+func TestLiteralPairs(t *testing.T) {
+	in := corpora(t)["skewed"]
+	stream := compressWhole(t, 6, in, 1<<30, nil)
+	d := NewDecoder(stream)
+	d.AppendTokens(nil)
+	out, err := d.DecodeAll(nil, nil)
+	if err != nil || !bytes.Equal(out, in) {
+		t.Fatalf("decoded %d bytes (%v), want the %d in", len(out), err, len(in))
+	}
+	pairs := 0
+	for _, e := range d.lit.t[:primarySize] {
+		if e&entryPair != 0 {
+			pairs++
+		}
+	}
+	if pairs == 0 {
+		t.Fatal("no literal pairs in the last block's table")
+	}
+	// The same stream a byte at a time goes through the careful path,
+	// which takes a pair's first literal only.
+	one := NewStreamDecoder(iotest.OneByteReader(bytes.NewReader(stream)), make([]byte, 1))
+	one.AppendTokens(nil)
+	out1, err := one.DecodeAll(nil, nil)
+	if err != nil || !bytes.Equal(out1, in) || !slices.Equal(one.Tokens(), d.Tokens()) {
+		t.Fatalf("a byte at a time: %d bytes, %d tokens (%v); want %d and %d", len(out1), len(one.Tokens()), err, len(in), len(d.Tokens()))
+	}
+}
+
+// TestTokenBits: a fixed or dynamic block's header, tokens and
+// end-of-block code take exactly its bits.
+func TestTokenBits(t *testing.T) {
+	in := corpora(t)["source"]
+	var types [3]int
+	for _, level := range []int{1, 6, 9} {
+		var buf bytes.Buffer
+		fw, err := stdflate.NewWriter(&buf, level)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fw.Write(in[:len(in)/2])
+		fw.Flush()
+		// A short block, which levels 2-9 code fixed.
+		fw.Write(bytes.Repeat([]byte("fixed "), 20))
+		fw.Flush()
+		fw.Write(in[len(in)/2:])
+		fw.Close()
+		d := NewDecoder(buf.Bytes())
+		var out []byte
+		for {
+			b, o, err := d.Next(out)
+			out = o
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			types[b.Type]++
+			if b.Type == BlockStored {
+				continue
+			}
+			bits := b.HeaderBits + b.EndBits()
+			for _, tk := range b.Tokens {
+				bits += b.TokenBits(tk)
+			}
+			if want := b.EndBit - b.Bit; int64(bits) != want {
+				t.Fatalf("level %d: %v block at bit %d: header, tokens and end take %d bits, the block %d", level, b.Type, b.Bit, bits, want)
+			}
+		}
+	}
+	if types[BlockDynamic] == 0 || types[BlockFixed] == 0 {
+		t.Fatalf("blocks by type %v, want fixed and dynamic ones", types)
 	}
 }

@@ -41,3 +41,28 @@ func (t Token) Size() int {
 func internalTokens(ts []Token) []token {
 	return unsafe.Slice((*token)(unsafe.SliceData(ts)), len(ts))
 }
+
+// TokenBits is how many bits t, one of b's tokens, takes in b's stream:
+// its literal/length code and extra bits, and a match's distance code and
+// extra bits. b is a fixed or dynamic block.
+func (b *Block) TokenBits(t Token) int {
+	lit, dist := b.LitLens, b.DistLens
+	if b.Type == BlockFixed {
+		lit, dist = fixedLitLens[:], fixedDistLens[:]
+	}
+	if !t.IsMatch() {
+		return int(lit[t.Literal()])
+	}
+	x := token(t)
+	lc := lengthCode(x.length())
+	oc := offsetCode(x.offset())
+	return int(lit[lengthCodesStart+lc]) + int(lengthExtraBits[lc]) + int(dist[oc]) + int(offsetExtraBits[oc])
+}
+
+// EndBits is how many bits b's end-of-block code takes.
+func (b *Block) EndBits() int {
+	if b.Type == BlockFixed {
+		return int(fixedLitLens[endBlockMarker])
+	}
+	return int(b.LitLens[endBlockMarker])
+}

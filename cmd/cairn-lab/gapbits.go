@@ -1,0 +1,301 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/opencontainers/go-digest"
+	"github.com/vbatts/tar-split/tar/storage"
+
+	"github.com/cairn-registry/cairn/internal/bench/dataset"
+	"github.com/cairn-registry/cairn/internal/dedup"
+	"github.com/cairn-registry/cairn/internal/dedup/pack"
+	"github.com/cairn-registry/cairn/internal/dedup/recompress/deflate"
+)
+
+// Searched stretches as exceptions (issue 27). What a restore of a level-6
+// layer still searches (gaps.go) could be written into the layer's recipe
+// instead, as the original stream's own tokens there: the restore would
+// search nothing. gapBits measures what that would store, in the bits the
+// original spends on those tokens, and how much of it an earlier layer
+// already has: the same tokens from the same offset of the same file (or,
+// for tar headers and small files, before the same next file), which a
+// store keeping such runs once could share.
+
+// gapCost is one kind of searched input.
+type gapCost struct {
+	Tar    int64 `json:"tarBytes"`   // input bytes the tokens stand for
+	Tokens int64 `json:"tokens"`     // the original's tokens there
+	Bits   int64 `json:"bits"`       // what the original spends on them
+	Shared int64 `json:"sharedBits"` // of Bits, runs an earlier layer has
+	Runs   int64 `json:"runs"`       // runs of consecutive searched tokens
+	Seen   int64 `json:"sharedRuns"` // of Runs, ones an earlier layer has
+}
+
+// gapBits is gapCost by kind over a setting's level-6 layers.
+type gapBits struct {
+	Blob  int64               `json:"blobBytes"`
+	Kinds map[string]*gapCost `json:"kinds"`
+	// Stored blocks have no tokens: their bytes are the input's, and a
+	// restore searches them today to find that storing them is best.
+	StoredBlocks int64 `json:"storedBlocks"`
+	StoredTar    int64 `json:"storedTarBytes"`
+
+	seen map[[32]byte]bool // runs of the layers measured so far
+}
+
+// gapKindNames are gapKinds' kinds, in print order.
+var gapKindNames = []string{"headers", "small", "heads", "bodies", "large"}
+
+// measure adds layer l, deduplicated into r, to g: it decodes l's
+// blob (stdlib gzip, one member or more) and charges each token no copy
+// covers to the kind of tar bytes it starts in.
+func (g *gapBits) measure(l *dataset.Layer, r *dedup.Recipe) error {
+	if g.Kinds == nil {
+		g.Kinds, g.seen = map[string]*gapCost{}, map[[32]byte]bool{}
+		for _, k := range gapKindNames {
+			g.Kinds[k] = &gapCost{}
+		}
+	}
+	ents, err := tarLayout(r)
+	if err != nil {
+		return err
+	}
+	f, err := l.Open()
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	blob, err := io.ReadAll(f)
+	if err != nil {
+		return err
+	}
+	g.Blob += int64(len(blob))
+	covered := copySpans(r)
+	w := gapWalk{g: g, ents: ents, covered: covered}
+	var base int64 // tar offset of the member's first byte
+	for p := 0; p < len(blob); {
+		n, err := gzipHeader(blob[p:])
+		if err != nil {
+			return fmt.Errorf("member at %d: %w", p, err)
+		}
+		d := deflate.NewDecoder(blob[p+n:])
+		var out []byte
+		for {
+			b, o, err := d.Next(out)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("member at %d: %w", p, err)
+			}
+			in := base + b.In
+			if b.Type == deflate.BlockStored && b.Size > 0 {
+				g.StoredBlocks++
+				g.StoredTar += int64(b.Size)
+			}
+			for _, t := range b.Tokens {
+				w.token(in, t, b.TokenBits(t))
+				in += int64(t.Size())
+			}
+			// Keep the window matches may reach into.
+			out = append(o[:0], o[max(0, len(o)-32<<10):]...)
+		}
+		w.end()
+		base += d.Out()
+		p += n + int((d.Bits()+7)/8) + 8 // the member's trailer
+	}
+	if base != l.TarSize {
+		return fmt.Errorf("blob inflates to %d bytes, want %d", base, l.TarSize)
+	}
+	return nil
+}
+
+// tarEntry is one tar entry's place and kind; for a file, its digest, and
+// for headers and padding, the digest of the next file (what the run is
+// found by).
+type tarEntry struct {
+	off, end int64
+	kind     string
+	file     digest.Digest
+}
+
+// tarLayout lists r's tar entries with their kinds, as gapsOf sorts them.
+func tarLayout(r *dedup.Recipe) ([]tarEntry, error) {
+	var ents []tarEntry
+	next := 0 // the next payload in r.Tar.Files
+	err := tarEntries(r, func(e *storage.Entry, off int64) {
+		switch {
+		case e.Type == storage.SegmentType:
+			ents = append(ents, tarEntry{off: off, end: off + int64(len(e.Payload)), kind: "headers"})
+		case e.Size > 0:
+			kind := "heads"
+			switch {
+			case e.Size < pack.MinParseFile:
+				kind = "small"
+			case e.Size > maxFollowedFile:
+				kind = "large"
+			}
+			var d digest.Digest
+			if next < len(r.Tar.Files) {
+				d = r.Tar.Files[next].Digest
+			}
+			next++
+			ents = append(ents, tarEntry{off: off, end: off + e.Size, kind: kind, file: d})
+		}
+	})
+	// Headers are found by the file after them.
+	var after digest.Digest
+	for i := len(ents) - 1; i >= 0; i-- {
+		if ents[i].kind == "headers" {
+			ents[i].file = after
+		} else {
+			after = ents[i].file
+		}
+	}
+	return ents, err
+}
+
+// gapWalk follows one layer's tokens in order.
+type gapWalk struct {
+	g       *gapBits
+	ents    []tarEntry
+	covered []span
+	e, c    int // the entry and the copy span at or after the last token
+
+	// The run under way: consecutive searched tokens in one entry.
+	run     bool
+	runEnt  int
+	runKind string
+	runBits int64
+	h       []byte // the run's entry, start and tokens, hashed at its end
+}
+
+// token charges token t, at tar offset in and taking bits, if no copy
+// covers it.
+func (w *gapWalk) token(in int64, t deflate.Token, bits int) {
+	for w.c < len(w.covered) && w.covered[w.c].to <= in {
+		w.c++
+	}
+	if w.c < len(w.covered) && w.covered[w.c].from <= in {
+		w.end()
+		return
+	}
+	for w.e < len(w.ents) && w.ents[w.e].end <= in {
+		w.e++
+	}
+	if w.e >= len(w.ents) {
+		w.end()
+		return // the zero blocks ending the tar
+	}
+	en := w.ents[w.e]
+	kind := en.kind
+	if kind == "heads" && in-en.off >= 32<<10 {
+		kind = "bodies"
+	}
+	if w.run && (w.runEnt != w.e || w.runKind != kind) {
+		w.end()
+	}
+	if !w.run {
+		w.run, w.runEnt, w.runKind, w.runBits = true, w.e, kind, 0
+		w.h = append(w.h[:0], kind...)
+		w.h = append(w.h, en.file...)
+		w.h = binary.LittleEndian.AppendUint64(w.h, uint64(in-en.off))
+	}
+	w.h = binary.LittleEndian.AppendUint32(w.h, uint32(t))
+	w.runBits += int64(bits)
+	k := w.g.Kinds[kind]
+	k.Tar += int64(t.Size())
+	k.Tokens++
+	k.Bits += int64(bits)
+}
+
+// end closes the run under way, if any: an earlier layer has it when one
+// ran the same tokens from the same place.
+func (w *gapWalk) end() {
+	if !w.run {
+		return
+	}
+	w.run = false
+	k := w.g.Kinds[w.runKind]
+	k.Runs++
+	key := sha256.Sum256(w.h)
+	if w.g.seen[key] {
+		k.Seen++
+		k.Shared += w.runBits
+		return
+	}
+	w.g.seen[key] = true
+}
+
+// gzipHeader is the length of the gzip member header b starts with.
+func gzipHeader(b []byte) (int, error) {
+	if len(b) < 10 || b[0] != 0x1f || b[1] != 0x8b || b[2] != 8 {
+		return 0, errors.New("not a gzip member")
+	}
+	flags, n := b[3], 10
+	skipZ := func() error {
+		for n < len(b) && b[n] != 0 {
+			n++
+		}
+		if n == len(b) {
+			return errors.New("gzip header cut short")
+		}
+		n++
+		return nil
+	}
+	if flags&4 != 0 { // FEXTRA
+		if n+2 > len(b) {
+			return 0, errors.New("gzip header cut short")
+		}
+		n += 2 + int(binary.LittleEndian.Uint16(b[n:]))
+	}
+	if flags&8 != 0 { // FNAME
+		if err := skipZ(); err != nil {
+			return 0, err
+		}
+	}
+	if flags&16 != 0 { // FCOMMENT
+		if err := skipZ(); err != nil {
+			return 0, err
+		}
+	}
+	if flags&2 != 0 { // FHCRC
+		n += 2
+	}
+	if n > len(b) {
+		return 0, errors.New("gzip header cut short")
+	}
+	return n, nil
+}
+
+// writeGapBits prints g for setting s against what the setting stores.
+func writeGapBits(w io.Writer, s *followSetting) {
+	g := s.GapBits
+	if g.Kinds == nil {
+		return
+	}
+	fmt.Fprintf(w, "\nlevel-6 searched input written as the original's tokens instead (parses %v), %.1f MB of blobs, %.1f MB stored:\n", s.Parses, float64(g.Blob)/1e6, float64(s.Stored)/1e6)
+	fmt.Fprintf(w, "  %-10s %9s %10s %9s %8s %9s %10s %8s\n", "kind", "tar MB", "tokens", "MB", "of blob", "runs", "shared MB", "runs")
+	var all gapCost
+	row := func(name string, k *gapCost) {
+		fmt.Fprintf(w, "  %-10s %9.1f %10d %9.2f %7.1f%% %9d %10.2f %7.1f%%\n", name, float64(k.Tar)/1e6, k.Tokens,
+			float64(k.Bits)/8e6, 100*float64(k.Bits)/8/float64(max(g.Blob, 1)), k.Runs, float64(k.Shared)/8e6, 100*float64(k.Seen)/float64(max(k.Runs, 1)))
+	}
+	for _, name := range gapKindNames {
+		k := g.Kinds[name]
+		row(name, k)
+		all.Tar += k.Tar
+		all.Tokens += k.Tokens
+		all.Bits += k.Bits
+		all.Shared += k.Shared
+		all.Runs += k.Runs
+		all.Seen += k.Seen
+	}
+	row("all", &all)
+	fmt.Fprintf(w, "  stored blocks: %d, %.1f MB of tar (no tokens; not in the rows above)\n", g.StoredBlocks, float64(g.StoredTar)/1e6)
+	fmt.Fprintf(w, "  (MB: the original's bits for those tokens, without block headers; shared: runs an earlier layer has, same tokens from the same offset of the same file)\n")
+}
