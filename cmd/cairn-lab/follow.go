@@ -22,6 +22,7 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/bench/dataset"
 	"github.com/cairn-registry/cairn/internal/dedup"
+	"github.com/cairn-registry/cairn/internal/dedup/pack"
 	"github.com/cairn-registry/cairn/internal/layout"
 	"github.com/cairn-registry/cairn/internal/meta/bolt"
 	"github.com/cairn-registry/cairn/internal/storage/driver/filesystem"
@@ -270,6 +271,10 @@ func coverage(ctx context.Context, ds *dataset.Dataset, drv *filesystem.Driver, 
 	s.Ratio, s.Stored, s.Files, s.Recipes = st.Ratio, st.StoredBytes.Total, st.StoredBytes.Files, st.StoredBytes.Recipes
 	s.Dead = st.Files.DeadBytes
 	recipes := map[digest.Digest]*dedup.Recipe{}
+	files, err := pack.NewStore(drv, s.store, pack.Options{}, nil)
+	if err != nil {
+		return err
+	}
 	defer func() {
 		if err == nil {
 			s.Unshared, err = measureUnshared(ctx, ds, recipes, s.store)
@@ -301,7 +306,7 @@ func coverage(ctx context.Context, ds *dataset.Dataset, drv *filesystem.Driver, 
 			return err
 		}
 		s.Gaps.add(g)
-		if err := s.GapBits.measure(l, r); err != nil {
+		if err := s.GapBits.measure(ctx, l, r, files); err != nil {
 			return fmt.Errorf("layer %s: %w", l.Digest, err)
 		}
 		s.Coverage = append(s.Coverage, fl.Share)

@@ -926,7 +926,7 @@ func (h *huffTable) build(lens []uint8, kind tableKind) bool {
 		}
 	}
 	if kind == litLenCode {
-		h.pairLiterals()
+		h.pairLiterals(lens)
 	}
 	return true
 }
@@ -934,8 +934,18 @@ func (h *huffTable) build(lens []uint8, kind tableKind) bool {
 // pairLiterals makes each primary entry of a literal whose bits also hold
 // a whole second literal code an entryPair. Entry i>>l holds what follows
 // a code of l bits at i; i's entries are rewritten from the last, so that
-// it is still a single symbol's.
-func (h *huffTable) pairLiterals() {
+// it is still a single symbol's. A code whose shortest literals cannot
+// pair (most blocks of binary files) is left as it is at once.
+func (h *huffTable) pairLiterals(lens []uint8) {
+	shortest := uint8(16)
+	for _, l := range lens[:min(len(lens), 256)] {
+		if l > 0 {
+			shortest = min(shortest, l)
+		}
+	}
+	if 2*int(shortest) > primaryBits {
+		return
+	}
 	t := h.t[:primarySize]
 	for i := len(t) - 1; i >= 0; i-- {
 		e1 := t[i]
