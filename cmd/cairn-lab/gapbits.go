@@ -15,6 +15,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/dedup"
 	"github.com/cairn-registry/cairn/internal/dedup/layer"
 	"github.com/cairn-registry/cairn/internal/dedup/pack"
+	"github.com/cairn-registry/cairn/internal/dedup/recompress"
 	"github.com/cairn-registry/cairn/internal/dedup/recompress/deflate"
 )
 
@@ -91,7 +92,7 @@ func (g *gapBits) measure(ctx context.Context, l *dataset.Layer, r *dedup.Recipe
 	w := gapWalk{g: g, ents: ents, covered: copySpans(r), parses: &parseCursor{ps: ps}}
 	var base int64 // tar offset of the member's first byte
 	for p := 0; p < len(blob); {
-		n, err := gzipHeader(blob[p:])
+		n, err := recompress.HeaderLen(blob[p:])
 		if err != nil {
 			return fmt.Errorf("member at %d: %w", p, err)
 		}
@@ -338,47 +339,6 @@ func (w *gapWalk) end() {
 		return
 	}
 	w.g.seen[key] = true
-}
-
-// gzipHeader is the length of the gzip member header b starts with.
-func gzipHeader(b []byte) (int, error) {
-	if len(b) < 10 || b[0] != 0x1f || b[1] != 0x8b || b[2] != 8 {
-		return 0, errors.New("not a gzip member")
-	}
-	flags, n := b[3], 10
-	skipZ := func() error {
-		for n < len(b) && b[n] != 0 {
-			n++
-		}
-		if n == len(b) {
-			return errors.New("gzip header cut short")
-		}
-		n++
-		return nil
-	}
-	if flags&4 != 0 { // FEXTRA
-		if n+2 > len(b) {
-			return 0, errors.New("gzip header cut short")
-		}
-		n += 2 + int(binary.LittleEndian.Uint16(b[n:]))
-	}
-	if flags&8 != 0 { // FNAME
-		if err := skipZ(); err != nil {
-			return 0, err
-		}
-	}
-	if flags&16 != 0 { // FCOMMENT
-		if err := skipZ(); err != nil {
-			return 0, err
-		}
-	}
-	if flags&2 != 0 { // FHCRC
-		n += 2
-	}
-	if n > len(b) {
-		return 0, errors.New("gzip header cut short")
-	}
-	return n, nil
 }
 
 // writeGapBits prints g for setting s against what the setting stores.

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"compress/gzip"
 	"io"
 	"strings"
 	"testing"
@@ -11,30 +9,6 @@ import (
 
 	"github.com/cairn-registry/cairn/internal/dedup/recompress/deflate"
 )
-
-// TestGzipHeader: the deflate stream starts where gzipHeader says, with
-// every optional field a header may carry.
-func TestGzipHeader(t *testing.T) {
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	zw.Name, zw.Comment, zw.Extra = "layer.tar", "a comment", []byte("extra field")
-	zw.Write([]byte("the payload, the payload"))
-	zw.Close()
-	n, err := gzipHeader(buf.Bytes())
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := deflate.NewDecoder(buf.Bytes()[n:]).DecodeAll(nil, nil)
-	if err != nil || string(out) != "the payload, the payload" {
-		t.Fatalf("inflated %q (%v) from byte %d", out, err, n)
-	}
-	if _, err := gzipHeader(buf.Bytes()[:n-1]); err == nil {
-		t.Fatal("a header cut short was taken")
-	}
-	if _, err := gzipHeader([]byte("not gzip at all")); err == nil {
-		t.Fatal("a non-gzip start was taken")
-	}
-}
 
 // TestGapWalk: tokens a copy covers cost nothing; the rest are charged to
 // the kind of bytes they start in, in runs that end at a copy or an entry's

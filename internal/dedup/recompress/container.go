@@ -185,6 +185,13 @@ func readHeader(br *bufio.Reader) ([]byte, error) {
 	return h, nil
 }
 
+// HeaderLen is the length of the gzip member header b starts with: where
+// its raw DEFLATE stream begins.
+func HeaderLen(b []byte) (int, error) {
+	h, err := readHeader(bufio.NewReader(bytes.NewReader(b)))
+	return len(h), err
+}
+
 // OpenUncompressed opens the uncompressed stream of a layer blob read from
 // r, by its magic bytes: gzip (every member; bytes after the last member
 // that are not another member end the stream, as recipes keep them
