@@ -81,6 +81,10 @@ type followLayer struct {
 	Restarts int     `json:"restarts"`
 	Copies   int     `json:"copies"`
 	Share    float64 `json:"share"`
+	// Spanned is the share of its input its spans cover (the original's
+	// tokens in the recipe), SpanBytes what they take there.
+	Spanned   float64 `json:"spanned"`
+	SpanBytes int     `json:"spanBytes"`
 }
 
 // runFollow runs `cairn-lab follow [flags]`.
@@ -299,8 +303,10 @@ func coverage(ctx context.Context, ds *dataset.Dataset, drv *filesystem.Driver, 
 			in += m.Size
 			fl.Restarts += len(m.Restarts)
 			fl.Copies += len(m.Copies)
+			fl.SpanBytes += len(m.Spans)
 		}
 		fl.Share = float64(r.Compression.CopiedBytes()) / float64(max(in, 1))
+		fl.Spanned = float64(r.Compression.SpannedBytes()) / float64(max(in, 1))
 		g, err := gapsOf(r)
 		if err != nil {
 			return err
@@ -472,6 +478,20 @@ func writeFollow(w io.Writer, ds *dataset.Dataset, settings []*followSetting, pr
 			t += c
 		}
 		return fmt.Sprintf("%.1f%%", 100*t/float64(max(len(s.Coverage), 1)))
+	})
+	row("level-6 spans: mean", func(s *followSetting) string {
+		var t float64
+		for _, l := range s.Layers {
+			t += l.Spanned
+		}
+		return fmt.Sprintf("%.1f%%", 100*t/float64(max(len(s.Layers), 1)))
+	})
+	row("level-6 spans in recipes", func(s *followSetting) string {
+		var n int
+		for _, l := range s.Layers {
+			n += l.SpanBytes
+		}
+		return fmt.Sprintf("%.2f MB", float64(n)/1e6)
 	})
 	ps := slices.Sorted(func(yield func(string) bool) {
 		seen := map[string]bool{}

@@ -40,21 +40,22 @@ const maxFollowedFile = 32 << 20
 // span is an interval [from, to) of tar offsets.
 type span struct{ from, to int64 }
 
-// copySpans are the tar intervals r's copies cover, in order.
+// copySpans are the tar intervals r's copies and spans cover (a rebuild
+// searches none of them), in order.
 func copySpans(r *dedup.Recipe) []span {
 	var covered []span
 	var base int64
 	for _, m := range r.Compression.Members {
-		for _, c := range m.Copies {
-			covered = append(covered, span{base + c.In, base + c.In + c.Size})
-		}
+		m.Stretches(func(in, size int64, _ bool) {
+			covered = append(covered, span{base + in, base + in + size})
+		})
 		base += m.Size
 	}
 	sort.Slice(covered, func(i, j int) bool { return covered[i].from < covered[j].from })
 	return covered
 }
 
-// gapsOf sorts the bytes of r's tar its copies do not cover.
+// gapsOf sorts the bytes of r's tar its copies and spans do not cover.
 func gapsOf(r *dedup.Recipe) (gapKinds, error) {
 	var g gapKinds
 	covered := copySpans(r)

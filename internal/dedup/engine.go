@@ -124,8 +124,9 @@ type Source struct {
 	// storage after a restore found files located nowhere; it reports
 	// whether the index is incomplete (a rebuild is then under way).
 	checkIndex func(ctx context.Context) bool
-	// keepHeaders makes the worker's check keep block headers in recipes
-	// (recompress.Parses.KeepHeaders): with Options.Parses.
+	// keepHeaders makes the worker's check keep block headers and spans
+	// in recipes (recompress.Parses.KeepHeaders, KeepSpans): with
+	// Options.Parses.
 	keepHeaders bool
 }
 

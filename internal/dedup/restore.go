@@ -171,7 +171,8 @@ func (s *Source) rebuildChecking(ctx context.Context, r *Recipe, w io.Writer, or
 	var seen layer.PayloadFunc
 	var want func(i int) bool
 	if r.Compression.ParseLevel() > 0 && (original != nil || r.Compression.Follows()) {
-		parses = &recompress.Parses{KeepHeaders: original != nil && s.keepHeaders}
+		keep := original != nil && s.keepHeaders
+		parses = &recompress.Parses{KeepHeaders: keep, KeepSpans: keep}
 		want = func(int) bool { return true }
 		if original == nil {
 			srcs := r.Compression.CopySources()

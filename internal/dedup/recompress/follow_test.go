@@ -234,16 +234,7 @@ func TestFollowCopies(t *testing.T) {
 		t.Fatalf("copies cover %d of %d input bytes, want at least half", covered, len(input))
 	}
 
-	rebuild := func(name string, r Recipe, ps *Parses, procs int) {
-		t.Helper()
-		var out bytes.Buffer
-		if err := RebuildFollowing(&out, r, bytes.NewReader(input), procs, ps); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if !bytes.Equal(out.Bytes(), blob) {
-			t.Fatalf("%s: rebuild differs from the blob", name)
-		}
-	}
+	rebuild := rebuildsBlob(t, input, blob)
 	rebuild("all parses, one core", kept, parsesOf(files, own6, 6, all), 1)
 	rebuild("all parses, four cores", kept, parsesOf(files, own6, 6, all), 4)
 	rebuild("every other parse", kept, parsesOf(files, own6, 6, func(i int) bool { return i%2 == 0 }), 2)
@@ -264,6 +255,21 @@ func TestFollowCopies(t *testing.T) {
 		}
 	}
 	rebuild("copies that do not check out", bad, parsesOf(files, own6, 6, all), 2)
+}
+
+// rebuildsBlob returns a check that a rebuild of input with recipe r,
+// following parses ps on procs cores, writes blob.
+func rebuildsBlob(t *testing.T, input, blob []byte) func(name string, r Recipe, ps *Parses, procs int) {
+	return func(name string, r Recipe, ps *Parses, procs int) {
+		t.Helper()
+		var out bytes.Buffer
+		if err := RebuildFollowing(&out, r, bytes.NewReader(input), procs, ps); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !bytes.Equal(out.Bytes(), blob) {
+			t.Fatalf("%s: rebuild differs from the blob", name)
+		}
+	}
 }
 
 // BenchmarkRebuildFollowing compares, on one core, a rebuild of a
@@ -302,13 +308,16 @@ func BenchmarkRebuildFollowing(b *testing.B) {
 
 // FuzzFollowCopies feeds files made from the fuzzer's bytes (repeated,
 // mutated and laid out among Go sources, so that a member has restart
-// points) through the check that finds copies and through rebuilds that
-// follow a subset of the parses, some copies made wrong: every rebuild
-// writes the blob, searching where a copy does not check out.
+// points) through the check that finds copies (and spans) and through
+// rebuilds that follow a subset of the parses, some copies made wrong:
+// every rebuild writes the blob, searching where a copy does not check
+// out.
 func FuzzFollowCopies(f *testing.F) {
 	f.Add([]byte("package main\n\nfunc main() {}\n"), uint8(6), uint16(1))
 	f.Add(bytes.Repeat([]byte{0}, 5000), uint8(9), uint16(7))
 	f.Add([]byte("\x00\x01\x02abcabcabcabc"), uint8(4), uint16(0xffff))
+	f.Add([]byte("spans of a layer's tokens"), uint8(6), uint16(0x1803))
+	f.Add(bytes.Repeat([]byte{7, 7, 0}, 3000), uint8(6), uint16(0x9001))
 	base := layertest.GoSources(f, 2<<20, 64<<10)
 	f.Fuzz(func(t *testing.T, seed []byte, level uint8, pick uint16) {
 		lv := 4 + int(level)%6
@@ -373,7 +382,13 @@ func FuzzFollowCopies(f *testing.F) {
 			}
 			return ps
 		}
-		kept, err := CheckFollowing(io.Discard, rec, open(), bytes.NewReader(blob), parses(0))
+		// With pick's bit 12 the check keeps spans and block headers
+		// too (with bit 11, every span): the rebuild then searches only
+		// where neither copies nor spans reach.
+		ps := parses(0)
+		ps.KeepSpans, ps.KeepHeaders = pick&0x1000 != 0, pick&0x1000 != 0
+		ps.allSpans = pick&0x0800 != 0
+		kept, err := CheckFollowing(io.Discard, rec, open(), bytes.NewReader(blob), ps)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -439,15 +454,16 @@ func TestFollowSmallMember(t *testing.T) {
 
 // checkedGoSources is n bytes of Go source in a tar-like input, its
 // compress/gzip level-6 blob, the recipe a check following the files'
-// parses kept, and a function giving those parses afresh.
-func checkedGoSources(tb testing.TB, n int) (input, blob []byte, kept Recipe, parses func() *Parses) {
+// parses kept (with block headers, and spans if asked: all of them, or
+// those worth their bytes), and a function giving those parses afresh.
+func checkedGoSources(tb testing.TB, n int, spans, allSpans bool) (input, blob []byte, kept Recipe, parses func() *Parses) {
 	tb.Helper()
 	input, files := goSources(tb, n, 64<<10)
 	blob, rec := gzipRecipe(tb, 6, input)
 	own := ownParses(tb, files, 6)
 	parses = func() *Parses { return parsesOf(files, own, 6, func(int) bool { return true }) }
 	ps := parses()
-	ps.KeepHeaders = true
+	ps.KeepHeaders, ps.KeepSpans, ps.allSpans = true, spans, allSpans
 	kept, err := CheckFollowing(io.Discard, rec, bytes.NewReader(input), bytes.NewReader(blob), ps)
 	if err != nil {
 		tb.Fatal(err)
@@ -461,7 +477,7 @@ func checkedGoSources(tb testing.TB, n int) (input, blob []byte, kept Recipe, pa
 // be read is derived again, and one sending other codes gives other bits,
 // which the digest catches.
 func TestFollowHeaders(t *testing.T) {
-	input, blob, kept, parses := checkedGoSources(t, 3<<20)
+	input, blob, kept, parses := checkedGoSources(t, 3<<20, false, false)
 	var headers int
 	for _, m := range kept.Members {
 		headers += len(m.Headers)
@@ -546,7 +562,7 @@ func TestFollowHeaders(t *testing.T) {
 // one searching everywhere (parses off), with the blocks' codes derived
 // and with stored headers.
 func BenchmarkRebuildHeaders(b *testing.B) {
-	input, _, kept, parses := checkedGoSources(b, 8<<20)
+	input, _, kept, parses := checkedGoSources(b, 8<<20, false, false)
 	without := func(copies, headers bool) Recipe {
 		r := kept
 		r.Members = slices.Clone(kept.Members)

@@ -76,6 +76,9 @@ type Member struct {
 	// the segments a check reproduced with them (deflate/header.go): a
 	// rebuild writes them back instead of deriving the blocks' codes.
 	Headers []deflate.BlockHeader `json:"headers,omitempty"`
+	// Spans are the original's tokens where no copy has them, in the
+	// segments a check reproduced with them (spans.go), encoded.
+	Spans []byte `json:"spans,omitempty"`
 }
 
 // Tally adds one count per member encoder of r to counts, to learn which
@@ -418,15 +421,22 @@ func rebuild(w io.Writer, recipe Recipe, uncompressed io.Reader, original io.Rea
 			var fl *following
 			if parses != nil && deflate.Searchable(level) {
 				fl = &following{parses: parses, base: base, copies: m.Copies, headers: m.Headers}
+				if chk == nil {
+					// Spans that do not decode are searched instead.
+					fl.spans, _ = decodeSpans(m.Spans, m.Size)
+				}
 			}
-			copies, headers, err := rebuildSegments(w, level, m, uncompressed, procs, chk, fl)
+			found, err := rebuildSegments(w, level, m, uncompressed, procs, chk, fl)
 			if err != nil {
 				return out, fmt.Errorf("recompress: member %d: %w", i, err)
 			}
 			if chk != nil {
 				out.Members[i].Restarts = chk.held(m.Restarts)
-				out.Members[i].Copies = copies
-				out.Members[i].Headers = headers
+				out.Members[i].Copies = found.copies
+				out.Members[i].Headers = found.headers
+				if out.Members[i].Spans, err = encodeSpans(found.spans); err != nil {
+					return out, err
+				}
 			}
 			base += m.Size
 			if _, err := w.Write(m.Trailer); err != nil {
@@ -471,7 +481,7 @@ func rebuild(w io.Writer, recipe Recipe, uncompressed io.Reader, original io.Rea
 // such member with parses at hand; a restore takes the segment path only
 // where the recipe lists copies, so that nothing else changes.
 func followable(m Member, level int, parses *Parses, check bool) bool {
-	return parses != nil && deflate.Searchable(level) && m.Size <= maxFollowWhole && (check || len(m.Copies) > 0 || len(m.Headers) > 0)
+	return parses != nil && deflate.Searchable(level) && m.Size <= maxFollowWhole && (check || len(m.Copies) > 0 || len(m.Headers) > 0 || len(m.Spans) > 0)
 }
 
 // maxFollowWhole bounds the member followed as one segment: the segment

@@ -75,7 +75,7 @@ func (r Recipe) WithoutRestarts() Recipe {
 	out := r
 	out.Members = make([]Member, len(r.Members))
 	for i, m := range r.Members {
-		m.Restarts, m.Copies, m.Headers = nil, nil, nil
+		m.Restarts, m.Copies, m.Headers, m.Spans = nil, nil, nil, nil
 		out.Members[i] = m
 	}
 	return out
@@ -133,17 +133,48 @@ func (r Recipe) CopiedBytes() int64 {
 	return n
 }
 
+// SpannedBytes is how many uncompressed bytes of r's members its spans
+// cover: the input whose tokens the recipe holds itself.
+func (r Recipe) SpannedBytes() int64 {
+	var n int64
+	for _, m := range r.Members {
+		m.Stretches(func(_, size int64, span bool) {
+			if span {
+				n += size
+			}
+		})
+	}
+	return n
+}
+
+// Stretches calls f with each stretch of m's input whose tokens a rebuild
+// takes as given, from its copies (span false) or its spans, in input
+// order.
+func (m Member) Stretches(f func(in, size int64, span bool)) {
+	spans, _ := decodeSpans(m.Spans, m.Size)
+	c := 0
+	for _, sp := range spans {
+		for ; c < len(m.Copies) && m.Copies[c].In < sp.In; c++ {
+			f(m.Copies[c].In, m.Copies[c].Size, false)
+		}
+		f(sp.In, sp.Size, true)
+	}
+	for ; c < len(m.Copies); c++ {
+		f(m.Copies[c].In, m.Copies[c].Size, false)
+	}
+}
+
 // HasCopies reports whether any member of r lists copies: whether a
 // restore has stored parses to follow at all.
 func (r Recipe) HasCopies() bool {
 	return r.anyMember(func(m Member) bool { return len(m.Copies) > 0 })
 }
 
-// Follows reports whether any member of r lists copies or block headers:
-// whether a restore takes the following rebuild (RebuildFollowing with
-// the parses at hand) rather than the encoder's.
+// Follows reports whether any member of r lists copies, block headers or
+// spans: whether a restore takes the following rebuild (RebuildFollowing
+// with the parses at hand) rather than the encoder's.
 func (r Recipe) Follows() bool {
-	return r.anyMember(func(m Member) bool { return len(m.Copies) > 0 || len(m.Headers) > 0 })
+	return r.anyMember(func(m Member) bool { return len(m.Copies) > 0 || len(m.Headers) > 0 || len(m.Spans) > 0 })
 }
 
 // CopySources is the set of files (their indexes in the tar recipe) whose
@@ -184,6 +215,9 @@ type segment struct {
 	// headers are the original's block headers the segment writes back
 	// (a restore's from the recipe, a check's decoded).
 	headers []deflate.BlockHeader
+	// spans are the stretches whose tokens the recipe holds (a restore's
+	// from the recipe, a check's found).
+	spans []Span
 }
 
 // end is the input offset the segment's output ends at.
@@ -201,6 +235,27 @@ type following struct {
 	base    int64                 // the member's offset in the uncompressed stream
 	copies  []Copy                // the member's, for a restore
 	headers []deflate.BlockHeader // the member's, for a restore
+	spans   []Span                // the member's, for a restore
+}
+
+// found is what a check's segments reproduced the original with.
+type found struct {
+	copies  []Copy
+	headers []deflate.BlockHeader
+	spans   []Span
+}
+
+// source is the stretches s follows: its copies whose parses are at hand
+// and its spans, in input order; nil when none is left.
+func (s *segment) source(fl *following) deflate.TokenSource {
+	var copies deflate.TokenSource
+	if len(s.copies) > 0 && len(s.parses) > 0 {
+		copies = follow(s.copies, s.parses, fl.base)
+	}
+	if len(s.spans) == 0 {
+		return copies
+	}
+	return &stretchSource{copies: copies, spans: s.spans, in: s.in, from: s.from.In}
 }
 
 // compress compresses s, following its copies and writing its block
@@ -209,27 +264,33 @@ type following struct {
 // tokens with the parses and decoded from the original, kept only if the
 // output they give is the original's.
 func (s *segment) compress(level int, fl *following, chk *segmentCheck) segmentResult {
-	var src deflate.TokenSource
 	switch {
 	case fl == nil:
-		s.copies, s.headers = nil, nil
-	case chk == nil:
+		s.copies, s.headers, s.spans = nil, nil, nil
+	case chk != nil:
+		s.copies, s.headers, s.spans = nil, nil, nil
+		keep := fl.parses
+		if len(s.parses) == 0 && !keep.KeepHeaders && !keep.KeepSpans {
+			break
+		}
+		orig, headers, err := originalTokens(chk.original, chk.bodyStart, s, len(s.parses) > 0 || keep.KeepSpans)
+		if err != nil {
+			break
+		}
+		if keep.KeepHeaders {
+			s.headers = headers
+		}
 		if len(s.parses) > 0 {
-			src = follow(s.copies, s.parses, fl.base)
+			s.copies = findCopies(orig, s.parses, fl.base, s.end(), keep.KeepSpans)
 		}
-	case len(s.parses) == 0 && !fl.parses.KeepHeaders:
-		s.copies, s.headers = nil, nil
-	default:
-		s.copies, s.headers = nil, nil
-		if orig, headers, err := originalTokens(chk.original, chk.bodyStart, s, len(s.parses) > 0); err == nil {
-			if fl.parses.KeepHeaders {
-				s.headers = headers
-			}
-			if len(s.parses) > 0 {
-				s.copies = findCopies(orig, s.parses, fl.base, s.end())
-				src = follow(s.copies, s.parses, fl.base)
-			}
+		if keep.KeepSpans {
+			s.spans = findSpans(orig, s.copies, keep.allSpans)
+			s.copies = pruneCopies(s.copies, s.spans, s.from.In, s.end())
 		}
+	}
+	var src deflate.TokenSource
+	if fl != nil {
+		src = s.source(fl)
 	}
 	var headers map[int64]*deflate.BlockHeader
 	if len(s.headers) > 0 {
@@ -245,9 +306,9 @@ func (s *segment) compress(level int, fl *following, chk *segmentCheck) segmentR
 			ok, err = chk.matches(out, s.from.Bit, s.toBit())
 		}
 		if err == nil && !ok {
-			// The copies, the headers or the restart point: search,
-			// and let the check tell.
-			s.copies, s.headers = nil, nil
+			// The copies, the spans, the headers or the restart
+			// point: search, and let the check tell.
+			s.copies, s.headers, s.spans = nil, nil, nil
 			out, err = deflate.CompressSegment(level, s.from, s.hist, s.in, s.to)
 		}
 	}
@@ -273,9 +334,9 @@ type segmentResult struct {
 // copies and block headers its segments reproduced the original with. Memory stays bounded:
 // about 3×workers segments are in flight. With chk, each segment is
 // checked against the original before it is joined (segmentCheck).
-func rebuildSegments(w io.Writer, level int, m Member, r io.Reader, workers int, chk *segmentCheck, fl *following) ([]Copy, []deflate.BlockHeader, error) {
+func rebuildSegments(w io.Writer, level int, m Member, r io.Reader, workers int, chk *segmentCheck, fl *following) (found, error) {
 	if err := checkRestarts(m); err != nil {
-		return nil, nil, err
+		return found{}, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -300,8 +361,7 @@ func rebuildSegments(w io.Writer, level int, m Member, r io.Reader, workers int,
 	}()
 	j := &deflate.Joiner{W: w}
 	var err error
-	var copies []Copy
-	var headers []deflate.BlockHeader
+	var kept found
 	for s := range order {
 		res := <-s.done
 		if err != nil {
@@ -310,10 +370,11 @@ func rebuildSegments(w io.Writer, level int, m Member, r io.Reader, workers int,
 		out := res.out
 		if chk != nil {
 			if out, err = chk.segment(level, s, res); chk.dropped[s.from.In] {
-				s.copies, s.headers = nil, nil // merged into the segment before
+				s.copies, s.headers, s.spans = nil, nil, nil // merged into the segment before
 			}
-			copies = append(copies, s.copies...)
-			headers = append(headers, s.headers...)
+			kept.copies = append(kept.copies, s.copies...)
+			kept.headers = append(kept.headers, s.headers...)
+			kept.spans = append(kept.spans, s.spans...)
 		} else if res.err != nil {
 			err = fmt.Errorf("recompress: segment at %d: %w", s.from.In, res.err)
 			if errors.Is(res.err, deflate.ErrDiverged) {
@@ -332,7 +393,7 @@ func rebuildSegments(w io.Writer, level int, m Member, r io.Reader, workers int,
 	if rerr := <-readErr; err == nil {
 		err = rerr
 	}
-	return copies, headers, err
+	return kept, err
 }
 
 // Checking restart points. The dedup worker verifies a recipe with the
@@ -487,8 +548,9 @@ func feedSegments(ctx context.Context, level int, m Member, r io.Reader, jobs, o
 				if to != nil {
 					toIn = to.In
 				}
-				s.copies = segmentCopies(fl.copies, from.In, toIn)
-				s.headers = segmentHeaders(fl.headers, from.In, toIn)
+				s.copies = inSegment(fl.copies, func(c *Copy) int64 { return c.In }, from.In, toIn)
+				s.headers = inSegment(fl.headers, func(h *deflate.BlockHeader) int64 { return h.In }, from.In, toIn)
+				s.spans = inSegment(fl.spans, func(sp *Span) int64 { return sp.In }, from.In, toIn)
 			}
 		}
 		select {
