@@ -124,10 +124,10 @@ type Source struct {
 	// storage after a restore found files located nowhere; it reports
 	// whether the index is incomplete (a rebuild is then under way).
 	checkIndex func(ctx context.Context) bool
-	// keepHeaders makes the worker's check keep block headers and spans
-	// in recipes (recompress.Parses.KeepHeaders, KeepSpans): with
-	// Options.Parses.
-	keepHeaders bool
+	// keepOriginal makes the worker's check keep the original stream's
+	// block headers and spans in recipes (recompress.Parses.KeepHeaders,
+	// KeepSpans): with Options.Parses.
+	keepOriginal bool
 }
 
 // Metadata is what an Engine uses of the metadata store (a meta.Store has
@@ -278,7 +278,7 @@ func New(d driver.Driver, store Metadata, opts Options, log *slog.Logger, m Metr
 		return nil, err
 	}
 	src := newSource(d, files, log, m)
-	src.keepHeaders = opts.Parses
+	src.keepOriginal = opts.Parses
 	if opts.TempDir != "" {
 		if err := os.MkdirAll(opts.TempDir, 0o755); err != nil {
 			return nil, fmt.Errorf("dedup: spool directory: %w", err)

@@ -171,7 +171,7 @@ func (s *Source) rebuildChecking(ctx context.Context, r *Recipe, w io.Writer, or
 	var seen layer.PayloadFunc
 	var want func(i int) bool
 	if r.Compression.ParseLevel() > 0 && (original != nil || r.Compression.Follows()) {
-		keep := original != nil && s.keepHeaders
+		keep := original != nil && s.keepOriginal
 		parses = &recompress.Parses{KeepHeaders: keep, KeepSpans: keep}
 		want = func(int) bool { return true }
 		if original == nil {

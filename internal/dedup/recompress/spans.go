@@ -39,7 +39,6 @@ import (
 // Size input bytes from offset In.
 type Span struct {
 	In, Size int64
-	matches  int
 	lits     []byte // uvarints: the literals before each match, after the last
 	// lens, dhi and dlo hold, per match, its length−3 and the high and
 	// low bytes of its distance−1.
@@ -57,7 +56,7 @@ func (sp *Span) tokens(dst []deflate.Token, in []byte) []deflate.Token {
 			dst = append(dst, deflate.LiteralToken(in[at]))
 		}
 	}
-	for k := range sp.matches {
+	for k := range sp.lens {
 		literals()
 		length := int(sp.lens[k]) + 3
 		dst = append(dst, deflate.MatchToken(length, int(sp.dhi[k])<<8|int(sp.dlo[k])+1))
@@ -91,7 +90,6 @@ func (w *spanWriter) add(at int64, t deflate.Token) {
 	sp.lits = binary.AppendUvarint(sp.lits, uint64(w.lits))
 	sp.lens = append(sp.lens, byte(t.Length()-3))
 	sp.dhi, sp.dlo = append(sp.dhi, byte(d>>8)), append(sp.dlo, byte(d))
-	sp.matches++
 	w.lits = 0
 }
 
@@ -150,14 +148,15 @@ func pruneCopies(copies []Copy, spans []Span, from, end int64) []Copy {
 
 // resumeBytes is what a search resuming after a stretch costs besides the
 // bytes it searches, in bytes searched: it hashes up to 32 KiB behind it,
-// at about an eighth of a search's cost per byte.
+// estimated at an eighth of a search's cost per byte (not measured on its
+// own).
 const resumeBytes = 4 << 10
 
 // worthSpanning reports whether span sp saves enough search for the
 // recipe bytes it takes (about 3 per match): spanValue input bytes per
 // byte.
 func worthSpanning(sp *Span) bool {
-	return sp.Size+resumeBytes >= int64(spanValue*(3*sp.matches+4))
+	return sp.Size+resumeBytes >= int64(spanValue*(3*len(sp.lens)+4))
 }
 
 // spanValue is how many bytes of search a byte of spans must save. On the
@@ -178,7 +177,7 @@ func encodeSpans(spans []Span) ([]byte, error) {
 	var end int64
 	for _, sp := range spans {
 		raw = binary.AppendUvarint(raw, uint64(sp.In-end))
-		raw = binary.AppendUvarint(raw, uint64(sp.matches))
+		raw = binary.AppendUvarint(raw, uint64(len(sp.lens)))
 		end = sp.In + sp.Size
 	}
 	for _, part := range []func(*Span) []byte{
@@ -219,7 +218,8 @@ func decodeSpans(b []byte, size int64) ([]Span, error) {
 	var ok bool
 	spans := make([]Span, n)
 	gaps := make([]int64, n) // bytes since the span before
-	var total uint64         // matches
+	counts := make([]int, n) // matches
+	var total uint64
 	for i := range spans {
 		var gap, m uint64
 		gap, raw, ok = uvarint(raw)
@@ -229,7 +229,7 @@ func decodeSpans(b []byte, size int64) ([]Span, error) {
 		if !ok || gap > uint64(size) || m > uint64(size) {
 			return nil, errBadSpans
 		}
-		gaps[i], spans[i].matches = int64(gap), int(m)
+		gaps[i], counts[i] = int64(gap), int(m)
 		total += m
 	}
 	if total > uint64(size) {
@@ -238,7 +238,7 @@ func decodeSpans(b []byte, size int64) ([]Span, error) {
 	for i := range spans {
 		sp := &spans[i]
 		start := raw
-		for range sp.matches + 1 {
+		for range counts[i] + 1 {
 			var v uint64
 			if v, raw, ok = uvarint(raw); !ok || v > uint64(size) {
 				return nil, errBadSpans
@@ -254,7 +254,7 @@ func decodeSpans(b []byte, size int64) ([]Span, error) {
 	var end int64
 	for i := range spans {
 		sp := &spans[i]
-		m := sp.matches
+		m := counts[i]
 		sp.lens, sp.dhi, sp.dlo = lens[:m:m], dhi[:m:m], dlo[:m:m]
 		lens, dhi, dlo = lens[m:], dhi[m:], dlo[m:]
 		for k := range m {
