@@ -128,6 +128,13 @@ type Source struct {
 	// block headers and spans in recipes (recompress.Parses.KeepHeaders,
 	// KeepSpans): with Options.Parses.
 	keepOriginal bool
+	// states, when set, tells which layers are deduplicated (Rebuilt).
+	states layerStates
+}
+
+// layerStates is what tells a layer's state.
+type layerStates interface {
+	GetLayer(ctx context.Context, layer digest.Digest) ([]byte, meta.LayerState, error)
 }
 
 // Metadata is what an Engine uses of the metadata store (a meta.Store has
@@ -314,6 +321,7 @@ func New(d driver.Driver, store Metadata, opts Options, log *slog.Logger, m Metr
 	if store != nil {
 		sums = summaries{meta: store}
 		w.meta, p.meta = store, store
+		src.states = store
 	}
 	st := &Statistics{Source: src, summaries: sums}
 	if store != nil {

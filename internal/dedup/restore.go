@@ -6,6 +6,7 @@ import (
 	"github.com/cairn-registry/cairn/internal/arc"
 	"github.com/cairn-registry/cairn/internal/iowatch"
 	"github.com/cairn-registry/cairn/internal/layout"
+	"github.com/cairn-registry/cairn/internal/meta"
 
 	"context"
 	"crypto/rand"
@@ -55,6 +56,15 @@ func (s *Source) BlobSize(ctx context.Context, d digest.Digest) (int64, error) {
 		return 0, err
 	}
 	return r.Size, nil
+}
+
+// Rebuilt implements registry.DedupSource.
+func (s *Source) Rebuilt(ctx context.Context, d digest.Digest) bool {
+	if s.states == nil {
+		return false
+	}
+	_, state, err := s.states.GetLayer(ctx, d)
+	return err == nil && state == meta.StateDeduplicated
 }
 
 // OpenBlob implements registry.DedupSource: it streams the rebuilt blob

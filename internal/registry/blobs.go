@@ -41,6 +41,11 @@ type DedupSource interface {
 	// BlobSize returns the size of blob d from its recipe; an error
 	// wrapping driver.ErrNotFound when d has no recipe.
 	BlobSize(ctx context.Context, d digest.Digest) (int64, error)
+	// Rebuilt reports whether dedup's metadata holds d as deduplicated:
+	// a hint, read without a storage request, that its recipe serves it.
+	// A lost metadata store reports false; StatBlob does not wait for
+	// one that does not answer.
+	Rebuilt(ctx context.Context, d digest.Digest) bool
 	// OpenBlob streams the rebuilt blob d from offset.
 	OpenBlob(ctx context.Context, d digest.Digest, offset int64) (io.ReadCloser, error)
 	// CachedBlob streams intact blob d from offset out of a memory cache,
@@ -56,12 +61,35 @@ func (r *Registry) StatBlob(ctx context.Context, repo string, d digest.Digest) (
 			return BlobInfo{Size: size}, nil
 		}
 	}
+	// While the link is checked, dedup's metadata is asked whether d is
+	// deduplicated and, if so, its recipe is read: in place of a HEAD of
+	// its data file (known missing) after the link's, so that on an
+	// object store a cold GET waits for one request before its rebuild
+	// starts instead of three. The hint is taken only if it came by the
+	// time the link check did (a metadata store that is down or slow
+	// costs nothing), and only as a hint: a recipe not found (the blob was
+	// made intact again since) leaves the data file to decide.
+	var hint <-chan dedupHint
+	if r.opts.Dedup != nil {
+		hctx, cancel := context.WithCancel(ctx)
+		defer cancel() // what is still running ends on its own
+		hint = r.askDedup(hctx, d)
+	}
 	linked, err := r.linkedInRepo(ctx, repo, d)
 	if err != nil {
 		return BlobInfo{}, err
 	}
 	if !linked {
 		return BlobInfo{}, fmt.Errorf("%w: %s", ErrBlobUnknown, d)
+	}
+	select {
+	case h := <-hint:
+		if h.rebuilt {
+			if res := <-h.size; res.err == nil {
+				return BlobInfo{Size: res.size, Rebuilt: true}, nil
+			}
+		}
+	default:
 	}
 	fi, err := driver.StatFile(ctx, r.d, layout.BlobData(d))
 	if err == nil {
@@ -80,6 +108,36 @@ func (r *Registry) StatBlob(ctx context.Context, repo string, d digest.Digest) (
 		return BlobInfo{}, fmt.Errorf("%w: %s (link without data)", ErrBlobUnknown, d)
 	}
 	return BlobInfo{}, err
+}
+
+// dedupHint is what dedup's metadata says of a blob: whether it is
+// deduplicated, and then its size from its recipe, on size.
+type dedupHint struct {
+	rebuilt bool
+	size    <-chan sizeResult
+}
+
+type sizeResult struct {
+	size int64
+	err  error
+}
+
+// askDedup asks dedup in the background whether blob d is deduplicated
+// (sent as soon as its metadata answers) and, if so, reads its size from
+// its recipe.
+func (r *Registry) askDedup(ctx context.Context, d digest.Digest) <-chan dedupHint {
+	hint := make(chan dedupHint, 1)
+	go func() {
+		if !r.opts.Dedup.Rebuilt(ctx, d) {
+			hint <- dedupHint{}
+			return
+		}
+		size := make(chan sizeResult, 1)
+		hint <- dedupHint{rebuilt: true, size: size}
+		n, err := r.opts.Dedup.BlobSize(ctx, d)
+		size <- sizeResult{n, err}
+	}()
+	return hint
 }
 
 // OpenBlob streams blob d from offset: its intact bytes, or its rebuild when

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"sync"
 	"testing"
 
 	"github.com/opencontainers/go-digest"
@@ -16,14 +18,37 @@ import (
 )
 
 // fakeDedup is a DedupSource serving the blobs in rebuilt, and counting
-// OpenBlob calls.
+// OpenBlob calls. Its metadata holds the blobs in hinted as deduplicated,
+// or, with down set, does not answer until asked no more. BlobSize sends
+// on sized, when set, as it starts.
 type fakeDedup struct {
+	mu      sync.Mutex // StatBlob asks Rebuilt and BlobSize in the background
 	rebuilt map[digest.Digest][]byte
+	hinted  map[digest.Digest]bool
+	down    bool
+	sized   chan digest.Digest
 	opens   int
 }
 
+func (f *fakeDedup) Rebuilt(ctx context.Context, d digest.Digest) bool {
+	f.mu.Lock()
+	down, hinted := f.down, f.hinted[d]
+	f.mu.Unlock()
+	if down {
+		<-ctx.Done()
+		return false
+	}
+	return hinted
+}
+
 func (f *fakeDedup) BlobSize(_ context.Context, d digest.Digest) (int64, error) {
+	f.mu.Lock()
 	b, ok := f.rebuilt[d]
+	sized := f.sized
+	f.mu.Unlock()
+	if sized != nil {
+		sized <- d
+	}
 	if !ok {
 		return 0, fmt.Errorf("recipe of %s: %w", d, driver.ErrNotFound)
 	}
@@ -31,6 +56,8 @@ func (f *fakeDedup) BlobSize(_ context.Context, d digest.Digest) (int64, error) 
 }
 
 func (f *fakeDedup) OpenBlob(_ context.Context, d digest.Digest, offset int64) (io.ReadCloser, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.opens++
 	b, ok := f.rebuilt[d]
 	if !ok {
@@ -121,11 +148,100 @@ func TestOpenBlobRebuilt(t *testing.T) {
 	}
 }
 
+// TestStatBlobRebuiltHint: a blob dedup's metadata holds as deduplicated,
+// the hint come by the time the link check ends, is described from its
+// recipe without a stat of its data file; one made intact again since is
+// described by its data file; a blob the metadata lost, or holds while it
+// does not answer, is still found rebuilt after its data file's stat; and
+// a blob the repository does not link is unknown.
+func TestStatBlobRebuiltHint(t *testing.T) {
+	ctx := context.Background()
+	d := &statFiler{Driver: inmemory.New()}
+	content := []byte("layer bytes")
+	b := digest.FromBytes(content)
+	dd := &fakeDedup{rebuilt: map[digest.Digest][]byte{b: content}, hinted: map[digest.Digest]bool{b: true}}
+	r := New(d, Options{Dedup: dd})
+	if err := r.writeLink(ctx, layout.LayerLink("repo", b), b); err != nil {
+		t.Fatal(err)
+	}
+	// stat reports whether StatBlob statted the data file. With hinted,
+	// the link check waits for the recipe to be asked, as an object
+	// store's HEAD outlasts a metadata read.
+	stat := func(repo string, hinted bool) (BlobInfo, bool, error) {
+		t.Helper()
+		d.statFiles, d.before = nil, nil
+		if hinted {
+			sized := make(chan digest.Digest, 1)
+			dd.mu.Lock()
+			dd.sized = sized
+			dd.mu.Unlock()
+			link := layout.LayerLink(repo, b)
+			d.before = func(p string) {
+				if p == link {
+					<-sized
+				}
+			}
+		}
+		info, err := r.StatBlob(ctx, repo, b)
+		return info, slices.Contains(d.statFiles, layout.BlobData(b)), err
+	}
+	set := func(f func()) {
+		dd.mu.Lock()
+		defer dd.mu.Unlock()
+		dd.sized = nil
+		f()
+	}
+
+	info, statted, err := stat("repo", true)
+	if err != nil || !info.Rebuilt || info.Size != int64(len(content)) {
+		t.Fatalf("StatBlob(hinted) = %+v, %v; want rebuilt, %d bytes", info, err, len(content))
+	}
+	if statted {
+		t.Error("StatBlob(hinted) statted the data file")
+	}
+
+	// Linked elsewhere only: unknown here.
+	if _, _, err := stat("other", false); !errors.Is(err, ErrBlobUnknown) {
+		t.Errorf("StatBlob(not linked) = %v, want ErrBlobUnknown", err)
+	}
+
+	// The metadata does not answer: not waited for, the data file and
+	// then the recipe answer.
+	set(func() { dd.down = true })
+	if info, statted, err = stat("repo", false); err != nil || !info.Rebuilt || !statted {
+		t.Errorf("StatBlob(metadata down) = %+v, %v, data file statted %v; want rebuilt after it", info, err, statted)
+	}
+	set(func() { dd.down = false })
+
+	// Made intact again: the hint is stale, the data file answers.
+	set(func() { delete(dd.rebuilt, b) })
+	if err := d.PutContent(ctx, layout.BlobData(b), content); err != nil {
+		t.Fatal(err)
+	}
+	if info, statted, err = stat("repo", true); err != nil || info.Rebuilt || !statted {
+		t.Errorf("StatBlob(hinted, intact) = %+v, %v, data file statted %v; want intact from it", info, err, statted)
+	}
+
+	// The metadata lost it: found rebuilt after the data file's stat.
+	set(func() {
+		delete(dd.hinted, b)
+		dd.rebuilt[b] = content
+	})
+	if _, err := d.DeleteFiles(ctx, []string{layout.BlobData(b)}); err != nil {
+		t.Fatal(err)
+	}
+	if info, statted, err = stat("repo", false); err != nil || !info.Rebuilt || !statted {
+		t.Errorf("StatBlob(not hinted, rebuilt) = %+v, %v, data file statted %v; want rebuilt after it", info, err, statted)
+	}
+}
+
 // statFiler is a driver with a StatFile of its own; it counts the paths
 // each of Stat and StatFile were asked about.
 type statFiler struct {
 	driver.Driver
 	stats, statFiles []string
+	// before, when set, is called with each path StatFile is asked for.
+	before func(p string)
 }
 
 func (s *statFiler) Stat(ctx context.Context, p string) (driver.FileInfo, error) {
@@ -134,6 +250,9 @@ func (s *statFiler) Stat(ctx context.Context, p string) (driver.FileInfo, error)
 }
 
 func (s *statFiler) StatFile(ctx context.Context, p string) (driver.FileInfo, error) {
+	if s.before != nil {
+		s.before(p)
+	}
 	s.statFiles = append(s.statFiles, p)
 	fi, err := s.Driver.Stat(ctx, p)
 	if err == nil && fi.IsDir {
