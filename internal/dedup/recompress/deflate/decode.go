@@ -78,15 +78,20 @@ type Block struct {
 //
 // Design. Bits are read low bit first from a 64-bit buffer. While at
 // least 8 input bytes remain, a block's symbols are decoded by a fast loop
-// that refills the buffer with one unaligned 64-bit load per token (a
-// token needs at most 48 bits) and checks nothing about input length;
-// within the last bytes a careful path reads a byte at a time and decodes
-// a code from whatever bits remain, zero-padded, failing only if the code
-// found is longer. Huffman codes are decoded through a 2^10-entry primary
-// table with second-level tables for longer codes, rebuilt per block into
-// buffers the Decoder keeps, so that steady-state decoding allocates
-// nothing. Codes are accepted or refused as compress/flate does (Walk's
-// fuzz target holds the two to that).
+// that refills the buffer with one unaligned 64-bit load per match (a
+// token needs at most 48 bits) or per run of up to three literals, and
+// checks nothing about input length; within the last bytes a careful path
+// reads a byte at a time and decodes a code from whatever bits remain,
+// zero-padded, failing only if the code found is longer. Huffman codes
+// are decoded through a 2^10-entry primary table with second-level tables
+// for longer codes, rebuilt per block into buffers the Decoder keeps, so
+// that steady-state decoding allocates nothing; a dynamic header's code
+// lengths are read with the fast loop's loads too, as a small file's parse
+// frame is a header per few KiB. (Entries holding two literals at once
+// were tried: with three literals a load they no longer paid for the pass
+// over the table that makes them, on Go sources or small files alike.)
+// Codes are accepted or refused as compress/flate does (Walk's fuzz target
+// holds the two to that).
 type Decoder struct {
 	src  []byte
 	p    int    // next byte of src to load
@@ -355,10 +360,6 @@ func (d *Decoder) entry(h *huffTable) (uint32, error) {
 		return 0, err
 	}
 	e := h.lookup(d.bits)
-	if e&entryPair != 0 {
-		// Near the end, one literal at a time.
-		e = (e>>entrySymShift&0xff)<<entrySymShift | e>>4&entryLenMask
-	}
 	l := uint(e & entryLenMask)
 	if l == 0 {
 		return 0, d.corrupt("invalid code")
@@ -458,8 +459,24 @@ func (d *Decoder) dynamicHeader(b *Block) error {
 	}
 	lens := d.lens[:nlit+ndist]
 	for i := 0; i < len(lens); {
-		sym, err := d.sym(&d.clen)
-		if err != nil {
+		// While 8 bytes remain, one load per length (a code of at most 7
+		// bits and at most 7 extra bits) and no input checks, as in
+		// codes: small files' parse frames are a header per few KiB.
+		var sym int
+		fast := d.p+8 <= len(d.src)
+		if fast {
+			d.bits |= binary.LittleEndian.Uint64(d.src[d.p:]) << d.nb
+			d.p += int(63-d.nb) >> 3
+			d.nb |= 56
+			e := d.clen.lookup(d.bits)
+			l := uint(e & entryLenMask)
+			if l == 0 {
+				return d.corrupt("invalid code length code")
+			}
+			d.bits >>= l
+			d.nb -= l
+			sym = int(e >> entrySymShift)
+		} else if sym, err = d.sym(&d.clen); err != nil {
 			return err
 		}
 		if sym < 16 {
@@ -469,28 +486,26 @@ func (d *Decoder) dynamicHeader(b *Block) error {
 		}
 		var rep int
 		var val uint8
+		extra, add := uint(7), 11
 		switch sym {
 		case 16:
 			if i == 0 {
 				return d.corrupt("repeat with no previous length")
 			}
-			x, err := d.take(2)
-			if err != nil {
-				return err
-			}
-			rep, val = 3+int(x), lens[i-1]
+			extra, add, val = 2, 3, lens[i-1]
 		case 17:
-			x, err := d.take(3)
+			extra, add = 3, 3
+		}
+		if fast {
+			rep = add + int(d.bits&(1<<extra-1))
+			d.bits >>= extra
+			d.nb -= extra
+		} else {
+			x, err := d.take(extra)
 			if err != nil {
 				return err
 			}
-			rep = 3 + int(x)
-		default:
-			x, err := d.take(7)
-			if err != nil {
-				return err
-			}
-			rep = 11 + int(x)
+			rep = add + int(x)
 		}
 		if i+rep > len(lens) {
 			return d.corrupt("code lengths overrun")
@@ -565,10 +580,15 @@ func (d *Decoder) codes(b *Block, dst []byte, lit, dist *huffTable) ([]byte, err
 	var err error
 	for {
 		// Fast path: while 8 bytes remain, one load per token and no
-		// input checks.
+		// input checks. A load (56 bits or more) holds up to three
+		// literal codes (15 bits at most each): they are taken from it
+		// in a row, and the entry that ends the row, looked up already,
+		// is kept (next) for after the next load, which leaves the bits
+		// it was looked up from as they are.
 		src, p, bits, nb := d.src, d.p, d.bits, d.nb
 		var bad string // why the fast path stopped on a bad symbol
 		eob := false
+		var next uint32 // an entry looked up from bits, or 0
 		for p+8 <= len(src) {
 			if keep && len(out)-o < outSlack {
 				out = grow(out, o)
@@ -576,7 +596,34 @@ func (d *Decoder) codes(b *Block, dst []byte, lit, dist *huffTable) ([]byte, err
 			bits |= binary.LittleEndian.Uint64(src[p:]) << nb
 			p += int(63-nb) >> 3
 			nb |= 56
-			e := lit.lookup(bits)
+			e := next
+			if e == 0 {
+				e = lit.lookup(bits)
+			}
+			next = 0
+			if e&entryBase == 0 && e>>entrySymShift < 256 && e&entryLenMask != 0 {
+				for k := 0; ; k++ {
+					l := uint(e & entryLenMask)
+					bits >>= l
+					nb -= l
+					if keep {
+						out[o] = byte(e >> entrySymShift)
+						if toksToo {
+							toks = append(toks, Token(e>>entrySymShift))
+						}
+					}
+					o++
+					if k == 2 {
+						break
+					}
+					e = lit.lookup(bits)
+					if e&entryBase != 0 || e>>entrySymShift >= 256 || e&entryLenMask == 0 {
+						next = e
+						break
+					}
+				}
+				continue
+			}
 			l := uint(e & entryLenMask)
 			if l == 0 {
 				bad = "invalid literal/length code"
@@ -585,33 +632,13 @@ func (d *Decoder) codes(b *Block, dst []byte, lit, dist *huffTable) ([]byte, err
 			bits >>= l
 			nb -= l
 			v := int(e >> entrySymShift)
-			if e&(entryBase|entryPair) == 0 {
-				if v < 256 {
-					if keep {
-						out[o] = byte(v)
-						if toksToo {
-							toks = append(toks, Token(v))
-						}
-					}
-					o++
-					continue
-				}
+			if e&entryBase == 0 {
 				if v == endBlockMarker {
 					eob = true
 					break
 				}
 				bad = "length code 286 or 287"
 				break
-			}
-			if e&entryPair != 0 {
-				if keep {
-					out[o], out[o+1] = byte(v), byte(v>>8)
-					if toksToo {
-						toks = append(toks, Token(v&0xff), Token(v>>8))
-					}
-				}
-				o += 2
-				continue
 			}
 			n := uint(e>>4) & 15
 			length := v + int(bits&(1<<n-1))
@@ -760,16 +787,13 @@ func copyMatch(out []byte, o, dist, length int) {
 // length symbols of a literal/length code and the symbols of a distance
 // code (entryBase): there it is the base the symbol stands for, and
 // extra<<4 says how many extra bits follow, so that decoding a match reads
-// no other table. A primary entry of a literal/length code whose bits hold
-// two literal codes whole (entryPair) has both: lit1 | lit2<<8 as its
-// value, both codes' length as its own, and the first's at <<4.
+// no other table.
 const (
 	primaryBits   = 10
 	primarySize   = 1 << primaryBits
 	entryLenMask  = 15
 	entryLink     = 1 << 8
 	entryBase     = 1 << 9
-	entryPair     = 1 << 10
 	entrySymShift = 16
 	// A complete code of n symbols has at most n second-level tables,
 	// each of at most 2^(15-primaryBits) entries.
@@ -871,7 +895,12 @@ func (h *huffTable) build(lens []uint8, kind tableKind) bool {
 		h.t = make([]uint32, maxTableSize)
 	}
 	h.t = h.t[:primarySize]
-	clear(h.t)
+	// A complete code writes every entry below (each bit pattern starts
+	// exactly one code); only an incomplete one leaves patterns to mark.
+	complete := left == 0
+	if !complete {
+		clear(h.t)
+	}
 	h.maxLen = maxLen
 	var next [16]int
 	code := 0
@@ -903,7 +932,9 @@ func (h *huffTable) build(lens []uint8, kind tableKind) bool {
 			}
 		}
 		h.t = h.t[:off]
-		clear(h.t[primarySize:])
+		if !complete {
+			clear(h.t[primarySize:])
+		}
 	}
 	for sym, l := range lens {
 		if l == 0 {
@@ -925,41 +956,7 @@ func (h *huffTable) build(lens []uint8, kind tableKind) bool {
 			h.t[base+i] = e
 		}
 	}
-	if kind == litLenCode {
-		h.pairLiterals(lens)
-	}
 	return true
-}
-
-// pairLiterals makes each primary entry of a literal whose bits also hold
-// a whole second literal code an entryPair. Entry i>>l holds what follows
-// a code of l bits at i; i's entries are rewritten from the last, so that
-// it is still a single symbol's. A code whose shortest literals cannot
-// pair (most blocks of binary files) is left as it is at once.
-func (h *huffTable) pairLiterals(lens []uint8) {
-	shortest := uint8(16)
-	for _, l := range lens[:min(len(lens), 256)] {
-		if l > 0 {
-			shortest = min(shortest, l)
-		}
-	}
-	if 2*int(shortest) > primaryBits {
-		return
-	}
-	t := h.t[:primarySize]
-	for i := len(t) - 1; i >= 0; i-- {
-		e1 := t[i]
-		l1 := e1 & entryLenMask
-		if e1&(entryLink|entryBase) != 0 || e1>>entrySymShift >= 256 || l1 == 0 || l1 >= primaryBits {
-			continue
-		}
-		e2 := t[i>>l1]
-		l2 := e2 & entryLenMask
-		if e2&(entryLink|entryBase) != 0 || e2>>entrySymShift >= 256 || l2 == 0 || l1+l2 > primaryBits {
-			continue
-		}
-		t[i] = (e1>>entrySymShift|e2>>entrySymShift<<8)<<entrySymShift | entryPair | l1<<4 | (l1 + l2)
-	}
 }
 
 // reverseCode is code's n low bits in stream order.
