@@ -114,19 +114,23 @@ func (d *compressor) followStep() (bool, error) {
 	// They are queued a run at a time, each run ending where a block
 	// fills (and is written, as the search writes it) or the window does.
 	for more := true; more; {
+		// The run stops once the window has less than a search's
+		// lookahead left after it. Only a token taken past that point
+		// can run past the window's end, so that is checked once, after.
 		ts := internalTokens(f.tokens[:min(len(f.tokens), maxFlateBlockTokens-len(d.tokens))])
-		k, idx := 0, d.index
+		k, idx, last := 0, d.index, d.index
+		full := d.windowEnd - (minMatchLength + maxMatchLength)
 		for k < len(ts) {
-			n := ts[k].size()
-			if idx+n > d.windowEnd {
-				return false, fmt.Errorf("%w: a stretch's token at %d runs past the input", ErrDiverged, d.base+int64(idx))
-			}
-			idx += n
+			last = idx
+			idx += ts[k].size()
 			k++
-			if d.windowEnd-idx < minMatchLength+maxMatchLength {
+			if idx > full {
 				more = false
 				break
 			}
+		}
+		if idx > d.windowEnd {
+			return false, fmt.Errorf("%w: a stretch's token at %d runs past the input", ErrDiverged, d.base+int64(last))
 		}
 		d.index = idx
 		d.tokens = append(d.tokens, ts[:k]...)

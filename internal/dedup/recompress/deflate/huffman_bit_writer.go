@@ -34,8 +34,9 @@ const (
 
 	// bufferSize is the actual output byte buffer size.
 	// It must have additional headroom for a flush
-	// which can contain up to 8 bytes.
-	bufferSize = bufferFlushSize + 8
+	// which can contain up to 8 bytes (cairn: and for writeTokens' 8-byte
+	// stores from wherever another method left the buffer).
+	bufferSize = bufferFlushSize + 16
 )
 
 // The number of extra bits needed by length code X - LENGTH_CODES_START.
@@ -99,7 +100,15 @@ type huffmanBitWriter struct {
 	err             error
 	// written counts the bytes handed to writer, for Boundary.Bit.
 	written int64
+	// lengthBits is writeTokens' table of each match length's code and
+	// extra bits (above 8 bits of their count).
+	lengthBits [maxMatchLength - baseMatchLength + 1]uint32
 }
+
+// lengthBitsFrom is the least number of tokens for which writeTokens
+// tabulates the lengths' codes: a table costs about as much as a few
+// hundred matches save with it.
+const lengthBitsFrom = 1024
 
 func newHuffmanBitWriter(w io.Writer) *huffmanBitWriter {
 	return &huffmanBitWriter{
@@ -582,46 +591,60 @@ func (w *huffmanBitWriter) writeTokens(tokens []token, leCodes, oeCodes []hcode)
 	if w.err != nil {
 		return
 	}
-	// The bit buffer stays in registers and is flushed four bytes at a
-	// time, so that a length or a distance (code and extra bits, at most
-	// 20 and 28 bits) fits without a check between (cairn's one change to
-	// the writer: the bits are the same).
+	// cairn's change to the writer (the bits are the same): the bit
+	// buffer stays in registers and its whole bytes are stored after
+	// every token, eight at a time, whatever of them are whole, so that
+	// no more than 7 bits wait before a token and a match's at most 48
+	// (length code and extra bits, distance code and extra bits) fit
+	// with no check between; and a block of many tokens first tabulates
+	// each length's code and extra bits together.
 	le := leCodes[:maxNumLit]
 	oe := oeCodes[:offsetCodeCount]
+	lens := &w.lengthBits
+	if len(tokens) >= lengthBitsFrom {
+		for xl := range lens {
+			lc := lengthCodes[xl]
+			c := le[lc+lengthCodesStart]
+			x := uint32(lengthExtraBits[lc])
+			lens[xl] = (uint32(c.code)|(uint32(xl)-lengthBase[lc])<<c.len)<<8 | uint32(c.len) + x
+		}
+	} else {
+		lens = nil
+	}
 	bits, nbits, n := w.bits, w.nbits, w.nbytes
+	binary.LittleEndian.PutUint64(w.bytes[n:], bits)
+	n += int(nbits >> 3)
+	bits >>= nbits &^ 7
+	nbits &= 7
 	for _, t := range tokens {
 		if t < matchType {
 			c := le[t]
 			bits |= uint64(c.code) << nbits
 			nbits += uint(c.len)
 		} else {
-			xl := uint32(uint8(t >> lengthShift))
-			lc := lengthCodes[xl]
-			c := le[lc+lengthCodesStart]
-			bits |= uint64(c.code) << nbits
-			nbits += uint(c.len)
-			bits |= uint64(xl-lengthBase[lc]) << nbits
-			nbits += uint(lengthExtraBits[lc])
-			if nbits >= 32 {
-				binary.LittleEndian.PutUint32(w.bytes[n:], uint32(bits))
-				bits >>= 32
-				nbits -= 32
-				n += 4
+			xl := uint8(t >> lengthShift)
+			if lens != nil {
+				v := lens[xl]
+				bits |= uint64(v>>8) << nbits
+				nbits += uint(v & 0xff)
+			} else {
+				lc := lengthCodes[xl]
+				c := le[lc+lengthCodesStart]
+				bits |= uint64(c.code) << nbits
+				nbits += uint(c.len)
+				bits |= uint64(uint32(xl)-lengthBase[lc]) << nbits
+				nbits += uint(lengthExtraBits[lc])
 			}
 			off := uint32(t) & offsetMask
 			oc := offsetCode(off)
-			c = oe[oc]
-			bits |= uint64(c.code) << nbits
-			nbits += uint(c.len)
-			bits |= uint64(off-offsetBase[oc]) << nbits
-			nbits += uint(offsetExtraBits[oc])
+			c := oe[oc]
+			bits |= (uint64(c.code) | uint64(off-offsetBase[oc])<<c.len) << nbits
+			nbits += uint(c.len) + uint(offsetExtraBits[oc])
 		}
-		if nbits >= 32 {
-			binary.LittleEndian.PutUint32(w.bytes[n:], uint32(bits))
-			bits >>= 32
-			nbits -= 32
-			n += 4
-		}
+		binary.LittleEndian.PutUint64(w.bytes[n:], bits)
+		n += int(nbits >> 3)
+		bits >>= nbits &^ 7
+		nbits &= 7
 		if n >= bufferFlushSize {
 			w.write(w.bytes[:n])
 			n = 0

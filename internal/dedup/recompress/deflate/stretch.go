@@ -107,12 +107,13 @@ func searchedTokens(ts []token) []Token {
 	return unsafe.Slice((*Token)(unsafe.SliceData(ts)), len(ts))
 }
 
-// size is how many input bytes t stands for.
+// size is how many input bytes t stands for. It has no branch: a run of
+// tokens is summed by the loops that follow known tokens, where literals
+// and matches alternate too irregularly to predict. A literal has neither
+// type nor length bits; a match's type bit adds the two that, with the
+// one every token has, make its length from xlength.
 func (t token) size() int {
-	if t >= matchType {
-		return int(t.length()) + baseMatchLength
-	}
-	return 1
+	return int(uint32(t)>>lengthShift&0xff) + 1 + 2*int(uint32(t)>>30)
 }
 
 // WindowAt is the window index levels 2–9 have at input offset in, away

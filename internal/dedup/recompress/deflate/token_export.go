@@ -30,12 +30,7 @@ func (t Token) Length() int { return int(token(t).length()) + baseMatchLength }
 func (t Token) Dist() int { return int(token(t).offset()) + baseMatchOffset }
 
 // Size is how many output bytes t stands for: 1 for a literal.
-func (t Token) Size() int {
-	if t.IsMatch() {
-		return t.Length()
-	}
-	return 1
-}
+func (t Token) Size() int { return token(t).size() }
 
 // internalTokens views ts as the encoder's tokens; both are uint32.
 func internalTokens(ts []Token) []token {
