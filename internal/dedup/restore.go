@@ -182,7 +182,7 @@ func (s *Source) rebuildChecking(ctx context.Context, r *Recipe, w io.Writer, or
 	var want func(i int) bool
 	if r.Compression.ParseLevel() > 0 && (original != nil || r.Compression.Follows()) {
 		keep := original != nil && s.keepOriginal
-		parses = &recompress.Parses{KeepHeaders: keep, KeepSpans: keep}
+		parses = &recompress.Parses{KeepHeaders: keep, KeepSpans: keep, Release: s.files.ReleaseTokens}
 		want = func(int) bool { return true }
 		if original == nil {
 			srcs := r.Compression.CopySources()

@@ -104,8 +104,8 @@ func streamParse(w io.Writer, level int, size int64, r io.Reader) error {
 }
 
 // decodeParse inflates the parse frame of file d (size bytes) with dec,
-// with its tokens when asked.
-func decodeParse(dec *deflate.Decoder, d digest.Digest, frame []byte, size int64, tokens bool) (io.ReadCloser, error) {
+// with its tokens, in room from pool, when asked.
+func decodeParse(dec *deflate.Decoder, pool *deflate.TokenPool, d digest.Digest, frame []byte, size int64, tokens bool) (io.ReadCloser, error) {
 	corrupt := func(err error) error {
 		return fmt.Errorf("pack: file %s: %w: %w", d, layer.ErrCorruptFile, err)
 	}
@@ -115,7 +115,7 @@ func decodeParse(dec *deflate.Decoder, d digest.Digest, frame []byte, size int64
 	level := int(frame[len(parseMagic)])
 	dec.Reset(frame[len(parseMagic)+1:])
 	if tokens {
-		dec.AppendTokens(tokenRoom(size, int64(len(frame))))
+		dec.AppendTokens(pool.Get(tokenRoom(size, int64(len(frame)))))
 	} else {
 		dec.SkipTokens()
 	}
@@ -143,13 +143,13 @@ func decodeParse(dec *deflate.Decoder, d digest.Digest, frame []byte, size int64
 	return p, nil
 }
 
-// tokenRoom is a token slice with room for the tokens of size bytes of a
+// tokenRoom is how many tokens to make room for, for size bytes of a
 // parse coded in bytes bytes: a token takes 6 bits or more in all but odd
 // files, and never stands for less than a byte. Growing the slice costs
 // more than the room (a file of literals, a token a byte, grew it many
 // times from a third of its size).
-func tokenRoom(size, bytes int64) []deflate.Token {
-	return make([]deflate.Token, 0, min(size, bytes*8/6)+64)
+func tokenRoom(size, bytes int64) int {
+	return int(min(size, bytes*8/6)) + 64
 }
 
 // ParsedStream is a file too large to hold whole with its tokens, read from
@@ -172,6 +172,7 @@ type ParsedStream struct {
 	src    *iowatch.ErrReader
 	rc     io.Closer
 	dec    *deflate.Decoder
+	pool   *deflate.TokenPool // the room of the pieces' tokens
 	size   int64
 	follow func(first int, rel, size int64, tokens []deflate.Token, marks []deflate.Mark)
 
@@ -220,9 +221,9 @@ func (p *ParsedStream) Follow(f func(first int, rel, size int64, tokens []deflat
 
 // openParsedStream reads the parse frame of file d (size bytes, < 0 when
 // not known; at level) from br, which reads src, past its magic and level
-// byte.
-func openParsedStream(d digest.Digest, src *iowatch.ErrReader, br *bufio.Reader, rc io.Closer, size int64, level int) *ParsedStream {
-	return &ParsedStream{Level: level, d: d, src: src, rc: rc, size: size, dec: deflate.NewStreamDecoder(br, make([]byte, 64<<10))}
+// byte; its pieces' tokens are room from pool.
+func openParsedStream(d digest.Digest, src *iowatch.ErrReader, br *bufio.Reader, rc io.Closer, size int64, level int, pool *deflate.TokenPool) *ParsedStream {
+	return &ParsedStream{Level: level, d: d, src: src, rc: rc, size: size, pool: pool, dec: deflate.NewStreamDecoder(br, make([]byte, 64<<10))}
 }
 
 func (p *ParsedStream) Read(b []byte) (int, error) {
@@ -298,12 +299,13 @@ func (p *ParsedStream) inflate() piece {
 		p.dec.SkipTokens()
 	} else {
 		// Each piece's tokens are a slice of their own: the follower keeps
-		// them. A piece takes about as many as the one before.
-		room := make([]deflate.Token, 0, (parsePiece+64<<10)/2)
+		// them (and may give them back to the pool). A piece takes about
+		// as many as the one before.
+		room := (parsePiece + 64<<10) / 2
 		if p.pieceTokens > 0 {
-			room = make([]deflate.Token, 0, p.pieceTokens+p.pieceTokens/8+1024)
+			room = p.pieceTokens + p.pieceTokens/8 + 1024
 		}
-		p.dec.AppendTokens(room)
+		p.dec.AppendTokens(p.pool.Get(room))
 	}
 	for len(p.win)-start < parsePiece && !p.done {
 		b, out, err := p.dec.Next(p.win)

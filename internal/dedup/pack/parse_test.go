@@ -254,7 +254,7 @@ func TestParseDecodersPooled(t *testing.T) {
 	// What a decoder of its own hands out, to compare with.
 	want := make([]*Parsed, len(bodies))
 	for i := range bodies {
-		p, err := decodeParse(&deflate.Decoder{}, digest.FromBytes(bodies[i]), frames[i], int64(len(bodies[i])), true)
+		p, err := decodeParse(&deflate.Decoder{}, nil, digest.FromBytes(bodies[i]), frames[i], int64(len(bodies[i])), true)
 		if err != nil {
 			t.Fatal(err)
 		}

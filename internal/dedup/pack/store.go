@@ -90,6 +90,9 @@ type Store struct {
 	// parseDecs keeps the decoders of small parse frames: their tables
 	// (~120 KB) outweigh most small files, and a layer has thousands.
 	parseDecs sync.Pool // *deflate.Decoder
+	// tokens lends the room parse frames' tokens are decoded into, which
+	// a rebuild gives back (ReleaseTokens) once it passed them.
+	tokens deflate.TokenPool
 	// legacyState caches whether cairn/files holds anything (legacyYes,
 	// legacyNo; 0: not known yet). Nothing writes there any more, so once
 	// empty it stays empty, and a file without a location costs no request.
@@ -293,7 +296,7 @@ func (s *Store) decodeSmall(d digest.Digest, frame []byte, size int64, tokens bo
 			dec = &deflate.Decoder{}
 		}
 		defer s.parseDecs.Put(dec) // what it hands out is the caller's (decodeParse)
-		return decodeParse(dec, d, frame, size, tokens)
+		return decodeParse(dec, &s.tokens, d, frame, size, tokens)
 	}
 	out, err := s.smallD.DecodeAll(frame, make([]byte, 0, size))
 	if err != nil {
@@ -301,6 +304,11 @@ func (s *Store) decodeSmall(d digest.Digest, frame []byte, size int64, tokens bo
 	}
 	return newWhole(out), nil
 }
+
+// ReleaseTokens takes back the tokens of a parse (Parsed.Tokens, or a
+// piece a ParsedStream handed its follower) for the parses decoded after
+// it: the caller and everyone it shared them with are done with them.
+func (s *Store) ReleaseTokens(ts []deflate.Token) { s.tokens.Put(ts) }
 
 // decodeStream decompresses a frame of a file of size bytes (< 0: not
 // known) as it is read from rc; a parse frame is handed out as a
@@ -310,7 +318,7 @@ func (s *Store) decodeStream(d digest.Digest, rc io.ReadCloser, size int64) (io.
 	br := bufio.NewReaderSize(src, 64<<10)
 	if head, err := br.Peek(len(parseMagic) + 1); isParse(head) {
 		br.Discard(len(head))
-		return openParsedStream(d, src, br, rc, size, int(head[len(parseMagic)])), nil
+		return openParsedStream(d, src, br, rc, size, int(head[len(parseMagic)]), &s.tokens), nil
 	} else if err != nil && src.Err != nil {
 		rc.Close()
 		return nil, fmt.Errorf("pack: file %s: %w", d, src.Err)

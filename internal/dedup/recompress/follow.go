@@ -108,9 +108,15 @@ type Parses struct {
 	KeepSpans bool
 	// allSpans keeps every span, whatever it saves (tests).
 	allSpans bool
+	// Release, when set, takes back the tokens of each parse once no
+	// segment can follow them any more (pack.Store.ReleaseTokens): the
+	// parse was dropped, and every segment that could have taken it is
+	// joined.
+	Release func([]deflate.Token)
 
-	mu   sync.Mutex
-	list []*Parse // by Off
+	mu      sync.Mutex
+	list    []*Parse // by Off
+	retired []*Parse // dropped from list, tokens not yet released
 }
 
 // Add records the parse of file source, whose size bytes start at offset
@@ -144,6 +150,9 @@ func (ps *Parses) overlapping(level int, from, to int64) []*Parse {
 	for k < len(ps.list) && ps.list[k].Off+ps.list[k].size <= from {
 		k++
 	}
+	if ps.Release != nil {
+		ps.retired = append(ps.retired, ps.list[:k]...)
+	}
 	ps.list = ps.list[k:]
 	var out []*Parse
 	for _, p := range ps.list {
@@ -155,6 +164,34 @@ func (ps *Parses) overlapping(level int, from, to int64) []*Parse {
 		}
 	}
 	return out
+}
+
+// release hands the tokens of the parses dropped so far that end at or
+// before offset upTo of the stream to Release. A segment takes the parses
+// overlapping its input when it is fed, and parses are dropped once a
+// segment is fed past them, so when the segments are joined through upTo
+// (each joined after it was compressed) none is left to follow those.
+func (ps *Parses) release(upTo int64) {
+	if ps == nil || ps.Release == nil {
+		return
+	}
+	ps.mu.Lock()
+	var done []*Parse
+	k := 0
+	for _, p := range ps.retired {
+		if p.Off+p.size <= upTo {
+			done = append(done, p)
+		} else {
+			ps.retired[k] = p
+			k++
+		}
+	}
+	clear(ps.retired[k:])
+	ps.retired = ps.retired[:k]
+	ps.mu.Unlock()
+	for _, p := range done {
+		ps.Release(p.Tokens)
+	}
 }
 
 // copySource is a deflate.TokenSource over a segment's copies.

@@ -386,6 +386,9 @@ func rebuildSegments(w io.Writer, level int, m Member, r io.Reader, workers int,
 				err = fmt.Errorf("%w: %w", ErrMismatch, err)
 			}
 		}
+		if err == nil && fl != nil {
+			fl.parses.release(fl.base + s.end())
+		}
 		if err != nil {
 			cancel()
 		}
@@ -497,31 +500,16 @@ func (c *segmentCheck) held(rs []deflate.Boundary) []deflate.Boundary {
 }
 
 // feedSegments reads the member's input and hands out its segments in
-// order. Each segment gets its own copy of the history and lookahead it
-// shares with its neighbours.
+// order. Each segment gets a buffer of its own holding its history and
+// input: what it shares with the segment before (the history, and the
+// lookahead that segment read past its end) is copied from that one's,
+// and the rest is read into place, so no segment's input is copied
+// again.
 func feedSegments(ctx context.Context, level int, m Member, r io.Reader, jobs, order chan<- *segment, fl *following, restore bool) error {
 	histLen := int64(deflate.HistoryLen(level))
-	var buf []byte // input from bufStart
-	var bufStart int64
-	var read int64 // input bytes read
-	fill := func(upTo int64) error {
-		if upTo <= read {
-			return nil
-		}
-		need := upTo - read
-		old := len(buf)
-		buf = append(buf, make([]byte, need)...)
-		n, err := io.ReadFull(r, buf[old:])
-		read += int64(n)
-		buf = buf[:old+n]
-		if err != nil {
-			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-				return fmt.Errorf("recompress: uncompressed stream ended after %d of %d bytes", read, m.Size)
-			}
-			return fmt.Errorf("recompress: read uncompressed: %w", err)
-		}
-		return nil
-	}
+	var prev []byte     // the last segment's buffer
+	var prevStart int64 // the input offset of prev[0]
+	var read int64      // input bytes read
 	from := deflate.Boundary{}
 	for i := 0; i <= len(m.Restarts); i++ {
 		var to *deflate.Boundary
@@ -530,15 +518,22 @@ func feedSegments(ctx context.Context, level int, m Member, r io.Reader, jobs, o
 			to = &m.Restarts[i]
 			end = min(m.Size, to.In+deflate.Lookahead)
 		}
-		if err := fill(end); err != nil {
-			return err
-		}
 		lo := max(0, from.In-histLen)
+		buf := make([]byte, end-lo)
+		copy(buf, prev[lo-prevStart:read-prevStart])
+		n, err := io.ReadFull(r, buf[read-lo:])
+		if read += int64(n); err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				return fmt.Errorf("recompress: uncompressed stream ended after %d of %d bytes", read, m.Size)
+			}
+			return fmt.Errorf("recompress: read uncompressed: %w", err)
+		}
+		prev, prevStart = buf, lo
 		s := &segment{
 			from: from,
 			to:   to,
-			hist: append([]byte(nil), buf[lo-bufStart:from.In-bufStart]...),
-			in:   append([]byte(nil), buf[from.In-bufStart:end-bufStart]...),
+			hist: buf[:from.In-lo],
+			in:   buf[from.In-lo:],
 			done: make(chan segmentResult, 1),
 		}
 		if fl != nil {
@@ -566,10 +561,6 @@ func feedSegments(ctx context.Context, level int, m Member, r io.Reader, jobs, o
 		}
 		if to != nil {
 			from = *to
-			// Keep only what the next segment needs.
-			keep := max(0, from.In-histLen)
-			buf = append(buf[:0], buf[keep-bufStart:]...)
-			bufStart = keep
 		}
 	}
 	return nil
