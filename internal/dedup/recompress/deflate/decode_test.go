@@ -74,21 +74,13 @@ func reencode(tb testing.TB, stream []byte) (out, inflated []byte, types [3]int)
 	tb.Helper()
 	var buf bytes.Buffer
 	bw := NewBlockWriter(&buf, 0)
-	d := NewDecoder(stream)
-	for {
-		b, dst, err := d.Next(inflated)
-		inflated = dst
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			tb.Fatal(err)
-		}
+	var d Decoder
+	inflated = eachBlock(tb, &d, stream, nil, func(b *Block) {
 		types[b.Type]++
 		if err := bw.Write(b); err != nil {
 			tb.Fatal(err)
 		}
-	}
+	})
 	if err := bw.Flush(); err != nil {
 		tb.Fatal(err)
 	}
@@ -96,6 +88,26 @@ func reencode(tb testing.TB, stream []byte) (out, inflated []byte, types [3]int)
 		tb.Fatalf("stream of %d bytes decoded through byte %d", len(stream), got)
 	}
 	return buf.Bytes(), inflated, types
+}
+
+// eachBlock decodes stream with d, calling f (if any) with each block,
+// and returns the bytes it inflated, appended to dst.
+func eachBlock(tb testing.TB, d *Decoder, stream, dst []byte, f func(*Block)) []byte {
+	tb.Helper()
+	d.Reset(stream)
+	for {
+		b, out, err := d.Next(dst)
+		dst = out
+		if err == io.EOF {
+			return dst
+		}
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if f != nil {
+			f(b)
+		}
+	}
 }
 
 // TestReencodeOwnStreams: every block of every level's stream, decoded

@@ -35,18 +35,7 @@ func BenchmarkReencode(b *testing.B) {
 		b.SetBytes(int64(len(in)))
 		b.ReportAllocs()
 		for b.Loop() {
-			d.Reset(stream)
-			out := dst[:0]
-			for {
-				_, o, err := d.Next(out)
-				out = o
-				if err == io.EOF {
-					break
-				}
-				if err != nil {
-					b.Fatal(err)
-				}
-			}
+			eachBlock(b, &d, stream, dst[:0], nil)
 		}
 	})
 	b.Run("decode+reencode", func(b *testing.B) {
@@ -58,19 +47,7 @@ func BenchmarkReencode(b *testing.B) {
 		for b.Loop() {
 			buf.Reset()
 			bw.Reset(&buf, 0)
-			d.Reset(stream)
-			out := dst[:0]
-			for {
-				blk, o, err := d.Next(out)
-				out = o
-				if err == io.EOF {
-					break
-				}
-				if err != nil {
-					b.Fatal(err)
-				}
-				bw.Write(blk)
-			}
+			eachBlock(b, &d, stream, dst[:0], func(blk *Block) { bw.Write(blk) })
 			bw.Flush()
 		}
 		if !bytes.Equal(buf.Bytes(), stream) {
@@ -101,17 +78,7 @@ func BenchmarkWriteHeaders(b *testing.B) {
 	}
 	var blks []blk
 	var d Decoder
-	d.Reset(stream)
-	out := make([]byte, 0, len(in)+outSlack)
-	for {
-		bl, o, err := d.Next(out)
-		out = o
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			b.Fatal(err)
-		}
+	eachBlock(b, &d, stream, make([]byte, 0, len(in)+outSlack), func(bl *Block) {
 		switch {
 		case bl.Type == BlockStored && bl.Size == 0:
 			blks = append(blks, blk{final: bl.Final})
@@ -124,7 +91,7 @@ func BenchmarkWriteHeaders(b *testing.B) {
 		default:
 			b.Fatalf("a %s block (final %v) in a level-6 stream of Go sources", bl.Type, bl.Final)
 		}
-	}
+	})
 	var buf bytes.Buffer
 	buf.Grow(len(stream) + 64)
 	bw := NewBlockWriter(&buf, 0)
