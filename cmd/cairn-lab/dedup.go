@@ -106,6 +106,11 @@ func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if _, err := os.Stat(*bin); needsBin && err != nil {
 		return fmt.Errorf("%w: dedup: --cairn-bin %s: %v (build it: go build -o bin/cairn ./cmd/cairn)", errUsage, *bin, err)
 	}
+	unlock, err := lockWork(cache, work, p)
+	if err != nil {
+		return fmt.Errorf("dedup: %w", err)
+	}
+	defer unlock()
 	res, err := dedupbench.Run(ctx, dedupbench.Options{
 		Profile: p, CacheDir: *cache, WorkDir: *work, CairnBin: *bin, Parts: sel,
 		Repeat: *repeat, Procs: procList, PullOnce: *pullOnce, Repull: *repull, Rounds: *rounds, Replays: *replays, DelayMin: dmin, DelayMax: dmax,

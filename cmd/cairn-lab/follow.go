@@ -124,12 +124,11 @@ func runFollow(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		procList = append(procList, n)
 	}
-	if *cache == "" {
-		*cache = dataset.DefaultCacheDir()
+	unlock, err := lockWork(cache, work, p)
+	if err != nil {
+		return fmt.Errorf("follow: %w", err)
 	}
-	if *work == "" {
-		*work = filepath.Join(*cache, "work-"+string(p))
-	}
+	defer unlock()
 	ds, err := dataset.Build(ctx, dataset.Options{Profile: p, CacheDir: *cache, WorkDir: filepath.Join(*work, "dataset"), Log: stderr})
 	if err != nil {
 		return fmt.Errorf("follow: %w", err)

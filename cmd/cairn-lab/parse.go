@@ -63,12 +63,11 @@ func runParse(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *procs < 1 {
 		return fmt.Errorf("%w: parse: --procs must be >= 1", errUsage)
 	}
-	if *cache == "" {
-		*cache = dataset.DefaultCacheDir()
+	unlock, err := lockWork(cache, work, p)
+	if err != nil {
+		return fmt.Errorf("parse: %w", err)
 	}
-	if *work == "" {
-		*work = filepath.Join(*cache, "work-"+string(p))
-	}
+	defer unlock()
 	ds, err := dataset.Build(ctx, dataset.Options{Profile: p, CacheDir: *cache, WorkDir: filepath.Join(*work, "dataset"), Log: stderr})
 	if err != nil {
 		return fmt.Errorf("parse: %w", err)

@@ -67,10 +67,7 @@ type PackReport struct {
 // delete (meta refuses to place files into a tombstoned one, and a pack
 // only becomes empty once nothing points into it).
 func (c *collector) sweepPacks(ctx context.Context) error {
-	s := &packSweep{c: c, idx: c.opts.Packs, rep: c.rep.Packs,
-		// A pack whose last file left after this run began is not the
-		// run's to judge.
-		olderThan: c.opts.Delay + time.Since(c.start)}
+	s := &packSweep{c: c, idx: c.opts.Packs, rep: c.rep.Packs}
 	err := c.d.Walk(ctx, layout.PacksDir, func(fi driver.FileInfo) error {
 		if fi.IsDir {
 			return nil
@@ -103,7 +100,6 @@ type packSweep struct {
 	c         *collector
 	idx       PackIndex
 	rep       *PackReport
-	olderThan time.Duration
 	page      []meta.PackInfo // records not yet judged, in id order
 	after     string          // the cursor of the next page
 	end       bool            // no more pages
@@ -203,18 +199,28 @@ func (s *packSweep) records(ctx context.Context, id string) error {
 	}
 }
 
+// olderThan is how long ago a pack's last file must have left for the run
+// to delete it: before the delay ahead of the run's start. A pack whose
+// last file left after the run began is not the run's to judge. Taken
+// afresh at each judgement, since the index compares it with its own
+// clock's now: fixed at the sweep's start, it would reach into the run
+// as the sweep went on.
+func (s *packSweep) olderThan() time.Duration {
+	return s.c.opts.Delay + time.Since(s.c.start)
+}
+
 // judge decides about one record; path is its object's, "" if none.
 func (s *packSweep) judge(ctx context.Context, rec meta.PackInfo, path string) error {
 	switch {
 	case rec.Tombstoned || rec.Live == 0:
 		if s.c.opts.DryRun {
-			if rec.Tombstoned || time.Since(rec.Changed) >= s.olderThan {
+			if rec.Tombstoned || time.Since(rec.Changed) >= s.olderThan() {
 				s.rep.Deleted++
 				s.rep.BytesFreed += rec.Size
 			}
 			return nil
 		}
-		ok, err := s.idx.TombstonePack(ctx, rec.ID, s.olderThan)
+		ok, err := s.idx.TombstonePack(ctx, rec.ID, s.olderThan())
 		if err != nil {
 			return fmt.Errorf("gc: pack %s: %w", rec.ID, err)
 		}

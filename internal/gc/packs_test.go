@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -132,6 +133,43 @@ func TestPacksEmptyDeleted(t *testing.T) {
 	if len(f.packs()) != 1 || f.objects() != 1 {
 		t.Fatalf("%d records, %d objects left, want 1 each", len(f.packs()), f.objects())
 	}
+}
+
+// TestPacksEmptiedDuringRunKept: a pack whose last file leaves while a
+// run goes on (here, as the run lists the packs) is not that run's to
+// delete, however long the run takes after it; the next run deletes it.
+// A sweep that fixed its cutoff as a duration at its start let the cutoff
+// creep into the run as time passed.
+func TestPacksEmptiedDuringRunKept(t *testing.T) {
+	f := newPackFixture(t)
+	dead := f.layer("dead", 20)
+	f.layer("live", 20)
+	late := &lateIndex{Store: f.meta, during: func() {
+		f.kill("dead", dead)
+		time.Sleep(100 * time.Millisecond) // the run goes on; the cutoff must not
+	}}
+	rep, err := Run(context.Background(), f.d, Options{Dedup: f.meta, Packs: late, Compactor: f.store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Packs.Deleted != 0 || len(f.packs()) != 2 {
+		t.Fatalf("the run it was emptied in: %+v, %d records; want none deleted", *rep.Packs, len(f.packs()))
+	}
+	if rep := f.gc(Options{}); rep.Packs.Deleted != 1 {
+		t.Fatalf("the next run: %+v, want 1 pack deleted", *rep.Packs)
+	}
+}
+
+// lateIndex runs during once, when a run first lists the packs.
+type lateIndex struct {
+	*bolt.Store
+	during func()
+	once   sync.Once
+}
+
+func (x *lateIndex) ListPacks(ctx context.Context, after string, limit int) ([]meta.PackInfo, error) {
+	x.once.Do(x.during)
+	return x.Store.ListPacks(ctx, after, limit)
 }
 
 // TestPacksOrphans: an object without a record (a writer that stopped

@@ -24,16 +24,18 @@ func (c *Cache) StatBlob(ctx context.Context, repo string, d digest.Digest, fetc
 	if !errors.Is(err, registry.ErrBlobUnknown) {
 		return info, err
 	}
+	// Stored already (for another repository, or by a fetch that has yet
+	// to end): linked, not fetched.
+	if ok, err := c.blobs.MountBlob(ctx, repo, d, ""); err != nil {
+		return registry.BlobInfo{}, err
+	} else if ok {
+		return c.blobs.StatBlob(ctx, repo, d)
+	}
 	if fl := c.flight(d); fl != nil {
 		if err := fl.wait(ctx); err != nil {
 			return registry.BlobInfo{}, err
 		}
 		return registry.BlobInfo{Size: fl.size, Fetching: true}, nil
-	}
-	if ok, err := c.blobs.MountBlob(ctx, repo, d, ""); err != nil {
-		return registry.BlobInfo{}, err
-	} else if ok {
-		return c.blobs.StatBlob(ctx, repo, d)
 	}
 	m, name, _ := c.route(repo)
 	if fetch {

@@ -20,7 +20,7 @@ import (
 // fakeDedup is a DedupSource serving the blobs in rebuilt, and counting
 // OpenBlob calls. Its metadata holds the blobs in hinted as deduplicated,
 // or, with down set, does not answer until asked no more. BlobSize sends
-// on sized, when set, as it starts.
+// on sized, when set and not full, as it starts.
 type fakeDedup struct {
 	mu      sync.Mutex // StatBlob asks Rebuilt and BlobSize in the background
 	rebuilt map[digest.Digest][]byte
@@ -47,7 +47,13 @@ func (f *fakeDedup) BlobSize(_ context.Context, d digest.Digest) (int64, error) 
 	sized := f.sized
 	f.mu.Unlock()
 	if sized != nil {
-		sized <- d
+		// Never blocks: a StatBlob that returned early (a blob not linked)
+		// leaves its BlobSize running, which may come after a later stat
+		// installed its channel; a full channel already says "started".
+		select {
+		case sized <- d:
+		default:
+		}
 	}
 	if !ok {
 		return 0, fmt.Errorf("recipe of %s: %w", d, driver.ErrNotFound)

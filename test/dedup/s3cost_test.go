@@ -59,7 +59,11 @@ const (
 // 20ms), CAIRN_BENCH_S3COST_WORKERS (dedup workers, default 8: the request
 // count does not depend on it, the dedup run's wall time does),
 // CAIRN_BENCH_S3COST_PARSES=1 (storage.dedup.packs.parses on: files stored
-// as parses, level-6 layers rebuilt by following them). E.g.:
+// as parses, level-6 layers rebuilt by following them),
+// CAIRN_BENCH_S3COST_COMPARE (a second cairn binary: the store the first
+// built is then restored cold by each in turn, twice, and the walls are
+// printed side by side; build the store with the older of the two, since a
+// newer worker's recipes need not rebuild on an older binary). E.g.:
 //
 //	CAIRN_SKIP_INSTALL=1 CAIRN_SERVICES=minio CAIRN_BENCH_S3COST=small \
 //	  CAIRN_TEST_PKGS="-v -run TestDedupS3Cost -timeout 3h ./test/dedup/" scripts/test.sh
@@ -90,6 +94,7 @@ func TestDedupS3Cost(t *testing.T) {
 		}
 	}
 	parses := os.Getenv("CAIRN_BENCH_S3COST_PARSES") == "1"
+	compare := os.Getenv("CAIRN_BENCH_S3COST_COMPARE")
 	ctx := t.Context()
 	direct, _ := objstore.S3Bucket(t, s3costBucketPfx)
 
@@ -163,12 +168,33 @@ func TestDedupS3Cost(t *testing.T) {
 	srv = b.start(bin, fullCfg, "serve startup (mode full)")
 	cold := b.getAll(srv.URL)
 	srv.Stop()
+	var rounds [][2][]layerGet
+	if compare != "" {
+		// Alternating, so that a drift of the machine's load shows as a
+		// difference between rounds rather than between binaries.
+		for r := range 2 {
+			var round [2][]layerGet
+			for i, bb := range []string{bin, compare} {
+				if r == 0 && i == 0 {
+					round[0] = cold
+					continue
+				}
+				srv = b.start(bb, fullCfg, fmt.Sprintf("serve startup (mode full, round %d, %s)", r+1, bb))
+				round[i] = b.getAll(srv.URL)
+				srv.Stop()
+			}
+			rounds = append(rounds, round)
+		}
+	}
 
 	var out strings.Builder
 	b.report(&out, reportInput{
 		profile: profile, latency: latency, workers: workers, parses: parses, bin: bin,
 		intact: intact, proxied: proxied, cold: cold, deduped: deduped, before: before, after: after,
 	})
+	if compare != "" {
+		reportSideBySide(&out, bin, compare, rounds, deduped)
+	}
 	// Printed rather than logged: the table reads better without t.Log's
 	// indentation (go test shows it with -v).
 	fmt.Print(out.String())
@@ -468,6 +494,18 @@ func (b *s3costRun) report(w *strings.Builder, in reportInput) {
 		yesNo(ratioOf(int64(coldDeduped.wall), int64(proxiedSame.wall)) <= 2), yesNo(ratioOf(int64(coldDeduped.wall), int64(intactSame.wall)) <= 2),
 		yesNo(perLayer(coldDeduped) <= 20),
 		yesNo(monthly > 0 && cost(dedupRun.reqs)/monthly*daysPerMonth < 7))
+}
+
+// reportSideBySide prints each round's cold restore of the deduplicated
+// layers by both binaries and the second's wall over the first's.
+func reportSideBySide(w *strings.Builder, bin, compare string, rounds [][2][]layerGet, deduped map[digest.Digest]bool) {
+	isDeduped := func(l *dataset.Layer) bool { return deduped[l.Digest] }
+	fmt.Fprintf(w, "\nside by side, cold restore of the deduplicated layers (same store, built by the first):\n")
+	for r, round := range rounds {
+		a, c := sumGets(round[0], isDeduped), sumGets(round[1], isDeduped)
+		fmt.Fprintf(w, "  round %d: %s %.2f s (%.1f requests per layer), %s %.2f s (%.1f per layer): %.3fx\n",
+			r+1, bin, a.wall.Seconds(), perLayer(a), compare, c.wall.Seconds(), perLayer(c), ratioOf(int64(c.wall), int64(a.wall)))
+	}
 }
 
 func datasetFiles(ds *dataset.Dataset) int {
