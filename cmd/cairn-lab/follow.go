@@ -64,6 +64,9 @@ type followSetting struct {
 	// GapBits what the original's tokens there take (gapbits.go).
 	Gaps    gapKinds `json:"gaps"`
 	GapBits gapBits  `json:"gapBits"`
+	// SpanFormats is what their uncovered tokens take as spans written
+	// otherwise (chainspans.go).
+	SpanFormats spanFormats `json:"spanFormats"`
 	// Unshared is what keeping unshared segments would give (unshared.go).
 	Unshared unsharedFigures `json:"unshared"`
 	// Restore is MB/s of blob bytes per producer and GOMAXPROCS.
@@ -314,6 +317,9 @@ func coverage(ctx context.Context, ds *dataset.Dataset, drv *filesystem.Driver, 
 		if err := s.GapBits.measure(ctx, l, r, files); err != nil {
 			return fmt.Errorf("layer %s: %w", l.Digest, err)
 		}
+		if err := s.SpanFormats.measure(l, r); err != nil {
+			return fmt.Errorf("layer %s: span formats: %w", l.Digest, err)
+		}
 		s.Coverage = append(s.Coverage, fl.Share)
 		s.Layers = append(s.Layers, fl)
 	}
@@ -512,6 +518,7 @@ func writeFollow(w io.Writer, ds *dataset.Dataset, settings []*followSetting, pr
 	for _, s := range settings {
 		writeGaps(&b, s)
 		writeGapBits(&b, s)
+		writeSpanFormats(&b, s)
 		writeUnshared(&b, s)
 	}
 	_, err := io.WriteString(w, b.String())

@@ -74,12 +74,7 @@ func (g *gapBits) measure(ctx context.Context, l *dataset.Layer, r *dedup.Recipe
 	if err != nil {
 		return err
 	}
-	f, err := l.Open()
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	blob, err := io.ReadAll(f)
+	blob, err := layerBlob(l)
 	if err != nil {
 		return err
 	}
@@ -96,16 +91,8 @@ func (g *gapBits) measure(ctx context.Context, l *dataset.Layer, r *dedup.Recipe
 		if err != nil {
 			return fmt.Errorf("member at %d: %w", p, err)
 		}
-		d := deflate.NewDecoder(blob[p+n:])
-		var out []byte
-		for {
-			b, o, err := d.Next(out)
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return fmt.Errorf("member at %d: %w", p, err)
-			}
+		var d deflate.Decoder
+		err = eachBlock(&d, blob[p+n:], func(b *deflate.Block) {
 			in := base + b.In
 			if b.Type == deflate.BlockStored && b.Size > 0 {
 				g.StoredBlocks++
@@ -115,8 +102,9 @@ func (g *gapBits) measure(ctx context.Context, l *dataset.Layer, r *dedup.Recipe
 				w.token(in, t, b.TokenBits(t))
 				in += int64(t.Size())
 			}
-			// Keep the window matches may reach into.
-			out = append(o[:0], o[max(0, len(o)-32<<10):]...)
+		})
+		if err != nil {
+			return fmt.Errorf("member at %d: %w", p, err)
 		}
 		if w.err != nil {
 			return w.err
@@ -129,6 +117,24 @@ func (g *gapBits) measure(ctx context.Context, l *dataset.Layer, r *dedup.Recipe
 		return fmt.Errorf("blob inflates to %d bytes, want %d", base, l.TarSize)
 	}
 	return nil
+}
+
+// eachBlock decodes raw DEFLATE stream with d and calls f with each
+// block, keeping of the output only the window matches reach into.
+func eachBlock(d *deflate.Decoder, stream []byte, f func(*deflate.Block)) error {
+	d.Reset(stream)
+	var out []byte
+	for {
+		b, o, err := d.Next(out)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		f(b)
+		out = append(o[:0], o[max(0, len(o)-32<<10):]...)
+	}
 }
 
 // tarEntry is one tar entry's place and kind; for a file, its digest, and

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -90,7 +91,7 @@ var errBadCopies = errors.New("recompress: copy list does not decode")
 func decodeCopies(b []byte, size int64) ([]Copy, error) {
 	// A copy takes at most five varints of ten bytes and covers at least
 	// a byte.
-	n, raw, err := openFrame(b, copyListFormat, uint64(50*size), uint64(size), errBadCopies)
+	_, n, raw, err := openFrame(b, []byte{copyListFormat}, uint64(50*size), uint64(size), errBadCopies)
 	if err != nil {
 		return nil, err
 	}
@@ -139,25 +140,25 @@ func sealFrame(raw []byte) ([]byte, error) {
 }
 
 // openFrame decompresses recipe frame b, at most limit bytes of it (zstd's
-// least window at the least), and returns its count, at most maxCount,
-// and the fields after it; a frame that does not decode, or is not of
-// format, is bad.
-func openFrame(b []byte, format byte, limit, maxCount uint64, bad error) (uint64, []byte, error) {
+// least window at the least), and returns its format, its count, at most
+// maxCount, and the fields after it; a frame that does not decode, or is
+// not of one of formats, is bad.
+func openFrame(b []byte, formats []byte, limit, maxCount uint64, bad error) (byte, uint64, []byte, error) {
 	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(max(limit, 1<<20)))
 	if err != nil {
-		return 0, nil, fmt.Errorf("recompress: recipe frame: %w", err)
+		return 0, 0, nil, fmt.Errorf("recompress: recipe frame: %w", err)
 	}
 	defer dec.Close()
 	raw, err := dec.DecodeAll(b, nil)
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: %w", bad, err)
+		return 0, 0, nil, fmt.Errorf("%w: %w", bad, err)
 	}
-	if len(raw) == 0 || raw[0] != format {
-		return 0, nil, bad
+	if len(raw) == 0 || !slices.Contains(formats, raw[0]) {
+		return 0, 0, nil, bad
 	}
-	n, raw, ok := uvarint(raw[1:])
+	n, rest, ok := uvarint(raw[1:])
 	if !ok || n > maxCount {
-		return 0, nil, bad
+		return 0, 0, nil, bad
 	}
-	return n, raw, nil
+	return raw[0], n, rest, nil
 }

@@ -106,8 +106,6 @@ type Parses struct {
 	// has them in the recipe (spans.go), so that a restore searches
 	// nowhere they and the copies cover.
 	KeepSpans bool
-	// allSpans keeps every span, whatever it saves (tests).
-	allSpans bool
 	// Release, when set, takes back the tokens of each parse once no
 	// segment can follow them any more (pack.Store.ReleaseTokens): the
 	// parse was dropped, and every segment that could have taken it is

@@ -383,11 +383,10 @@ func FuzzFollowCopies(f *testing.F) {
 			return ps
 		}
 		// With pick's bit 12 the check keeps spans and block headers
-		// too (with bit 11, every span): the rebuild then searches only
-		// where neither copies nor spans reach.
+		// too: the rebuild then searches only where neither copies nor
+		// spans reach.
 		ps := parses(0)
 		ps.KeepSpans, ps.KeepHeaders = pick&0x1000 != 0, pick&0x1000 != 0
-		ps.allSpans = pick&0x0800 != 0
 		kept, err := CheckFollowing(io.Discard, rec, open(), bytes.NewReader(blob), ps)
 		if err != nil {
 			t.Fatal(err)
@@ -454,16 +453,16 @@ func TestFollowSmallMember(t *testing.T) {
 
 // checkedGoSources is n bytes of Go source in a tar-like input, its
 // compress/gzip level-6 blob, the recipe a check following the files'
-// parses kept (with block headers, and spans if asked: all of them, or
-// those worth their bytes), and a function giving those parses afresh.
-func checkedGoSources(tb testing.TB, n int, spans, allSpans bool) (input, blob []byte, kept Recipe, parses func() *Parses) {
+// parses kept (with block headers, and spans if asked), and a function
+// giving those parses afresh.
+func checkedGoSources(tb testing.TB, n int, spans bool) (input, blob []byte, kept Recipe, parses func() *Parses) {
 	tb.Helper()
 	input, files := goSources(tb, n, 64<<10)
 	blob, rec := gzipRecipe(tb, 6, input)
 	own := ownParses(tb, files, 6)
 	parses = func() *Parses { return parsesOf(files, own, 6, func(int) bool { return true }) }
 	ps := parses()
-	ps.KeepHeaders, ps.KeepSpans, ps.allSpans = true, spans, allSpans
+	ps.KeepHeaders, ps.KeepSpans = true, spans
 	kept, err := CheckFollowing(io.Discard, rec, bytes.NewReader(input), bytes.NewReader(blob), ps)
 	if err != nil {
 		tb.Fatal(err)
@@ -477,7 +476,7 @@ func checkedGoSources(tb testing.TB, n int, spans, allSpans bool) (input, blob [
 // be read is derived again, and one sending other codes gives other bits,
 // which the digest catches.
 func TestFollowHeaders(t *testing.T) {
-	input, blob, kept, parses := checkedGoSources(t, 3<<20, false, false)
+	input, blob, kept, parses := checkedGoSources(t, 3<<20, false)
 	var headers int
 	for _, m := range kept.Members {
 		headers += len(m.Headers)
@@ -562,7 +561,7 @@ func TestFollowHeaders(t *testing.T) {
 // one searching everywhere (parses off), with the blocks' codes derived
 // and with stored headers.
 func BenchmarkRebuildHeaders(b *testing.B) {
-	input, _, kept, parses := checkedGoSources(b, 8<<20, false, false)
+	input, _, kept, parses := checkedGoSources(b, 8<<20, false)
 	without := func(copies, headers bool) Recipe {
 		r := kept
 		r.Members = slices.Clone(kept.Members)

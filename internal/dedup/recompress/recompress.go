@@ -423,7 +423,7 @@ func rebuild(w io.Writer, recipe Recipe, uncompressed io.Reader, original io.Rea
 				fl = &following{parses: parses, base: base, copies: m.Copies, headers: m.Headers}
 				if chk == nil {
 					// Spans that do not decode are searched instead.
-					fl.spans, _ = decodeSpans(m.Spans, m.Size)
+					fl.spans, _ = decodeSpans(m.Spans, m.Size, m.Copies)
 				}
 			}
 			found, err := rebuildSegments(w, level, m, uncompressed, procs, chk, fl)
@@ -434,7 +434,7 @@ func rebuild(w io.Writer, recipe Recipe, uncompressed io.Reader, original io.Rea
 				out.Members[i].Restarts = chk.held(m.Restarts)
 				out.Members[i].Copies = found.copies
 				out.Members[i].Headers = found.headers
-				if out.Members[i].Spans, err = encodeSpans(found.spans); err != nil {
+				if out.Members[i].Spans, err = encodeSpans(found.spans, found.copies); err != nil {
 					return out, err
 				}
 			}

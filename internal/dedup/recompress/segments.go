@@ -151,7 +151,7 @@ func (r Recipe) SpannedBytes() int64 {
 // takes as given, from its copies (span false) or its spans, in input
 // order.
 func (m Member) Stretches(f func(in, size int64, span bool)) {
-	spans, _ := decodeSpans(m.Spans, m.Size)
+	spans, _ := decodeSpans(m.Spans, m.Size, m.Copies)
 	c := 0
 	for _, sp := range spans {
 		for ; c < len(m.Copies) && m.Copies[c].In < sp.In; c++ {
@@ -206,7 +206,7 @@ type segment struct {
 	from deflate.Boundary
 	to   *deflate.Boundary
 	hist []byte // input before from
-	in   []byte // input from from, lookahead included
+	in   []byte // input from from, lookahead included; hist's buffer continued (buf)
 	done chan segmentResult
 	// parses are those of the files the segment holds; copies, the
 	// stretches it follows (a restore's from the recipe, a check's found).
@@ -226,6 +226,12 @@ func (s *segment) end() int64 {
 		return s.from.In + int64(len(s.in))
 	}
 	return s.to.In
+}
+
+// buf returns the segment's history and input, one buffer, and the member
+// offset of its first byte.
+func (s *segment) buf() ([]byte, int64) {
+	return s.hist[:len(s.hist)+len(s.in)], s.from.In - int64(len(s.hist))
 }
 
 // following is what a segmented rebuild follows: the parses at hand and,
@@ -255,7 +261,8 @@ func (s *segment) source(fl *following) deflate.TokenSource {
 	if len(s.spans) == 0 {
 		return copies
 	}
-	return &stretchSource{copies: copies, spans: s.spans, in: s.in, from: s.from.In}
+	buf, base := s.buf()
+	return &stretchSource{copies: copies, spans: s.spans, buf: buf, base: base, from: s.from.In}
 }
 
 // compress compresses s, following its copies and writing its block
@@ -284,8 +291,10 @@ func (s *segment) compress(level int, fl *following, chk *segmentCheck) segmentR
 			s.copies = findCopies(orig, s.parses, fl.base, s.end(), keep.KeepSpans)
 		}
 		if keep.KeepSpans {
-			s.spans = findSpans(orig, s.copies, keep.allSpans)
+			s.spans = findSpans(orig, s.copies)
 			s.copies = pruneCopies(s.copies, s.spans, s.from.In, s.end())
+			buf, base := s.buf()
+			chain(s.spans, buf, base)
 		}
 	}
 	var src deflate.TokenSource

@@ -243,7 +243,7 @@ func TestCheckDropsBadPoints(t *testing.T) {
 // them): a segment following them after their release would write other
 // bits than the blob's, and, run with -race, is a race.
 func TestReleaseParses(t *testing.T) {
-	input, blob, kept, _ := checkedGoSources(t, 6<<20, true, false)
+	input, blob, kept, _ := checkedGoSources(t, 6<<20, true)
 	_, files := goSources(t, 6<<20, 64<<10)
 	own := ownParses(t, files, 6)
 	var mu sync.Mutex
