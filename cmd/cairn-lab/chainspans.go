@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -187,7 +186,8 @@ func (sf *spanFormats) measure(l *dataset.Layer, r *dedup.Recipe) error {
 			return fmt.Errorf("member at %d: %w", p, err)
 		}
 		var d deflate.Decoder
-		in, err := inflateAll(&d, blob[p+n:])
+		d.Reset(blob[p+n:])
+		in, err := d.DecodeAll(nil, nil)
 		if err != nil {
 			return fmt.Errorf("member at %d: %w", p, err)
 		}
@@ -253,22 +253,6 @@ func layerBlob(l *dataset.Layer) ([]byte, error) {
 	}
 	defer f.Close()
 	return io.ReadAll(f)
-}
-
-// inflateAll inflates a raw DEFLATE stream whole.
-func inflateAll(d *deflate.Decoder, stream []byte) ([]byte, error) {
-	d.Reset(stream)
-	var out []byte
-	for {
-		_, o, err := d.Next(out)
-		out = o
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
 }
 
 // writeSpanFormats prints s's span formats.
