@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"hash/crc64"
 	"io"
 	"strings"
 	"testing"
@@ -103,8 +102,10 @@ func FuzzDisassembleAssemble(f *testing.F) {
 // It must never panic or hang, never write more than the metadata's raw
 // bytes plus the listed payloads, and whenever it succeeds, its output must
 // be exactly what the entries describe: each segment's bytes, then for each
-// member with a body the next listed payload, which must match the member's
-// crc64.
+// member with a body the next listed payload, which must be as long as the
+// member says (or empty: a hard link may declare a size and carry none).
+// Assemble does not sum the members' crc64 (see its doc): a payload of the
+// right size but other bytes is caught by the digests, not here.
 func FuzzAssemble(f *testing.F) {
 	ctx := context.Background()
 	fs := newMemStore()
@@ -232,10 +233,8 @@ func describedTar(plain []byte, files []File, fs *memStore) ([]byte, error) {
 			}
 			b := fs.files[files[next].Digest]
 			next++
-			crc := crc64.New(storage.CRCTable)
-			crc.Write(b)
-			if !bytes.Equal(crc.Sum(nil), e.Payload) {
-				return nil, errors.New("payload does not match its member's crc64")
+			if int64(len(b)) != e.Size && len(b) != 0 {
+				return nil, errors.New("payload is not as long as its member says")
 			}
 			out.Write(b)
 		}
