@@ -227,6 +227,16 @@ func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer e.Close()
+	if f.sub == "run" || f.sub == "repack" {
+		// Both add to the index: over an incomplete one they would store
+		// again files that packs hold already, and over another storage's
+		// they would name packs it does not have. A run on fresh storage
+		// records the identity here, so that serve, gc and scrub find a
+		// complete index after it instead of rebuilding one.
+		if err := ensureIndexed(ctx, "dedup "+f.sub, d, store, true, f.quiet, stderr); err != nil {
+			return err
+		}
+	}
 	switch f.sub {
 	case "stats":
 		st, err := e.Stats(ctx)
@@ -523,7 +533,7 @@ func reindex(ctx context.Context, d driver.Driver, store reindexTarget, metaFile
 		return fmt.Errorf("dedup reindex: %s", oneLine(err.Error()))
 	}
 	if st.Foreign() && !force {
-		return fmt.Errorf("dedup reindex: the metadata store indexes another storage (id %s; this storage's is %s): check the configuration, or pass --force", st.MetaID, st.StoreID)
+		return fmt.Errorf("dedup reindex: %w: check the configuration, or pass --force", st.ForeignError())
 	}
 	if st.Foreign() {
 		// Its locations name packs of the other storage: a reindex adds

@@ -98,7 +98,7 @@ func runScrub(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if store != nil {
 		defer store.Close()
 		// Locations an incomplete index lacks would read as missing files.
-		if err := ensureIndexed(ctx, "scrub", d, store, f.quiet, stderr); err != nil {
+		if err := ensureIndexed(ctx, "scrub", d, store, false, f.quiet, stderr); err != nil {
 			return exitError{2, err}
 		}
 		opts.Meta = store

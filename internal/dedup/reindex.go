@@ -83,9 +83,20 @@ type IndexState struct {
 // Complete reports whether the metadata is a complete index of the storage.
 func (s IndexState) Complete() bool { return s.MetaID != "" && s.MetaID == s.StoreID }
 
-// Foreign reports whether the metadata indexes another storage.
-func (s IndexState) Foreign() bool {
-	return s.MetaID != "" && s.StoreID != "" && s.MetaID != s.StoreID
+// Foreign reports whether the metadata indexes another storage: it records
+// an identity this storage does not have, another one's or one where this
+// storage has none (dedup never ran here: the configuration points the
+// metadata, or the storage, somewhere new). Taking it over would keep the
+// other storage's references and locations and lose its claim to them.
+func (s IndexState) Foreign() bool { return s.MetaID != "" && s.MetaID != s.StoreID }
+
+// ForeignError is why a command leaves a Foreign metadata store alone.
+func (s IndexState) ForeignError() error {
+	this := "none"
+	if s.StoreID != "" {
+		this = s.StoreID
+	}
+	return fmt.Errorf("the dedup metadata store indexes another storage (its id %s; this storage's %s)", s.MetaID, this)
 }
 
 // CheckIndex compares the metadata's identity with the storage's: one read
@@ -441,7 +452,7 @@ func (e *Engine) EnsureIndexed(ctx context.Context, opts ReindexOptions) (*Reind
 		return nil, err
 	}
 	if st.Foreign() {
-		return nil, fmt.Errorf("dedup: the metadata store indexes another storage (id %s, this storage's is %s); GC keeps every pack and file until it is reindexed (cairn dedup reindex --force)", st.MetaID, st.StoreID)
+		return nil, fmt.Errorf("dedup: %w: GC keeps every pack and file until it is reindexed (cairn dedup reindex --force)", st.ForeignError())
 	}
 	if !e.reindexing.CompareAndSwap(false, true) {
 		return nil, nil // this node is rebuilding it already

@@ -330,6 +330,12 @@ func TestDedupRunCLI(t *testing.T) {
 	if p := pendingLayers(root, layers, false); len(p) > 0 {
 		t.Fatalf("layers not deduplicated after cairn dedup run: %v", p)
 	}
+	// The run recorded this storage's identity before it began: its
+	// metadata is a complete index (GC may collect packs at once; the
+	// next serve does not read every recipe and pack again to rebuild it).
+	if rep := runGC(t, "--config", cfg, "--root", root, "--dry-run"); rep.DedupIndex != "complete" {
+		t.Fatalf("after cairn dedup run on fresh storage, gc --dry-run says the dedup index is %q, want complete", rep.DedupIndex)
+	}
 	srv = cairnproc.Start(t, root, "--config", cfg)
 	pullAll(t, srv, "cli/img", layers)
 
@@ -339,6 +345,29 @@ func TestDedupRunCLI(t *testing.T) {
 	if !errors.As(err, &ee) || ee.ExitCode() != 2 || strings.Count(strings.TrimSpace(string(out)), "\n") != 0 {
 		t.Fatalf("bad --mode: err %v, output %q", err, out)
 	}
+
+	// A configuration that points this metadata store at other storage
+	// (a typo in a root or bucket): the run refuses in one line and
+	// writes to neither, rather than take the index over and lose this
+	// storage's claim to it.
+	others := allLayers(t)[5:7]
+	other, _, _ := startDedup(t, "off", "")
+	push(t, other, "cli/other", others)
+	other.Stop()
+	srv.Stop()
+	wrong, _ := dedupConfig(t, "off", fmt.Sprintf("    metadata: {path: %q}\n", filepath.Join(root, "cairn-meta.db")))
+	out, err = exec.Command(cairnproc.Binary(t), "dedup", "run", "--config", wrong, "--root", other.Root, "--mode", "full").CombinedOutput()
+	if !errors.As(err, &ee) || ee.ExitCode() == 0 || !strings.Contains(string(out), "another storage") || strings.Count(strings.TrimSpace(string(out)), "\n") != 0 {
+		t.Fatalf("dedup run with another storage's metadata: err %v, output %q", err, out)
+	}
+	if p := pendingLayers(other.Root, others, false); len(p) != len(others) {
+		t.Fatalf("dedup run with another storage's metadata processed layers: only %v pending", p)
+	}
+	if rep := runGC(t, "--config", cfg, "--root", root, "--dry-run"); rep.DedupIndex != "complete" {
+		t.Fatalf("after a refused run, gc --dry-run says the dedup index is %q, want complete", rep.DedupIndex)
+	}
+	srv = cairnproc.Start(t, root, "--config", cfg)
+	pullAll(t, srv, "cli/img", layers)
 }
 
 // TestSelectivePromotesHotLayer: in selective mode a cold layer loses its

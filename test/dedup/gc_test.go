@@ -45,6 +45,7 @@ type gcReport struct {
 		FilesMoved int64 `json:"files_moved"`
 		BytesFreed int64 `json:"bytes_freed"`
 	} `json:"packs"`
+	DedupIndex string `json:"dedup_index"`
 }
 
 // runGC runs `cairn gc --json` with args and returns its report.

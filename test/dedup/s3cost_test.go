@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -141,9 +142,7 @@ func TestDedupS3Cost(t *testing.T) {
 	b.measure("push (mode off)", 0, func() error { return dataset.Push(ctx, srv.URL, ds.Images, dataset.PushOptions{}) })
 	intact := b.getAll(srv.URL)
 	srv.Stop()
-	srv = b.start(bin, proxiedCfg, "serve startup (mode off, no redirect)")
-	proxied := b.getAll(srv.URL)
-	srv.Stop()
+	proxied := b.servePass(bin, proxiedCfg, "serve startup (mode off, no redirect)")
 	before := bucketUsage(t, admin, direct.Bucket)
 
 	var dedupOut []byte
@@ -165,23 +164,19 @@ func TestDedupS3Cost(t *testing.T) {
 
 	// The same store served in mode full with no restore cache: every GET
 	// of a deduplicated layer is a cold restore.
-	srv = b.start(bin, fullCfg, "serve startup (mode full)")
-	cold := b.getAll(srv.URL)
-	srv.Stop()
-	var rounds [][2][]layerGet
+	cold := b.servePass(bin, fullCfg, "serve startup (mode full)")
+	var rounds [][2]pass
 	if compare != "" {
 		// Alternating, so that a drift of the machine's load shows as a
 		// difference between rounds rather than between binaries.
 		for r := range 2 {
-			var round [2][]layerGet
+			var round [2]pass
 			for i, bb := range []string{bin, compare} {
 				if r == 0 && i == 0 {
 					round[0] = cold
 					continue
 				}
-				srv = b.start(bb, fullCfg, fmt.Sprintf("serve startup (mode full, round %d, %s)", r+1, bb))
-				round[i] = b.getAll(srv.URL)
-				srv.Stop()
+				round[i] = b.servePass(bb, fullCfg, fmt.Sprintf("serve startup (mode full, round %d, %s)", r+1, bb))
 			}
 			rounds = append(rounds, round)
 		}
@@ -272,6 +267,35 @@ func (b *s3costRun) start(bin, cfg, name string) *cairnproc.Server {
 		return nil
 	})
 	return srv
+}
+
+// pass is one serve's GET of every layer, and the CPU time the serve
+// process used in all (its startup and shutdown too, small beside the
+// GETs): with the wall time it tells whether a pass waited on the store or
+// on the CPU.
+type pass struct {
+	gets []layerGet
+	cpu  time.Duration
+}
+
+// servePass starts bin with cfg, GETs every layer and stops it.
+func (b *s3costRun) servePass(bin, cfg, name string) pass {
+	srv := b.start(bin, cfg, name)
+	p := pass{gets: b.getAll(srv.URL)}
+	srv.Stop()
+	if _, ps := srv.Exited(); ps != nil {
+		p.cpu = ps.UserTime() + ps.SystemTime()
+	}
+	return p
+}
+
+// coresBusy is the pass's CPU time over its GETs' wall time.
+func (p pass) coresBusy() float64 {
+	var wall time.Duration
+	for _, g := range p.gets {
+		wall += g.wall
+	}
+	return p.cpu.Seconds() / wall.Seconds()
 }
 
 // layerGet is one layer's GET: time to the last byte and its requests.
@@ -382,9 +406,10 @@ type reportInput struct {
 	bin     string
 	// intact: GETs redirected to the store; proxied: the same layers'
 	// bytes served through cairn; cold: after dedup, through cairn.
-	intact, proxied, cold []layerGet
-	deduped               map[digest.Digest]bool
-	before, after         usage
+	intact        []layerGet
+	proxied, cold pass
+	deduped       map[digest.Digest]bool
+	before, after usage
 }
 
 // sumGets adds up the GETs of the layers keep selects.
@@ -416,11 +441,11 @@ func (b *s3costRun) report(w *strings.Builder, in reportInput) {
 	}
 	intactAll := named(in.intact, "GET every layer, stored intact (redirected)", all)
 	intactSame := named(in.intact, "  the layers dedup restores, intact", isDeduped)
-	proxiedAll := named(in.proxied, "GET every layer intact through cairn", all)
-	proxiedSame := named(in.proxied, "  the layers dedup restores, through cairn", isDeduped)
-	coldAll := named(in.cold, "GET every layer, after dedup (cold)", all)
-	coldDeduped := named(in.cold, "  restored on GET (cold)", isDeduped)
-	coldIntact := named(in.cold, "  left intact (irreproducible)", isIntact)
+	proxiedAll := named(in.proxied.gets, "GET every layer intact through cairn", all)
+	proxiedSame := named(in.proxied.gets, "  the layers dedup restores, through cairn", isDeduped)
+	coldAll := named(in.cold.gets, "GET every layer, after dedup (cold)", all)
+	coldDeduped := named(in.cold.gets, "  restored on GET (cold)", isDeduped)
+	coldIntact := named(in.cold.gets, "  left intact (irreproducible)", isIntact)
 	rows = append(rows, intactAll, intactSame, proxiedAll, proxiedSame, coldAll, coldDeduped, coldIntact)
 	var dedupRun phase
 	for _, ph := range b.phases {
@@ -486,6 +511,8 @@ func (b *s3costRun) report(w *strings.Builder, in reportInput) {
 		coldDeduped.layers, coldDeduped.wall.Seconds(), proxiedSame.wall.Seconds(), ratioOf(int64(coldDeduped.wall), int64(proxiedSame.wall)),
 		intactSame.wall.Seconds(), ratioOf(int64(coldDeduped.wall), int64(intactSame.wall)),
 		perLayer(coldDeduped), perLayer(proxiedSame))
+	fmt.Fprintf(w, "serve's CPU time over each pass (all layers): intact through cairn %.1f s (%.2f cores busy on average), cold %.1f s (%.2f cores busy) on %d cores\n",
+		in.proxied.cpu.Seconds(), in.proxied.coresBusy(), in.cold.cpu.Seconds(), in.cold.coresBusy(), runtime.NumCPU())
 	fmt.Fprintf(w, "request cost (S3 Standard list: PUT/COPY/POST/LIST $0.005, GET/HEAD $0.0004 per 1000, DELETE free):\n")
 	fmt.Fprintf(w, "  dedup run $%.6f; break-even after %s of the saving\n", cost(dedupRun.reqs), breakEven(cost(dedupRun.reqs), monthly))
 	fmt.Fprintf(w, "  one cold GET of every layer $%.6f (= %s of the saving); intact $%.6f\n",
@@ -498,13 +525,13 @@ func (b *s3costRun) report(w *strings.Builder, in reportInput) {
 
 // reportSideBySide prints each round's cold restore of the deduplicated
 // layers by both binaries and the second's wall over the first's.
-func reportSideBySide(w *strings.Builder, bin, compare string, rounds [][2][]layerGet, deduped map[digest.Digest]bool) {
+func reportSideBySide(w *strings.Builder, bin, compare string, rounds [][2]pass, deduped map[digest.Digest]bool) {
 	isDeduped := func(l *dataset.Layer) bool { return deduped[l.Digest] }
 	fmt.Fprintf(w, "\nside by side, cold restore of the deduplicated layers (same store, built by the first):\n")
 	for r, round := range rounds {
-		a, c := sumGets(round[0], isDeduped), sumGets(round[1], isDeduped)
-		fmt.Fprintf(w, "  round %d: %s %.2f s (%.1f requests per layer), %s %.2f s (%.1f per layer): %.3fx\n",
-			r+1, bin, a.wall.Seconds(), perLayer(a), compare, c.wall.Seconds(), perLayer(c), ratioOf(int64(c.wall), int64(a.wall)))
+		a, c := sumGets(round[0].gets, isDeduped), sumGets(round[1].gets, isDeduped)
+		fmt.Fprintf(w, "  round %d: %s %.2f s (%.1f requests per layer, %.2f cores busy), %s %.2f s (%.1f per layer, %.2f cores busy): %.3fx\n",
+			r+1, bin, a.wall.Seconds(), perLayer(a), round[0].coresBusy(), compare, c.wall.Seconds(), perLayer(c), round[1].coresBusy(), ratioOf(int64(c.wall), int64(a.wall)))
 	}
 }
 
