@@ -134,29 +134,56 @@ func (r *registryRun) getBlob(ctx context.Context, c *http.Client, base string, 
 // GetBlob GETs blob d of repo from the registry at base, reads it to the
 // end, checks its digest and size and returns the time to the last byte.
 func GetBlob(ctx context.Context, c *http.Client, base, repo string, d digest.Digest, size int64) (time.Duration, error) {
+	t, err := GetBlobTimed(ctx, c, base, repo, d, size)
+	return t.Last, err
+}
+
+// BlobTimes are the times from a GET's start to the first byte of its
+// body and to the last.
+type BlobTimes struct{ First, Last time.Duration }
+
+// GetBlobTimed is GetBlob returning the time to the body's first byte too:
+// what a client waits before a rebuild (or a store) starts to stream.
+func GetBlobTimed(ctx context.Context, c *http.Client, base, repo string, d digest.Digest, size int64) (BlobTimes, error) {
 	start := time.Now()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v2/"+repo+"/blobs/"+d.String(), nil)
 	if err != nil {
-		return 0, err
+		return BlobTimes{}, err
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("dedupbench: GET blob %s: %w", d, err)
+		return BlobTimes{}, fmt.Errorf("dedupbench: GET blob %s: %w", d, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("dedupbench: GET blob %s from %s: %s", d, repo, resp.Status)
+		return BlobTimes{}, fmt.Errorf("dedupbench: GET blob %s from %s: %s", d, repo, resp.Status)
 	}
 	h := sha256.New()
-	n, err := io.Copy(h, resp.Body)
-	elapsed := time.Since(start)
+	body := &firstRead{r: resp.Body, start: start}
+	n, err := io.Copy(h, body)
+	t := BlobTimes{First: body.first, Last: time.Since(start)}
 	if err != nil {
-		return 0, fmt.Errorf("dedupbench: GET blob %s: %w", d, err)
+		return BlobTimes{}, fmt.Errorf("dedupbench: GET blob %s: %w", d, err)
 	}
 	if got := digest.NewDigest(digest.SHA256, h); got != d || n != size {
-		return 0, fmt.Errorf("dedupbench: GET blob %s from %s returned %d bytes hashing to %s", d, repo, n, got)
+		return BlobTimes{}, fmt.Errorf("dedupbench: GET blob %s from %s returned %d bytes hashing to %s", d, repo, n, got)
 	}
-	return elapsed, nil
+	return t, nil
+}
+
+// firstRead notes when its first bytes arrive, as time since start.
+type firstRead struct {
+	r     io.Reader
+	start time.Time
+	first time.Duration
+}
+
+func (f *firstRead) Read(p []byte) (int, error) {
+	n, err := f.r.Read(p)
+	if n > 0 && f.first == 0 {
+		f.first = time.Since(f.start)
+	}
+	return n, err
 }
 
 // StorageFigures are figures (a) and (b), from `cairn dedup stats`.
