@@ -525,6 +525,22 @@ type reindexTarget interface {
 	io.Closer
 }
 
+// reindexProgress shows the progress of the reindex opts is for on stderr
+// as cmd's: a line redrawn on a terminal, one every 10 s otherwise. The
+// func it returns ends the line.
+func reindexProgress(cmd string, stderr io.Writer, opts *dedup.ReindexOptions) (finish func()) {
+	p := newProgressLine(stderr)
+	opts.ProgressInterval = p.interval
+	opts.Progress = func(r dedup.ReindexStats) {
+		if p.tty {
+			p.draw("%s: %s  %d recipes  %d packs  %d files located  %d errors  %.0fs", cmd, r.Phase, r.Recipes, r.Packs, r.Placed, r.Errors, r.Seconds)
+		} else if r.Phase != "done" {
+			fmt.Fprintf(stderr, "%s: %s: %d recipes, %d packs read, %d files located, %d errors, %.0fs\n", cmd, r.Phase, r.Recipes, r.Packs, r.Placed, r.Errors, r.Seconds)
+		}
+	}
+	return p.finish
+}
+
 // reindex runs `cairn dedup reindex`.
 // metaFile is the bolt store's path ("" with Redis).
 func reindex(ctx context.Context, d driver.Driver, store reindexTarget, metaFile string, force, asJSON, quiet bool, stdout, stderr io.Writer) error {
@@ -557,19 +573,12 @@ func reindex(ctx context.Context, d driver.Driver, store reindexTarget, metaFile
 		store = fresh
 	}
 	opts := dedup.ReindexOptions{}
+	finish := func() {}
 	if !quiet {
-		p := newProgressLine(stderr)
-		opts.ProgressInterval = p.interval
-		opts.Progress = func(r dedup.ReindexStats) {
-			if p.tty {
-				p.draw("dedup reindex: %s  %d recipes  %d packs  %d files located  %d errors  %.0fs", r.Phase, r.Recipes, r.Packs, r.Placed, r.Errors, r.Seconds)
-			} else if r.Phase != "done" {
-				fmt.Fprintf(stderr, "dedup reindex: %s: %d recipes, %d packs read, %d files located, %d errors, %.0fs\n", r.Phase, r.Recipes, r.Packs, r.Placed, r.Errors, r.Seconds)
-			}
-		}
-		defer p.finish()
+		finish = reindexProgress("dedup reindex", stderr, &opts)
 	}
 	rs, err := dedup.Reindex(ctx, d, store, opts)
+	finish()
 	if rs != nil {
 		if asJSON {
 			if jerr := json.NewEncoder(stdout).Encode(rs); jerr != nil {

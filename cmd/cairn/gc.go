@@ -348,10 +348,14 @@ func ensureIndexed(ctx context.Context, cmd string, d driver.Driver, store dedup
 		return nil
 	}
 	report := !quiet && st.StoreID != ""
+	var opts dedup.ReindexOptions
+	finish := func() {}
 	if report {
 		fmt.Fprintf(stderr, "%s: the dedup metadata is not a complete index of this storage: rebuilding it from recipes and packs first\n", cmd)
+		finish = reindexProgress(cmd, stderr, &opts)
 	}
-	rs, err := dedup.Reindex(ctx, d, store, dedup.ReindexOptions{})
+	rs, err := dedup.Reindex(ctx, d, store, opts)
+	finish()
 	if err != nil {
 		return fmt.Errorf("%s: rebuilding the dedup metadata: %s", cmd, oneLine(err.Error()))
 	}

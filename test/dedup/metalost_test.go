@@ -2,11 +2,15 @@ package dedup
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -166,4 +170,75 @@ func pullAfterRebuild(t *testing.T, srv *cairnproc.Server, repo string, layers [
 		}
 		return ""
 	})
+}
+
+// TestDedupReindexCLI: `cairn dedup reindex` rebuilds a lost metadata store
+// from storage and says what it read; a metadata store of another storage
+// (a configuration pointing it at the wrong root) is refused in one line and
+// left as it is, unless --force, which moves it aside and indexes this
+// storage into a new one.
+func TestDedupReindexCLI(t *testing.T) {
+	all := allLayers(t)
+	mine, theirs := all[:3], all[3:5]
+	srv, cfg, _ := startDedup(t, "full", "")
+	root := srv.Root
+	push(t, srv, "reindex/mine", mine)
+	waitState(t, root, mine, false)
+	srv.Stop()
+	db := filepath.Join(root, "cairn-meta.db")
+	if err := os.Remove(db); err != nil {
+		t.Fatal(err)
+	}
+	reindex := func(cfg, root string, args ...string) ([]byte, []byte, error) {
+		var stderr strings.Builder
+		cmd := exec.Command(cairnproc.Binary(t), append([]string{"dedup", "reindex", "--config", cfg, "--root", root}, args...)...)
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		return out, []byte(stderr.String()), err
+	}
+	out, _, err := reindex(cfg, root, "--json")
+	var rs struct {
+		Deduplicated int  `json:"deduplicated"`
+		Complete     bool `json:"complete"`
+	}
+	if err != nil || json.Unmarshal(out, &rs) != nil || !rs.Complete || rs.Deduplicated != dedupable(mine) {
+		t.Fatalf("dedup reindex over a lost metadata store: %v, %s; want complete, %d deduplicated", err, out, dedupable(mine))
+	}
+	if rep := runGC(t, "--config", cfg, "--root", root, "--dry-run"); rep.DedupIndex != "complete" {
+		t.Fatalf("after dedup reindex, gc --dry-run says the dedup index is %q", rep.DedupIndex)
+	}
+
+	other, _, _ := startDedup(t, "full", "")
+	push(t, other, "reindex/theirs", theirs)
+	waitState(t, other.Root, theirs, false)
+	other.Stop()
+	wrong, _ := dedupConfig(t, "full", fmt.Sprintf("    metadata: {path: %q}\n", db))
+	var ee *exec.ExitError
+	out, errOut, err := reindex(wrong, other.Root)
+	if !errors.As(err, &ee) || !strings.Contains(string(errOut), "another storage") || strings.Count(strings.TrimSpace(string(errOut)), "\n") != 0 {
+		t.Fatalf("dedup reindex with another storage's metadata: %v, stdout %q, stderr %q", err, out, errOut)
+	}
+	if rep := runGC(t, "--config", cfg, "--root", root, "--dry-run"); rep.DedupIndex != "complete" {
+		t.Fatalf("a refused reindex changed the metadata: gc --dry-run says the dedup index is %q", rep.DedupIndex)
+	}
+	if out, errOut, err = reindex(wrong, other.Root, "--force"); err != nil || !strings.Contains(string(errOut), "moved to") {
+		t.Fatalf("dedup reindex --force: %v, stdout %q, stderr %q", err, out, errOut)
+	}
+	if moved, _ := filepath.Glob(db + ".foreign-*"); len(moved) != 1 {
+		t.Fatalf("the other storage's metadata was not moved aside: %v", moved)
+	}
+	if rep := runGC(t, "--config", wrong, "--root", other.Root, "--dry-run"); rep.DedupIndex != "complete" {
+		t.Fatalf("after dedup reindex --force, gc --dry-run says the dedup index is %q", rep.DedupIndex)
+	}
+}
+
+// dedupable counts the layers dedup can rebuild (not irreproducible).
+func dedupable(layers []testLayer) int {
+	n := 0
+	for _, l := range layers {
+		if !l.intact {
+			n++
+		}
+	}
+	return n
 }
