@@ -329,42 +329,6 @@ func withDedup(opts *gc.Options, d driver.Driver, store gcIndex, cfg *config.Con
 	return nil
 }
 
-// ensureIndexed rebuilds the dedup metadata from storage when it is not a
-// complete index of it, before a command (cmd, in messages) that trusts
-// it. One of another storage is left for the operator: a command that
-// would write to it (writes) fails, GC and scrub go on (GC then keeps
-// every pack and file). On storage dedup never recorded an identity for
-// (its first use, or one by `cairn dedup run` alone before this check) the
-// rebuild is the identity being recorded: nothing is reported lost.
-func ensureIndexed(ctx context.Context, cmd string, d driver.Driver, store dedup.ReindexStore, writes, quiet bool, stderr io.Writer) error {
-	st, err := dedup.CheckIndex(ctx, d, store)
-	if err != nil {
-		return fmt.Errorf("%s: dedup metadata: %s", cmd, oneLine(err.Error()))
-	}
-	if st.Foreign() && writes {
-		return fmt.Errorf("%s: %w: check storage.dedup.metadata and the storage section of the configuration, or take it over with cairn dedup reindex --force", cmd, st.ForeignError())
-	}
-	if st.Complete() || st.Foreign() {
-		return nil
-	}
-	report := !quiet && st.StoreID != ""
-	var opts dedup.ReindexOptions
-	finish := func() {}
-	if report {
-		fmt.Fprintf(stderr, "%s: the dedup metadata is not a complete index of this storage: rebuilding it from recipes and packs first\n", cmd)
-		finish = reindexProgress(cmd, stderr, &opts)
-	}
-	rs, err := dedup.Reindex(ctx, d, store, opts)
-	finish()
-	if err != nil {
-		return fmt.Errorf("%s: rebuilding the dedup metadata: %s", cmd, oneLine(err.Error()))
-	}
-	if report {
-		fmt.Fprintf(stderr, "%s: dedup metadata rebuilt: %d recipes, %d packs, %d files located in %.2fs (complete: %v)\n", cmd, rs.Recipes, rs.Packs, rs.Placed, rs.Seconds, rs.Complete)
-	}
-	return nil
-}
-
 // checkStored refuses storage a one-off command (cmd, in messages) has
 // nothing to work on in: the inmemory driver's (nothing, the rest of its
 // message), or a filesystem root that is not there.

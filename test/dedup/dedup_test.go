@@ -44,6 +44,18 @@ func startDedup(t *testing.T, mode string, extra string) (srv *cairnproc.Server,
 	return cairnproc.Start(t, "", "--config", cfgPath), cfgPath, debugAddr
 }
 
+// dedupedRoot pushes layers to repo of a registry in mode full, waits
+// until dedup processed them all and stops it: a storage root of
+// deduplicated layers, and its config, for the CLI.
+func dedupedRoot(t *testing.T, repo string, layers []testLayer) (root, cfgPath string) {
+	t.Helper()
+	srv, cfgPath, _ := startDedup(t, "full", "")
+	push(t, srv, repo, layers)
+	waitState(t, srv.Root, layers, false)
+	srv.Stop()
+	return srv.Root, cfgPath
+}
+
 // dedupConfig writes startDedup's config and returns its path and the
 // debug listener's address.
 func dedupConfig(t *testing.T, mode string, extra string) (cfgPath, debugAddr string) {

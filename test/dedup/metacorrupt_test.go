@@ -52,11 +52,7 @@ func TestCorruptMetadataFileRecovered(t *testing.T) {
 		{name: "a", mediaType: mtGzip, blob: gzipStd(t, featureTar(t, 90, tar.FormatPAX), 6)},
 		{name: "many-files", mediaType: mtGzip, blob: gzipStd(t, tarOf(t, bodies), 6)},
 	}
-	srv, cfg, _ := startDedup(t, "full", "")
-	root := srv.Root
-	push(t, srv, "corrupt/meta", layers)
-	waitState(t, root, layers, false)
-	srv.Stop()
+	root, cfg := dedupedRoot(t, "corrupt/meta", layers)
 
 	path := filepath.Join(root, "cairn-meta.db")
 	faults.Overwrite(t, path, 8*4096+40)
@@ -80,7 +76,7 @@ func TestCorruptMetadataFileRecovered(t *testing.T) {
 	}
 
 	// Start waits for /v2/ to answer; a panic at start would fail it.
-	srv = cairnproc.Start(t, root, "--config", cfg)
+	srv := cairnproc.Start(t, root, "--config", cfg)
 	for range 3 {
 		resp, err := http.Get(srv.URL + "/v2/")
 		if err != nil {

@@ -180,11 +180,7 @@ func pullAfterRebuild(t *testing.T, srv *cairnproc.Server, repo string, layers [
 func TestDedupReindexCLI(t *testing.T) {
 	all := allLayers(t)
 	mine, theirs := all[:3], all[3:5]
-	srv, cfg, _ := startDedup(t, "full", "")
-	root := srv.Root
-	push(t, srv, "reindex/mine", mine)
-	waitState(t, root, mine, false)
-	srv.Stop()
+	root, cfg := dedupedRoot(t, "reindex/mine", mine)
 	db := filepath.Join(root, "cairn-meta.db")
 	if err := os.Remove(db); err != nil {
 		t.Fatal(err)
@@ -208,26 +204,23 @@ func TestDedupReindexCLI(t *testing.T) {
 		t.Fatalf("after dedup reindex, gc --dry-run says the dedup index is %q", rep.DedupIndex)
 	}
 
-	other, _, _ := startDedup(t, "full", "")
-	push(t, other, "reindex/theirs", theirs)
-	waitState(t, other.Root, theirs, false)
-	other.Stop()
+	otherRoot, _ := dedupedRoot(t, "reindex/theirs", theirs)
 	wrong, _ := dedupConfig(t, "full", fmt.Sprintf("    metadata: {path: %q}\n", db))
 	var ee *exec.ExitError
-	out, errOut, err := reindex(wrong, other.Root)
+	out, errOut, err := reindex(wrong, otherRoot)
 	if !errors.As(err, &ee) || !strings.Contains(string(errOut), "another storage") || strings.Count(strings.TrimSpace(string(errOut)), "\n") != 0 {
 		t.Fatalf("dedup reindex with another storage's metadata: %v, stdout %q, stderr %q", err, out, errOut)
 	}
 	if rep := runGC(t, "--config", cfg, "--root", root, "--dry-run"); rep.DedupIndex != "complete" {
 		t.Fatalf("a refused reindex changed the metadata: gc --dry-run says the dedup index is %q", rep.DedupIndex)
 	}
-	if out, errOut, err = reindex(wrong, other.Root, "--force"); err != nil || !strings.Contains(string(errOut), "moved to") {
+	if out, errOut, err = reindex(wrong, otherRoot, "--force"); err != nil || !strings.Contains(string(errOut), "moved to") {
 		t.Fatalf("dedup reindex --force: %v, stdout %q, stderr %q", err, out, errOut)
 	}
 	if moved, _ := filepath.Glob(db + ".foreign-*"); len(moved) != 1 {
 		t.Fatalf("the other storage's metadata was not moved aside: %v", moved)
 	}
-	if rep := runGC(t, "--config", wrong, "--root", other.Root, "--dry-run"); rep.DedupIndex != "complete" {
+	if rep := runGC(t, "--config", wrong, "--root", otherRoot, "--dry-run"); rep.DedupIndex != "complete" {
 		t.Fatalf("after dedup reindex --force, gc --dry-run says the dedup index is %q", rep.DedupIndex)
 	}
 }
