@@ -20,7 +20,7 @@ import (
 const dedupUsage = `usage: cairn-lab dedup [--profile small|full] [--parts restore,storage,latency,prefetch[,restarts]]
                        [--cache DIR] [--work DIR] [--cairn-bin PATH] [--repeat N] [--procs 1,2]
                        [--pull-once N] [--repull N] [--rounds N] [--replays N] [--delay 50ms-200ms]
-                       [--preconstruct-size SIZE] [--prefetch-size SIZE] [--json]
+                       [--preconstruct-size SIZE] [--prefetch-size SIZE] [--parses] [--json]
 
 Builds images from Debian packages (apt-get download; debs cached in --cache),
 pushes them to a cairn it starts, runs cairn dedup and prints: (a) storage
@@ -50,6 +50,7 @@ func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	replays := fs.Int("replays", 1, "replays of the (e) workload per mode and predictor setting, off and on in turn")
 	delay := fs.String("delay", "50ms-200ms", "`MIN-MAX` pause between a client's manifest GET and its layer GETs in (e)")
 	preSize := fs.String("preconstruct-size", "2GiB", "preconstruct cache size")
+	parses := fs.Bool("parses", false, "run the registry with storage.dedup.packs.parses on (restores follow stored parses)")
 	preFetch := fs.String("prefetch-size", "256MiB", "prefetch cache size in (e)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
 	if err := fs.Parse(args); err != nil {
@@ -112,7 +113,7 @@ func runDedup(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer unlock()
 	res, err := dedupbench.Run(ctx, dedupbench.Options{
-		Profile: p, CacheDir: *cache, WorkDir: *work, CairnBin: *bin, Parts: sel,
+		Profile: p, CacheDir: *cache, WorkDir: *work, CairnBin: *bin, Parts: sel, Parses: *parses,
 		Repeat: *repeat, Procs: procList, PullOnce: *pullOnce, Repull: *repull, Rounds: *rounds, Replays: *replays, DelayMin: dmin, DelayMax: dmax,
 		PreconstructSize: *preSize, PrefetchSize: *preFetch, Log: stderr,
 	})

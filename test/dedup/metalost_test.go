@@ -146,16 +146,12 @@ func TestFlushedRedisKeepsImages(t *testing.T) {
 // metadata store rebuilt from storage.
 func TestLostMetadataDedupOff(t *testing.T) {
 	layers := allLayers(t)[:3]
-	srv, _, _ := startDedup(t, "full", "")
-	root := srv.Root
-	push(t, srv, "off/a", layers)
-	waitState(t, root, layers, false)
-	srv.Stop()
+	root, _ := dedupedRoot(t, "off/a", layers)
 	if err := os.Remove(filepath.Join(root, "cairn-meta.db")); err != nil {
 		t.Fatal(err)
 	}
 	off, _ := dedupConfig(t, "off", "")
-	srv = cairnproc.Start(t, root, "--config", off)
+	srv := cairnproc.Start(t, root, "--config", off)
 	pullAfterRebuild(t, srv, "off/a", layers)
 }
 

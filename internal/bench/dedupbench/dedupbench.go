@@ -59,6 +59,9 @@ type Options struct {
 	CairnBin string
 	// Parts selects what to measure. Default AllParts().
 	Parts []string
+	// Parses runs the registry parts with storage.dedup.packs.parses on
+	// (files stored as their own DEFLATE, restores following them).
+	Parses bool
 	// Repeat is how many times each restore is timed (best kept).
 	// Default 3 for the small profile, 1 for the full one.
 	Repeat int
@@ -88,6 +91,7 @@ type Options struct {
 // in Errors and no figures.
 type Result struct {
 	Profile   string `json:"profile"`
+	Parses    bool   `json:"parses"` // Options.Parses
 	GoVersion string `json:"goVersion"`
 	CPUs      int    `json:"cpus"`
 	Images    int    `json:"images"`
@@ -200,7 +204,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{
-		Profile: string(opts.Profile), GoVersion: runtime.Version(), CPUs: runtime.GOMAXPROCS(0),
+		Profile: string(opts.Profile), Parses: opts.Parses, GoVersion: runtime.Version(), CPUs: runtime.GOMAXPROCS(0),
 		Images: len(ds.Images), Layers: len(ds.Layers), Debs: ds.Packages, DebBytes: ds.DebBytes,
 		BlobBytes: ds.LogicalBytes(),
 	}

@@ -24,6 +24,7 @@ type engineConfig struct {
 	PrefetchSize         string
 	Predictor            bool
 	RepullRatio          float64
+	Parses               bool // storage.dedup.packs.parses
 	Addr, DebugAddr      string
 }
 
@@ -42,6 +43,8 @@ storage:
   dedup:
     mode: %s
     workers: 2
+    packs:
+      parses: %t
     metadata:
       path: %q
     cache:
@@ -53,7 +56,7 @@ storage:
     predictor:
       enabled: %t
       repullratio: %g
-`, c.Addr, c.DebugAddr, c.Root, c.Mode, c.Meta, c.CacheDir, c.PreconstructSize, c.PrefetchSize, c.Predictor, c.RepullRatio)
+`, c.Addr, c.DebugAddr, c.Root, c.Mode, c.Parses, c.Meta, c.CacheDir, c.PreconstructSize, c.PrefetchSize, c.Predictor, c.RepullRatio)
 	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
 		return fmt.Errorf("dedupbench: write config: %w", err)
 	}

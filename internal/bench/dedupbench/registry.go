@@ -64,6 +64,7 @@ func (r *registryRun) config(phase, mode string, predictor bool, prefetch string
 		PrefetchSize:     prefetch,
 		Predictor:        predictor,
 		RepullRatio:      0.5,
+		Parses:           r.opts.Parses,
 	}
 }
 

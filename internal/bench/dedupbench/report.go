@@ -95,7 +95,11 @@ func WriteTable(w io.Writer, r *Result) error {
 	}
 
 	if l := r.Latency; l != nil {
-		fmt.Fprintf(w, "\n(d) layer GET latency, p50 over the %d layers restored on GET (%s); %d served otherwise, left out\n", l.Layers, mb(l.Bytes), l.Others)
+		parses := "off"
+		if r.Parses {
+			parses = "on"
+		}
+		fmt.Fprintf(w, "\n(d) layer GET latency, p50 over the %d layers restored on GET (%s); %d served otherwise, left out; parses %s\n", l.Layers, mb(l.Bytes), l.Others, parses)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "layer served\tp50 ms\tp99 ms\tmax ms\tMB/s (all bytes / all time)")
 		for _, row := range []struct {
@@ -106,6 +110,9 @@ func WriteTable(w io.Writer, r *Result) error {
 		}
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+		if l.Cold.MBps > 0 {
+			fmt.Fprintf(w, "all cold GETs take %.2fx the time of the same layers' intact GETs\n", l.Intact.MBps/l.Cold.MBps)
 		}
 	}
 
