@@ -15,6 +15,8 @@
 #   CAIRN_FUZZTIME=5s       after the tests, fuzz every Fuzz* target for this long
 #                           each (a go test -fuzztime value: 5s, 30s, 1000x);
 #                           0 skips fuzzing. Unset with CAIRN_TEST_PKGS: skipped.
+#                           Unset, a target whose func line follows a
+#                           "//cairn:fuzztime 30s" line gets that time instead.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -201,15 +203,23 @@ run_tests() {
 	return $rc
 }
 
-# fuzz_targets prints "<package> <target>" for every fuzz target, found in
-# the test files go list reports, so a new target runs without editing this
-# script.
+# fuzz_targets prints "<package> <target> [<fuzztime>]" for every fuzz
+# target, found in the test files go list reports, so a new target runs
+# without editing this script. The fuzztime is that of a
+# "//cairn:fuzztime <value>" line right above the target's func line: a
+# target whose every input rebuilds megabytes runs a few inputs a second,
+# and 5 s would fuzz it barely at all.
 fuzz_targets() {
 	local pkg dir files f
 	while read -r pkg dir files; do
 		for f in $files; do
-			sed -n -E 's/^func (Fuzz[A-Za-z0-9_]*)\([A-Za-z_][A-Za-z0-9_]* \*testing\.F\).*/\1/p' "$dir/$f" |
-				while read -r target; do printf '%s %s\n' "$pkg" "$target"; done
+			awk -v pkg="$pkg" '
+				/^\/\/cairn:fuzztime / { ft = $2; next }
+				match($0, /^func Fuzz[A-Za-z0-9_]*\([A-Za-z_][A-Za-z0-9_]* \*testing\.F\)/) {
+					name = substr($0, 6); sub(/\(.*/, "", name)
+					print pkg, name, ft
+				}
+				{ ft = "" }' "$dir/$f"
 		done
 	done < <(go list -f '{{.ImportPath}} {{.Dir}} {{join .TestGoFiles " "}} {{join .XTestGoFiles " "}}' ./...)
 }
@@ -243,17 +253,21 @@ fuzz_one() {
 }
 
 run_fuzz() {
-	local fuzztime=${CAIRN_FUZZTIME:-5s} rc=0 n=0 pkg target
+	local fuzztime=${CAIRN_FUZZTIME:-5s} rc=0 n=0 pkg target own t
 	local -a failed=()
-	while read -r pkg target; do
+	while read -r pkg target own; do
 		n=$((n + 1))
-		log "fuzz $target ($pkg) for $fuzztime"
-		if ! fuzz_one "$pkg" "$target" "$fuzztime"; then
+		t=$fuzztime
+		if [[ -z ${CAIRN_FUZZTIME:-} && -n $own ]]; then
+			t=$own
+		fi
+		log "fuzz $target ($pkg) for $t"
+		if ! fuzz_one "$pkg" "$target" "$t"; then
 			failed+=("$pkg $target")
 			rc=1
 		fi
 	done < <(fuzz_targets)
-	log "fuzzed $n targets for $fuzztime each; ${#failed[@]} failed"
+	log "fuzzed $n targets for $fuzztime each (or their own time); ${#failed[@]} failed"
 	if ((rc != 0)); then
 		printf '  failed: %s\n' "${failed[@]}" >&2
 		git status --porcelain --untracked-files=all -- '**/testdata/fuzz/**' | while read -r _ f; do

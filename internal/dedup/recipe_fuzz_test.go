@@ -34,6 +34,8 @@ const maxFuzzRebuild = 16 << 20
 // never panic or hang: a restore runs in the serving process. The seeds
 // are real recipes, of plain, gzip (stdlib, klauspost, pgzip) and zstd
 // layers; each must rebuild its blob exactly.
+//
+//cairn:fuzztime 30s
 func FuzzDecodeRecipe(f *testing.F) {
 	ctx := context.Background()
 	fs, err := layer.NewDriverStore(inmemory.New())

@@ -62,6 +62,8 @@ func seedTars(t testing.TB) [][]byte {
 // the store, and Assemble and Verify reproduce the input byte for byte, also
 // after the recipe went through JSON (as it does to storage). Dedup drops a
 // layer's intact copy on the strength of this.
+//
+//cairn:fuzztime 30s
 func FuzzDisassembleAssemble(f *testing.F) {
 	for _, s := range seedTars(f) {
 		f.Add(s)

@@ -312,6 +312,8 @@ func BenchmarkRebuildFollowing(b *testing.B) {
 // rebuilds that follow a subset of the parses, some copies made wrong:
 // every rebuild writes the blob, searching where a copy does not check
 // out.
+//
+//cairn:fuzztime 30s
 func FuzzFollowCopies(f *testing.F) {
 	f.Add([]byte("package main\n\nfunc main() {}\n"), uint8(6), uint16(1))
 	f.Add(bytes.Repeat([]byte{0}, 5000), uint8(9), uint16(7))

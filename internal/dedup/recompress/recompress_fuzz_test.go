@@ -171,6 +171,8 @@ func encoderFor(fam byte, level int8) (func(io.Writer) (io.WriteCloser, error), 
 // padding, gets a recipe that survives JSON and rebuilds it byte for byte.
 // A miss here is a layer dedup keeps intact for no reason; a recipe that
 // rebuilds other bytes would be caught by Verify, and is a bug here.
+//
+//cairn:fuzztime 30s
 func FuzzRecompress(f *testing.F) {
 	plain := testInput(70 << 10)
 	for fam := range byte(4) {
